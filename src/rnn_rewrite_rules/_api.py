@@ -1,0 +1,48 @@
+"""Apply the rules to a model with the cleanups that make their effect visible."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+from onnxscript.rewriter import RewriteRuleSet
+
+from rnn_rewrite_rules.rules import select_rules
+
+__all__ = ["rewrite", "rules"]
+
+_Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
+_MAX_ROUNDS = 4
+
+
+def rules(names: Sequence[str] | None = None) -> RewriteRuleSet:
+    """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
+
+    Args:
+        names: family or rule names (see ``rnn-rewrite --list-rules``); all by default.
+    """
+    return RewriteRuleSet(select_rules(names))
+
+
+def rewrite(model: _Model, names: Sequence[str] | None = None) -> _Model:
+    """Rewrite ``model`` until no rule fires, then drop what became unused.
+
+    Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
+    """
+    if isinstance(model, onnx.ModelProto):
+        return ir.serde.serialize_model(rewrite(ir.serde.deserialize_model(model), names))
+    rule_set = rules(names)
+    for _ in range(_MAX_ROUNDS):
+        if not rule_set.apply_to_model(model):
+            break
+    ir.passes.PassManager(
+        [
+            common_passes.RemoveUnusedNodesPass(),
+            common_passes.RemoveUnusedFunctionsPass(),
+            common_passes.RemoveUnusedOpsetsPass(),
+        ]
+    )(model)
+    return model

@@ -1,0 +1,85 @@
+"""Extend the rules that onnxscript applies by default.
+
+``onnxscript.optimizer.optimize_ir`` (hence ``optimize()`` and
+``torch.onnx.export(..., dynamo=True, optimize=True)``) and
+``onnxscript.rewriter.rewrite(model)`` without explicit rules all read the
+module-level tuple ``onnxscript.rewriter._DEFAULT_REWRITE_RULES`` when they are
+called. onnxscript has no public registry, so :func:`install` rebinds that
+private tuple with our rules in front (tried first on each node, before
+onnxscript's ``_materialize_reshape_shape`` can turn a runtime shape into a
+constant that freezes an axis). It is tested against the pinned onnxscript.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+
+import onnxscript.rewriter as _rewriter
+from onnxscript.rewriter import RewriteRule
+
+from rnn_rewrite_rules.rules import select_rules
+
+__all__ = ["install", "installed", "is_installed", "uninstall"]
+
+_ATTRIBUTE = "_DEFAULT_REWRITE_RULES"
+_lock = threading.Lock()
+_ours: tuple[RewriteRule, ...] = ()
+
+
+def _check_supported() -> None:
+    if not isinstance(getattr(_rewriter, _ATTRIBUTE, None), tuple):
+        raise RuntimeError(
+            "this onnxscript has no onnxscript.rewriter._DEFAULT_REWRITE_RULES tuple; "
+            "rnn_rewrite_rules.install() supports onnxscript 0.7.2. "
+            "Pass rnn_rewrite_rules.rules() to onnxscript.rewriter.rewrite() instead."
+        )
+
+
+def install(names: Sequence[str] | None = None) -> None:
+    """Add our rules to onnxscript's default rules (idempotent).
+
+    Args:
+        names: families or rule names; by default every family marked
+            ``INSTALL_BY_DEFAULT`` (all but ``layout``, which changes the layout
+            attribute a user may rely on).
+    """
+    global _ours
+    _check_supported()
+    with _lock:
+        rules = tuple(select_rules(names, installed_only=True))
+        current = [r for r in getattr(_rewriter, _ATTRIBUTE) if r not in _ours]
+        _ours = rules
+        setattr(_rewriter, _ATTRIBUTE, (*rules, *current))
+
+
+def uninstall() -> None:
+    """Remove our rules from onnxscript's defaults; rules others added stay (idempotent)."""
+    global _ours
+    _check_supported()
+    with _lock:
+        current = getattr(_rewriter, _ATTRIBUTE)
+        setattr(_rewriter, _ATTRIBUTE, tuple(r for r in current if r not in _ours))
+        _ours = ()
+
+
+def is_installed() -> bool:
+    """Whether our rules are currently part of onnxscript's defaults."""
+    current = getattr(_rewriter, _ATTRIBUTE, ())
+    return bool(_ours) and all(r in current for r in _ours)
+
+
+@contextlib.contextmanager
+def installed(names: Sequence[str] | None = None) -> Iterator[None]:
+    """Install for the duration of a ``with`` block, restoring the previous state after."""
+    was_installed = is_installed()
+    previous = _ours
+    install(names)
+    try:
+        yield
+    finally:
+        if was_installed:
+            install([r.name for r in previous])
+        else:
+            uninstall()

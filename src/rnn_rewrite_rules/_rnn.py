@@ -1,0 +1,115 @@
+"""Static facts about ONNX recurrent nodes that the rule conditions rely on.
+
+Everything here is read from attributes and constant shapes only, never from
+value-info annotations, so a fact returned is a fact the runtime must honour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+__all__ = [
+    "RNN_OPS",
+    "RnnFacts",
+    "const_array",
+    "opset_version",
+    "rnn_facts",
+]
+
+#: (domain, op_type) -> number of gates per direction in W/R.
+RNN_OPS: dict[tuple[str, str], int] = {
+    ("", "LSTM"): 4,
+    ("", "GRU"): 3,
+    ("", "RNN"): 1,
+    ("com.microsoft", "DynamicQuantizeLSTM"): 4,
+}
+
+_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class RnnFacts:
+    """What an RNN node fixes statically about its ``Y`` output."""
+
+    node: ir.Node
+    num_directions: int
+    hidden_size: int
+    layout: int
+
+    @property
+    def op_type(self) -> str:
+        return self.node.op_type
+
+
+def _static_dim(value: ir.Value | None, axis: int) -> int | None:
+    if value is None:
+        return None
+    # An initializer that is also a graph input can be overridden: only its declared shape holds.
+    tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
+    if tensor is not None:
+        dims = tensor.shape.dims
+        return int(dims[axis]) if len(dims) > axis else None
+    shape = value.shape
+    if shape is not None and len(shape) > axis and isinstance(shape[axis], int):
+        # A graph input or computed weight with a declared static shape: the
+        # runtime rejects a tensor that disagrees, so the dim is a fact.
+        return shape[axis]
+    return None
+
+
+def rnn_facts(node: ir.Node | None) -> RnnFacts | str:
+    """The static facts of an RNN node, or a reason why they cannot be proven."""
+    if node is None:
+        return "value is not produced by a node"
+    key = (node.domain, node.op_type)
+    if key not in RNN_OPS:
+        return f"producer is {node.op_type}, not an RNN op"
+    direction_attr = node.attributes.get("direction")
+    direction = direction_attr.as_string() if direction_attr is not None else "forward"
+    if direction not in _DIRECTIONS:
+        return f"unknown direction {direction!r}"
+    num_directions = _DIRECTIONS[direction]
+    layout = node.attributes.get_int("layout", 0)
+
+    # W: [D, G*H, I] and R: [D, G*H, H]; DynamicQuantizeLSTM stores them transposed.
+    r = node.inputs[2] if len(node.inputs) > 2 else None
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    r_directions = _static_dim(r, 0)
+    w_directions = _static_dim(w, 0)
+    for found in (r_directions, w_directions):
+        if found is not None and found != num_directions:
+            return f"direction {direction!r} disagrees with a weight of {found} directions"
+
+    hidden_attr = node.attributes.get("hidden_size")
+    hidden = hidden_attr.as_int() if hidden_attr is not None else None
+    r_hidden = _static_dim(r, 2) if node.domain == "" else _static_dim(r, 1)
+    if hidden is None:
+        hidden = r_hidden
+    elif r_hidden is not None and r_hidden != hidden:
+        return f"hidden_size={hidden} disagrees with R's hidden dim {r_hidden}"
+    if hidden is None or hidden <= 0:
+        return "hidden_size is not static (no attribute, R has no static shape)"
+    return RnnFacts(node, num_directions, hidden, layout)
+
+
+def opset_version(
+    model: ir.Model, graph_or_function: ir.Graph | ir.Function, domain: str = ""
+) -> int:
+    """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use.
+
+    Subgraphs of If/Loop/Scan usually carry no opset imports: the model's apply.
+    """
+    version = graph_or_function.opset_imports.get(domain)
+    if version is None:
+        version = model.graph.opset_imports.get(domain, 0)
+    return version
+
+
+def const_array(value: ir.Value | None):
+    """The numpy value of a constant (initializer or Constant output), else None."""
+    if value is None:
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()

@@ -1,0 +1,80 @@
+"""The rule families, one module each, and the registry that names them.
+
+Each family module exposes ``rules`` (an ``onnxscript.rewriter.RewriteRuleSet``)
+and ``INSTALL_BY_DEFAULT`` (whether :func:`rnn_rewrite_rules.install` adds it to
+onnxscript's default rules). The first line of its docstring is its description.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Iterable, Sequence
+
+from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+
+__all__ = ["FAMILY_MODULES", "RuleFamily", "families", "rule_set", "select_rules"]
+
+#: Family name -> module. Order is the order rules are tried on each node.
+FAMILY_MODULES: dict[str, str] = {
+    "weight_folding": "rnn_rewrite_rules.rules.weight_folding",
+    "initial_state": "rnn_rewrite_rules.rules.initial_state",
+    "layer_output": "rnn_rewrite_rules.rules.layer_output",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleFamily:
+    name: str
+    description: str
+    rules: tuple[RewriteRule, ...]
+    install_by_default: bool
+
+
+def families() -> dict[str, RuleFamily]:
+    """Every available family, in application order."""
+    result = {}
+    for name, module_name in FAMILY_MODULES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if error.name != module_name:
+                raise
+            continue  # a family still being written
+        doc = (module.__doc__ or "").strip().splitlines()
+        result[name] = RuleFamily(
+            name=name,
+            description=doc[0] if doc else name,
+            rules=tuple(module.rules),
+            install_by_default=getattr(module, "INSTALL_BY_DEFAULT", True),
+        )
+    return result
+
+
+def select_rules(
+    names: Iterable[str] | None = None, *, installed_only: bool = False
+) -> list[RewriteRule]:
+    """Rules by family or rule name (all families when ``names`` is None).
+
+    Raises:
+        KeyError: a name is neither a family nor a rule.
+    """
+    available = families()
+    if names is None:
+        chosen = [f for f in available.values() if f.install_by_default or not installed_only]
+        return [rule for family in chosen for rule in family.rules]
+    by_rule = {rule.name: rule for family in available.values() for rule in family.rules}
+    selected: list[RewriteRule] = []
+    for name in names:
+        if name in available:
+            selected.extend(available[name].rules)
+        elif name in by_rule:
+            selected.append(by_rule[name])
+        else:
+            raise KeyError(name)
+    return list(dict.fromkeys(selected))
+
+
+def rule_set(names: Sequence[str] | None = None) -> RewriteRuleSet:
+    """A ``RewriteRuleSet`` for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``."""
+    return RewriteRuleSet(select_rules(names))

@@ -1,0 +1,77 @@
+"""A rule base for rewrites that replace an RNN node by a copy with other inputs.
+
+The onnxscript matcher refuses a node with fewer outputs than the pattern names,
+and refuses a match when an output the pattern does not name is used outside it.
+So a rule family rooted at an RNN node is one rule per (op, number of outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import onnx_ir as ir
+from onnxscript.rewriter import RewriteRule, RewriteRuleClassBase
+
+from rnn_rewrite_rules._rnn import RNN_OPS
+
+__all__ = ["RnnNodeRule", "copy_rnn_node", "rnn_node_rules"]
+
+_MAX_OUTPUTS = {"LSTM": 3, "GRU": 2, "RNN": 2, "DynamicQuantizeLSTM": 3}
+
+
+class RnnNodeRule(RewriteRuleClassBase):
+    """Matches one RNN op with ``num_outputs`` outputs, any inputs and attributes.
+
+    Subclasses implement ``check(self, context, **_)`` and ``rewrite(self, op, **_)``;
+    the matched node is ``context.root`` in the check and ``self.node(...)`` in the rewrite.
+    """
+
+    def __init__(self, domain: str, op_type: str, num_outputs: int) -> None:
+        super().__init__(name=f"{type(self).__name__}[{op_type}/{num_outputs}]")
+        self.domain = domain
+        self.op_type = op_type
+        self.num_outputs = num_outputs
+
+    def pattern(self, op, x):
+        return getattr(op, self.op_type)(
+            x,
+            _domain=self.domain,
+            _allow_other_inputs=True,
+            _allow_other_attributes=True,
+            _outputs=[f"out{i}" for i in range(self.num_outputs)],
+        )
+
+    @staticmethod
+    def node(out0: ir.Value) -> ir.Node:
+        node = out0.producer()
+        assert node is not None
+        return node
+
+
+def copy_rnn_node(
+    op, node: ir.Node, num_outputs: int, new_inputs: Mapping[int, ir.Value | None]
+) -> Sequence[ir.Value]:
+    """Emit ``node`` again with some inputs replaced; trailing empty inputs are dropped."""
+    inputs = list(node.inputs)
+    for index, value in new_inputs.items():
+        inputs += [None] * (index + 1 - len(inputs))
+        inputs[index] = value
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    outputs = op.op(
+        node.op_type,
+        *inputs,
+        _domain=node.domain,
+        _outputs=num_outputs,
+        **node.attributes,
+    )
+    return [outputs] if num_outputs == 1 else list(outputs)
+
+
+def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:
+    """One rule per RNN op and output count, most outputs first."""
+    return [
+        rule_class.rule(domain, op_type, n)
+        for (domain, op_type) in RNN_OPS
+        for n in range(_MAX_OUTPUTS[op_type], 0, -1)
+    ]
