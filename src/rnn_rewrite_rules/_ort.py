@@ -45,7 +45,7 @@ def max_abs_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
     if len(a) != len(b):
         raise ValueError(f"{len(a)} outputs vs {len(b)}")
     worst = 0.0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x.shape != y.shape:
             raise ValueError(f"output shapes differ: {x.shape} vs {y.shape}")
         if x.size:

@@ -202,7 +202,9 @@ def _mul(node: ir.Node, inputs: Callable) -> _Shape | None:
         return _Shape(tuple(t * b.terms[0] for t in a.terms), scalar=a.scalar and b.scalar)
     if len(a.terms) != len(b.terms):
         return None
-    return _Shape(tuple(x * y for x, y in zip(a.terms, b.terms)), scalar=a.scalar and b.scalar)
+    return _Shape(
+        tuple(x * y for x, y in zip(a.terms, b.terms, strict=True)), scalar=a.scalar and b.scalar
+    )
 
 
 def _same(node: ir.Node, inputs: Callable) -> _Shape | None:

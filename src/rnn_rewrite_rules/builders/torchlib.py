@@ -113,7 +113,7 @@ def _evaluate_prep(op_type: str, arrays: list[np.ndarray], attrs: dict) -> np.nd
     if op_type == "Slice":
         data, starts, ends, axes = arrays
         index = [slice(None)] * data.ndim
-        for start, end, axis in zip(starts, ends, axes):
+        for start, end, axis in zip(starts, ends, axes, strict=True):
             index[int(axis)] = slice(int(start), int(end))
         return data[tuple(index)]
     if op_type == "Concat":
@@ -274,7 +274,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
 
     out_names = ["output", "h_n", "c_n"][: 1 + len(states)]
     sources = [current] + [graph_output(final_states[s]) for s in states]
-    for name, source in zip(out_names, sources):
+    for name, source in zip(out_names, sources, strict=True):
         w.nodes.append(helper.make_node("Identity", [source], [name]))
     y_dims = ["batch", "seq", d * h] if cfg.batch_first else ["seq", "batch", d * h]
     outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, y_dims)] + [

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+from onnxscript.rewriter import RewriteRule
 
-__all__ = ["FAMILY_MODULES", "RuleFamily", "families", "rule_set", "select_rules"]
+__all__ = ["FAMILY_MODULES", "RuleFamily", "families", "select_rules"]
 
 #: Family name -> module. Order is the order rules are tried on each node.
 FAMILY_MODULES: dict[str, str] = {
@@ -73,8 +73,3 @@ def select_rules(
         else:
             raise KeyError(name)
     return list(dict.fromkeys(selected))
-
-
-def rule_set(names: Sequence[str] | None = None) -> RewriteRuleSet:
-    """A ``RewriteRuleSet`` for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``."""
-    return RewriteRuleSet(select_rules(names))

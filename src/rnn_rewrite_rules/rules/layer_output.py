@@ -1,4 +1,4 @@
-"""Replace the runtime reshape of an RNN's Y into [seq, batch, D*H] by Squeeze or a constant Reshape.
+"""Turn an RNN's Y into [seq, batch, D*H] with Squeeze or a constant Reshape, not a runtime shape.
 
 Pattern: ``Reshape(Transpose(Y, perm=[0, 2, 1, 3]), target)`` where ``Y`` is output 0
 of an ``LSTM``/``GRU``/``RNN`` (layout 0, so ``Y: [seq, D, batch, H]``). torchlib computes
@@ -77,7 +77,7 @@ def _divide(total: Term, known: Term) -> Term | None:
 
 
 class RnnOutputToSequence(RewriteRuleClassBase):
-    """Reshape(Transpose(Y, [0,2,1,3]), [seq, batch, D*H]) -> Squeeze(Y, [1]) or a constant target."""
+    """Reshape(Transpose(Y, [0,2,1,3]), [seq, batch, D*H]) -> Squeeze(Y, [1]) / constant target."""
 
     def __init__(self) -> None:
         super().__init__(remove_nodes=False)  # the Transpose may still feed a Shape elsewhere
@@ -108,7 +108,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         if isinstance(resolved, str):
             return check_result.fail(resolved, target)
         expected = [input_dims[0], input_dims[1], input_dims[2] * input_dims[3]]
-        for axis, (got, want) in enumerate(zip(resolved, expected)):
+        for axis, (got, want) in enumerate(zip(resolved, expected, strict=True)):
             if got != want:
                 what = f"the constant {got.coef}" if got.is_constant else "another dimension"
                 return check_result.fail(
