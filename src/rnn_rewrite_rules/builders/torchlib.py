@@ -119,7 +119,8 @@ def _evaluate_prep(op_type: str, arrays: list[np.ndarray], attrs: dict) -> np.nd
     if op_type == "Concat":
         return np.concatenate(arrays, axis=attrs["axis"])
     if op_type == "Unsqueeze":
-        return np.expand_dims(arrays[0], tuple(int(a) for a in arrays[1]))
+        axes = attrs["axes"] if "axes" in attrs else arrays[1]
+        return np.expand_dims(arrays[0], tuple(int(a) for a in axes))
     raise ValueError(op_type)
 
 
@@ -152,24 +153,26 @@ def _reorder_gates(w: _GraphWriter, cfg: RnnConfig, name: str) -> str:
     return w.prep("Concat", [blocks[g] for g in _GATE_ORDER[cfg.op_type]], axis=0)
 
 
+def _unsqueeze0(w: _GraphWriter, cfg: RnnConfig, value: str) -> str:
+    if cfg.opset >= 13:
+        return w.prep("Unsqueeze", [value, w.ints(0)])
+    return w.prep("Unsqueeze", [value], axes=[0])
+
+
 def _layer_weights(
     w: _GraphWriter, cfg: RnnConfig, layer_params: list[dict[str, str]]
 ) -> tuple[str, str, str | None]:
     per_direction: dict[str, list[str]] = {"W": [], "R": [], "B": []}
     for p in layer_params:
-        per_direction["W"].append(
-            w.prep("Unsqueeze", [_reorder_gates(w, cfg, p["weight_ih"]), w.ints(0)])
-        )
-        per_direction["R"].append(
-            w.prep("Unsqueeze", [_reorder_gates(w, cfg, p["weight_hh"]), w.ints(0)])
-        )
+        per_direction["W"].append(_unsqueeze0(w, cfg, _reorder_gates(w, cfg, p["weight_ih"])))
+        per_direction["R"].append(_unsqueeze0(w, cfg, _reorder_gates(w, cfg, p["weight_hh"])))
         if cfg.bias:
             both = w.prep(
                 "Concat",
                 [_reorder_gates(w, cfg, p["bias_ih"]), _reorder_gates(w, cfg, p["bias_hh"])],
                 axis=0,
             )
-            per_direction["B"].append(w.prep("Unsqueeze", [both, w.ints(0)]))
+            per_direction["B"].append(_unsqueeze0(w, cfg, both))
 
     def across_directions(values: list[str]) -> str:
         return values[0] if len(values) == 1 else w.prep("Concat", values, axis=0)
@@ -198,9 +201,10 @@ def _layer_output(w: _GraphWriter, y: str, opset: int) -> str:
     shape = _shape(w, opset, transposed)
     dims = [w.node("Slice", [shape, w.ints(i), w.ints(i + 1)])[0] for i in range(4)]
     (product,) = w.node("Mul", [dims[2], dims[3]])
-    (product,) = w.node("Reshape", [product, w.ints(-1)], allowzero=0)
+    allowzero = {"allowzero": 0} if opset >= 14 else {}  # the attribute exists from opset 14
+    (product,) = w.node("Reshape", [product, w.ints(-1)], **allowzero)
     (target,) = w.node("Concat", [dims[0], dims[1], product], axis=0)
-    return w.node("Reshape", [transposed, target], allowzero=0)[0]
+    return w.node("Reshape", [transposed, target], **allowzero)[0]
 
 
 def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
@@ -239,6 +243,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
         (current,) = w.node("Transpose", ["input"], perm=[1, 0, 2])
     final_states: dict[str, list[str]] = {s: [] for s in states}
     direction = "bidirectional" if cfg.bidirectional else "forward"
+    layout = {"layout": 0} if cfg.opset >= 14 else {}  # the attribute exists from opset 14
     for layer in range(cfg.num_layers):
         d = cfg.num_directions
         start, end = w.ints(layer * d), w.ints((layer + 1) * d)
@@ -251,7 +256,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
         rnn_inputs = [current, wt, rt, bt or "", "", *(layer_states[s] for s in states)]
         if cfg.op_type == "LSTM":
             y, y_h, y_c = w.node(
-                "LSTM", rnn_inputs, 3, hidden_size=h, direction=direction, input_forget=0, layout=0
+                "LSTM", rnn_inputs, 3, hidden_size=h, direction=direction, input_forget=0, **layout
             )
             final_states["c0"].append(y_c)
         else:
@@ -262,7 +267,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
                 hidden_size=h,
                 direction=direction,
                 linear_before_reset=1,
-                layout=0,
+                **layout,
             )
         final_states["h0"].append(y_h)
         current = _layer_output(w, y, cfg.opset)

@@ -34,35 +34,33 @@ _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
 
 def _resolve_target(
-    terms: tuple[Term, ...], input_dims: list[Term], allowzero: int
-) -> list[Term] | str:
-    """Apply Reshape's 0 (copy) and -1 (infer) semantics; a reason string if impossible."""
+    terms: tuple[Term, ...], input_dims: list[Term], expected: list[Term], allowzero: int
+) -> str | None:
+    """Compare a target with ``expected`` under Reshape's 0 (copy) and -1 (infer) rules.
+
+    Returns None when they provably agree, else the reason they may not.
+    """
     resolved: list[Term | None] = []
     for i, term in enumerate(terms):
         if term.is_constant and term.coef == 0 and not allowzero:
-            if i >= len(input_dims):
-                return f"target element {i} copies a dimension the input does not have"
-            resolved.append(input_dims[i])
-        elif term.is_constant and term.coef == -1:
-            resolved.append(None)
-        else:
-            resolved.append(term)
+            term = input_dims[i]
+        resolved.append(None if term.is_constant and term.coef == -1 else term)
+    for axis, (got, want) in enumerate(zip(resolved, expected, strict=True)):
+        if got is not None and got != want:
+            what = f"the constant {got.coef}" if got.is_constant else "another dimension"
+            return f"target's {_AXIS_NAMES[axis]} element is {what}, not the input's"
     unknown = [i for i, t in enumerate(resolved) if t is None]
     if len(unknown) > 1:
         return "target has more than one -1"
     if unknown:
-        known = Term(1)
+        known, total = Term(1), Term(1)
         for t in resolved:
-            if t is not None:
-                known = known * t
-        total = Term(1)
+            known = known if t is None else known * t
         for t in input_dims:
             total = total * t
-        inferred = _divide(total, known)
-        if inferred is None:
+        if _divide(total, known) != expected[unknown[0]]:
             return "cannot prove what the -1 in the target infers"
-        resolved[unknown[0]] = inferred
-    return resolved  # type: ignore[return-value]
+    return None
 
 
 def _divide(total: Term, known: Term) -> Term | None:
@@ -103,17 +101,11 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         if len(terms) != 3:
             return check_result.fail(f"reshape target has {len(terms)} elements, not 3", target)
         input_dims = [canonical_dim(transposed, axis) for axis in range(4)]
-        allowzero = context.root.attributes.get_int("allowzero", 0)
-        resolved = _resolve_target(terms, input_dims, allowzero)
-        if isinstance(resolved, str):
-            return check_result.fail(resolved, target)
         expected = [input_dims[0], input_dims[1], input_dims[2] * input_dims[3]]
-        for axis, (got, want) in enumerate(zip(resolved, expected, strict=True)):
-            if got != want:
-                what = f"the constant {got.coef}" if got.is_constant else "another dimension"
-                return check_result.fail(
-                    f"target's {_AXIS_NAMES[axis]} element is {what}, not the input's", target
-                )
+        allowzero = context.root.attributes.get_int("allowzero", 0)
+        reason = _resolve_target(terms, input_dims, expected, allowzero)
+        if reason is not None:
+            return check_result.fail(reason, target)
         if facts.num_directions == 2 and self._is_minimal(target, 2 * facts.hidden_size):
             return check_result.fail("target is already the constant [0, 0, D*H]", target)
         self._num_directions = facts.num_directions

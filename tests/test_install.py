@@ -1,0 +1,96 @@
+"""install(): every path that reads onnxscript's default rules applies ours."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import onnxscript.optimizer
+import onnxscript.rewriter
+import pytest
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model
+from tests.support import assert_equivalent, op_counts
+
+CFG = RnnConfig(num_layers=3, bidirectional=True, hidden_size=12, batch_first=True)
+
+
+@pytest.fixture(autouse=True)
+def _restore_defaults():
+    original = onnxscript.rewriter._DEFAULT_REWRITE_RULES
+    yield
+    rnn_rewrite_rules.uninstall()
+    onnxscript.rewriter._DEFAULT_REWRITE_RULES = original
+
+
+def _optimize(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnxscript.optimizer.optimize(model)
+
+
+def _optimize_ir(model: onnx.ModelProto) -> onnx.ModelProto:
+    ir_model = ir.serde.deserialize_model(model)
+    onnxscript.optimizer.optimize_ir(ir_model)
+    return ir.serde.serialize_model(ir_model)
+
+
+def _rewrite_default(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnxscript.rewriter.rewrite(model)
+
+
+PATHS = [_optimize, _optimize_ir, _rewrite_default]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.__name__)
+def test_default_paths_apply_our_rules_only_when_installed(path) -> None:
+    model = build_torchlib_model(CFG)
+    without = path(model)
+    assert op_counts(without)["Shape"] > 0  # onnxscript alone keeps the runtime chains
+    rnn_rewrite_rules.install()
+    with_rules = path(model)
+    assert op_counts(with_rules)["Shape"] == 0
+    assert op_counts(with_rules)["Mul"] == 0
+    assert_equivalent(model, with_rules, CFG)
+    rnn_rewrite_rules.uninstall()
+    assert op_counts(path(model)) == op_counts(without)
+
+
+def test_install_is_idempotent_and_uninstall_keeps_others_rules() -> None:
+    defaults = onnxscript.rewriter._DEFAULT_REWRITE_RULES
+    rnn_rewrite_rules.install()
+    once = onnxscript.rewriter._DEFAULT_REWRITE_RULES
+    rnn_rewrite_rules.install()
+    assert onnxscript.rewriter._DEFAULT_REWRITE_RULES == once
+    assert len(once) > len(defaults)
+    assert once[len(once) - len(defaults) :] == defaults  # ours go first
+    assert rnn_rewrite_rules.is_installed()
+
+    someone_elses = onnxscript.rewriter._DEFAULT_REWRITE_RULES[-1]
+    onnxscript.rewriter._DEFAULT_REWRITE_RULES = (*once, someone_elses)
+    rnn_rewrite_rules.uninstall()
+    assert onnxscript.rewriter._DEFAULT_REWRITE_RULES == (*defaults, someone_elses)
+    assert not rnn_rewrite_rules.is_installed()
+    rnn_rewrite_rules.uninstall()  # idempotent too
+
+
+def test_installed_context_manager_restores_state() -> None:
+    defaults = onnxscript.rewriter._DEFAULT_REWRITE_RULES
+    with rnn_rewrite_rules.installed():
+        assert rnn_rewrite_rules.is_installed()
+        with rnn_rewrite_rules.installed(["layer_output"]):
+            assert rnn_rewrite_rules.is_installed()
+        assert rnn_rewrite_rules.is_installed()
+        assert len(onnxscript.rewriter._DEFAULT_REWRITE_RULES) > len(defaults) + 1
+    assert onnxscript.rewriter._DEFAULT_REWRITE_RULES == defaults
+
+
+def test_install_rejects_unknown_names() -> None:
+    with pytest.raises(KeyError):
+        rnn_rewrite_rules.install(["no_such_rule"])
+    assert not rnn_rewrite_rules.is_installed()
+
+
+def test_rules_for_explicit_rewrite() -> None:
+    model = build_torchlib_model(CFG)
+    after = onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=rnn_rewrite_rules.rules())
+    assert op_counts(after)["Shape"] == 0
+    assert_equivalent(model, after, CFG)
