@@ -1,7 +1,6 @@
 """Every ```python block in README.md and docs/*.md runs, so the docs cannot rot.
 
 Blocks in one file run in order in one namespace, from a temporary directory.
-A block whose first line is ``# doc: no-run`` is shown but not run (none should need it).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def python_blocks(path: pathlib.Path) -> list[str]:
-    return [b for b in _BLOCK.findall(path.read_text()) if not b.startswith("# doc: no-run")]
+    return _BLOCK.findall(path.read_text())
 
 
 @pytest.mark.parametrize("path", [p for p in DOCS if python_blocks(p)], ids=lambda p: p.name)
