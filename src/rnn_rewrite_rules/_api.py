@@ -11,6 +11,7 @@ import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules.rules import select_rules
+from rnn_rewrite_rules.rules.unused_outputs import EmptyUnusedRnnOutputsPass
 
 __all__ = ["rewrite", "rules"]
 
@@ -38,11 +39,18 @@ def rewrite(model: _Model, names: Sequence[str] | None = None) -> _Model:
     for _ in range(_MAX_ROUNDS):
         if not rule_set.apply_to_model(model):
             break
+    cleanup(model)
+    return model
+
+
+def cleanup(model: ir.Model) -> None:
+    """The passes :func:`rewrite` runs after the rules (the CLI runs them too)."""
     ir.passes.PassManager(
         [
             common_passes.RemoveUnusedNodesPass(),
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),
+            # after every NameFixPass: unused RNN outputs named "" (see unused_outputs)
+            EmptyUnusedRnnOutputsPass(),
         ]
     )(model)
-    return model

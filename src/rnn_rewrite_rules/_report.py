@@ -1,0 +1,294 @@
+"""What a rewrite did: nodes by op type, rule firings, tensor bytes, and why RNNs were left alone.
+
+Firings are counted by wrapping each rule (the wrapper delegates everything to it), so the
+count is what the rewriter applied. Reasons come from a tracing pass over the rewritten
+model: every condition that failed on a match near an RNN node is reported for that node,
+with the reason the rule's check gave.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import onnx_ir as ir
+from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+from onnxscript.rewriter._basics import MatchingTracer, MatchResult, MatchStatus
+
+from rnn_rewrite_rules import _api, _io, diagnostics
+from rnn_rewrite_rules._rnn import RNN_OPS, rnn_facts
+from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
+
+__all__ = [
+    "ModelStats",
+    "Unimproved",
+    "format_report",
+    "model_stats",
+    "rewrite_counting",
+    "rule_description",
+    "unimproved_rnns",
+]
+
+
+def _op_name(node: ir.Node) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStats:
+    op_counts: collections.Counter[str]
+    tensor_bytes: int
+    rnn_nodes: int
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.op_counts.values())
+
+
+def model_stats(model: ir.Model) -> ModelStats:
+    """Node counts by op type (subgraphs included), tensor bytes and RNN node count."""
+    nodes = list(model.graph.all_nodes())
+    return ModelStats(
+        collections.Counter(_op_name(n) for n in nodes),
+        _io.tensor_bytes(model),
+        sum(is_rnn(n) for n in nodes),
+    )
+
+
+def rule_name(rule: RewriteRule) -> str:
+    return rule.name or repr(rule)
+
+
+def rule_description(rule: RewriteRule) -> str:
+    """The first docstring line of the rule's class (or replacement function), else ""."""
+    condition = getattr(rule, "_condition_function", None)
+    replacement = getattr(getattr(rule, "_replacement_pattern", None), "_function", None)
+    candidates = [
+        type(owner)
+        for owner in (getattr(condition, "__self__", None), getattr(replacement, "__self__", None))
+        if owner is not None
+    ]
+    candidates.append(replacement)
+    for candidate in candidates:
+        doc = getattr(candidate, "__doc__", None) if candidate is not None else None
+        if doc and doc.strip():
+            return doc.strip().splitlines()[0]
+    return ""
+
+
+class _CountingRule:
+    """Delegates to a rule and counts the rewrites it produced."""
+
+    def __init__(
+        self,
+        rule: RewriteRule,
+        counts: collections.Counter[str],
+        on_node: Callable[[], None] | None = None,
+    ) -> None:
+        self._rule = rule
+        self._counts = counts
+        self._on_node = on_node
+
+    def __getattr__(self, name: str):
+        return getattr(self._rule, name)
+
+    def try_rewrite(self, model, graph_or_function, node, **kwargs):
+        if self._on_node is not None:
+            self._on_node()
+        delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+        if delta is not None and kwargs.get("tracer") is None:
+            self._counts[rule_name(self._rule)] += 1
+        return delta
+
+
+def rewrite_counting(
+    model: ir.Model,
+    rules: Sequence[RewriteRule],
+    *,
+    on_node: Callable[[], None] | None = None,
+    on_round: Callable[[int], None] | None = None,
+) -> collections.Counter[str]:
+    """:func:`rnn_rewrite_rules.rewrite` on ``model`` in place, counting firings per rule.
+
+    Args:
+        on_node: called for every node visited (progress).
+        on_round: called with the round number before each round.
+    """
+    counts: collections.Counter[str] = collections.Counter()
+    if rules:
+        wrapped = [
+            _CountingRule(rule, counts, on_node if index == 0 else None)
+            for index, rule in enumerate(rules)
+        ]
+        rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
+        for round_number in range(_api._MAX_ROUNDS):
+            if on_round is not None:
+                on_round(round_number)
+            if not rule_set.apply_to_model(model):
+                break
+    _api.cleanup(model)
+    return counts
+
+
+class _RecordingTracer(MatchingTracer):
+    """Keeps every failed condition (the base class keeps only the best match per rule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[tuple[RewriteRule, ir.Node, MatchResult, MatchStatus]] = []
+
+    def log(self, rule, container, node, match_result, status) -> None:
+        if status in (MatchStatus.CONDITION_FAILED, MatchStatus.REPLACEMENT_FAILED):
+            self.failures.append((rule, node, match_result, status))
+
+
+def _neighbour_rnns(nodes: Iterable[ir.Node], max_hops: int = 3) -> list[ir.Node]:
+    """The RNN nodes a match is about: in it, else the nearest upstream, else downstream."""
+    nodes = [n for n in nodes if n is not None]
+    found = [n for n in nodes if is_rnn(n)]
+    if found:
+        return found
+    upstream = downstream = set(nodes)
+    for _ in range(max_hops):
+        upstream = {
+            v.producer() for n in upstream for v in n.inputs if v is not None and v.producer()
+        }
+        found = [n for n in upstream if is_rnn(n)]
+        if found:
+            return found
+        downstream = {c for n in downstream for v in n.outputs for c in v.consumers()}
+        found = [n for n in downstream if is_rnn(n)]
+        if found:
+            return found
+    return []
+
+
+@dataclasses.dataclass(frozen=True)
+class Unimproved:
+    #: The RNN node, as :func:`~rnn_rewrite_rules.diagnostics.describe_node` names it.
+    node: str
+    #: Hazards still on the node, each ``kind: message``.
+    hazards: tuple[str, ...]
+    #: Why the rules written for those hazards did not remove them.
+    reasons: tuple[str, ...]
+
+
+def unimproved_rnns(
+    model: ir.Model, rules: Sequence[RewriteRule], rule_families: Mapping[str, str]
+) -> list[Unimproved]:
+    """RNN nodes of ``model`` (already rewritten) that still carry a hazard a family targets.
+
+    For each, the reasons come from a tracing pass (which changes nothing): the failed
+    conditions of that family's rules on matches near the node. onnxscript does not
+    record failures at a pattern's root op type, so "no rule matched" is said then.
+
+    Args:
+        rule_families: rule name -> family name, for every available rule.
+    """
+    rnn_nodes = [n for n in model.graph.all_nodes() if is_rnn(n)]
+    remaining = {node: diagnostics.rnn_hazards(node) for node in rnn_nodes}
+    remaining = {
+        node: [h for h in hazards if h.kind in diagnostics.FIXED_BY]
+        for node, hazards in remaining.items()
+    }
+    remaining = {node: hazards for node, hazards in remaining.items() if hazards}
+    if not remaining:
+        return []
+    failures: dict[ir.Node, list[tuple[str, str]]] = collections.defaultdict(list)
+    if rules:
+        tracer = _RecordingTracer()
+        RewriteRuleSet(list(rules)).apply_to_model(model, tracer=tracer)
+        for rule, root, match, status in tracer.failures:
+            default = "condition failed" if status == MatchStatus.CONDITION_FAILED else "no rewrite"
+            reason = " ".join(str(match.reason or default).split())
+            name = rule_name(rule)
+            for rnn in _neighbour_rnns([root, *match.nodes]):
+                if (name, reason) not in failures[rnn]:
+                    failures[rnn].append((name, reason))
+    selected = {rule_families.get(rule_name(rule)) for rule in rules}
+    available = set(rule_families.values())
+    result = []
+    for node, hazards in remaining.items():
+        reasons: list[str] = []
+        facts = rnn_facts(node)
+        if isinstance(facts, str) and (node.domain, node.op_type) in RNN_OPS:
+            reasons.append(f"static facts unknown: {facts}")
+        for family in dict.fromkeys(f for h in hazards for f in diagnostics.FIXED_BY[h.kind]):
+            found = [
+                f"{family}/{name}: {reason}"
+                for name, reason in failures[node]
+                if rule_families.get(name) == family
+            ]
+            if found:
+                reasons.extend(r for r in found if r not in reasons)
+            elif family not in available:
+                reasons.append(f"{family}: not available")
+            elif family not in selected:
+                reasons.append(f"{family}: not selected (--rules)")
+            else:
+                reasons.append(f"{family}: no rule matched around this node")
+        result.append(
+            Unimproved(
+                describe_node(node),
+                tuple(f"{h.kind}: {h.message}" for h in hazards),
+                tuple(reasons),
+            )
+        )
+    return result
+
+
+def _human_bytes(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+def format_report(
+    before: ModelStats,
+    after: ModelStats,
+    fired: collections.Counter[str],
+    unimproved: Sequence[Unimproved],
+    *,
+    rule_families: dict[str, str] | None = None,
+    rules_used: int,
+) -> list[str]:
+    """The report as lines of text."""
+    lines = [f"nodes: {before.nodes} -> {after.nodes}"]
+    ops = sorted(
+        set(before.op_counts) | set(after.op_counts), key=lambda o: (-before.op_counts[o], o)
+    )
+    if ops:
+        width = max(len("op"), *(len(o) for o in ops))
+        lines.append(f"  {'op':<{width}}  before  after")
+        for op in ops:
+            b, a = before.op_counts[op], after.op_counts[op]
+            mark = "" if a == b else f"  {a - b:+d}"
+            lines.append(f"  {op:<{width}}  {b:>6}  {a:>5}{mark}")
+    if not rules_used:
+        lines.append("rules fired: none (no rules available)")
+    elif not fired:
+        lines.append(f"rules fired: none of {rules_used}")
+    else:
+        lines.append(
+            f"rules fired ({sum(fired.values())} rewrites, {len(fired)} of {rules_used} rules):"
+        )
+        families = rule_families or {}
+        labels = {name: f"{families[name]}/{name}" if name in families else name for name in fired}
+        width = max(len(label) for label in labels.values())
+        for name, count in sorted(fired.items(), key=lambda item: (-item[1], item[0])):
+            lines.append(f"  {labels[name]:<{width}}  {count}")
+    lines.append(
+        f"initializer bytes: {before.tensor_bytes:,} -> {after.tensor_bytes:,} "
+        f"({_human_bytes(before.tensor_bytes)} -> {_human_bytes(after.tensor_bytes)})"
+    )
+    if unimproved:
+        lines.append(f"RNN nodes not improved ({len(unimproved)} of {after.rnn_nodes}):")
+        for item in unimproved:
+            lines.append(f"  {item.node}")
+            lines.extend(f"    still: {hazard}" for hazard in item.hazards)
+            lines.extend(f"    why: {reason}" for reason in item.reasons)
+    return lines
