@@ -20,9 +20,7 @@ def rnn_configs(draw, *, fold_limit: int | None = None, max_layers: int = 4) -> 
         bias=draw(st.booleans()),
         initial_states=draw(st.booleans()),
         opset=draw(st.integers(14, 21)),
-        fold_limit=(
-            draw(st.sampled_from([0, 8192])) if fold_limit is None else fold_limit
-        ),
+        fold_limit=(draw(st.sampled_from([0, 8192])) if fold_limit is None else fold_limit),
         seed=draw(st.integers(0, 2**16)),
     )
 

@@ -30,6 +30,8 @@ def test_rewrite_is_equivalent_and_removes_runtime_shapes(
     # Uni layers need one Squeeze, bi layers Transpose + Reshape; plus batch_first's Transposes.
     uni = cfg.num_directions == 1
     glue = cfg.num_layers * (1 if uni else 2) + (2 if cfg.batch_first else 0)
+    if cfg.batch_first and not uni:  # layer_glue: Transpose+Reshape+Transpose -> Transpose+Reshape
+        glue -= 1
     glue_ops = counts["Squeeze"] + counts["Reshape"] + counts["Transpose"]
     assert glue_ops == glue, counts
     assert_equivalent(model, after, cfg, run_sizes)
@@ -52,10 +54,16 @@ def test_mutated_chains_are_left_alone_or_stay_equivalent(
     """A mutated chain computes something else (or fails): the rules must not change that."""
     model = build_torchlib_model(cfg)
     graph = model.graph
-    transpose = next(n for n in graph.node if n.op_type == "Transpose" and len(n.attribute[0].ints) == 4)
-    shape = next(n for n in graph.node if n.op_type == "Shape" and n.input[0] == transpose.output[0])
+    transpose = next(
+        n for n in graph.node if n.op_type == "Transpose" and len(n.attribute[0].ints) == 4
+    )
+    shape = next(
+        n for n in graph.node if n.op_type == "Shape" and n.input[0] == transpose.output[0]
+    )
     dims = [n for n in graph.node if n.op_type == "Slice" and n.input[0] == shape.output[0]]
-    concat = next(n for n in graph.node if n.op_type == "Concat" and n.input[0] == dims[0].output[0])
+    concat = next(
+        n for n in graph.node if n.op_type == "Concat" and n.input[0] == dims[0].output[0]
+    )
     reshape = next(
         n for n in graph.node if n.op_type == "Reshape" and n.input[0] == transpose.output[0]
     )
@@ -66,9 +74,13 @@ def test_mutated_chains_are_left_alone_or_stay_equivalent(
     elif mutation == "concat_order":
         concat.input[0], concat.input[1] = concat.input[1], concat.input[0]
     elif mutation == "mul_to_add":
-        next(n for n in graph.node if n.op_type == "Mul" and n.input[0] == dims[2].output[0]).op_type = "Add"
+        next(
+            n for n in graph.node if n.op_type == "Mul" and n.input[0] == dims[2].output[0]
+        ).op_type = "Add"
     elif mutation == "extra_shape_consumer":
-        graph.output.append(onnx.helper.make_tensor_value_info(shape.output[0], onnx.TensorProto.INT64, [4]))
+        graph.output.append(
+            onnx.helper.make_tensor_value_info(shape.output[0], onnx.TensorProto.INT64, [4])
+        )
     after = rnn_rewrite_rules.rewrite(model)
     if mutation == "extra_shape_consumer":  # still rewritten, Shape kept for its other user
         assert_equivalent(model, after, cfg, run_sizes)

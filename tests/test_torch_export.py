@@ -77,8 +77,12 @@ def test_export_with_install_matches_pytorch(
     assert counts["Shape"] == 0 and counts["Mul"] == 0, counts
     assert len(ours.graph.node) < len(original.graph.node)
 
-    declared = [d.dim_param or d.dim_value for d in original.graph.input[0].type.tensor_type.shape.dim]
-    assert [d.dim_param or d.dim_value for d in ours.graph.input[0].type.tensor_type.shape.dim] == declared
+    declared = [
+        d.dim_param or d.dim_value for d in original.graph.input[0].type.tensor_type.shape.dim
+    ]
+    assert [
+        d.dim_param or d.dim_value for d in ours.graph.input[0].type.tensor_type.shape.dim
+    ] == declared
     assert declared[batch_axis] == "batch"
     # torch specialises the sequence axis of many RNN exports to the example length (the
     # input then declares it static): vary it only where the export kept it dynamic.
@@ -113,7 +117,9 @@ def test_seed_model() -> None:
     assert len(ours.graph.node) <= 68
     for batch in (5, 1, 8):
         x = torch.randn(batch, 1, 256)
-        assert _ort.max_abs_diff(torch_outputs(module, (x,)), _ort.run(ours, {"x": x.numpy()})) <= 1e-5
+        assert (
+            _ort.max_abs_diff(torch_outputs(module, (x,)), _ort.run(ours, {"x": x.numpy()})) <= 1e-5
+        )
 
 
 def test_dynamic_sequence_export_stays_dynamic() -> None:
@@ -129,4 +135,6 @@ def test_dynamic_sequence_export_stays_dynamic() -> None:
     assert op_counts(ours)["Shape"] == 0
     for batch, seq in [(2, 3), (1, 9), (4, 1)]:
         x = torch.randn(batch, seq, 8)
-        assert _ort.max_abs_diff(torch_outputs(module, (x,)), _ort.run(ours, {"x": x.numpy()})) <= 1e-5
+        assert (
+            _ort.max_abs_diff(torch_outputs(module, (x,)), _ort.run(ours, {"x": x.numpy()})) <= 1e-5
+        )

@@ -99,12 +99,15 @@ def opset_version(
 ) -> int:
     """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use.
 
-    Subgraphs of If/Loop/Scan usually carry no opset imports: the model's apply.
+    Subgraphs of If/Loop/Scan use the model's imports (a GraphProto has none; the
+    rewriter even writes ``"": 1`` into a subgraph's ``ir`` imports after a rewrite there,
+    which must not be read as the opset). Only a function has imports of its own.
     """
-    version = graph_or_function.opset_imports.get(domain)
-    if version is None:
-        version = model.graph.opset_imports.get(domain, 0)
-    return version
+    if isinstance(graph_or_function, ir.Function):
+        version = graph_or_function.opset_imports.get(domain)
+        if version is not None:
+            return version
+    return model.graph.opset_imports.get(domain, 0)
 
 
 def const_array(value: ir.Value | None):

@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn import const_array, rnn_facts
 
-__all__ = ["Dim", "Term", "canonical_dim", "evaluate", "rank_of"]
+__all__ = ["Dim", "Term", "canonical_dim", "evaluate", "rank_of", "static_dim"]
 
 #: A symbolic dimension: (value, axis), compared by value identity.
 Dim = tuple[ir.Value, int]
@@ -50,14 +50,23 @@ class Term:
 
 
 def rank_of(value: ir.Value) -> int | None:
-    """Rank from a Transpose perm, an RNN output, a constant or the value's shape."""
+    """Rank from a Transpose perm, an RNN output, Squeeze/Unsqueeze/Reshape, a constant or shape."""
     node = value.producer()
     if node is not None and node.domain == "" and node.op_type == "Transpose":
         perm = node.attributes.get("perm")
         if perm is not None:
             return len(perm.as_ints())
-    if node is not None and value is node.outputs[0] and not isinstance(rnn_facts(node), str):
-        return 4
+    if node is not None and not isinstance(rnn_facts(node), str):
+        return 4 if value is node.outputs[0] else 3
+    if node is not None and node.domain == "" and node.op_type in ("Squeeze", "Unsqueeze"):
+        axes = _axes(node, 1)
+        inner = rank_of(node.inputs[0]) if node.inputs[0] is not None else None
+        if axes is not None and inner is not None:
+            return inner + (len(axes) if node.op_type == "Unsqueeze" else -len(axes))
+    if node is not None and node.domain == "" and node.op_type == "Reshape":
+        target = _ints(node.inputs[1]) if len(node.inputs) > 1 else None
+        if target is not None:
+            return len(target)
     array = const_array(value)
     if array is not None:
         return array.ndim
@@ -67,26 +76,109 @@ def rank_of(value: ir.Value) -> int | None:
 
 
 def canonical_dim(value: ir.Value, axis: int) -> Term:
-    """The dimension ``axis`` of ``value``, looking through Transpose/Identity to RNN facts."""
+    """The dimension ``axis`` of ``value``, looking through shape-preserving ops to RNN facts.
+
+    Followed back: ``Identity``, ``Transpose``, ``Squeeze``/``Unsqueeze`` with constant axes,
+    ``Reshape`` elements that are a constant ``0`` (copy) or a positive constant, ``Concat``
+    on another axis, and RNN outputs (``seq``/``batch`` are those of ``X``; ``D`` and ``H``
+    are integers). Each step is a fact the runtime enforces, so equal terms are equal sizes.
+    """
     for _ in range(_MAX_DEPTH):
-        node = value.producer()
-        if node is None or node.domain != "":
+        step = _dim_source(value, axis)
+        if step is None:
             break
-        if node.op_type == "Identity":
-            value = node.inputs[0]
-        elif node.op_type == "Transpose" and node.attributes.get("perm") is not None:
-            value, axis = node.inputs[0], node.attributes["perm"].as_ints()[axis]
-        else:
-            break
-    node = value.producer()
-    if node is not None and value is node.outputs[0]:
-        facts = rnn_facts(node)
-        if not isinstance(facts, str) and facts.layout == 0:
-            if axis == 1:
-                return Term(facts.num_directions)
-            if axis == 3:
-                return Term(facts.hidden_size)
+        if isinstance(step, Term):
+            return step
+        value, axis = step
     return Term.dim((value, axis))
+
+
+def static_dim(value: ir.Value, axis: int) -> int | None:
+    """The size of ``axis`` when :func:`canonical_dim` ends at a static int or at a graph
+    input whose declared shape has an int there (the runtime rejects other inputs)."""
+    for _ in range(_MAX_DEPTH):
+        step = _dim_source(value, axis)
+        if step is None:
+            break
+        if isinstance(step, Term):
+            return step.coef if step.is_constant else None
+        value, axis = step
+    if value.is_graph_input() and value.shape is not None and 0 <= axis < len(value.shape):
+        dim = value.shape[axis]
+        return dim if isinstance(dim, int) else None
+    return None
+
+
+def _dim_source(value: ir.Value, axis: int) -> tuple[ir.Value, int] | Term | None:
+    """Where dimension ``axis`` of ``value`` comes from, one node back (None: nowhere known)."""
+    node = value.producer()
+    if node is None:
+        return None
+    facts = rnn_facts(node)
+    if not isinstance(facts, str):
+        x = node.inputs[0]
+        if x is None:
+            return None
+        # layout 0: Y [seq, D, batch, H], Y_h/Y_c [D, batch, H]
+        # layout 1: Y [batch, seq, D, H], Y_h/Y_c [batch, D, H]
+        if value is node.outputs[0]:
+            sources = (
+                [(x, 0), facts.num_directions, (x, 1), facts.hidden_size]
+                if facts.layout == 0
+                else [(x, 0), (x, 1), facts.num_directions, facts.hidden_size]
+            )
+        else:
+            sources = (
+                [facts.num_directions, (x, 1), facts.hidden_size]
+                if facts.layout == 0
+                else [(x, 0), facts.num_directions, facts.hidden_size]
+            )
+        if not 0 <= axis < len(sources):
+            return None
+        source = sources[axis]
+        return Term(source) if isinstance(source, int) else source
+    if node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return None
+    data = node.inputs[0]
+    if node.op_type in ("Identity", "Cast", "Relu", "Tanh", "Sigmoid", "Neg"):
+        return data, axis
+    if node.op_type == "Dropout" and value is node.outputs[0]:
+        return data, axis
+    if node.op_type == "Transpose":
+        perm = node.attributes.get("perm")
+        if perm is None or not 0 <= axis < len(perm.as_ints()):
+            return None
+        return data, perm.as_ints()[axis]
+    if node.op_type in ("Squeeze", "Unsqueeze"):
+        axes = _axes(node, 1)
+        rank = rank_of(value)
+        if axes is None or rank is None or not 0 <= axis < rank:
+            return None
+        if node.op_type == "Unsqueeze":
+            axes = sorted(a + rank if a < 0 else a for a in axes)
+            if axis in axes:
+                return Term(1)
+            return data, axis - sum(1 for a in axes if a < axis)
+        inner = rank + len(axes)
+        kept = [a for a in range(inner) if a not in {b + inner if b < 0 else b for b in axes}]
+        return data, kept[axis]
+    if node.op_type == "Reshape":
+        terms = evaluate(node.inputs[1]) if len(node.inputs) > 1 else None
+        if terms is None or not 0 <= axis < len(terms):
+            return None
+        term = terms[axis]
+        if not term.is_constant:
+            return term  # a dimension the target copied from some Shape: already canonical
+        if term.coef == 0 and not node.attributes.get_int("allowzero", 0):
+            return data, axis
+        return term if term.coef > 0 else None
+    if node.op_type == "Concat":
+        concat_axis = node.attributes.get_int("axis", 0)
+        rank = rank_of(value)
+        if rank is None or (concat_axis + rank if concat_axis < 0 else concat_axis) == axis:
+            return None
+        return data, axis
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,9 +221,15 @@ def _shape_op(node: ir.Node, _inputs: Callable) -> _Shape | None:
 
 def _slice(node: ir.Node, inputs: Callable) -> _Shape | None:
     (data,) = inputs(1)
-    starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
-    axes = _ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else [0]
-    steps = _ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else [1]
+    if len(node.inputs) == 1:  # Slice-1 (opset < 10): attributes
+        starts, ends = _attr_ints(node, "starts"), _attr_ints(node, "ends")
+        axes, steps = _attr_ints(node, "axes") or [0], [1]
+    else:
+        starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
+        has = len(node.inputs) > 3 and node.inputs[3] is not None
+        axes = _ints(node.inputs[3]) if has else [0]
+        has = len(node.inputs) > 4 and node.inputs[4] is not None
+        steps = _ints(node.inputs[4]) if has else [1]
     if None in (data, starts, ends, axes, steps) or data.scalar:
         return None
     if len(starts) != 1 or len(ends) != 1 or axes not in ([0], [-1]) or steps != [1]:

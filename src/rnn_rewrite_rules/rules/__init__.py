@@ -20,6 +20,9 @@ FAMILY_MODULES: dict[str, str] = {
     "weight_folding": "rnn_rewrite_rules.rules.weight_folding",
     "initial_state": "rnn_rewrite_rules.rules.initial_state",
     "layer_output": "rnn_rewrite_rules.rules.layer_output",
+    "layer_glue": "rnn_rewrite_rules.rules.layer_glue",
+    "unused_outputs": "rnn_rewrite_rules.rules.unused_outputs",
+    "layout": "rnn_rewrite_rules.rules.layout",
 }
 
 

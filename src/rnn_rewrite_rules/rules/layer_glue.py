@@ -1,0 +1,342 @@
+"""Collapse Transpose/Squeeze/Unsqueeze/Reshape chains after an RNN to the fewest equal nodes.
+
+Pattern: a chain ``Y -> op_1 -> ... -> op_n`` of ``Transpose``, ``Squeeze``,
+``Unsqueeze``, ``Reshape`` and ``Identity`` nodes starting at an output of an
+``LSTM``/``GRU``/``RNN``/``DynamicQuantizeLSTM`` node, rooted at its last node, or
+such a chain feeding an RNN's ``X`` (the two ``Transpose(1,0,2)`` that a batch-first
+input and the ``layout`` rule leave), for example tf2onnx's
+``Transpose(2,1,0,3) -> Squeeze(1) -> Transpose(1,0,2)``, keras'
+``Squeeze(1) -> Transpose -> Transpose``, TorchScript's batch-first
+``Transpose(0,2,1,3) -> Reshape([0,0,-1]) -> Transpose(1,0,2)``.
+
+Condition: each intermediate value has exactly one reader (so the chain dies) and
+the chain's effect is proven symbolically. The tensor is tracked as a list of axis
+groups of ``Y`` (``Y``'s sizes from ``_shape_algebra.canonical_dim``: ``D`` and ``H``
+are numbers, ``seq`` and ``batch`` are symbols): ``Transpose`` permutes groups,
+``Squeeze`` may only drop provably unit groups, ``Unsqueeze`` inserts them, and a
+``Reshape`` target (constant, or computed from ``Shape``) must partition the
+flattened axes into runs whose sizes equal its elements (``0`` copies, one ``-1``
+takes the rest). A target element that is a number where a symbolic axis sits (an
+axis frozen at export) fails the proof, so such chains are never touched. Two chains
+with the same order of non-unit axes and the same output sizes compute the same
+tensor (a reshape keeps the row-major order).
+
+Replacement: at most one ``Transpose`` of ``Y`` (only if non-unit axes move) and one
+``Squeeze``/``Unsqueeze``/``Reshape`` whose target uses ``0`` and ``-1`` for the
+symbolic axes, so dynamic axes stay dynamic; applied only when that is fewer nodes
+than the chain (a computed Reshape target counts as one more node).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+
+from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
+from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, rank_of
+
+__all__ = ["INSTALL_BY_DEFAULT", "CollapseRnnGlue", "rules"]
+
+INSTALL_BY_DEFAULT = True
+
+_GLUE_OPS = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
+_ONE = Term(1)
+_MAX_CHAIN = 8
+
+#: A group of Y's non-unit axes, flattened in order; () is a unit dimension.
+Group = tuple[int, ...]
+
+
+def _divides(a: Term, b: Term) -> bool:
+    if a.coef == 0 or b.coef % a.coef:
+        return False
+    remaining = list(b.dims)
+    for d in a.dims:
+        if d not in remaining:
+            return False
+        remaining.remove(d)
+    return True
+
+
+def _product(group: Group, sizes: list[Term]) -> Term:
+    result = _ONE
+    for axis in group:
+        result = result * sizes[axis]
+    return result
+
+
+def _axes(node: ir.Node) -> list[int] | None:
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        array = const_array(node.inputs[1])
+        return None if array is None else [int(a) for a in np.atleast_1d(array)]
+    attr = node.attributes.get("axes")
+    return None if attr is None else list(attr.as_ints())
+
+
+def _step(node: ir.Node, groups: list[Group], sizes: list[Term]) -> list[Group] | str:
+    """The groups after ``node``, or why its effect cannot be proven."""
+    op_type = node.op_type
+    if op_type == "Identity":
+        return groups
+    if op_type == "Transpose":
+        perm_attr = node.attributes.get("perm")
+        perm = list(perm_attr.as_ints()) if perm_attr else list(reversed(range(len(groups))))
+        if sorted(perm) != list(range(len(groups))):
+            return "Transpose perm does not match the rank"
+        return [groups[p] for p in perm]
+    if op_type in ("Squeeze", "Unsqueeze"):
+        axes = _axes(node)
+        if axes is None:
+            return f"{op_type} axes are not constant"
+        if op_type == "Squeeze":
+            axes = [a + len(groups) if a < 0 else a for a in axes]
+            if any(not 0 <= a < len(groups) or groups[a] for a in axes):
+                return "Squeeze of an axis that is not provably 1"
+            return [g for i, g in enumerate(groups) if i not in axes]
+        rank = len(groups) + len(axes)
+        axes = sorted(a + rank if a < 0 else a for a in axes)
+        result = list(groups)
+        for a in axes:
+            result.insert(a, ())
+        return result
+    # Reshape
+    terms = evaluate(node.inputs[1]) if len(node.inputs) > 1 else None
+    if terms is None:
+        return "Reshape target is not a provable shape computation"
+    allowzero = node.attributes.get_int("allowzero", 0)
+    wanted: list[Term | None] = []
+    for i, term in enumerate(terms):
+        if term.is_constant and term.coef == 0:
+            if allowzero or i >= len(groups):
+                return "Reshape target has a 0 that does not copy an axis"
+            term = _product(groups[i], sizes)
+        elif term.is_constant and term.coef < 0:
+            if term.coef != -1 or None in wanted:
+                return "Reshape target has a negative element other than one -1"
+            term = None
+        wanted.append(term)
+    flat = [a for g in groups for a in g]
+    unknown = wanted.index(None) if None in wanted else len(wanted)
+    left = _consume(flat, wanted[:unknown], sizes)
+    if isinstance(left, str):
+        return left
+    taken = sum(len(g) for g in left)
+    if unknown == len(wanted):
+        return left if taken == len(flat) else "Reshape target does not cover every axis"
+    right = _consume(list(reversed(flat[taken:])), list(reversed(wanted[unknown + 1 :])), sizes)
+    if isinstance(right, str):
+        return right
+    right = [tuple(reversed(g)) for g in reversed(right)]
+    middle = tuple(flat[taken : len(flat) - sum(len(g) for g in right)])
+    return [*left, middle, *right]
+
+
+def _consume(flat: list[int], wanted: list[Term], sizes: list[Term]) -> list[Group] | str:
+    """Split a prefix of ``flat`` into runs of the wanted sizes."""
+    groups: list[Group] = []
+    position = 0
+    for want in wanted:
+        run: list[int] = []
+        size = _ONE
+        while size != want:
+            if position >= len(flat) or not _divides(size, want):
+                return "Reshape target element is not a product of the input's axes (frozen?)"
+            run.append(flat[position])
+            size = size * sizes[flat[position]]
+            position += 1
+        if not _divides(size, want):
+            return "Reshape target element is not a product of the input's axes (frozen?)"
+        groups.append(tuple(run))
+    return groups
+
+
+def _removal(longer: list[Group], shorter: list[Group]) -> list[int] | None:
+    """Indices of unit groups whose removal from ``longer`` leaves ``shorter``."""
+    removed, j = [], 0
+    for i, group in enumerate(longer):
+        if j < len(shorter) and group == shorter[j]:
+            j += 1
+        elif group == ():
+            removed.append(i)
+        else:
+            return None
+    return removed if j == len(shorter) else None
+
+
+def _one_op(
+    base: list[Group], goal: list[Group], sizes: list[Term]
+) -> tuple[str, list[int]] | None:
+    """One Squeeze / Unsqueeze / constant Reshape from ``base`` to ``goal`` (same flat order)."""
+    if base == goal:
+        return ("", [])
+    squeezed = _removal(base, goal)
+    if squeezed is not None:
+        return ("Squeeze", squeezed)
+    unsqueezed = _removal(goal, base)
+    if unsqueezed is not None:
+        return ("Unsqueeze", unsqueezed)
+    target: list[int] = []
+    for i, group in enumerate(goal):
+        size = _product(group, sizes)
+        if group and i < len(base) and base[i] == group:
+            target.append(0)  # copy: keeps a dynamic axis dynamic
+        elif size.is_constant:
+            target.append(size.coef)
+        elif -1 not in target:
+            target.append(-1)
+        else:
+            return None
+    return ("Reshape", target)
+
+
+def _realize(
+    sizes: list[Term], goal: list[Group]
+) -> tuple[list[int] | None, tuple[str, list[int]]] | None:
+    """The cheapest (perm or None, second op) computing ``goal`` from ``Y``."""
+    rank = len(sizes)
+    units = [a for a in range(rank) if sizes[a] == _ONE]
+    base = [() if sizes[a] == _ONE else (a,) for a in range(rank)]
+    order = [a for g in goal for a in g]
+    if order == [a for a in range(rank) if a not in units]:
+        second = _one_op(base, goal, sizes)
+        if second is not None:
+            return None, second
+    candidates = []
+    spare = list(units)
+    aligned = []
+    for group in goal:
+        if group:
+            aligned.extend(group)
+        elif spare:
+            aligned.append(spare.pop(0))
+    candidates += [aligned + spare, spare + aligned]
+    candidates.append(order + units)
+    best = None
+    for perm in candidates:
+        if sorted(perm) != list(range(rank)) or perm == list(range(rank)):
+            continue
+        transposed = [() if sizes[a] == _ONE else (a,) for a in perm]
+        second = _one_op(transposed, goal, sizes)
+        if second is not None and (best is None or _cost(None, second) < _cost(None, best[1])):
+            best = (perm, second)
+    return best
+
+
+def _cost(perm: list[int] | None, second: tuple[str, list[int]]) -> int:
+    return (perm is not None) + bool(second[0])
+
+
+class CollapseRnnGlue(RewriteRuleClassBase):
+    """Chain of Transpose/Squeeze/Unsqueeze/Reshape from Y -> at most Transpose + one reshape."""
+
+    def __init__(self, op_type: str) -> None:
+        super().__init__(name=f"CollapseRnnGlue[{op_type}]")
+        self.op_type = op_type
+
+    def pattern(self, op, x):
+        return getattr(op, self.op_type)(x, _allow_other_inputs=True, _allow_other_attributes=True)
+
+    def check(self, context, x: ir.Value, **_) -> MatchResult:
+        check_result = MatchResult()
+        root = context.root
+        out = root.outputs[0]
+        readers = out.uses()
+        if len(readers) == 1 and not out.is_graph_output():
+            reader = readers[0].node
+            if reader.domain == "" and reader.op_type in _GLUE_OPS and readers[0].idx == 0:
+                return check_result.fail("the chain goes on: rewritten at its last node", out)
+        chain = [root]
+        value = x
+        while True:
+            producer = value.producer()
+            if producer is not None and not isinstance(rnn_facts(producer), str):
+                break
+            if (
+                producer is None
+                or producer.domain != ""
+                or producer.op_type not in _GLUE_OPS
+                or len(value.uses()) != 1
+                or value.is_graph_output()
+                or len(chain) >= _MAX_CHAIN
+            ):
+                break
+            chain.insert(0, producer)
+            value = producer.inputs[0]
+        y = value
+        facts = rnn_facts(y.producer())
+        if not isinstance(facts, str):
+            rank = 4 if y is facts.node.outputs[0] else 3
+        else:  # not after an RNN: only a chain feeding an RNN's X (its input glue)
+            feeds_rnn = readers and all(
+                use.idx == 0 and not isinstance(rnn_facts(use.node), str) for use in readers
+            )
+            if not feeds_rnn or out.is_graph_output():
+                return check_result.fail("chain neither starts at an RNN output nor feeds X", y)
+            rank = rank_of(y)
+            if rank is None:
+                return check_result.fail("rank of the chain's input is unknown", y)
+        sizes = [canonical_dim(y, axis) for axis in range(rank)]
+        groups: list[Group] = [() if sizes[a] == _ONE else (a,) for a in range(rank)]
+        old_cost = 0
+        for node in chain:
+            result = _step(node, groups, sizes)
+            if isinstance(result, str):
+                return check_result.fail(result, node)
+            groups = result
+            old_cost += 1
+            if node.op_type == "Reshape":
+                target = node.inputs[1]
+                if const_array(target) is None and len(target.uses()) == 1:
+                    old_cost += 1  # its runtime target computation dies with it
+        plan = _realize(sizes, groups)
+        if plan is None:
+            return check_result.fail("no constant-target realization keeps the axes dynamic")
+        perm, second = plan
+        new_cost = _cost(perm, second)
+        keep_name = out.is_graph_output() or y.is_graph_output() or y.is_graph_input()
+        if new_cost == 0 and keep_name:
+            new_cost = 1  # an Identity keeps both names
+        if new_cost >= old_cost:
+            return check_result.fail(f"already minimal ({old_cost} nodes, best {new_cost})")
+        self._plan = (y, perm, second)
+        self._opset = opset_version(context.model, context.graph_or_function)
+        self._main_graph = context.graph_or_function is context.model.graph
+        self._graph = context.graph_or_function
+        self._keep_name = keep_name
+        return check_result
+
+    def rewrite(self, op, x: ir.Value, **_):
+        y, perm, (kind, values) = self._plan
+        current = y
+        if perm is not None:
+            current = op.Transpose(current, perm=perm)
+        if kind in ("Squeeze", "Unsqueeze"):
+            if self._opset >= 13:
+                current = getattr(op, kind)(current, self._int64(op, values))
+            else:
+                current = getattr(op, kind)(current, axes=values)
+        elif kind == "Reshape":
+            current = op.Reshape(current, self._int64(op, values))
+        if current is y and self._keep_name:
+            current = op.Identity(y)
+        return current
+
+    def _int64(self, op, values: list[int]) -> ir.Value:
+        """An int64 initializer in the main graph (shared), a Constant node in a subgraph."""
+        tensor = ir.tensor(np.array(values, dtype=np.int64))
+        if not self._main_graph:
+            return op.Constant(value=tensor)
+        base = "rnn_rewrite_rules_" + "_".join(str(v) for v in values).replace("-", "m")
+        name, index = base, 0
+        existing = self._graph.initializers
+        while name in existing:
+            value = existing[name]
+            if value.const_value is not None and value.const_value.numpy().tolist() == values:
+                return value
+            index += 1
+            name = f"{base}_{index}"
+        return op.initializer(tensor, name)
+
+
+rules = RewriteRuleSet([CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS])

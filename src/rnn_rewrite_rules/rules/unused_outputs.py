@@ -1,0 +1,99 @@
+"""Drop RNN outputs (Y, Y_h, Y_c) that nothing reads, so the node never materialises them.
+
+Pattern: an ``LSTM``/``GRU``/``RNN`` or ``com.microsoft`` ``DynamicQuantizeLSTM`` node.
+
+Condition: its last output has no consumer (in the graph or any subgraph reading it
+from the outer scope) and is not an output of the graph it lives in. Every output
+of these ops is optional, so the node without it computes the same other outputs.
+
+Replacement: the same node with every output after the last used one removed.
+
+An unused output *before* a used one (``Y`` when only ``Y_h`` is read) can only be
+made empty (name ``""``). Inside ``RewriteRuleSet.apply_to_model`` that cannot
+last: onnx-ir's ``NameFixPass``, which onnxscript runs after every pass that changed
+something (and ``optimize_ir`` runs last), names every empty output again. So that
+case is handled by :class:`EmptyUnusedRnnOutputsPass`, which
+:func:`rnn_rewrite_rules.rewrite` and the CLI run after the rules; onnx-ir's own
+``RemoveUnusedNodesPass`` does the same for default-domain ops only.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleSet
+
+from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
+
+__all__ = [
+    "INSTALL_BY_DEFAULT",
+    "DropTrailingUnusedOutputs",
+    "EmptyUnusedRnnOutputsPass",
+    "empty_unused_rnn_outputs",
+    "is_unused",
+    "rules",
+]
+
+INSTALL_BY_DEFAULT = True
+
+
+def is_unused(value: ir.Value) -> bool:
+    """No consumer anywhere (subgraph readers register as uses) and not a graph output."""
+    return not value.uses() and not value.is_graph_output()
+
+
+class DropTrailingUnusedOutputs(RnnNodeRule):
+    """RNN(...) -> (Y, Y_h, <unused Y_c>) becomes RNN(...) -> (Y, Y_h)."""
+
+    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+        check_result = MatchResult()
+        node = self.node(out0)
+        if len(node.outputs) != self.num_outputs:
+            return check_result.fail(f"node has {len(node.outputs)} outputs, rule expects more")
+        used = [i for i, value in enumerate(node.outputs) if not is_unused(value)]
+        if not used:
+            return check_result.fail("no output is used: the node is dead code", node)
+        if used[-1] == len(node.outputs) - 1:
+            return check_result.fail("the last output is used", node.outputs[-1])
+        self._keep = used[-1] + 1
+        return check_result
+
+    def rewrite(self, op, out0: ir.Value, **_):
+        node = self.node(out0)
+        kept = copy_rnn_node(op, node, self._keep, {})
+        # The dropped outputs are dead: hand them back unchanged, they leave with the node.
+        return [*kept, *node.outputs[self._keep :]]
+
+
+def empty_unused_rnn_outputs(graph_like: ir.Graph | ir.Function) -> int:
+    """Name unused RNN outputs ``""`` and drop trailing ones, in subgraphs too.
+
+    Returns the number of outputs changed. Run it after the rewriter (see module docs).
+    """
+    count = 0
+    for node in ir.traversal.RecursiveGraphIterator(graph_like):
+        if (node.domain, node.op_type) not in RNN_OPS:
+            continue
+        for value in node.outputs:
+            if value.name and is_unused(value):
+                value.name = ""
+                count += 1
+        keep = len(node.outputs)
+        while keep > 1 and not node.outputs[keep - 1].name:
+            keep -= 1
+        if keep != len(node.outputs):
+            node.resize_outputs(keep)
+    return count
+
+
+class EmptyUnusedRnnOutputsPass(ir.passes.InPlacePass):
+    """:func:`empty_unused_rnn_outputs` over the main graph and every function."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = empty_unused_rnn_outputs(model.graph)
+        for function in model.functions.values():
+            count += empty_unused_rnn_outputs(function)
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
+rules = RewriteRuleSet(rnn_node_rules(DropTrailingUnusedOutputs))

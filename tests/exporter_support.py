@@ -1,0 +1,85 @@
+"""Helpers for tests over :mod:`rnn_rewrite_rules.builders.exporters` models."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules.builders.exporters import ExporterSpec, exporter_inputs
+from tests.support import apply
+
+#: (batch, seq): several, pairwise different, so an axis frozen at one size shows.
+SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))
+
+RNN_OP_TYPES = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs, depth first."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from all_nodes(g)
+
+
+def rnn_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in all_nodes(model.graph) if n.op_type in RNN_OP_TYPES]
+
+
+def all_op_counts(model: onnx.ModelProto) -> collections.Counter[str]:
+    """Op counts over the main graph and every subgraph."""
+    return collections.Counter(n.op_type for n in all_nodes(model.graph))
+
+
+def has_layout1(model: onnx.ModelProto) -> bool:
+    return any(a.name == "layout" and a.i == 1 for n in rnn_nodes(model) for a in n.attribute)
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], engine: str) -> list[np.ndarray]:
+    if engine == "ort":
+        return _ort.run(model, feeds)
+    if engine == "reference":
+        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+    raise ValueError(engine)
+
+
+def assert_spec_equivalent(
+    before: onnx.ModelProto,
+    after: onnx.ModelProto,
+    spec: ExporterSpec,
+    sizes: Iterable[tuple[int, int]] = SIZES,
+    *,
+    before_engine: str | None = None,
+    after_engine: str = "ort",
+    atol: float = 1e-5,
+) -> None:
+    """Same outputs, same shapes at every (batch, seq): ORT, or the reference evaluator
+    for a model ORT cannot run (layout=1)."""
+    if before_engine is None:
+        before_engine = "reference" if has_layout1(before) else "ort"
+    if before_engine != after_engine:
+        atol = max(atol, 1e-4)
+    if spec.initial_state == "wrong_shape_constant":
+        sizes = [(1, s) for _, s in sizes]  # the original only runs at batch 1
+    for seed, (batch, seq) in enumerate(sizes):
+        for cond in (True, False) if spec.wrap == "if" else (True,):
+            feeds = exporter_inputs(spec, batch, seq, rng=seed, cond=cond)
+            expected = run(before, feeds, before_engine)
+            actual = run(after, feeds, after_engine)
+            diff = _ort.max_abs_diff(expected, actual)
+            assert diff <= atol, f"batch={batch} seq={seq} cond={cond}: max abs diff {diff}"
+
+
+def apply_family(names: Sequence[str], model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """One pass of the named families' rules, dead nodes removed, checked."""
+    return apply(rnn_rewrite_rules.rules(list(names)), model)

@@ -1,0 +1,209 @@
+"""initial_state: zero states as every exporter builds them are dropped; near misses are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules.builders.exporters import (
+    NEAR_MISS_STATE_FORMS,
+    ZERO_STATE_FORMS,
+    ExporterSpec,
+    build_exporter_model,
+    exporter_inputs,
+    exporter_specs,
+    quantized_lstm_model,
+)
+from tests.exporter_support import (
+    all_op_counts,
+    apply_family,
+    assert_spec_equivalent,
+    rnn_nodes,
+)
+from tests.support import apply
+
+FAMILY = ["initial_state"]
+_SHAPE_OPS = ("Shape", "ConstantOfShape", "Expand", "Gather", "Tile", "Mul")
+
+
+def _state_inputs(node: onnx.NodeProto) -> list[str]:
+    return (
+        [name for name in node.input[5:7] if name]
+        if node.op_type == "LSTM"
+        else [name for name in node.input[5:6] if name]
+    )
+
+
+def _spec(form: str, **fields) -> ExporterSpec:
+    if form == "zero_constant":
+        fields.setdefault("static_batch", 3)
+    return ExporterSpec(initial_state=form, **fields)
+
+
+@pytest.mark.parametrize("form", ZERO_STATE_FORMS)
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize(
+    ("style", "opset", "layers", "direction", "batch_first"),
+    [
+        ("torchscript", 9, 2, "bidirectional", True),
+        ("torchscript", 17, 1, "forward", False),
+        ("tf2onnx", 11, 2, "forward", True),
+        ("tf2onnx", 13, 1, "bidirectional", False),
+        ("plain", 21, 3, "reverse", False),
+    ],
+)
+def test_zero_forms_are_dropped(form, op_type, style, opset, layers, direction, batch_first):
+    spec = _spec(
+        form,
+        op_type=op_type,
+        style=style,
+        opset=opset,
+        num_layers=layers,
+        direction=direction,
+        batch_first=batch_first,
+    )
+    before = build_exporter_model(spec)
+    after = rnn_rewrite_rules.rewrite(before, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    nodes = rnn_nodes(after)
+    assert len(nodes) == layers
+    assert all(not _state_inputs(n) for n in nodes), [list(n.input) for n in nodes]
+    counts = all_op_counts(after)
+    assert not any(counts[op] for op in _SHAPE_OPS), counts  # the zero-state work died
+    assert_spec_equivalent(before, after, spec)
+
+
+@pytest.mark.parametrize("form", ["constant_of_shape", "expand", "keras", "mul"])
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_zero_forms_of_layout1_nodes(form, op_type) -> None:
+    """States [batch, D, H]: proven against X's batch axis 0; run by the reference evaluator."""
+    spec = _spec(form, op_type=op_type, style="plain", layout=1, opset=14, num_layers=2)
+    before = build_exporter_model(spec)
+    after, count = apply_family(FAMILY, before)
+    assert count == 2
+    assert all(not _state_inputs(n) for n in rnn_nodes(after))
+    assert_spec_equivalent(before, after, spec, after_engine="reference")
+
+
+@pytest.mark.parametrize("form", NEAR_MISS_STATE_FORMS)
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_near_misses_are_left_alone(form, op_type, layers) -> None:
+    spec = _spec(form, op_type=op_type, num_layers=layers, direction="bidirectional")
+    before = build_exporter_model(spec)
+    after, count = apply_family(FAMILY, before)
+    assert count == 0
+    assert all(_state_inputs(n) for n in rnn_nodes(after))
+    assert_spec_equivalent(before, after, spec)
+
+
+def test_mul_of_an_input_by_zero_is_not_zeros() -> None:
+    """Why ``Mul(h0, 0)`` stays: an infinite h0 makes it NaN, and the outputs with it."""
+    spec = _spec("mul_input", op_type="GRU")
+    model = build_exporter_model(spec)
+    feeds = exporter_inputs(spec, 2, 3)
+    feeds["h0"][0, 0, 0] = np.inf
+    y, _ = _ort.run(model, feeds)
+    assert np.isnan(y).any()
+    assert apply_family(FAMILY, model)[1] == 0
+
+
+def test_wrong_shape_zero_constant_freezes_the_batch() -> None:
+    """Zeros [D, 1, H] with a dynamic batch: the original fails at batch 3; never rewritten."""
+    spec = _spec("wrong_shape_constant", op_type="LSTM")
+    model = build_exporter_model(spec)
+    _ort.run(model, exporter_inputs(spec, 1, 3))
+    with pytest.raises(Exception, match=r"initial_h|shape|dimension"):
+        _ort.run(model, exporter_inputs(spec, 3, 3))
+    assert apply_family(FAMILY, model)[1] == 0
+
+
+def test_zero_constant_of_the_static_batch_is_dropped_other_static_batch_is_not() -> None:
+    spec = _spec("zero_constant", op_type="LSTM", static_batch=2)
+    before = build_exporter_model(spec)
+    after, count = apply_family(FAMILY, before)
+    assert count == 1
+    assert_spec_equivalent(before, after, spec)
+    # the same zeros [1, 2, H] fed to a model whose input declares batch 4: wrong shape
+    other = onnx.ModelProto()
+    other.CopyFrom(before)
+    dims = other.graph.input[0].type.tensor_type.shape.dim
+    dims[1].dim_value = 4
+    del other.graph.output[:]  # keep the checker quiet about the now inconsistent output
+    other.graph.output.extend(
+        [
+            onnx.helper.make_tensor_value_info(o.name, onnx.TensorProto.FLOAT, None)
+            for o in before.graph.output
+        ]
+    )
+    assert apply(rnn_rewrite_rules.rules(FAMILY), other, check=False)[1] == 0
+
+
+def test_zeros_of_a_different_tensors_batch_are_left_alone() -> None:
+    """ConstantOfShape([1, Shape(other)[0], H]) for an RNN reading x: batch not provably x's."""
+    model = onnx.parser.parse_model(
+        """
+        <ir_version: 8, opset_import: ["" : 15]>
+        g (float[s, b, 2] x, float[n, 3] other, float[1, 9, 2] w, float[1, 9, 3] r)
+            => (float[s, 1, b, 3] y) {
+            shape = Shape <start: int = 0, end: int = 1> (other)
+            one = Constant <value: tensor = int64[1] {1}> ()
+            three = Constant <value: tensor = int64[1] {3}> ()
+            target = Concat <axis: int = 0> (one, shape, three)
+            h0 = ConstantOfShape (target)
+            y = GRU <hidden_size: int = 3> (x, w, r, "", "", h0)
+        }
+        """
+    )
+    assert apply_family(FAMILY, model)[1] == 0
+    # the same graph reading x's batch is proven
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    shape_node = fixed.graph.node[0]
+    shape_node.input[0] = "x"
+    for attr in shape_node.attribute:
+        attr.i = {"start": 1, "end": 2}[attr.name]
+    after, count = apply_family(FAMILY, fixed)
+    assert count == 1 and not _state_inputs(rnn_nodes(after)[0])
+
+
+def test_dynamic_quantize_lstm_zero_states() -> None:
+    before = quantized_lstm_model(direction="bidirectional", outputs=("y", "h"))
+    after, count = apply_family(FAMILY, before)
+    assert count == 1
+    (node,) = rnn_nodes(after)
+    assert not node.input[5] and not node.input[6]
+    spec = ExporterSpec(input_size=4, hidden_size=5, direction="bidirectional")
+    assert_spec_equivalent(before, after, spec, atol=1e-6)
+
+
+def test_idempotent() -> None:
+    spec = _spec("constant_of_shape", op_type="LSTM", num_layers=3, style="torchscript")
+    once, count = apply_family(FAMILY, build_exporter_model(spec))
+    assert count == 3
+    twice, count = apply(rnn_rewrite_rules.rules(FAMILY), once)
+    assert count == 0 and twice.graph == once.graph
+
+
+@given(
+    spec=exporter_specs(
+        initial_state=st.sampled_from([*ZERO_STATE_FORMS, *NEAR_MISS_STATE_FORMS]),
+        static_batch=st.sampled_from([None, 2]),
+        wrap=st.sampled_from([None, None, "if", "scan"]),
+    )
+)
+def test_property_zero_forms_dropped_near_misses_kept(spec: ExporterSpec) -> None:
+    before = build_exporter_model(spec)
+    after = rnn_rewrite_rules.rewrite(before)
+    onnx.checker.check_model(after, full_check=True)
+    nodes = rnn_nodes(after)
+    if spec.initial_state in ZERO_STATE_FORMS:
+        assert all(not _state_inputs(n) for n in nodes)
+    else:
+        assert all(_state_inputs(n) for n in nodes)
+    assert_spec_equivalent(before, after, spec, sizes=((2, 3), (1, 1), (3, 2)))
