@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import onnx_ir as ir
-from onnxscript.rewriter import RewriteRule, RewriteRuleClassBase
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._rnn import RNN_OPS
 
@@ -22,8 +22,9 @@ _MAX_OUTPUTS = {"LSTM": 3, "GRU": 2, "RNN": 2, "DynamicQuantizeLSTM": 3}
 class RnnNodeRule(RewriteRuleClassBase):
     """Matches one RNN op with ``num_outputs`` outputs, any inputs and attributes.
 
-    Subclasses implement ``check(self, context, **_)`` and ``rewrite(self, op, **_)``;
-    the matched node is ``context.root`` in the check and ``self.node(...)`` in the rewrite.
+    Subclasses implement ``check_node(self, context, node)`` and ``rewrite(self, op, out0,
+    **_)`` (the node is ``self.node(out0)``). The matcher also accepts a node with fewer
+    outputs than the pattern names; :meth:`check` refuses those before ``check_node``.
     """
 
     def __init__(self, domain: str, op_type: str, num_outputs: int) -> None:
@@ -40,6 +41,17 @@ class RnnNodeRule(RewriteRuleClassBase):
             _allow_other_attributes=True,
             _outputs=[f"out{i}" for i in range(self.num_outputs)],
         )
+
+    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+        node = self.node(out0)
+        if len(node.outputs) != self.num_outputs:
+            return MatchResult().fail(
+                f"node has {len(node.outputs)} outputs, not {self.num_outputs}", node
+            )
+        return self.check_node(context, node)
+
+    def check_node(self, context, node: ir.Node) -> MatchResult:
+        raise NotImplementedError
 
     @staticmethod
     def node(out0: ir.Value) -> ir.Node:

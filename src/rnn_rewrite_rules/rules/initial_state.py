@@ -295,13 +295,8 @@ def _state_indices(op_type: str) -> tuple[int, ...]:
 class DropZeroInitialState(RnnNodeRule):
     """RNN(..., initial_h=zeros, initial_c=zeros) -> RNN(..., "", "")."""
 
-    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+    def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
-        node = self.node(out0)
-        if len(node.outputs) != self.num_outputs:  # the matcher accepts a node with fewer
-            return check_result.fail(
-                f"node has {len(node.outputs)} outputs, not {self.num_outputs}"
-            )
         inputs = node.inputs
         candidates = [
             i for i in _state_indices(self.op_type) if i < len(inputs) and inputs[i] is not None

@@ -43,15 +43,12 @@ _STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 class LayoutToTimeMajor(RnnNodeRule):
     """RNN(X, ..., layout=1) -> Transpose(RNN(Transpose(X), ..., layout=0)) per used output."""
 
-    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+    def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
-        node = self.node(out0)
         if node.domain != "" or node.op_type not in _STATE_INPUTS:
             return check_result.fail(f"{node.op_type} has no layout attribute", node)
         if node.attributes.get_int("layout", 0) != 1:
             return check_result.fail("layout is already 0", node)
-        if len(node.outputs) != self.num_outputs:
-            return check_result.fail(f"node has {len(node.outputs)} outputs, rule expects more")
         facts = rnn_facts(node)
         if isinstance(facts, str):
             return check_result.fail(facts, node)

@@ -45,11 +45,8 @@ def is_unused(value: ir.Value) -> bool:
 class DropTrailingUnusedOutputs(RnnNodeRule):
     """RNN(...) -> (Y, Y_h, <unused Y_c>) becomes RNN(...) -> (Y, Y_h)."""
 
-    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+    def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
-        node = self.node(out0)
-        if len(node.outputs) != self.num_outputs:
-            return check_result.fail(f"node has {len(node.outputs)} outputs, rule expects more")
         used = [i for i, value in enumerate(node.outputs) if not is_unused(value)]
         if not used:
             return check_result.fail("no output is used: the node is dead code", node)
