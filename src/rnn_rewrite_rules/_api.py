@@ -12,6 +12,7 @@ from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules.rules import select_rules
 from rnn_rewrite_rules.rules.unused_outputs import EmptyUnusedRnnOutputsPass
+from rnn_rewrite_rules.rules.weight_folding import RemoveUnusedSubgraphInitializersPass
 
 __all__ = ["rewrite", "rules"]
 
@@ -48,6 +49,7 @@ def cleanup(model: ir.Model) -> None:
     ir.passes.PassManager(
         [
             common_passes.RemoveUnusedNodesPass(),
+            RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),
             # after every NameFixPass: unused RNN outputs named "" (see unused_outputs)
