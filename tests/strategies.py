@@ -9,7 +9,7 @@ from rnn_rewrite_rules.builders import RnnConfig
 
 @st.composite
 def rnn_configs(draw, *, fold_limit: int | None = None, max_layers: int = 4) -> RnnConfig:
-    """Any LSTM/GRU module torchlib exports: layers, directions, batch_first, bias, states, opset."""
+    """Any LSTM/GRU module torchlib exports: layers, directions, batch_first, bias, states."""
     return RnnConfig(
         op_type=draw(st.sampled_from(["LSTM", "GRU"])),
         input_size=draw(st.integers(1, 24)),

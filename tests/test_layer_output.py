@@ -78,7 +78,7 @@ def test_bidirectional_becomes_constant_reshape() -> None:
 
 
 def test_shape_with_start_end_and_gather_variants() -> None:
-    """What ORT's offline optimizer writes: Gather on Shape(Y) instead of Slices of Shape(Transpose(Y))."""
+    """What ORT's offline optimizer leaves: Gather on Shape(Y)."""
     cfg = RnnConfig(hidden_size=6, num_layers=2, bidirectional=True, initial_states=True)
     model = build_torchlib_model(cfg)
     y_shape_nodes = []
