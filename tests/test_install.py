@@ -59,7 +59,7 @@ def test_install_is_idempotent_and_uninstall_keeps_others_rules() -> None:
     rnn_rewrite_rules.install()
     once = onnxscript.rewriter._DEFAULT_REWRITE_RULES
     rnn_rewrite_rules.install()
-    assert onnxscript.rewriter._DEFAULT_REWRITE_RULES == once
+    assert once == onnxscript.rewriter._DEFAULT_REWRITE_RULES
     assert len(once) > len(defaults)
     assert once[len(once) - len(defaults) :] == defaults  # ours go first
     assert rnn_rewrite_rules.is_installed()
@@ -67,7 +67,7 @@ def test_install_is_idempotent_and_uninstall_keeps_others_rules() -> None:
     someone_elses = onnxscript.rewriter._DEFAULT_REWRITE_RULES[-1]
     onnxscript.rewriter._DEFAULT_REWRITE_RULES = (*once, someone_elses)
     rnn_rewrite_rules.uninstall()
-    assert onnxscript.rewriter._DEFAULT_REWRITE_RULES == (*defaults, someone_elses)
+    assert (*defaults, someone_elses) == onnxscript.rewriter._DEFAULT_REWRITE_RULES
     assert not rnn_rewrite_rules.is_installed()
     rnn_rewrite_rules.uninstall()  # idempotent too
 
@@ -80,7 +80,7 @@ def test_installed_context_manager_restores_state() -> None:
             assert rnn_rewrite_rules.is_installed()
         assert rnn_rewrite_rules.is_installed()
         assert len(onnxscript.rewriter._DEFAULT_REWRITE_RULES) > len(defaults) + 1
-    assert onnxscript.rewriter._DEFAULT_REWRITE_RULES == defaults
+    assert defaults == onnxscript.rewriter._DEFAULT_REWRITE_RULES
 
 
 def test_install_rejects_unknown_names() -> None:
