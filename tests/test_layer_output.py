@@ -161,6 +161,9 @@ def _mutated(mutation: str) -> tuple[RnnConfig, onnx.ModelProto]:
         model.graph.input.append(
             helper.make_tensor_value_info(r_name, onnx.TensorProto.FLOAT, None)
         )
+    elif mutation == "target_overridable_initializer":  # a constant the caller can replace
+        reshape.input[1] = _constant(model, "dims", [0, 0, -1])
+        model.graph.input.append(helper.make_tensor_value_info("dims", onnx.TensorProto.INT64, [3]))
     elif mutation == "target_from_graph_input":
         model.graph.input.append(helper.make_tensor_value_info("dims", onnx.TensorProto.INT64, [3]))
         reshape.input[1] = "dims"
@@ -182,6 +185,7 @@ NEAR_MISSES = [
     "layout_1",
     "unknown_hidden_size",
     "target_from_graph_input",
+    "target_overridable_initializer",
 ]
 
 

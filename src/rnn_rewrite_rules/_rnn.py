@@ -111,8 +111,11 @@ def opset_version(
 
 
 def const_array(value: ir.Value | None):
-    """The numpy value of a constant (initializer or Constant output), else None."""
-    if value is None:
+    """The numpy value of a constant (initializer or Constant output), else None.
+
+    An initializer that is also a graph input is not a constant: a caller can override it.
+    """
+    if value is None or value.is_graph_input():  # an initializer listed as input can be fed
         return None
     tensor = ir.convenience.get_const_tensor(value)
     return None if tensor is None else tensor.numpy()

@@ -22,7 +22,16 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn import const_array, rnn_facts
 
-__all__ = ["Dim", "Term", "canonical_dim", "evaluate", "rank_of", "static_dim"]
+__all__ = [
+    "Dim",
+    "Term",
+    "canonical_dim",
+    "evaluate",
+    "node_axes",
+    "node_ints",
+    "rank_of",
+    "static_dim",
+]
 
 #: A symbolic dimension: (value, axis), compared by value identity.
 Dim = tuple[ir.Value, int]
@@ -48,6 +57,17 @@ class Term:
     def is_constant(self) -> bool:
         return not self.dims
 
+    def divide(self, other: Term) -> Term | None:
+        """``self / other`` when it is provably a product of dims, else None."""
+        if other.coef == 0 or self.coef % other.coef:
+            return None
+        remaining = list(self.dims)
+        for d in other.dims:
+            if d not in remaining:
+                return None
+            remaining.remove(d)
+        return Term(self.coef // other.coef, tuple(remaining))
+
 
 def rank_of(value: ir.Value) -> int | None:
     """Rank from a Transpose perm, an RNN output, Squeeze/Unsqueeze/Reshape, a constant or shape."""
@@ -59,12 +79,12 @@ def rank_of(value: ir.Value) -> int | None:
     if node is not None and not isinstance(rnn_facts(node), str):
         return 4 if value is node.outputs[0] else 3
     if node is not None and node.domain == "" and node.op_type in ("Squeeze", "Unsqueeze"):
-        axes = _axes(node, 1)
+        axes = node_axes(node, 1)
         inner = rank_of(node.inputs[0]) if node.inputs[0] is not None else None
         if axes is not None and inner is not None:
             return inner + (len(axes) if node.op_type == "Unsqueeze" else -len(axes))
     if node is not None and node.domain == "" and node.op_type == "Reshape":
-        target = _ints(node.inputs[1]) if len(node.inputs) > 1 else None
+        target = node_ints(node.inputs[1]) if len(node.inputs) > 1 else None
         if target is not None:
             return len(target)
     array = const_array(value)
@@ -150,7 +170,7 @@ def _dim_source(value: ir.Value, axis: int) -> tuple[ir.Value, int] | Term | Non
             return None
         return data, perm.as_ints()[axis]
     if node.op_type in ("Squeeze", "Unsqueeze"):
-        axes = _axes(node, 1)
+        axes = node_axes(node, 1)
         rank = rank_of(value)
         if axes is None or rank is None or not 0 <= axis < rank:
             return None
@@ -189,7 +209,8 @@ class _Shape:
     scalar: bool = False
 
 
-def _ints(value: ir.Value | None) -> list[int] | None:
+def node_ints(value: ir.Value | None) -> list[int] | None:
+    """A constant int tensor of rank <= 1 as a list (None if not constant)."""
     array = const_array(value)
     if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
         return None
@@ -201,10 +222,10 @@ def _attr_ints(node: ir.Node, name: str) -> list[int] | None:
     return None if attr is None else list(attr.as_ints())
 
 
-def _axes(node: ir.Node, index: int) -> list[int] | None:
+def node_axes(node: ir.Node, index: int) -> list[int] | None:
     """Axes from input ``index`` (opset >= 13) or the ``axes`` attribute."""
     if len(node.inputs) > index and node.inputs[index] is not None:
-        return _ints(node.inputs[index])
+        return node_ints(node.inputs[index])
     return _attr_ints(node, "axes")
 
 
@@ -225,11 +246,11 @@ def _slice(node: ir.Node, inputs: Callable) -> _Shape | None:
         starts, ends = _attr_ints(node, "starts"), _attr_ints(node, "ends")
         axes, steps = _attr_ints(node, "axes") or [0], [1]
     else:
-        starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
+        starts, ends = node_ints(node.inputs[1]), node_ints(node.inputs[2])
         has = len(node.inputs) > 3 and node.inputs[3] is not None
-        axes = _ints(node.inputs[3]) if has else [0]
+        axes = node_ints(node.inputs[3]) if has else [0]
         has = len(node.inputs) > 4 and node.inputs[4] is not None
-        steps = _ints(node.inputs[4]) if has else [1]
+        steps = node_ints(node.inputs[4]) if has else [1]
     if None in (data, starts, ends, axes, steps) or data.scalar:
         return None
     if len(starts) != 1 or len(ends) != 1 or axes not in ([0], [-1]) or steps != [1]:
@@ -263,7 +284,7 @@ def _concat(node: ir.Node, inputs: Callable) -> _Shape | None:
 
 def _unsqueeze(node: ir.Node, inputs: Callable) -> _Shape | None:
     (data,) = inputs(1)
-    if data is None or not data.scalar or _axes(node, 1) not in ([0], [-1]):
+    if data is None or not data.scalar or node_axes(node, 1) not in ([0], [-1]):
         return None
     return _Shape(data.terms)
 
@@ -274,7 +295,7 @@ def _squeeze(node: ir.Node, inputs: Callable) -> _Shape | None:
         data is None
         or data.scalar
         or len(data.terms) != 1
-        or _axes(node, 1) not in ([0], [-1], None)
+        or node_axes(node, 1) not in ([0], [-1], None)
     ):
         return None
     return _Shape(data.terms, scalar=True)
@@ -282,7 +303,7 @@ def _squeeze(node: ir.Node, inputs: Callable) -> _Shape | None:
 
 def _reshape(node: ir.Node, inputs: Callable) -> _Shape | None:
     (data,) = inputs(1)
-    target = _ints(node.inputs[1])
+    target = node_ints(node.inputs[1])
     if data is None or target is None or len(target) != 1:
         return None
     if target[0] not in (-1, len(data.terms)):

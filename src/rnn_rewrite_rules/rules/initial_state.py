@@ -34,7 +34,14 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, rnn_facts
-from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, static_dim
+from rnn_rewrite_rules._shape_algebra import (
+    Term,
+    canonical_dim,
+    evaluate,
+    node_axes,
+    node_ints,
+    static_dim,
+)
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
@@ -57,11 +64,6 @@ _FINITE_PRESERVING = _ZERO_PRESERVING - {"Cast"}
 _MAX_DEPTH = 12
 
 
-def _constant(value: ir.Value) -> np.ndarray | None:
-    """A constant's array; an initializer that is also a graph input is not constant."""
-    return None if value.is_graph_input() else const_array(value)
-
-
 def _fill_value(node: ir.Node) -> np.ndarray:
     """ConstantOfShape's fill (float32 0 when the attribute is absent)."""
     attr = node.attributes.get("value")
@@ -72,7 +74,7 @@ def is_all_zeros(value: ir.Value | None, depth: int = 0) -> bool:
     """True when every element of ``value`` is provably zero (never for graph inputs)."""
     if value is None or value.is_graph_input() or depth > _MAX_DEPTH:
         return False
-    array = _constant(value)
+    array = const_array(value)
     if array is not None:
         return bool(np.all(array == 0))
     node = value.producer()
@@ -98,7 +100,7 @@ def is_finite(value: ir.Value | None, depth: int = 0) -> bool:
         return False
     if value.is_graph_input():
         return value.dtype is not None and value.dtype.is_integer()
-    array = _constant(value)
+    array = const_array(value)
     if array is not None:
         return array.dtype.kind in "iub" or bool(np.all(np.isfinite(array)))
     node = value.producer()
@@ -132,20 +134,6 @@ def _broadcast(a: list[Term] | None, b: list[Term] | None) -> list[Term] | None:
     return result
 
 
-def _ints(value: ir.Value | None) -> list[int] | None:
-    array = None if value is None else _constant(value)
-    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
-        return None
-    return [int(v) for v in np.atleast_1d(array)]
-
-
-def _axes(node: ir.Node, index: int) -> list[int] | None:
-    if len(node.inputs) > index and node.inputs[index] is not None:
-        return _ints(node.inputs[index])
-    attr = node.attributes.get("axes")
-    return None if attr is None else list(attr.as_ints())
-
-
 def _slice_shape(node: ir.Node, shape: list[Term]) -> list[Term] | None:
     if len(node.inputs) == 1:  # Slice-1 (opset < 10): attributes
         get = node.attributes.get
@@ -156,10 +144,12 @@ def _slice_shape(node: ir.Node, shape: list[Term]) -> list[Term] | None:
         axes = list(get("axes").as_ints()) if get("axes") is not None else list(range(len(starts)))
         steps = [1] * len(starts)
     else:
-        starts, ends = _ints(node.inputs[1]), _ints(node.inputs[2])
+        starts, ends = node_ints(node.inputs[1]), node_ints(node.inputs[2])
         n = len(starts or [])
-        axes = _ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else list(range(n))
-        steps = _ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else [1] * n
+        axes = (
+            node_ints(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else list(range(n))
+        )
+        steps = node_ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else [1] * n
     if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == len(
         steps
     ):
@@ -181,7 +171,7 @@ def state_shape(value: ir.Value | None, depth: int = 0) -> list[Term] | None:
     """The symbolic shape of a (zero) state tensor, or None if it cannot be proven."""
     if value is None or depth > _MAX_DEPTH or value.is_graph_input():
         return None
-    array = _constant(value)
+    array = const_array(value)
     if array is not None:
         return [Term(int(d)) for d in array.shape]
     node = value.producer()
@@ -212,7 +202,7 @@ def state_shape(value: ir.Value | None, depth: int = 0) -> list[Term] | None:
         perm = list(perm.as_ints()) if perm is not None else list(reversed(range(len(shape))))
         return [shape[p] for p in perm] if sorted(perm) == list(range(len(shape))) else None
     if op_type in ("Unsqueeze", "Squeeze"):
-        axes = _axes(node, 1)
+        axes = node_axes(node, 1)
         if axes is None:
             return None
         if op_type == "Unsqueeze":
@@ -240,7 +230,7 @@ def state_shape(value: ir.Value | None, depth: int = 0) -> list[Term] | None:
                 result.append(t)
         return result
     if op_type == "Tile":
-        repeats = _ints(inputs[1]) if len(inputs) > 1 else None
+        repeats = node_ints(inputs[1]) if len(inputs) > 1 else None
         if repeats is None or len(repeats) != len(shape):
             return None
         if any(r != 1 and not d.is_constant for d, r in zip(shape, repeats, strict=True)):

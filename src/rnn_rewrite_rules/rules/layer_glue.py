@@ -34,7 +34,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
-from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, rank_of
+from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, node_axes, rank_of
 
 __all__ = ["INSTALL_BY_DEFAULT", "CollapseRnnGlue", "rules"]
 
@@ -48,30 +48,11 @@ _MAX_CHAIN = 8
 Group = tuple[int, ...]
 
 
-def _divides(a: Term, b: Term) -> bool:
-    if a.coef == 0 or b.coef % a.coef:
-        return False
-    remaining = list(b.dims)
-    for d in a.dims:
-        if d not in remaining:
-            return False
-        remaining.remove(d)
-    return True
-
-
 def _product(group: Group, sizes: list[Term]) -> Term:
     result = _ONE
     for axis in group:
         result = result * sizes[axis]
     return result
-
-
-def _axes(node: ir.Node) -> list[int] | None:
-    if len(node.inputs) > 1 and node.inputs[1] is not None:
-        array = const_array(node.inputs[1])
-        return None if array is None else [int(a) for a in np.atleast_1d(array)]
-    attr = node.attributes.get("axes")
-    return None if attr is None else list(attr.as_ints())
 
 
 def _step(node: ir.Node, groups: list[Group], sizes: list[Term]) -> list[Group] | str:
@@ -86,7 +67,7 @@ def _step(node: ir.Node, groups: list[Group], sizes: list[Term]) -> list[Group] 
             return "Transpose perm does not match the rank"
         return [groups[p] for p in perm]
     if op_type in ("Squeeze", "Unsqueeze"):
-        axes = _axes(node)
+        axes = node_axes(node, 1)
         if axes is None:
             return f"{op_type} axes are not constant"
         if op_type == "Squeeze":
@@ -140,12 +121,12 @@ def _consume(flat: list[int], wanted: list[Term], sizes: list[Term]) -> list[Gro
         run: list[int] = []
         size = _ONE
         while size != want:
-            if position >= len(flat) or not _divides(size, want):
+            if position >= len(flat) or want.divide(size) is None:
                 return "Reshape target element is not a product of the input's axes (frozen?)"
             run.append(flat[position])
             size = size * sizes[flat[position]]
             position += 1
-        if not _divides(size, want):
+        if want.divide(size) is None:
             return "Reshape target element is not a product of the input's axes (frozen?)"
         groups.append(tuple(run))
     return groups

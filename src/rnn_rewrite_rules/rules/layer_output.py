@@ -58,20 +58,9 @@ def _resolve_target(
             known = known if t is None else known * t
         for t in input_dims:
             total = total * t
-        if _divide(total, known) != expected[unknown[0]]:
+        if total.divide(known) != expected[unknown[0]]:
             return "cannot prove what the -1 in the target infers"
     return None
-
-
-def _divide(total: Term, known: Term) -> Term | None:
-    if known.coef == 0 or total.coef % known.coef:
-        return None
-    remaining = list(total.dims)
-    for d in known.dims:
-        if d not in remaining:
-            return None
-        remaining.remove(d)
-    return Term(total.coef // known.coef, tuple(remaining))
 
 
 class RnnOutputToSequence(RewriteRuleClassBase):
