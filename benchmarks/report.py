@@ -1,0 +1,647 @@
+"""Render benchmark results (the JSON ``run.py`` writes) as docs/benchmarks.md and a PNG chart."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib.metadata
+import math
+import os
+import pathlib
+import platform
+import re
+import subprocess
+from collections.abc import Sequence
+
+__all__ = ["environment", "write"]
+
+#: Our variants, and the tools they are compared with.
+OURS = ("ours", "ours+optimize")
+TOOLS = ("onnxscript", "onnxsim", "onnxslim", "ort-offline")
+#: A latency ratio is "within noise" of another when at most this much larger.
+NOISE = 0.05
+ATOL = 1e-4
+_PACKAGES = (
+    "rnn-rewrite-rules",
+    "onnxscript",
+    "onnx-ir",
+    "onnx",
+    "onnxruntime",
+    "onnxsim",
+    "onnxslim",
+    "tract",
+    "torch",
+    "numpy",
+)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> str:
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + (" + uncommitted changes" if dirty else "")
+
+
+def environment() -> dict:
+    """The machine, the versions and the rule families the results were measured with."""
+    from rnn_rewrite_rules.rules import families
+
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "commit": _git_commit(),
+        "families": list(families()),
+    }
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or not base:
+        return None
+    return value / base
+
+
+def _x(ratio: float | None) -> str:
+    return "–" if ratio is None else f"{ratio:.2f}×"
+
+
+def _yes(flag: bool | None) -> str:
+    return "–" if flag is None else ("yes" if flag else "no")
+
+
+def _axes(kept: dict | None) -> str:
+    if not kept:
+        return "–"
+    return ", ".join(f"{axis} {'kept' if ok else '**frozen**'}" for axis, ok in kept.items())
+
+
+def _diff(value: float | None) -> str:
+    if value is None:
+        return "**failed**"
+    text = f"{value:.1e}" if value else "0"
+    return text if value <= ATOL else f"**{text}**"
+
+
+def _row_map(model: dict) -> dict[str, dict]:
+    return {row["variant"]: row for row in model["variants"]}
+
+
+def _correct(row: dict | None) -> bool:
+    return bool(row) and row.get("max_abs_diff") is not None and row["max_abs_diff"] <= ATOL
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return lines
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _environment_section(results: dict) -> list[str]:
+    env = results["environment"]
+    lines = [
+        "## Machine and versions",
+        "",
+        f"- date: {env['date']}; total benchmark time {results.get('total_s', 0) / 60:.1f} min",
+        f"- command: `{results['command']}`",
+        f"- CPU: {env['cpu']}, {env['cores']} cores (shared; 1-minute load average at start "
+        f"{env['load_average']:.1f}); {env['platform']}; Python {env['python']}",
+        f"- commit: {env['commit']}; rule families present: {', '.join(env['families'])}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+        "",
+    ]
+    settings = results["settings"]
+    lines += [
+        "Variants:",
+        "",
+        *[f"- **{name}**: {text}" for name, text in results["variants"].items()],
+        "",
+        "Method: ONNX Runtime on CPU with `intra_op_num_threads=1`; latency is the best of "
+        f"{settings['min_rounds']}-{settings['max_rounds']} interleaved rounds (every variant and "
+        "optimization level runs once per round, several calls per sample for calls under 2 ms, "
+        f"about {settings['ort_budget']:.0f} s per model), reported with its ratio to the "
+        "original measured in the same rounds. Session creation is the best of "
+        f"{settings['session_repeats']} interleaved creations. tract (no input facts set, so the "
+        "symbolic axes stay symbolic) runs in a child process, because a tract panic aborts its "
+        f"process; its load time is the best of {settings['tract_load_repeats']} loads "
+        "(`load().into_model().into_runnable()`). Dynamic axes are checked by running each "
+        "variant at a size other than the export's on that axis (and checking the input "
+        "still declares it symbolic); a variant that fails there or gives other outputs "
+        "than PyTorch freezes the axis. Max abs diff is against PyTorch, at the benchmark "
+        f"size, the worse of ORT with and without optimizations. Equal means <= {ATOL:g}.",
+        "",
+    ]
+    return lines
+
+
+def _seed_section(results: dict) -> list[str]:
+    seed = next((m for m in results["models"] if m["model"].startswith("seed")), None)
+    if seed is None:
+        return []
+    rows = _row_map(seed)
+    original, ours = rows.get("original"), rows.get("ours")
+    if not original or not ours:
+        return []
+    metrics = [
+        ("ORT latency, default optimizations", "ort_opt_s"),
+        ("ORT latency, ORT_DISABLE_ALL", "ort_noopt_s"),
+        ("ORT session creation, default optimizations", "session_opt_s"),
+        ("ORT session creation, ORT_DISABLE_ALL", "session_noopt_s"),
+        ("tract load", "tract_load_s"),
+        ("tract latency", "tract_s"),
+    ]
+    table = [
+        [
+            label,
+            _time(original.get(key)),
+            _time(ours.get(key)),
+            _x(_ratio(ours.get(key), original.get(key))),
+        ]
+        for label, key in metrics
+    ]
+    table.insert(0, ["nodes", str(original.get("nodes", "–")), str(ours.get("nodes", "–")), ""])
+    table.insert(
+        1,
+        [
+            "weights folded into initializers",
+            _yes(original.get("weights_folded")),
+            _yes(ours.get("weights_folded")),
+            "",
+        ],
+    )
+    table.insert(
+        2,
+        [
+            "model size",
+            f"{original.get('size_mb', 0):.1f} MB",
+            f"{ours.get('size_mb', 0):.1f} MB",
+            _x(_ratio(ours.get("size_mb"), original.get("size_mb"))),
+        ],
+    )
+    spec = seed["spec"]
+    return [
+        "## The seed model: original vs rewritten (issue 3)",
+        "",
+        f"`{seed['model']}`: {spec['num_layers']}-layer {spec['op_type']}({spec['hidden_size']}), "
+        f"batch_first, batch {spec['batch']}, seq {spec['seq']}, from {seed['source']}; one run, "
+        "interleaved, one thread.",
+        "",
+        *_table(["", "original", "ours (`rewrite`)", "ours / original"], table),
+        "",
+    ]
+
+
+def _best_other(rows: dict[str, dict], key: str) -> tuple[float | None, str]:
+    base = rows.get("original", {}).get(key)
+    best, who = None, ""
+    for tool in TOOLS:
+        row = rows.get(tool)
+        ratio = _ratio(row.get(key), base) if _correct(row) else None
+        if ratio is not None and (best is None or ratio < best):
+            best, who = ratio, tool
+    return best, who
+
+
+def _noise(rows: dict[str, dict], key: str, names: Sequence[str]) -> float:
+    """The comparison's tolerance: the largest trial-to-trial spread of these rows' bests."""
+    spreads = [rows.get(n, {}).get(key.replace("_s", "_spread")) for n in names]
+    return max([NOISE, *(s for s in spreads if s is not None)])
+
+
+def _target_section(results: dict) -> list[str]:
+    header = [
+        "model",
+        "variant",
+        "nodes (best other)",
+        "axes kept",
+        "ORT ratio (best other)",
+        "ORT_DISABLE_ALL ratio (best other)",
+        "outputs equal",
+        "target met",
+    ]
+    table = []
+    for model in results["models"]:
+        rows = _row_map(model)
+        base = rows.get("original", {})
+        others = [rows[t] for t in TOOLS if t in rows and rows[t].get("nodes") is not None]
+        best_nodes = min((r["nodes"] for r in others), default=None)
+        best_nodes_tool = next((r["variant"] for r in others if r["nodes"] == best_nodes), "")
+        for name in OURS:
+            row = rows.get(name)
+            if not row:
+                continue
+            if row.get("nodes") is None:
+                table.append([model["model"], name, "failed", "", "", "", "", "**no**"])
+                continue
+            checks = []
+            nodes_ok = best_nodes is None or row["nodes"] <= best_nodes
+            checks.append(nodes_ok)
+            axes_ok = all(row.get("axes_kept", {}).values())
+            checks.append(axes_ok)
+            cells = []
+            for key in ("ort_opt_s", "ort_noopt_s"):
+                ratio = _ratio(row.get(key), base.get(key))
+                best, who = _best_other(rows, key)
+                noise = _noise(rows, key, (name, who, "original"))
+                ok = ratio is not None and (best is None or ratio <= best * (1 + noise))
+                checks.append(ok)
+                mark = "" if ok else " ✗"
+                cells.append(f"{_x(ratio)} ({_x(best)} {who}; ±{noise:.0%}){mark}")
+            equal = _correct(row)
+            checks.append(equal)
+            table.append(
+                [
+                    model["model"],
+                    name,
+                    f"{row['nodes']} ({best_nodes} {best_nodes_tool})" + ("" if nodes_ok else " ✗"),
+                    "all" if axes_ok else "**no**",
+                    *cells,
+                    "yes" if equal else "**no**",
+                    "yes" if all(checks) else "**no**",
+                ]
+            )
+    return [
+        "## Target check (issue 5)",
+        "",
+        "Our target on every model: nodes <= the best other tool, every dynamic axis kept, "
+        "latency ratio <= the best other tool's within noise, outputs equal. The noise (±) "
+        "is the largest spread, over ours, that tool and the original, of the best "
+        "latency in three interleaved thirds of the rounds (every third round), and at "
+        f"least {NOISE:.0%}. "
+        '"Best other" is the best of '
+        + ", ".join(TOOLS)
+        + " among those whose outputs are equal to PyTorch's (a tool that froze an axis "
+        "still counts: it may be faster for it). ✗ marks a criterion that is not met.",
+        "",
+        *_table(header, table),
+        "",
+    ]
+
+
+def _normalized_error(error: str) -> str:
+    """A tract error without node names, so equal failures group together."""
+    error = re.sub(r'#\d+ "[^"]*"', '#… "…"', error)
+    return error.replace("|", "/")[:260]
+
+
+def _where(variant: str, models: list[str], matrix: list[list[str]]) -> str:
+    if len(models) == len(matrix):
+        return f"{variant}: all {len(models)} models"
+    return f"{variant}: {', '.join(models)}"
+
+
+def _tract_section(results: dict) -> list[str]:
+    if not results.get("tract"):
+        return ["## tract (issue 8)", "", "tract was not installed for this run.", ""]
+    lines = [
+        "## tract portability (issue 8)",
+        "",
+        "tract 'runs' a variant when it loads it with its symbolic axes and gives PyTorch's "
+        f"outputs (<= {ATOL:g}) at the benchmark size. A variant tract cannot run where it "
+        "can run the original is a portability bug of that tool's output.",
+        "",
+    ]
+    names = [v for v in results["variants"]]
+    matrix = []
+    regressions = []
+    whatifs = []
+    errors: dict[str, dict[str, list[str]]] = {}
+    for model in results["models"]:
+        rows = _row_map(model)
+        original = rows.get("original", {})
+        original_runs = original.get("tract_diff") is not None and original["tract_diff"] <= ATOL
+        cells = [model["model"]]
+        for name, row in rows.items():
+            runs = row.get("tract_diff") is not None and row["tract_diff"] <= ATOL
+            if row.get("whatif"):
+                whatifs.append((model["model"], runs, row, original))
+                continue
+            if runs:
+                continue
+            error = row.get("tract_error") or (
+                "wrong outputs" if row.get("tract_diff") is not None else "did not run"
+            )
+            key = ("crash: " if row.get("tract_crashed") else "") + _normalized_error(error)
+            errors.setdefault(key, {}).setdefault(name, []).append(model["model"])
+            if name != "original" and original_runs:
+                regressions.append((model["model"], name, error))
+        for name in names:
+            row = rows.get(name, {})
+            if "tract_diff" not in row:
+                cells.append("–")
+            elif row["tract_diff"] is not None and row["tract_diff"] <= ATOL:
+                cells.append("runs")
+            else:
+                cells.append("**crash**" if row.get("tract_crashed") else "**fails**")
+        matrix.append(cells)
+    lines += [*_table(["model", *names], matrix), ""]
+    if regressions:
+        ours = [r for r in regressions if r[1] in OURS]
+        where = sorted({name for _, name, _ in regressions})
+        lines += [
+            f"**{len(regressions)} model/variant pairs that tract cannot run although it runs "
+            f"the original**, {len(ours)} of them ours (variants: {', '.join(where)}).",
+            "",
+        ]
+    else:
+        lines += ["Every variant of every model runs in tract wherever the original does.", ""]
+    if errors:
+        lines += [
+            "tract's errors (node names elided):",
+            "",
+            *_table(
+                ["error", "variant: models"],
+                [
+                    [error, "; ".join(_where(name, found, matrix) for name, found in where.items())]
+                    for error, where in errors.items()
+                ],
+            ),
+            "",
+        ]
+    if any("UndeterminedSymbol" in error for _, _, error in regressions):
+        lines += [
+            'Cause of the `UndeterminedSymbol("batch")` panics: those outputs have '
+            "`LSTM`/`GRU` nodes without `initial_h` (`initial_c`), which ONNX defines as "
+            "zeros; ours drop torchlib's runtime zero states (`initial_state` rules), "
+            "onnxsim folds them away too. tract 0.23.9 builds the missing zeros from the "
+            "symbolic batch when it prepares the model and panics, aborting the process. "
+            "The other error, `Clashing resolution for expression` in a `Scan`, is tract's "
+            "handling of torchlib's runtime zero state (an `Expand` of a runtime shape, "
+            "sliced per layer) in these LSTMs: it fails on the original too, and tract runs "
+            "the same models with states given as graph inputs (`tests/test_tract.py`).",
+            "",
+        ]
+    if whatifs:
+        ran = [m for m, runs, _, _ in whatifs if runs]
+        lines += [
+            "What-if (not a rule; `benchmarks/portable.py`): our output with one shared "
+            "`ConstantOfShape(Concat([D], Shape(input)[batch], [H]))` as every layer's "
+            f"initial state (3 extra nodes). tract runs it on {len(ran)} of "
+            f"{len(whatifs)} models where it could not run ours:",
+            "",
+            *_table(
+                [
+                    "model",
+                    "tract runs it",
+                    "tract load / original",
+                    "tract latency / original",
+                    "nodes",
+                    "axes kept in tract",
+                    "error",
+                ],
+                [
+                    [
+                        model,
+                        "yes" if runs else "**no**",
+                        _x(_ratio(row.get("tract_load_s"), original.get("tract_load_s"))),
+                        _x(_ratio(row.get("tract_s"), original.get("tract_s"))),
+                        str(row.get("nodes", "–")),
+                        _axes(row.get("tract_axes_kept")) if runs else "–",
+                        _normalized_error(row.get("tract_error") or "")[:160],
+                    ]
+                    for model, runs, row, original in whatifs
+                ],
+            ),
+            "",
+        ]
+    return lines
+
+
+def _overhead_section(results: dict) -> list[str]:
+    data = results.get("overhead")
+    if not data:
+        return []
+    rules = data.get("rules_alone_cpu_s", data.get("rules_alone_s", math.nan))
+    data = {
+        "repeats": results["settings"]["overhead_repeats"],
+        "without_cpu_s": data["without_s"],
+        "with_cpu_s": data["with_s"],
+        **data,
+    }
+    return [
+        "## Our rules' overhead inside optimize()",
+        "",
+        f"`onnxscript.optimizer.optimize()` on a {data['nodes']}-node model without any RNN "
+        "(`benchmarks/overhead.py`: MatMul/Add/Relu blocks, each ending in exactly the runtime "
+        "shape chain torchlib writes after an RNN layer, so our patterns match up to their "
+        "producer check on every block), without and with `install()`, interleaved, best of "
+        f"{data['repeats']}. Compared on process CPU time (optimize() is single-threaded; "
+        "CPU time does not count the other processes of this shared machine), wall-clock "
+        "alongside. One optimize() call of this model takes minutes (onnxscript's own "
+        "default rules are superlinear in the node count), so the last row also times one "
+        "pass of our installed rules alone over the same model (best of 3): optimize() runs "
+        "the rewriter at most twice, so our share is at most twice that.",
+        "",
+        *_table(
+            ["", "CPU time", "wall-clock", "nodes after"],
+            [
+                [
+                    "optimize() without install()",
+                    _time(data["without_cpu_s"]),
+                    _time(data["without_s"]),
+                    str(data["nodes_after_without"]),
+                ],
+                [
+                    "optimize() with install()",
+                    _time(data["with_cpu_s"]),
+                    _time(data["with_s"]),
+                    str(data["nodes_after_with"]),
+                ],
+                ["difference", f"{data['overhead']:+.1%}", "", ""],
+                [
+                    "our rules alone, one pass",
+                    f"{_time(rules)} ({rules / data['without_cpu_s']:.1%} of optimize())",
+                    "",
+                    "",
+                ],
+            ],
+        ),
+        "",
+    ]
+
+
+def _model_sections(results: dict) -> list[str]:
+    lines = ["## Every model", ""]
+    header = [
+        "variant",
+        "nodes",
+        "Shape chain",
+        "weights folded",
+        "dynamic axes",
+        "max abs diff",
+        "ORT latency (ratio)",
+        "ORT_DISABLE_ALL (ratio)",
+        "session opt / no-opt",
+        "tool time",
+        "tract load (ratio)",
+        "tract latency (ratio)",
+    ]
+    for model in results["models"]:
+        spec = model["spec"]
+        rows = _row_map(model)
+        base = rows.get("original", {})
+        title = (
+            f"### {model['model']}: {spec['num_layers']}-layer "
+            f"{'bidirectional ' if spec['bidirectional'] else ''}{spec['op_type']}"
+            f"({spec['hidden_size']}), batch {spec['batch']}, seq {spec['seq']}, dynamic "
+            f"{' and '.join(spec['dynamic'])}"
+        )
+        source = f"{'torch export' if model['source'] == 'torch' else 'builder'} ({model['note']})"
+        table = []
+        for name, row in rows.items():
+            if row.get("nodes") is None:
+                table.append([name, f"failed: {row['error']}"] + [""] * (len(header) - 2))
+                continue
+            tract_load = row.get("tract_load_s")
+            tract_cell = _time(row.get("tract_s"))
+            if row.get("tract_s") is not None:
+                tract_cell += f" ({_x(_ratio(row['tract_s'], base.get('tract_s')))})"
+            elif row.get("tract_error") is not None:
+                tract_cell = "crash" if row.get("tract_crashed") else "fails"
+            kept = row.get("tract_axes_kept")
+            if kept and row.get("tract_s") is not None and not all(kept.values()):
+                tract_cell += "; " + _axes(kept)
+            table.append(
+                [
+                    name,
+                    str(row["nodes"]),
+                    _yes(row["shape_chain"]),
+                    _yes(row["weights_folded"]),
+                    _axes(row.get("axes_kept")),
+                    _diff(row.get("max_abs_diff")),
+                    f"{_time(row.get('ort_opt_s'))} "
+                    f"({_x(_ratio(row.get('ort_opt_s'), base.get('ort_opt_s')))})",
+                    f"{_time(row.get('ort_noopt_s'))} "
+                    f"({_x(_ratio(row.get('ort_noopt_s'), base.get('ort_noopt_s')))})",
+                    f"{_time(row.get('session_opt_s'))} / {_time(row.get('session_noopt_s'))}",
+                    _time(row["tool_s"]) if name != "original" else "–",
+                    f"{_time(tract_load)} ({_x(_ratio(tract_load, base.get('tract_load_s')))})"
+                    if tract_load is not None
+                    else "–",
+                    tract_cell,
+                ]
+            )
+        lines += [title, "", f"Source: {source}, exported in {model['export_s']:.1f} s.", ""]
+        lines += [*_table(header, table), ""]
+    return lines
+
+
+def chart(results: dict, path: pathlib.Path) -> None:
+    """Latency ratios to the original: ORT default, ORT_DISABLE_ALL, tract."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("ort_opt_s", "ONNX Runtime, default optimizations"),
+        ("ort_noopt_s", "ONNX Runtime, ORT_DISABLE_ALL"),
+        ("tract_s", "tract"),
+    ]
+    names = [m["model"] for m in results["models"]]
+    shown = [v for v in results["variants"] if v != "original"]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 1.1 * len(names) + 3), 11))
+    width = 0.8 / max(len(shown), 1)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for index, variant in enumerate(shown):
+            values, failed = [], []
+            offsets = [i + (index - (len(shown) - 1) / 2) * width for i in range(len(names))]
+            for offset, model in zip(offsets, results["models"], strict=True):
+                rows = _row_map(model)
+                base = rows.get("original", {}).get(key)
+                ratio = _ratio(rows.get(variant, {}).get(key), base)
+                values.append(ratio if ratio is not None else float("nan"))
+                if ratio is None and base is not None and variant in rows:
+                    failed.append(offset)
+            bars = ax.bar(offsets, values, width, label=variant)
+            ax.plot(failed, [0.03] * len(failed), "x", color=bars.patches[0].get_facecolor())
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_title(
+            f"{title}: latency / original (lower is better)\n"
+            "x: the variant does not run; no bars: the original does not",
+            fontsize=10,
+        )
+        ax.set_xlim(-0.5, len(names) - 0.5)
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("ratio")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(ncol=len(shown), fontsize=8, loc="upper left", bbox_to_anchor=(0, 1.35))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(results: dict, out_dir: pathlib.Path) -> None:
+    """Write ``benchmarks.md`` and ``benchmarks.png`` (when matplotlib is installed)."""
+    with contextlib.suppress(ImportError):  # matplotlib is a bench extra, the table is not
+        chart(results, out_dir / "benchmarks.png")
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python -m benchmarks.run` (`tox -e bench`) from "
+        "`benchmarks/results.json`; do not edit by hand. "
+        "Re-render without measuring: `python -m benchmarks.run --from-json "
+        "benchmarks/results.json`.",
+        "",
+        "![latency ratios](benchmarks.png)",
+        "",
+        *_environment_section(results),
+        *_seed_section(results),
+        *_target_section(results),
+        *_tract_section(results),
+        *_overhead_section(results),
+        *_model_sections(results),
+    ]
+    (out_dir / "benchmarks.md").write_text("\n".join(lines).rstrip() + "\n")
