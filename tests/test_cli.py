@@ -412,6 +412,17 @@ def test_shape_overrides_set_the_verify_runs(models, tmp_path, capsys) -> None:
     assert len({batch for batch, _ in runs}) == 3
 
 
+def test_portable_keeps_zero_states(models, tmp_path) -> None:
+    """--portable: no LSTM loses its initial_h (tract rejects those); the rest still fires."""
+    out = tmp_path / "portable.onnx"
+    assert main([str(models / "small.onnx"), "-o", str(out), "--portable", "-q"]) == 0
+    result = onnx.load(out)
+    lstms = [n for n in result.graph.node if n.op_type == "LSTM"]
+    assert lstms and all(len(n.input) > 5 and n.input[5] for n in lstms)
+    assert op_counts(result)["Mul"] == 0
+    assert_equivalent(build_torchlib_model(SMALL), result, SMALL)
+
+
 # --- check ------------------------------------------------------------------------------
 
 

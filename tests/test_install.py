@@ -94,3 +94,18 @@ def test_rules_for_explicit_rewrite() -> None:
     after = onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=rnn_rewrite_rules.rules())
     assert op_counts(after)["Shape"] == 0
     assert_equivalent(model, after, CFG)
+
+
+def test_portable_leaves_out_the_zero_state_rules() -> None:
+    """What tract cannot run (RNNs without initial_h, symbolic batch) is not emitted."""
+    cfg = RnnConfig(num_layers=2, hidden_size=8)  # torchlib's runtime zero states
+    model = build_torchlib_model(cfg)
+    portable = rnn_rewrite_rules.rewrite(model, portable=True)
+    rnns = [n for n in portable.graph.node if n.op_type == "LSTM"]
+    assert all(len(n.input) > 5 and n.input[5] for n in rnns)  # initial_h kept
+    assert op_counts(portable)["Mul"] == 0  # the layer chains are still gone
+    assert_equivalent(model, portable, cfg)
+    rnn_rewrite_rules.install(portable=True)
+    names = {r.name or "" for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES}
+    assert not any(name.startswith("DropZeroInitialState") for name in names)
+    assert any(name.startswith("FoldRnnWeights") for name in names)

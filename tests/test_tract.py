@@ -55,13 +55,15 @@ def _in_tract(
         return measure.tract_probe(paths, names, feed_files, prefixes, timeout=300)
 
 
-def _assert_same_in_tract(cfg: RnnConfig, run_sizes: Sequence[tuple[int, int]]) -> int:
+def _assert_same_in_tract(
+    cfg: RnnConfig, run_sizes: Sequence[tuple[int, int]], *, portable: bool = False
+) -> int:
     """Where tract runs the original, it runs the rewritten model with the same outputs.
 
     Returns on how many sizes tract ran the original.
     """
     original = build_torchlib_model(cfg)
-    rewritten = rnn_rewrite_rules.rewrite(original)
+    rewritten = rnn_rewrite_rules.rewrite(original, portable=portable)
     feeds = [random_inputs(cfg, b, s, rng=i) for i, (b, s) in enumerate(run_sizes)]
     before, after = _in_tract([original, rewritten], feeds)
     compared = 0
@@ -113,6 +115,15 @@ _ZERO_STATE_CONFIGS = [
 )
 def test_dropped_zero_states_run_in_tract(cfg: RnnConfig) -> None:
     compared = _assert_same_in_tract(cfg, [(1, 1), (3, 5), (7, 2)])
+    assert compared, "tract ran the original at no size: pick a config it runs"
+
+
+@pytest.mark.parametrize(
+    "cfg", _ZERO_STATE_CONFIGS, ids=["lstm", "lstm-batch-first", "gru", "gru2-bidirectional"]
+)
+def test_portable_rewrite_runs_in_tract(cfg: RnnConfig) -> None:
+    """``portable=True`` keeps the exporter's zero states: tract runs what it ran before."""
+    compared = _assert_same_in_tract(cfg, [(1, 1), (3, 5), (7, 2)], portable=True)
     assert compared, "tract ran the original at no size: pick a config it runs"
 
 

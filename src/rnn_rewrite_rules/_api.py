@@ -20,23 +20,27 @@ _Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
 _MAX_ROUNDS = 4
 
 
-def rules(names: Sequence[str] | None = None) -> RewriteRuleSet:
+def rules(names: Sequence[str] | None = None, *, portable: bool = False) -> RewriteRuleSet:
     """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
 
     Args:
         names: family or rule names (see ``rnn-rewrite --list-rules``); all by default.
+        portable: leave out what runtimes other than ONNX Runtime reject (tract 0.23.9
+            panics on RNNs without ``initial_h`` when the batch is symbolic).
     """
-    return RewriteRuleSet(select_rules(names))
+    return RewriteRuleSet(select_rules(names, portable=portable))
 
 
-def rewrite(model: _Model, names: Sequence[str] | None = None) -> _Model:
+def rewrite(model: _Model, names: Sequence[str] | None = None, *, portable: bool = False) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
     """
     if isinstance(model, onnx.ModelProto):
-        return ir.serde.serialize_model(rewrite(ir.serde.deserialize_model(model), names))
-    rule_set = rules(names)
+        return ir.serde.serialize_model(
+            rewrite(ir.serde.deserialize_model(model), names, portable=portable)
+        )
+    rule_set = rules(names, portable=portable)
     for _ in range(_MAX_ROUNDS):
         if not rule_set.apply_to_model(model):
             break

@@ -37,18 +37,20 @@ def _check_supported() -> None:
         )
 
 
-def install(names: Sequence[str] | None = None) -> None:
+def install(names: Sequence[str] | None = None, *, portable: bool = False) -> None:
     """Add our rules to onnxscript's default rules (idempotent).
 
     Args:
         names: families or rule names; by default every family marked
             ``INSTALL_BY_DEFAULT`` (all but ``layout``, which changes the layout
             attribute a user may rely on).
+        portable: leave out what runtimes other than ONNX Runtime reject (see
+            :func:`rnn_rewrite_rules.rules`).
     """
     global _ours
     _check_supported()
     with _lock:
-        rules = tuple(select_rules(names, installed_only=True))
+        rules = tuple(select_rules(names, installed_only=True, portable=portable))
         current = [r for r in getattr(_rewriter, _ATTRIBUTE) if r not in _ours]
         _ours = rules
         setattr(_rewriter, _ATTRIBUTE, (*rules, *current))
@@ -71,11 +73,11 @@ def is_installed() -> bool:
 
 
 @contextlib.contextmanager
-def installed(names: Sequence[str] | None = None) -> Iterator[None]:
+def installed(names: Sequence[str] | None = None, *, portable: bool = False) -> Iterator[None]:
     """Install for the duration of a ``with`` block, restoring the previous state after."""
     was_installed = is_installed()
     previous = _ours
-    install(names)
+    install(names, portable=portable)
     try:
         yield
     finally:

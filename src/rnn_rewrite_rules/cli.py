@@ -132,6 +132,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--list-rules", action="store_true", help="list families and rules")
     parser.add_argument(
+        "--portable",
+        action="store_true",
+        help="leave out rules whose output runtimes other than ONNX Runtime reject "
+        "(tract 0.23.9: RNNs without initial_h and a symbolic batch)",
+    )
+    parser.add_argument(
         "--verify",
         action="store_true",
         help="compare IN and the result in ONNX Runtime on random inputs; write nothing if "
@@ -189,9 +195,9 @@ def _names(values: Sequence[str] | None) -> list[str] | None:
     return names
 
 
-def _select(values: Sequence[str] | None):
+def _select(values: Sequence[str] | None, portable: bool = False):
     try:
-        return select_rules(_names(values))
+        return select_rules(_names(values), portable=portable)
     except KeyError as error:
         raise _Fail(
             ExitCode.UNKNOWN_RULE,
@@ -381,7 +387,7 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    rules = _select(args.rules)
+    rules = _select(args.rules, getattr(args, "portable", False))
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
@@ -516,7 +522,7 @@ def _latency(
 def _demo(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model, random_inputs
 
-    rules = _select(args.rules)
+    rules = _select(args.rules, getattr(args, "portable", False))
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
     try:

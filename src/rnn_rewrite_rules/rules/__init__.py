@@ -32,6 +32,8 @@ class RuleFamily:
     description: str
     rules: tuple[RewriteRule, ...]
     install_by_default: bool
+    #: False when a runtime other than ONNX Runtime is known to reject what it emits.
+    portable: bool
 
 
 def families() -> dict[str, RuleFamily]:
@@ -50,29 +52,37 @@ def families() -> dict[str, RuleFamily]:
             description=doc[0] if doc else name,
             rules=tuple(module.rules),
             install_by_default=getattr(module, "INSTALL_BY_DEFAULT", True),
+            portable=getattr(module, "PORTABLE", True),
         )
     return result
 
 
 def select_rules(
-    names: Iterable[str] | None = None, *, installed_only: bool = False
+    names: Iterable[str] | None = None,
+    *,
+    installed_only: bool = False,
+    portable: bool = False,
 ) -> list[RewriteRule]:
     """Rules by family or rule name (all families when ``names`` is None).
+
+    ``installed_only`` keeps the families ``install()`` adds by default; ``portable``
+    drops the families whose output a runtime other than ONNX Runtime rejects (see
+    ``docs/benchmarks.md``: tract and dropped zero states), also when named.
 
     Raises:
         KeyError: a name is neither a family nor a rule.
     """
     available = families()
     if names is None:
-        chosen = [f for f in available.values() if f.install_by_default or not installed_only]
-        return [rule for family in chosen for rule in family.rules]
-    by_rule = {rule.name: rule for family in available.values() for rule in family.rules}
+        names = [f.name for f in available.values() if f.install_by_default or not installed_only]
+    by_rule = {rule.name: (family, rule) for family in available.values() for rule in family.rules}
     selected: list[RewriteRule] = []
     for name in names:
         if name in available:
-            selected.extend(available[name].rules)
+            chosen = [(available[name], rule) for rule in available[name].rules]
         elif name in by_rule:
-            selected.append(by_rule[name])
+            chosen = [by_rule[name]]
         else:
             raise KeyError(name)
+        selected.extend(rule for family, rule in chosen if family.portable or not portable)
     return list(dict.fromkeys(selected))

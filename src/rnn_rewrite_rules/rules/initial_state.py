@@ -54,6 +54,10 @@ __all__ = [
 ]
 
 INSTALL_BY_DEFAULT = True
+#: tract 0.23.9 panics (``UndeterminedSymbol("batch")``) on an LSTM/GRU without
+#: ``initial_h`` when the batch axis is symbolic, though ONNX defines the missing state as
+#: zeros; ``portable=True`` leaves the exporter's zero states in place for such runtimes.
+PORTABLE = False
 
 #: Ops whose output is all zeros whenever their first (data) input is.
 _ZERO_PRESERVING = frozenset(
