@@ -29,12 +29,12 @@ than the chain (a computed Reshape target counts as one more node).
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
 from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, node_axes, rank_of
+from rnn_rewrite_rules.rules._constants import int64_constant
 
 __all__ = ["INSTALL_BY_DEFAULT", "CollapseRnnGlue", "rules"]
 
@@ -294,30 +294,18 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             current = op.Transpose(current, perm=perm)
         if kind in ("Squeeze", "Unsqueeze"):
             if self._opset >= 13:
-                current = getattr(op, kind)(current, self._int64(op, values))
+                current = getattr(op, kind)(
+                    current, int64_constant(op, self._graph, values, as_node=not self._main_graph)
+                )
             else:
                 current = getattr(op, kind)(current, axes=values)
         elif kind == "Reshape":
-            current = op.Reshape(current, self._int64(op, values))
+            current = op.Reshape(
+                current, int64_constant(op, self._graph, values, as_node=not self._main_graph)
+            )
         if current is y and self._keep_name:
             current = op.Identity(y)
         return current
-
-    def _int64(self, op, values: list[int]) -> ir.Value:
-        """An int64 initializer in the main graph (shared), a Constant node in a subgraph."""
-        tensor = ir.tensor(np.array(values, dtype=np.int64))
-        if not self._main_graph:
-            return op.Constant(value=tensor)
-        base = "rnn_rewrite_rules_" + "_".join(str(v) for v in values).replace("-", "m")
-        name, index = base, 0
-        existing = self._graph.initializers
-        while name in existing:
-            value = existing[name]
-            if value.const_value is not None and value.const_value.numpy().tolist() == values:
-                return value
-            index += 1
-            name = f"{base}_{index}"
-        return op.initializer(tensor, name)
 
 
 rules = RewriteRuleSet([CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS])

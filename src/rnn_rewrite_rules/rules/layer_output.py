@@ -19,12 +19,12 @@ dynamic axis stays dynamic.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import opset_version, rnn_facts
 from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate
+from rnn_rewrite_rules.rules._constants import int64_constant
 
 __all__ = ["INSTALL_BY_DEFAULT", "RnnOutputToSequence", "rules"]
 
@@ -111,22 +111,9 @@ class RnnOutputToSequence(RewriteRuleClassBase):
     def rewrite(self, op, y: ir.Value, transposed: ir.Value, **_):
         if self._num_directions == 1:
             if self._opset >= 13:
-                return op.Squeeze(y, self._int64_constant(op, [1]))
+                return op.Squeeze(y, int64_constant(op, self._graph, [1]))
             return op.Squeeze(y, axes=[1])
-        return op.Reshape(transposed, self._int64_constant(op, [0, 0, self._width]))
-
-    def _int64_constant(self, op, values: list[int]) -> ir.Value:
-        """An int64 initializer, shared with an identical one an earlier rewrite made."""
-        base = "rnn_rewrite_rules_" + "_".join(str(v) for v in values)
-        existing = self._graph.initializers if isinstance(self._graph, ir.Graph) else {}
-        name, index = base, 0
-        while name in existing:
-            value = existing[name]
-            if value.const_value is not None and value.const_value.numpy().tolist() == values:
-                return value
-            index += 1
-            name = f"{base}_{index}"
-        return op.initializer(ir.tensor(np.array(values, dtype=np.int64)), name)
+        return op.Reshape(transposed, int64_constant(op, self._graph, [0, 0, self._width]))
 
 
 rnn_output_to_sequence_rule = RnnOutputToSequence.rule()
