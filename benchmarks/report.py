@@ -16,7 +16,7 @@ from collections.abc import Sequence
 __all__ = ["environment", "write"]
 
 #: Our variants, and the tools they are compared with.
-OURS = ("ours", "ours+optimize")
+OURS = ("ours", "ours+optimize", "ours-portable")
 TOOLS = ("onnxscript", "onnxsim", "onnxslim", "ort-offline")
 #: A latency ratio is "within noise" of another when at most this much larger.
 NOISE = 0.05

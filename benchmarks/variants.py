@@ -48,6 +48,12 @@ def _ours(model: onnx.ModelProto) -> onnx.ModelProto:
     return rnn_rewrite_rules.rewrite(model)
 
 
+def _ours_portable(model: onnx.ModelProto) -> onnx.ModelProto:
+    import rnn_rewrite_rules
+
+    return rnn_rewrite_rules.rewrite(model, portable=True)
+
+
 def _ours_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """What ``torch.onnx.export(optimize=True)`` gives after ``install()``: optimize + ours."""
     import onnxscript.optimizer
@@ -107,6 +113,10 @@ VARIANTS: dict[str, tuple[Callable[[onnx.ModelProto], onnx.ModelProto], str]] = 
         _ours_optimize,
         "`onnxscript.optimizer.optimize(model)` inside `rnn_rewrite_rules.installed()`",
     ),
+    "ours-portable": (
+        _ours_portable,
+        "`rnn_rewrite_rules.rewrite(model, portable=True)` (keeps zero states, for tract)",
+    ),
     "onnxscript": (_onnxscript, "`onnxscript.optimizer.optimize(model)`, defaults"),
     "onnxsim": (_onnxsim, "`onnxsim.simplify(model)`, defaults"),
     "onnxslim": (_onnxslim, "`onnxslim.slim(model)`, defaults"),
@@ -117,7 +127,7 @@ VARIANTS: dict[str, tuple[Callable[[onnx.ModelProto], onnx.ModelProto], str]] = 
 }
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
 #: Variants that are our rules (the rest are the tools we compare against).
-OURS = ("ours", "ours+optimize")
+OURS = ("ours", "ours+optimize", "ours-portable")
 
 
 def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
