@@ -11,6 +11,7 @@ import dataclasses
 import onnx_ir as ir
 
 __all__ = [
+    "DIRECTIONS",
     "RNN_OPS",
     "RnnFacts",
     "const_array",
@@ -26,7 +27,8 @@ RNN_OPS: dict[tuple[str, str], int] = {
     ("com.microsoft", "DynamicQuantizeLSTM"): 4,
 }
 
-_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+#: direction attribute -> number of directions.
+DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +70,9 @@ def rnn_facts(node: ir.Node | None) -> RnnFacts | str:
         return f"producer is {node.op_type}, not an RNN op"
     direction_attr = node.attributes.get("direction")
     direction = direction_attr.as_string() if direction_attr is not None else "forward"
-    if direction not in _DIRECTIONS:
+    if direction not in DIRECTIONS:
         return f"unknown direction {direction!r}"
-    num_directions = _DIRECTIONS[direction]
+    num_directions = DIRECTIONS[direction]
     layout = node.attributes.get_int("layout", 0)
 
     # W: [D, G*H, I] and R: [D, G*H, H]; DynamicQuantizeLSTM stores them transposed.

@@ -42,7 +42,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
@@ -76,7 +76,6 @@ FOLDABLE_OPS = frozenset(
 
 #: RNN input index -> name.
 _WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B"}
-_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 #: Cast targets whose numpy conversion is exactly ONNX's (no float8/bfloat16 rounding modes).
 _CAST_TARGETS = frozenset(
     {
@@ -725,7 +724,7 @@ class FoldRnnWeights(RnnNodeRule):
         gates = RNN_OPS[(node.domain, node.op_type)]
         direction_attr = node.attributes.get("direction")
         direction = direction_attr.as_string() if direction_attr is not None else "forward"
-        if direction not in _DIRECTIONS:
+        if direction not in DIRECTIONS:
             return check_result.fail(f"unknown direction {direction!r}", node)
         hidden = _hidden_size(node, gates)
         reasons = []
@@ -756,7 +755,7 @@ class FoldRnnWeights(RnnNodeRule):
                 h = array.shape[1] if node.domain == "com.microsoft" else array.shape[-1]
             else:
                 h = hidden
-            expected = _expected_shape(node, index, h, _DIRECTIONS[direction], gates)
+            expected = _expected_shape(node, index, h, DIRECTIONS[direction], gates)
             mismatch = _shape_mismatch(array.shape, expected, _static_dims(value))
             if value.dtype is not None and value.dtype.numpy() != array.dtype:
                 mismatch = f"computed dtype {array.dtype}, declared {value.dtype}"
