@@ -148,6 +148,20 @@ def bench_model(
     }
 
 
+def _record_tract_probe(row: dict, probe, prepared) -> None:
+    """Store what tract gave: error, crash, diff vs PyTorch, and which symbolic axes held."""
+    row["tract_error"] = probe.error
+    row["tract_crashed"] = probe.crashed
+    row["tract_diff"] = _finite(measure.compare(probe.outputs[0], prepared.expected))
+    row["tract_axes_kept"] = {
+        axis: bool(
+            row["symbolic_axes"][axis]
+            and measure.compare(probe.outputs[i + 1], prepared.other[axis][1]) <= 1e-4
+        )
+        for i, axis in enumerate(prepared.other)
+    }
+
+
 def _bench_tract(prepared, rows, paths, settings, workdir, log) -> None:
     spec = prepared.spec
     input_names = list(prepared.feeds)
@@ -168,16 +182,7 @@ def _bench_tract(prepared, rows, paths, settings, workdir, log) -> None:
     )
     for name, probe in zip(names, probes, strict=True):
         row = rows[name]
-        row["tract_error"] = probe.error
-        row["tract_crashed"] = probe.crashed
-        row["tract_diff"] = _finite(measure.compare(probe.outputs[0], prepared.expected))
-        row["tract_axes_kept"] = {
-            axis: bool(
-                row["symbolic_axes"][axis]
-                and measure.compare(probe.outputs[i + 1], prepared.other[axis][1]) <= 1e-4
-            )
-            for i, axis in enumerate(axes)
-        }
+        _record_tract_probe(row, probe, prepared)
         if probe.outputs[0] is not None:
             runnable[name] = paths[name]
     whatif = _portable_whatif(prepared, rows, paths, feed_files, settings, workdir)
@@ -241,16 +246,7 @@ def _portable_whatif(prepared, rows, paths, feed_files, settings, workdir) -> st
             measure.ort_run(model.SerializeToString(), prepared.feeds, True), prepared.expected
         )
     )
-    row["tract_error"] = probe.error
-    row["tract_crashed"] = probe.crashed
-    row["tract_diff"] = _finite(measure.compare(probe.outputs[0], prepared.expected))
-    row["tract_axes_kept"] = {
-        axis: bool(
-            row["symbolic_axes"][axis]
-            and measure.compare(probe.outputs[i + 1], prepared.other[axis][1]) <= 1e-4
-        )
-        for i, axis in enumerate(prepared.other)
-    }
+    _record_tract_probe(row, probe, prepared)
     rows[WHATIF] = row
     return path if probe.outputs[0] is not None else None
 

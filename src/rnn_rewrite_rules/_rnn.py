@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 __all__ = [
     "DIRECTIONS",
+    "NUMPY_DTYPES",
     "RNN_OPS",
     "RnnFacts",
     "const_array",
@@ -29,6 +30,25 @@ RNN_OPS: dict[tuple[str, str], int] = {
 
 #: direction attribute -> number of directions.
 DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+
+
+#: Element types with a native numpy dtype (what runs, casts and random feeds use).
+NUMPY_DTYPES = frozenset(
+    {
+        ir.DataType.FLOAT,
+        ir.DataType.DOUBLE,
+        ir.DataType.FLOAT16,
+        ir.DataType.INT8,
+        ir.DataType.INT16,
+        ir.DataType.INT32,
+        ir.DataType.INT64,
+        ir.DataType.UINT8,
+        ir.DataType.UINT16,
+        ir.DataType.UINT32,
+        ir.DataType.UINT64,
+        ir.DataType.BOOL,
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+
 __all__ = [
     "CannotVerify",
     "InputSpec",
@@ -33,20 +35,7 @@ __all__ = [
 
 Source = str | bytes
 _DEFAULT_BASES = (2, 5)
-_SUPPORTED_DTYPES = {
-    ir.DataType.FLOAT,
-    ir.DataType.FLOAT16,
-    ir.DataType.DOUBLE,
-    ir.DataType.INT8,
-    ir.DataType.INT16,
-    ir.DataType.INT32,
-    ir.DataType.INT64,
-    ir.DataType.UINT8,
-    ir.DataType.UINT16,
-    ir.DataType.UINT32,
-    ir.DataType.UINT64,
-    ir.DataType.BOOL,
-}
+_SUPPORTED_DTYPES = NUMPY_DTYPES
 
 
 class OnnxRuntimeMissing(Exception):

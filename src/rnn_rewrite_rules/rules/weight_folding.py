@@ -42,7 +42,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules._rnn import DIRECTIONS, NUMPY_DTYPES, RNN_OPS
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
@@ -77,22 +77,7 @@ FOLDABLE_OPS = frozenset(
 #: RNN input index -> name.
 _WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B"}
 #: Cast targets whose numpy conversion is exactly ONNX's (no float8/bfloat16 rounding modes).
-_CAST_TARGETS = frozenset(
-    {
-        ir.DataType.FLOAT,
-        ir.DataType.DOUBLE,
-        ir.DataType.FLOAT16,
-        ir.DataType.INT8,
-        ir.DataType.INT16,
-        ir.DataType.INT32,
-        ir.DataType.INT64,
-        ir.DataType.UINT8,
-        ir.DataType.UINT16,
-        ir.DataType.UINT32,
-        ir.DataType.UINT64,
-        ir.DataType.BOOL,
-    }
-)
+_CAST_TARGETS = NUMPY_DTYPES
 #: Key of ``ir.Value.meta`` (in memory only) holding a folded initializer's digest.
 _DIGEST_KEY = "rnn_rewrite_rules.weight_folding.digest"
 
