@@ -202,6 +202,27 @@ def _panic_message(stderr: str) -> str:
     return " ".join(tail)[:300] or "process died"
 
 
+def _run_worker(request_path: str, timeout: float) -> tuple[str, str, bool]:
+    """Run the tract worker on a request file: (stdout, stderr, timed out).
+
+    A child process, because a tract panic aborts its process. On a timeout, stdout is
+    what the worker printed before it and stderr says so.
+    """
+    try:
+        process = subprocess.run(
+            [sys.executable, _WORKER, request_path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "RUST_BACKTRACE": "0"},
+        )
+    except subprocess.TimeoutExpired as expired:
+        out = expired.stdout or ""
+        out = out.decode() if isinstance(out, bytes) else out
+        return out, f"timeout after {timeout:.0f} s", True
+    return process.stdout, process.stderr, False
+
+
 def tract_probe(
     paths: Sequence[str],
     input_names: Sequence[str],
@@ -228,22 +249,7 @@ def tract_probe(
                 handle,
             )
         finished: set[int] = set()
-        try:
-            process = subprocess.run(
-                [sys.executable, _WORKER, request_path],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env={**os.environ, "RUST_BACKTRACE": "0"},
-            )
-            stdout, stderr = process.stdout, process.stderr
-        except subprocess.TimeoutExpired as expired:
-            stdout = (
-                (expired.stdout or b"").decode()
-                if isinstance(expired.stdout, bytes)
-                else (expired.stdout or "")
-            )
-            stderr = f"timeout after {timeout:.0f} s"
+        stdout, stderr, _ = _run_worker(request_path, timeout)
         for line in stdout.splitlines():
             message = json.loads(line)
             if "model" not in message:
@@ -297,18 +303,11 @@ def tract_timing(
             },
             handle,
         )
-    try:
-        process = subprocess.run(
-            [sys.executable, _WORKER, request_path],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "RUST_BACKTRACE": "0"},
-        )
-    except subprocess.TimeoutExpired:
-        return f"timeout after {timeout:.0f} s"
-    for line in process.stdout.splitlines():
+    stdout, stderr, timed_out = _run_worker(request_path, timeout)
+    if timed_out:
+        return stderr
+    for line in stdout.splitlines():
         message = json.loads(line)
         if "latency" in message:
             return message
-    return _panic_message(process.stderr)
+    return _panic_message(stderr)
