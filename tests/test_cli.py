@@ -36,6 +36,10 @@ SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
 #: Enough RNN nodes for the progress display (cli.PROGRESS_MIN_RNN_NODES).
 DEEP = RnnConfig(input_size=4, hidden_size=4, num_layers=10)
+#: The subprocesses' environment, copied once at import: the jobs below start in pool
+#: threads while pytest sets and deletes PYTEST_CURRENT_TEST, so copying os.environ there
+#: races (``KeyError: 'PYTEST_CURRENT_TEST'``).
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 
 def run(*args, cwd: Path, script: bool = False, env: dict | None = None, **kwargs):
@@ -45,7 +49,7 @@ def run(*args, cwd: Path, script: bool = False, env: dict | None = None, **kwarg
         command = [str(SCRIPT)]
     else:
         command = [sys.executable, "-m", "rnn_rewrite_rules"]
-    full_env = {**os.environ, **(env or {})}
+    full_env = {**BASE_ENV, **(env or {})}
     return subprocess.run(
         [*command, *map(str, args)],
         cwd=cwd,
@@ -155,7 +159,7 @@ def _blocking(directory: Path, module: str) -> dict[str, str]:
     stub = directory / f"block_{module}" / module
     stub.mkdir(parents=True)
     (stub / "__init__.py").write_text(f"raise ImportError('{module} blocked for this test')\n")
-    path = os.pathsep.join(filter(None, [str(stub.parent), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(stub.parent), BASE_ENV.get("PYTHONPATH")]))
     return {"PYTHONPATH": path}
 
 
@@ -164,7 +168,7 @@ def _run_on_terminal(args, cwd: Path, env: dict | None = None) -> tuple[int, str
     import pty
 
     master, slave = pty.openpty()
-    full_env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", **(env or {})}
+    full_env = {**BASE_ENV, "TERM": "xterm-256color", "COLUMNS": "120", **(env or {})}
     with open(cwd / "stdout.txt", "w") as stdout:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rnn_rewrite_rules", *map(str, args)],
@@ -535,6 +539,7 @@ def test_without_onnxruntime(jobs, monkeypatch, capsys) -> None:
 
 
 def test_progress_on_a_terminal(jobs) -> None:
+    pytest.importorskip("rich", reason="the progress display needs the optional rich")
     _, (code, terminal, stdout) = result(jobs, "progress")
     assert code == 0, terminal
     assert "rewriting, round 1" in terminal and "verifying" in terminal
