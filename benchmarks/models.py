@@ -8,7 +8,7 @@ requested size), each export in a fresh process (see :func:`_export`). When the 
 freezes a requested axis anyway, or gives other outputs than PyTorch at the benchmark size
 or at other sizes (torch 2.13 specialises the sequence length of a bidirectional LSTM
 inside the graph although the input declares it dynamic), the model is rebuilt by
-:func:`rnn_rewrite_rules.builders.build_torchlib_model` (node for node what torchlib
+:func:`rnn_rewrite_rules.testing.build_torchlib_model` (node for node what torchlib
 writes, with a dynamic sequence) holding the torch module's weights, and the table says so.
 """
 
@@ -32,8 +32,8 @@ from unittest import mock
 import numpy as np
 import onnx
 
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model
-from rnn_rewrite_rules.builders import torchlib as _torchlib
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from rnn_rewrite_rules.testing import torchlib as _torchlib
 
 __all__ = [
     "FULL_MATRIX",

@@ -1,6 +1,6 @@
 """Generate docs/figures: each rule family's before/after graph, from the test builders.
 
-Every figure is a small model from :mod:`rnn_rewrite_rules.builders` (torchlib's export
+Every figure is a small model from :mod:`rnn_rewrite_rules.testing` (torchlib's export
 or another exporter's shape) rewritten by exactly one rule family with
 ``rnn_rewrite_rules.rewrite(model, [family])``. The picture shows the region the rule
 changed: red nodes are removed, green nodes are new, white nodes are unchanged
@@ -32,9 +32,9 @@ import onnx
 import onnx_ir as ir
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model
-from rnn_rewrite_rules.builders.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.rules import families
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 
 FIGURES_DIR = pathlib.Path(__file__).resolve().parent / "figures"
 

@@ -1,4 +1,4 @@
-"""Helpers for tests over :mod:`rnn_rewrite_rules.builders.exporters` models."""
+"""Helpers for tests over :mod:`rnn_rewrite_rules.testing.exporters` models."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders.exporters import ExporterSpec, exporter_inputs
+from rnn_rewrite_rules.testing.exporters import ExporterSpec, exporter_inputs
 from tests.support import apply
 
 #: (batch, seq): several, pairwise different, so an axis frozen at one size shows.

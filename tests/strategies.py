@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from rnn_rewrite_rules.builders import RnnConfig
+from rnn_rewrite_rules.testing import RnnConfig
 
 
 @st.composite

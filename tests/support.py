@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders import RnnConfig, random_inputs
+from rnn_rewrite_rules.testing import RnnConfig, random_inputs
 
 #: (batch, seq) sizes, none of them equal to each other, so a frozen axis shows.
 SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))

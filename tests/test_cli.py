@@ -27,9 +27,9 @@ from onnxscript.rewriter._basics import MatchResult
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _io, _report, _verify, diagnostics
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.rules import families
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from tests.support import assert_equivalent, op_counts
 
 SCRIPT = Path(sys.executable).with_name("rnn-rewrite")

@@ -15,15 +15,15 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model, random_inputs
-from rnn_rewrite_rules.builders.exporters import (
+from rnn_rewrite_rules.rules import families
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
+from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
     exporter_inputs,
     in_if_branches,
     initializers_as_constants,
 )
-from rnn_rewrite_rules.rules import families
 from tests.exporter_support import (
     all_nodes,
     all_op_counts,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders.exporters import (
+from rnn_rewrite_rules.testing.exporters import (
     NEAR_MISS_STATE_FORMS,
     ZERO_STATE_FORMS,
     ExporterSpec,

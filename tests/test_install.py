@@ -9,7 +9,7 @@ import onnxscript.rewriter
 import pytest
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from tests.support import assert_equivalent, op_counts
 
 CFG = RnnConfig(num_layers=3, bidirectional=True, hidden_size=12, batch_first=True)

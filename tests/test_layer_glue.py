@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders.exporters import (
+from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
     exporter_specs,

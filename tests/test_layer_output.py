@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model, random_inputs
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from tests.support import apply, assert_equivalent, op_counts
 
 RULES = rnn_rewrite_rules.rules(["layer_output"])

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders.exporters import (
+from rnn_rewrite_rules.rules import families, select_rules
+from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
     exporter_inputs,
     exporter_specs,
     quantized_lstm_model,
 )
-from rnn_rewrite_rules.rules import families, select_rules
 from tests.exporter_support import (
     apply_family,
     assert_spec_equivalent,

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model, random_inputs
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from tests.strategies import rnn_configs, sizes
 
 pytest.importorskip(

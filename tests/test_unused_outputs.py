@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules.builders.exporters import (
+from rnn_rewrite_rules.rules.unused_outputs import empty_unused_rnn_outputs
+from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
     exporter_specs,
     quantized_lstm_model,
 )
-from rnn_rewrite_rules.rules.unused_outputs import empty_unused_rnn_outputs
 from tests.exporter_support import apply_family, assert_spec_equivalent, rnn_nodes
 from tests.support import apply
 

@@ -19,6 +19,7 @@ from onnxscript.rewriter._basics import MatchingTracer, MatchResult, MatchStatus
 from rnn_rewrite_rules import _api, _io, diagnostics
 from rnn_rewrite_rules._rnn import RNN_OPS, rnn_facts
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
+from rnn_rewrite_rules.rules import fixed_by
 
 __all__ = [
     "ModelStats",
@@ -188,9 +189,9 @@ def unimproved_rnns(
     """
     rnn_nodes = [n for n in model.graph.all_nodes() if is_rnn(n)]
     remaining = {node: diagnostics.rnn_hazards(node) for node in rnn_nodes}
+    fixers = fixed_by()
     remaining = {
-        node: [h for h in hazards if h.kind in diagnostics.FIXED_BY]
-        for node, hazards in remaining.items()
+        node: [h for h in hazards if h.kind in fixers] for node, hazards in remaining.items()
     }
     remaining = {node: hazards for node, hazards in remaining.items() if hazards}
     if not remaining:
@@ -214,7 +215,7 @@ def unimproved_rnns(
         facts = rnn_facts(node)
         if isinstance(facts, str) and (node.domain, node.op_type) in RNN_OPS:
             reasons.append(f"static facts unknown: {facts}")
-        for family in dict.fromkeys(f for h in hazards for f in diagnostics.FIXED_BY[h.kind]):
+        for family in dict.fromkeys(f for h in hazards for f in fixers[h.kind]):
             found = [
                 f"{family}/{name}: {reason}"
                 for name, reason in failures[node]

@@ -19,7 +19,7 @@ import onnx
 import onnx_ir as ir
 
 from rnn_rewrite_rules import __version__, _io, _report, _verify, diagnostics
-from rnn_rewrite_rules.rules import families, select_rules
+from rnn_rewrite_rules.rules import families, fixed_by, select_rules
 
 __all__ = ["ExitCode", "main"]
 
@@ -496,7 +496,7 @@ def _hazard_lines(before: list[diagnostics.Hazard], after: list[diagnostics.Haza
     remaining = ", ".join(f"{kind} x{count}" for kind, count in kinds.items() if count)
     lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
     # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
-    lines += [f"  {hazard}" for hazard in after if hazard.kind not in diagnostics.FIXED_BY]
+    lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
     return lines
 
 
@@ -520,7 +520,7 @@ def _latency(
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from rnn_rewrite_rules.builders import RnnConfig, build_torchlib_model, random_inputs
+    from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 
     rules = _select(args.rules, getattr(args, "portable", False))
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:

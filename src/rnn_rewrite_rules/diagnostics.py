@@ -25,15 +25,9 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn import RNN_OPS, const_array
 
-__all__ = ["FIXED_BY", "KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
+__all__ = ["KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
 
 KINDS = ("runtime-shape-chain", "runtime-weight-prep", "layout-1", "frozen-axis")
-#: Hazard kind -> the rule families written to remove it.
-FIXED_BY: dict[str, tuple[str, ...]] = {
-    "runtime-shape-chain": ("layer_output", "layer_glue"),
-    "runtime-weight-prep": ("weight_folding",),
-    "layout-1": ("layout",),
-}
 
 #: Ops that move a tensor's data without changing what its axes mean to a shape reader.
 _PASS_THROUGH = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Cast"}

@@ -1,59 +1,49 @@
-"""The rule families, one module each, and the registry that names them.
+"""The rule families, one module each, and the selection of rules by name.
 
-Each family module exposes ``rules`` (an ``onnxscript.rewriter.RewriteRuleSet``)
-and ``INSTALL_BY_DEFAULT`` (whether :func:`rnn_rewrite_rules.install` adds it to
-onnxscript's default rules). The first line of its docstring is its description.
+Each family module declares one :class:`RuleFamily` as ``FAMILY``; :data:`FAMILIES`
+lists them in the order their rules are tried on each node.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from collections.abc import Iterable
 
 from onnxscript.rewriter import RewriteRule
 
-__all__ = ["FAMILY_MODULES", "RuleFamily", "families", "select_rules"]
+from rnn_rewrite_rules.rules import (
+    initial_state,
+    layer_glue,
+    layer_output,
+    layout,
+    unused_outputs,
+    weight_folding,
+)
+from rnn_rewrite_rules.rules._family import RuleFamily
 
-#: Family name -> module. Order is the order rules are tried on each node.
-FAMILY_MODULES: dict[str, str] = {
-    "weight_folding": "rnn_rewrite_rules.rules.weight_folding",
-    "initial_state": "rnn_rewrite_rules.rules.initial_state",
-    "layer_output": "rnn_rewrite_rules.rules.layer_output",
-    "layer_glue": "rnn_rewrite_rules.rules.layer_glue",
-    "unused_outputs": "rnn_rewrite_rules.rules.unused_outputs",
-    "layout": "rnn_rewrite_rules.rules.layout",
-}
+__all__ = ["FAMILIES", "RuleFamily", "families", "fixed_by", "select_rules"]
 
-
-@dataclasses.dataclass(frozen=True)
-class RuleFamily:
-    name: str
-    description: str
-    rules: tuple[RewriteRule, ...]
-    install_by_default: bool
-    #: False when a runtime other than ONNX Runtime is known to reject what it emits.
-    portable: bool
+#: Every family, in application order.
+FAMILIES: tuple[RuleFamily, ...] = (
+    weight_folding.FAMILY,
+    initial_state.FAMILY,
+    layer_output.FAMILY,
+    layer_glue.FAMILY,
+    unused_outputs.FAMILY,
+    layout.FAMILY,
+)
 
 
 def families() -> dict[str, RuleFamily]:
-    """Every available family, in application order."""
-    result = {}
-    for name, module_name in FAMILY_MODULES.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue  # a family still being written
-        doc = (module.__doc__ or "").strip().splitlines()
-        result[name] = RuleFamily(
-            name=name,
-            description=doc[0] if doc else name,
-            rules=tuple(module.rules),
-            install_by_default=getattr(module, "INSTALL_BY_DEFAULT", True),
-            portable=getattr(module, "PORTABLE", True),
-        )
+    """Every family by name, in application order."""
+    return {family.name: family for family in FAMILIES}
+
+
+def fixed_by() -> dict[str, tuple[str, ...]]:
+    """Hazard kind (see ``diagnostics.KINDS``) -> the families written to remove it."""
+    result: dict[str, tuple[str, ...]] = {}
+    for family in FAMILIES:
+        for kind in family.fixes:
+            result[kind] = (*result.get(kind, ()), family.name)
     return result
 
 
@@ -74,8 +64,8 @@ def select_rules(
     """
     available = families()
     if names is None:
-        names = [f.name for f in available.values() if f.install_by_default or not installed_only]
-    by_rule = {rule.name: (family, rule) for family in available.values() for rule in family.rules}
+        names = [f.name for f in FAMILIES if f.install_by_default or not installed_only]
+    by_rule = {rule.name: (family, rule) for family in FAMILIES for rule in family.rules}
     selected: list[RewriteRule] = []
     for name in names:
         if name in available:

@@ -42,22 +42,17 @@ from rnn_rewrite_rules._shape_algebra import (
     node_ints,
     static_dim,
 )
+from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
-    "INSTALL_BY_DEFAULT",
+    "FAMILY",
     "DropZeroInitialState",
     "is_all_zeros",
     "is_finite",
     "rules",
     "state_shape",
 ]
-
-INSTALL_BY_DEFAULT = True
-#: tract 0.23.9 panics (``UndeterminedSymbol("batch")``) on an LSTM/GRU without
-#: ``initial_h`` when the batch axis is symbolic, though ONNX defines the missing state as
-#: zeros; ``portable=True`` leaves the exporter's zero states in place for such runtimes.
-PORTABLE = False
 
 #: Ops whose output is all zeros whenever their first (data) input is.
 _ZERO_PRESERVING = frozenset(
@@ -312,3 +307,15 @@ class DropZeroInitialState(RnnNodeRule):
 
 
 rules = RewriteRuleSet(rnn_node_rules(DropZeroInitialState))
+
+FAMILY = RuleFamily(
+    name="initial_state",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+    # tract 0.23.9 panics (``UndeterminedSymbol("batch")``) on an LSTM/GRU without
+    # ``initial_h`` when the batch axis is symbolic, though ONNX defines the missing state as
+    # zeros; ``portable=True`` leaves the exporter's zero states in place for such runtimes.
+    portable=False,
+    fixes=(),
+)

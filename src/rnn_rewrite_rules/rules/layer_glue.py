@@ -35,10 +35,10 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
 from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, node_axes, rank_of
 from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules.rules._family import RuleFamily
 
-__all__ = ["INSTALL_BY_DEFAULT", "CollapseRnnGlue", "rules"]
+__all__ = ["FAMILY", "CollapseRnnGlue", "rules"]
 
-INSTALL_BY_DEFAULT = True
 
 _GLUE_OPS = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
 _ONE = Term(1)
@@ -309,3 +309,12 @@ class CollapseRnnGlue(RewriteRuleClassBase):
 
 
 rules = RewriteRuleSet([CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS])
+
+FAMILY = RuleFamily(
+    name="layer_glue",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+    portable=True,
+    fixes=("runtime-shape-chain",),
+)

@@ -25,10 +25,10 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 from rnn_rewrite_rules._rnn import opset_version, rnn_facts
 from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate
 from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules.rules._family import RuleFamily
 
-__all__ = ["INSTALL_BY_DEFAULT", "RnnOutputToSequence", "rules"]
+__all__ = ["FAMILY", "RnnOutputToSequence", "rules"]
 
-INSTALL_BY_DEFAULT = True
 
 _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
@@ -118,4 +118,14 @@ class RnnOutputToSequence(RewriteRuleClassBase):
 
 rnn_output_to_sequence_rule = RnnOutputToSequence.rule()
 
+
 rules = RewriteRuleSet([rnn_output_to_sequence_rule])
+
+FAMILY = RuleFamily(
+    name="layer_output",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+    portable=True,
+    fixes=("runtime-shape-chain",),
+)

@@ -16,7 +16,7 @@ node with ``layout`` removed (0), then ``Transpose(Y', [2,0,1,3])`` and
 trailing unused outputs are dropped. The Transposes are left for the glue rules (and
 onnxscript's Transpose fusion) to cancel against the exporter's own.
 
-Not installed into onnxscript's defaults (``INSTALL_BY_DEFAULT = False``): it changes a
+Not installed into onnxscript's defaults (its ``FAMILY.install_by_default`` is False): it changes a
 node attribute the model's author chose and adds Transposes that runtimes which do
 support layout=1 (the reference evaluator, tract, TensorRT) do not need, so it is not a
 neutral optimisation. ``rnn-rewrite`` applies it by default because making the model
@@ -30,12 +30,12 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, rnn_node_rules
 from rnn_rewrite_rules.rules.unused_outputs import is_unused
 
-__all__ = ["INSTALL_BY_DEFAULT", "LayoutToTimeMajor", "rules"]
+__all__ = ["FAMILY", "LayoutToTimeMajor", "rules"]
 
-INSTALL_BY_DEFAULT = False
 
 _STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 
@@ -83,3 +83,12 @@ class LayoutToTimeMajor(RnnNodeRule):
 
 
 rules = RewriteRuleSet(rnn_node_rules(LayoutToTimeMajor))
+
+FAMILY = RuleFamily(
+    name="layout",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=False,
+    portable=True,
+    fixes=("layout-1",),
+)

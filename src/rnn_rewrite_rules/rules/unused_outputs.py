@@ -23,18 +23,17 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
-    "INSTALL_BY_DEFAULT",
+    "FAMILY",
     "DropTrailingUnusedOutputs",
     "EmptyUnusedRnnOutputsPass",
     "empty_unused_rnn_outputs",
     "is_unused",
     "rules",
 ]
-
-INSTALL_BY_DEFAULT = True
 
 
 def is_unused(value: ir.Value) -> bool:
@@ -94,3 +93,12 @@ class EmptyUnusedRnnOutputsPass(ir.passes.InPlacePass):
 
 
 rules = RewriteRuleSet(rnn_node_rules(DropTrailingUnusedOutputs))
+
+FAMILY = RuleFamily(
+    name="unused_outputs",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+    portable=True,
+    fixes=(),
+)

@@ -43,11 +43,12 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import DIRECTIONS, NUMPY_DTYPES, RNN_OPS
+from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
+    "FAMILY",
     "FOLDABLE_OPS",
-    "INSTALL_BY_DEFAULT",
     "FoldRnnWeights",
     "RemoveUnusedSubgraphInitializersPass",
     "fold_value",
@@ -55,7 +56,6 @@ __all__ = [
     "rules",
 ]
 
-INSTALL_BY_DEFAULT = True
 
 #: ONNX-domain ops a folded sub-graph may consist of.
 FOLDABLE_OPS = frozenset(
@@ -796,3 +796,12 @@ class RemoveUnusedSubgraphInitializersPass(ir.passes.InPlacePass):
 
 
 rules = RewriteRuleSet(rnn_node_rules(FoldRnnWeights))
+
+FAMILY = RuleFamily(
+    name="weight_folding",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+    portable=True,
+    fixes=("runtime-weight-prep",),
+)

@@ -292,7 +292,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
     model = helper.make_model(
         graph,
         opset_imports=[helper.make_opsetid("", cfg.opset)],
-        producer_name="rnn_rewrite_rules.builders",
+        producer_name="rnn_rewrite_rules.testing",
     )
     model.ir_version = 8 if cfg.opset <= 18 else 10
     _rename_outputs(model)
