@@ -1,14 +1,18 @@
 """Static facts about ONNX recurrent nodes that the rule conditions rely on.
 
-Everything here is read from attributes and constant shapes only, never from
+Everything here is read from attributes and what the shape prover proves, never from
 value-info annotations, so a fact returned is a fact the runtime must honour.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
+
+if TYPE_CHECKING:
+    from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = [
     "DIRECTIONS",
@@ -65,55 +69,24 @@ class RnnFacts:
         return self.node.op_type
 
 
-def _static_dim(value: ir.Value | None, axis: int) -> int | None:
-    if value is None:
-        return None
-    # An initializer that is also a graph input can be overridden: only its declared shape holds.
-    tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
-    if tensor is not None:
-        dims = tensor.shape.dims
-        return int(dims[axis]) if len(dims) > axis else None
-    shape = value.shape
-    if shape is not None and len(shape) > axis and isinstance(shape[axis], int):
-        # A graph input or computed weight with a declared static shape: the
-        # runtime rejects a tensor that disagrees, so the dim is a fact.
-        return shape[axis]
-    return None
+def rnn_facts(node: ir.Node | None, prover: ShapeProver | None = None) -> RnnFacts | str:
+    """The static facts of an RNN node, or a reason why they cannot be proven.
 
-
-def rnn_facts(node: ir.Node | None) -> RnnFacts | str:
-    """The static facts of an RNN node, or a reason why they cannot be proven."""
+    ``num_directions`` and ``hidden_size`` come from the attributes and the sizes of
+    ``W``/``R`` that ``prover`` proves (pass the check's own to share its work), never
+    from value_info.
+    """
     if node is None:
         return "value is not produced by a node"
     key = (node.domain, node.op_type)
     if key not in RNN_OPS:
         return f"producer is {node.op_type}, not an RNN op"
-    direction_attr = node.attributes.get("direction")
-    direction = direction_attr.as_string() if direction_attr is not None else "forward"
-    if direction not in DIRECTIONS:
-        return f"unknown direction {direction!r}"
-    num_directions = DIRECTIONS[direction]
-    layout = node.attributes.get_int("layout", 0)
+    from rnn_rewrite_rules.shape import ShapeProver  # the prover's RNN ops import this module
 
-    # W: [D, G*H, I] and R: [D, G*H, H]; DynamicQuantizeLSTM stores them transposed.
-    r = node.inputs[2] if len(node.inputs) > 2 else None
-    w = node.inputs[1] if len(node.inputs) > 1 else None
-    r_directions = _static_dim(r, 0)
-    w_directions = _static_dim(w, 0)
-    for found in (r_directions, w_directions):
-        if found is not None and found != num_directions:
-            return f"direction {direction!r} disagrees with a weight of {found} directions"
-
-    hidden_attr = node.attributes.get("hidden_size")
-    hidden = hidden_attr.as_int() if hidden_attr is not None else None
-    r_hidden = _static_dim(r, 2) if node.domain == "" else _static_dim(r, 1)
-    if hidden is None:
-        hidden = r_hidden
-    elif r_hidden is not None and r_hidden != hidden:
-        return f"hidden_size={hidden} disagrees with R's hidden dim {r_hidden}"
-    if hidden is None or hidden <= 0:
-        return "hidden_size is not static (no attribute, R has no static shape)"
-    return RnnFacts(node, num_directions, hidden, layout)
+    sizes = (prover or ShapeProver()).rnn_sizes(node)
+    if isinstance(sizes, str):
+        return sizes
+    return RnnFacts(node, *sizes)
 
 
 def opset_version(

@@ -11,8 +11,8 @@ input and the ``layout`` rule leave), for example tf2onnx's
 
 Condition: each intermediate value has exactly one reader (so the chain dies) and
 the chain's effect is proven symbolically. The tensor is tracked as a list of axis
-groups of ``Y`` (``Y``'s sizes from ``_shape_algebra.canonical_dim``: ``D`` and ``H``
-are numbers, ``seq`` and ``batch`` are symbols): ``Transpose`` permutes groups,
+groups of ``Y`` (``Y``'s sizes from the shape prover, ``rnn_rewrite_rules.shape``: ``D``
+and ``H`` are numbers, ``seq`` and ``batch`` are symbols): ``Transpose`` permutes groups,
 ``Squeeze`` may only drop provably unit groups, ``Unsqueeze`` inserts them, and a
 ``Reshape`` target (constant, or computed from ``Shape``) must partition the
 flattened axes into runs whose sizes equal its elements (``0`` copies, one ``-1``
@@ -33,29 +33,27 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
-from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate, node_axes, rank_of
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
 
 __all__ = ["FAMILY", "CollapseRnnGlue", "rules"]
 
 
 _GLUE_OPS = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
-_ONE = Term(1)
 _MAX_CHAIN = 8
 
 #: A group of Y's non-unit axes, flattened in order; () is a unit dimension.
 Group = tuple[int, ...]
 
 
-def _product(group: Group, sizes: list[Term]) -> Term:
-    result = _ONE
-    for axis in group:
-        result = result * sizes[axis]
-    return result
+def _product(group: Group, sizes: list[Dim]) -> Dim:
+    return product(sizes[axis] for axis in group)
 
 
-def _step(node: ir.Node, groups: list[Group], sizes: list[Term]) -> list[Group] | str:
+def _step(
+    node: ir.Node, groups: list[Group], sizes: list[Dim], prover: ShapeProver
+) -> list[Group] | str:
     """The groups after ``node``, or why its effect cannot be proven."""
     op_type = node.op_type
     if op_type == "Identity":
@@ -67,35 +65,41 @@ def _step(node: ir.Node, groups: list[Group], sizes: list[Term]) -> list[Group] 
             return "Transpose perm does not match the rank"
         return [groups[p] for p in perm]
     if op_type in ("Squeeze", "Unsqueeze"):
-        axes = node_axes(node, 1)
+        axes = _axes(node, prover)
         if axes is None:
             return f"{op_type} axes are not constant"
         if op_type == "Squeeze":
-            axes = [a + len(groups) if a < 0 else a for a in axes]
-            if any(not 0 <= a < len(groups) or groups[a] for a in axes):
+            squeezed = normalize_axes(axes, len(groups))
+            if squeezed is None or any(groups[a] for a in squeezed):
                 return "Squeeze of an axis that is not provably 1"
-            return [g for i, g in enumerate(groups) if i not in axes]
-        rank = len(groups) + len(axes)
-        axes = sorted(a + rank if a < 0 else a for a in axes)
+            return [g for i, g in enumerate(groups) if i not in squeezed]
+        inserted = normalize_axes(axes, len(groups) + len(axes))
+        if inserted is None:
+            return "Unsqueeze axes out of range or repeated"
         result = list(groups)
-        for a in axes:
+        for a in sorted(inserted):
             result.insert(a, ())
         return result
     # Reshape
-    terms = evaluate(node.inputs[1]) if len(node.inputs) > 1 else None
-    if terms is None:
+    terms = prover.vector(node.inputs[1]) if len(node.inputs) > 1 else None
+    if terms is None or None in terms:
         return "Reshape target is not a provable shape computation"
     allowzero = node.attributes.get_int("allowzero", 0)
-    wanted: list[Term | None] = []
+    wanted: list[Dim | None] = []
     for i, term in enumerate(terms):
-        if term.is_constant and term.coef == 0:
+        assert term is not None
+        if term.value == 0:
             if allowzero or i >= len(groups):
                 return "Reshape target has a 0 that does not copy an axis"
             term = _product(groups[i], sizes)
-        elif term.is_constant and term.coef < 0:
-            if term.coef != -1 or None in wanted:
+        elif term.value is not None and term.value < 0:
+            if term.value != -1 or None in wanted:
                 return "Reshape target has a negative element other than one -1"
             term = None
+        elif term.value is None and not allowzero and not term.positive:
+            copy = _product(groups[i], sizes) if i < len(groups) else None
+            if term != copy:  # a computed 0 copies the input's axis instead
+                return "Reshape target has a computed element that may be 0 and copy an axis"
         wanted.append(term)
     flat = [a for g in groups for a in g]
     unknown = wanted.index(None) if None in wanted else len(wanted)
@@ -113,13 +117,21 @@ def _step(node: ir.Node, groups: list[Group], sizes: list[Term]) -> list[Group] 
     return [*left, middle, *right]
 
 
-def _consume(flat: list[int], wanted: list[Term], sizes: list[Term]) -> list[Group] | str:
+def _axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
+    """Squeeze/Unsqueeze axes: the ``axes`` attribute (opset < 13) or the constant input."""
+    attr = node.attributes.get("axes")
+    if attr is not None:
+        return list(attr.as_ints())
+    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
+
+
+def _consume(flat: list[int], wanted: list[Dim], sizes: list[Dim]) -> list[Group] | str:
     """Split a prefix of ``flat`` into runs of the wanted sizes."""
     groups: list[Group] = []
     position = 0
     for want in wanted:
         run: list[int] = []
-        size = _ONE
+        size = ONE
         while size != want:
             if position >= len(flat) or want.divide(size) is None:
                 return "Reshape target element is not a product of the input's axes (frozen?)"
@@ -145,9 +157,7 @@ def _removal(longer: list[Group], shorter: list[Group]) -> list[int] | None:
     return removed if j == len(shorter) else None
 
 
-def _one_op(
-    base: list[Group], goal: list[Group], sizes: list[Term]
-) -> tuple[str, list[int]] | None:
+def _one_op(base: list[Group], goal: list[Group], sizes: list[Dim]) -> tuple[str, list[int]] | None:
     """One Squeeze / Unsqueeze / constant Reshape from ``base`` to ``goal`` (same flat order)."""
     if base == goal:
         return ("", [])
@@ -162,22 +172,31 @@ def _one_op(
         size = _product(group, sizes)
         if group and i < len(base) and base[i] == group:
             target.append(0)  # copy: keeps a dynamic axis dynamic
-        elif size.is_constant:
-            target.append(size.coef)
+        elif size.value is not None:
+            target.append(size.value)
         elif -1 not in target:
             target.append(-1)
         else:
+            return None
+    if -1 in target:
+        # -1 next to a zero-sized element fails at run time: only when the others are > 0
+        others = [
+            _product(base[i], sizes) if v == 0 else Dim.const(v)
+            for i, v in enumerate(target)
+            if v != -1
+        ]
+        if not product(others).positive:
             return None
     return ("Reshape", target)
 
 
 def _realize(
-    sizes: list[Term], goal: list[Group]
+    sizes: list[Dim], goal: list[Group]
 ) -> tuple[list[int] | None, tuple[str, list[int]]] | None:
     """The cheapest (perm or None, second op) computing ``goal`` from ``Y``."""
     rank = len(sizes)
-    units = [a for a in range(rank) if sizes[a] == _ONE]
-    base = [() if sizes[a] == _ONE else (a,) for a in range(rank)]
+    units = [a for a in range(rank) if sizes[a] == ONE]
+    base = [() if sizes[a] == ONE else (a,) for a in range(rank)]
     order = [a for g in goal for a in g]
     if order == [a for a in range(rank) if a not in units]:
         second = _one_op(base, goal, sizes)
@@ -197,7 +216,7 @@ def _realize(
     for perm in candidates:
         if sorted(perm) != list(range(rank)) or perm == list(range(rank)):
             continue
-        transposed = [() if sizes[a] == _ONE else (a,) for a in perm]
+        transposed = [() if sizes[a] == ONE else (a,) for a in perm]
         second = _one_op(transposed, goal, sizes)
         if second is not None and (best is None or _cost(None, second) < _cost(None, best[1])):
             best = (perm, second)
@@ -220,6 +239,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
 
     def check(self, context, x: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
+        prover = ShapeProver()
         root = context.root
         out = root.outputs[0]
         readers = out.uses()
@@ -231,7 +251,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         value = x
         while True:
             producer = value.producer()
-            if producer is not None and not isinstance(rnn_facts(producer), str):
+            if producer is not None and not isinstance(rnn_facts(producer, prover), str):
                 break
             if (
                 producer is None
@@ -245,23 +265,25 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             chain.insert(0, producer)
             value = producer.inputs[0]
         y = value
-        facts = rnn_facts(y.producer())
+        facts = rnn_facts(y.producer(), prover)
         if not isinstance(facts, str):
             rank = 4 if y is facts.node.outputs[0] else 3
         else:  # not after an RNN: only a chain feeding an RNN's X (its input glue)
             feeds_rnn = readers and all(
-                use.idx == 0 and not isinstance(rnn_facts(use.node), str) for use in readers
+                use.idx == 0 and not isinstance(rnn_facts(use.node, prover), str) for use in readers
             )
             if not feeds_rnn or out.is_graph_output():
                 return check_result.fail("chain neither starts at an RNN output nor feeds X", y)
-            rank = rank_of(y)
+            rank = prover.rank(y)
             if rank is None:
                 return check_result.fail("rank of the chain's input is unknown", y)
-        sizes = [canonical_dim(y, axis) for axis in range(rank)]
-        groups: list[Group] = [() if sizes[a] == _ONE else (a,) for a in range(rank)]
+        dims = prover.dims(y)
+        assert dims is not None and len(dims) == rank
+        sizes = list(dims)
+        groups: list[Group] = [() if sizes[a] == ONE else (a,) for a in range(rank)]
         old_cost = 0
         for node in chain:
-            result = _step(node, groups, sizes)
+            result = _step(node, groups, sizes, prover)
             if isinstance(result, str):
                 return check_result.fail(result, node)
             groups = result

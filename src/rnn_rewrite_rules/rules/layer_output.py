@@ -6,9 +6,10 @@ of an ``LSTM``/``GRU``/``RNN`` (layout 0, so ``Y: [seq, D, batch, H]``). torchli
 tools leave ``Shape(start, end)``, ``Gather`` on ``Shape(Y)`` (ORT's offline optimizer)
 or a constant with ``0`` / ``-1``.
 
-Condition: ``target`` evaluates symbolically (see ``_shape_algebra``) to exactly
-``[seq, batch, D*H]`` with ``D`` from the direction attribute and ``H`` from
-``hidden_size`` (or R's static shape), honouring ``allowzero``. A target that fixes
+Condition: the shape prover (``rnn_rewrite_rules.shape``) proves that ``Reshape`` by
+``target`` gives exactly ``[seq, batch, D*H]`` at every size, zero included, with ``D``
+from the direction attribute and ``H`` from ``hidden_size`` (or R's proven size),
+honouring ``0`` (copy), ``-1`` and ``allowzero``. A target that fixes
 the sequence or batch axis to a number (an export specialised to one size) is not
 equivalent for other sizes and is left alone.
 
@@ -23,43 +24,32 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import opset_version, rnn_facts
-from rnn_rewrite_rules._shape_algebra import Term, canonical_dim, evaluate
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
 __all__ = ["FAMILY", "RnnOutputToSequence", "rules"]
-
 
 _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
 
-def _resolve_target(
-    terms: tuple[Term, ...], input_dims: list[Term], expected: list[Term], allowzero: int
+def _target_reason(
+    target: tuple[Dim | None, ...], input_dims: tuple[Dim, ...], allowzero: int
 ) -> str | None:
-    """Compare a target with ``expected`` under Reshape's 0 (copy) and -1 (infer) rules.
-
-    Returns None when they provably agree, else the reason they may not.
-    """
-    resolved: list[Term | None] = []
-    for i, term in enumerate(terms):
-        if term.is_constant and term.coef == 0 and not allowzero:
-            term = input_dims[i]
-        resolved.append(None if term.is_constant and term.coef == -1 else term)
-    for axis, (got, want) in enumerate(zip(resolved, expected, strict=True)):
-        if got is not None and got != want:
-            what = f"the constant {got.coef}" if got.is_constant else "another dimension"
-            return f"target's {_AXIS_NAMES[axis]} element is {what}, not the input's"
-    unknown = [i for i, t in enumerate(resolved) if t is None]
-    if len(unknown) > 1:
-        return "target has more than one -1"
-    if unknown:
-        known, total = Term(1), Term(1)
-        for t in resolved:
-            known = known if t is None else known * t
-        for t in input_dims:
-            total = total * t
-        if total.divide(known) != expected[unknown[0]]:
+    """None when ``Reshape`` of ``input_dims`` by ``target`` is ``[seq, batch, D*H]``."""
+    expected = (input_dims[0], input_dims[1], input_dims[2] * input_dims[3])
+    out = reshape(input_dims, target, allowzero)
+    if isinstance(out, str):
+        return f"reshape target: {out}"
+    for axis, (got, want, element) in enumerate(zip(out, expected, target, strict=True)):
+        if got == want:
+            continue
+        if element is None:
+            return f"target's {_AXIS_NAMES[axis]} element is not a provable shape computation"
+        if element.value == -1:
             return "cannot prove what the -1 in the target infers"
+        what = f"the constant {element.value}" if element.is_const else "another dimension"
+        return f"target's {_AXIS_NAMES[axis]} element is {what}, not the input's"
     return None
 
 
@@ -77,22 +67,23 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         self, context, y: ir.Value, transposed: ir.Value, target: ir.Value, **_
     ) -> MatchResult:
         check_result = MatchResult()
-        facts = rnn_facts(y.producer())
+        prover = ShapeProver()
+        facts = rnn_facts(y.producer(), prover)
         if isinstance(facts, str):
             return check_result.fail(facts, y)
         if y is not facts.node.outputs[0]:
             return check_result.fail("transposed value is not the RNN's Y output", y)
         if facts.layout != 0:
             return check_result.fail("layout=1 RNN: Y is [batch, seq, D, H]", facts.node)
-        terms = evaluate(target)
-        if terms is None:
+        elements = prover.vector(target)
+        if elements is None:
             return check_result.fail("reshape target is not a provable shape computation", target)
-        if len(terms) != 3:
-            return check_result.fail(f"reshape target has {len(terms)} elements, not 3", target)
-        input_dims = [canonical_dim(transposed, axis) for axis in range(4)]
-        expected = [input_dims[0], input_dims[1], input_dims[2] * input_dims[3]]
+        if len(elements) != 3:
+            return check_result.fail(f"reshape target has {len(elements)} elements, not 3", target)
+        input_dims = prover.dims(transposed)
+        assert input_dims is not None  # Transpose of a proven RNN output
         allowzero = context.root.attributes.get_int("allowzero", 0)
-        reason = _resolve_target(terms, input_dims, expected, allowzero)
+        reason = _target_reason(elements, input_dims, allowzero)
         if reason is not None:
             return check_result.fail(reason, target)
         if facts.num_directions == 2 and self._is_minimal(target, 2 * facts.hidden_size):

@@ -1,0 +1,34 @@
+"""The shape prover every rule family and ``--check`` share.
+
+* :mod:`.dim`: :class:`Dim`, an exact polynomial over unknown sizes (:class:`Sym`).
+* :mod:`.semantics`: ONNX's Reshape, broadcasting and Slice rules on such sizes.
+* :mod:`.ops`: one transfer function per op (the only place an op's shape semantics live).
+* :mod:`.prover`: :class:`ShapeProver`, which evaluates a value's :class:`Fact` (its
+  sizes, and the content of small int tensors) from the graph alone.
+* :mod:`.values`: facts about what a tensor holds (all zeros, finite).
+
+Usage in a rule's check::
+
+    prover = ShapeProver()
+    dims = prover.dims(value)          # tuple[Dim, ...] or None (rank unknown)
+    target = prover.vector(shape_arg)  # the elements of a Reshape target, or None
+"""
+
+from rnn_rewrite_rules.shape.dim import ONE, ZERO, Dim, Sym, product
+from rnn_rewrite_rules.shape.fact import Fact
+from rnn_rewrite_rules.shape.prover import ShapeProver
+from rnn_rewrite_rules.shape.semantics import broadcast, normalize_axes, reshape, slice_length
+
+__all__ = [
+    "ONE",
+    "ZERO",
+    "Dim",
+    "Fact",
+    "ShapeProver",
+    "Sym",
+    "broadcast",
+    "normalize_axes",
+    "product",
+    "reshape",
+    "slice_length",
+]

@@ -1,0 +1,45 @@
+"""What the prover knows about one value: its sizes, and the content of small int tensors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rnn_rewrite_rules.shape.dim import Dim
+
+__all__ = ["MAX_ELEMENTS", "UNKNOWN", "Fact"]
+
+#: Content is tracked for int/bool tensors of rank <= 1 with at most this many elements.
+MAX_ELEMENTS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """``dims``: one size per axis (None: the rank is unknown; a None size: unknown).
+
+    ``elements``: for a rank-0 or rank-1 integer (or bool, as 0/1) tensor, the value of
+    each element as a symbolic size (None where unknown); None when not tracked.
+    """
+
+    dims: tuple[Dim | None, ...] | None = None
+    elements: tuple[Dim | None, ...] | None = None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.dims is None else len(self.dims)
+
+    @staticmethod
+    def vector(elements: tuple[Dim | None, ...]) -> Fact:
+        return Fact((Dim.const(len(elements)),), elements)
+
+    @staticmethod
+    def scalar(element: Dim | None) -> Fact:
+        return Fact((), (element,))
+
+    def ints(self) -> list[int] | None:
+        """The elements as Python ints when all are constants."""
+        if self.elements is None or any(e is None or e.value is None for e in self.elements):
+            return None
+        return [e.value for e in self.elements]  # type: ignore[union-attr,misc]
+
+
+UNKNOWN = Fact()

@@ -1,0 +1,542 @@
+"""One transfer function per ONNX op: the output facts from the input facts.
+
+A transfer function receives the node and one :class:`Fact` per input (None for an
+absent optional input) and returns the facts of its outputs (fewer: the rest are
+unknown). A size it cannot prove is None; the prover then names it by the output axis
+itself, so a value's unknown size is still the same size everywhere it is read. Only
+op semantics are used: never a value_info or a declared output shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules.shape import semantics
+from rnn_rewrite_rules.shape.dim import ONE, Dim, product
+from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
+
+__all__ = ["TRANSFER", "rnn_output_facts", "rnn_sizes"]
+
+Inputs = Sequence[Fact | None]
+Transfer = Callable[[ir.Node, Inputs], list[Fact]]
+
+TRANSFER: dict[tuple[str, str], Transfer] = {}
+
+_INT_TYPES = frozenset(
+    {
+        ir.DataType.INT64,
+        ir.DataType.INT32,
+        ir.DataType.INT16,
+        ir.DataType.INT8,
+        ir.DataType.UINT64,
+        ir.DataType.UINT32,
+        ir.DataType.UINT16,
+        ir.DataType.UINT8,
+    }
+)
+
+
+def _register(*op_types: str, domain: str = "") -> Callable[[Transfer], Transfer]:
+    def decorate(function: Transfer) -> Transfer:
+        for op_type in op_types:
+            TRANSFER[(domain, op_type)] = function
+        return function
+
+    return decorate
+
+
+def _fact(ins: Inputs, index: int) -> Fact:
+    fact = ins[index] if index < len(ins) else None
+    return UNKNOWN if fact is None else fact
+
+
+def _present(ins: Inputs, index: int) -> bool:
+    return index < len(ins) and ins[index] is not None
+
+
+def _ints(node: ir.Node, name: str, ins: Inputs, index: int) -> list[int] | None:
+    """An int list from attribute ``name`` or, when absent, constant input ``index``."""
+    attr = node.attributes.get(name)
+    if attr is not None:
+        return list(attr.as_ints())
+    return _fact(ins, index).ints() if _present(ins, index) else None
+
+
+def _same(fact: Fact) -> Fact:
+    return Fact(fact.dims)
+
+
+# ---------------------------------------------------------------- data movement
+
+
+@_register(
+    "Identity", "Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Exp", "Log", "Sqrt", "Erf",
+    "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus", "Softsign",
+    "Elu", "Selu", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu", "Clip", "Softmax",
+    "LogSoftmax", "IsNaN", "IsInf",
+)  # fmt: skip
+def _elementwise_unary(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if node.op_type == "Identity":
+        return [data]
+    if node.op_type == "Neg" and data.elements is not None:
+        return [Fact(data.dims, tuple(None if e is None else -e for e in data.elements))]
+    return [_same(data)]
+
+
+@_register("Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization")
+def _first_output_same(node: ir.Node, ins: Inputs) -> list[Fact]:
+    return [_same(_fact(ins, 0))]
+
+
+@_register("Cast", "CastLike")
+def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if node.op_type == "Cast":
+        to = ir.DataType(node.attributes.get_int("to", 0))
+        if to in _INT_TYPES:
+            return [data]  # sizes and shape elements are small non-negative ints
+    return [_same(data)]
+
+
+@_register("DequantizeLinear", "QuantizeLinear")
+def _quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
+    return [_same(_fact(ins, 0))]
+
+
+@_register("DynamicQuantizeLinear")
+def _dynamic_quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
+    return [_same(_fact(ins, 0)), Fact(()), Fact(())]
+
+
+@_register("Transpose")
+def _transpose(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if data.dims is None:
+        return [UNKNOWN]
+    rank = len(data.dims)
+    attr = node.attributes.get("perm")
+    perm = list(attr.as_ints()) if attr is not None else list(reversed(range(rank)))
+    if sorted(perm) != list(range(rank)):
+        return [UNKNOWN]
+    elements = data.elements if rank == 1 else None
+    return [Fact(tuple(data.dims[p] for p in perm), elements)]
+
+
+@_register("Reshape")
+def _reshape(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data, target = _fact(ins, 0), _fact(ins, 1)
+    if node.op_type == "Reshape" and not _present(ins, 1):  # Reshape-1: shape attribute
+        shape = node.attributes.get("shape")
+        target = UNKNOWN if shape is None else Fact.vector(tuple(map(Dim.const, shape.as_ints())))
+    if target.elements is None:
+        rank = target.dims[0].value if target.dims and target.dims[0] else None
+        return [Fact((None,) * rank) if rank is not None else UNKNOWN]
+    if data.dims is None:
+        return [Fact((None,) * len(target.elements))]
+    out = semantics.reshape(data.dims, target.elements, node.attributes.get_int("allowzero", 0))
+    if isinstance(out, str):
+        return [UNKNOWN]
+    elements = data.elements if data.elements is not None and len(out) <= 1 else None
+    return [Fact(out, elements)]
+
+
+@_register("Flatten")
+def _flatten(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if data.dims is None or None in data.dims:
+        return [Fact((None, None))]
+    axis = node.attributes.get_int("axis", 1)
+    axis += len(data.dims) if axis < 0 else 0
+    if not 0 <= axis <= len(data.dims):
+        return [UNKNOWN]
+    return [Fact((product(data.dims[:axis]), product(data.dims[axis:])))]  # type: ignore[arg-type]
+
+
+@_register("Squeeze", "Unsqueeze")
+def _squeeze(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    axes = _ints(node, "axes", ins, 1)
+    if data.dims is None:
+        return [UNKNOWN]
+    dims = list(data.dims)
+    elements = data.elements
+    if node.op_type == "Unsqueeze":
+        if axes is None:
+            return [UNKNOWN]
+        norm = semantics.normalize_axes(axes, len(dims) + len(axes))
+        if norm is None:
+            return [UNKNOWN]
+        for a in sorted(norm):
+            dims.insert(a, ONE)
+        return [Fact(tuple(dims), elements if len(dims) <= 1 else None)]
+    if axes is None:  # every axis of size 1: only when each size is known
+        if any(d is None or d.value is None for d in dims):
+            return [UNKNOWN]
+        axes = [i for i, d in enumerate(dims) if d == ONE]
+    norm = semantics.normalize_axes(axes, len(dims))
+    if norm is None or any(dims[a] not in (ONE, None) for a in norm):
+        return [UNKNOWN]  # squeezing a size that is not 1 fails at run time
+    out = tuple(d for i, d in enumerate(dims) if i not in norm)
+    return [Fact(out, elements if len(out) <= 1 else None)]
+
+
+@_register("Concat")
+def _concat(node: ir.Node, ins: Inputs) -> list[Fact]:
+    parts = [_fact(ins, i) for i in range(len(ins))]
+    ranks = {p.rank for p in parts if p.rank is not None}
+    if len(ranks) != 1:
+        return [UNKNOWN]
+    (rank,) = ranks
+    axis = node.attributes.get_int("axis", 0)
+    axis += rank if axis < 0 else 0
+    if not 0 <= axis < rank:
+        return [UNKNOWN]
+    dims: list[Dim | None] = []
+    for i in range(rank):
+        sizes = [p.dims[i] if p.dims is not None else None for p in parts]
+        if i == axis:
+            dims.append(None if None in sizes else sum(sizes, Dim()))  # type: ignore[arg-type]
+        else:  # the runtime requires them equal: any known one is the size
+            known = [d for d in sizes if d is not None]
+            const = [d for d in known if d.is_const]
+            dims.append(const[0] if const else known[0] if known else None)
+    elements = None
+    if rank == 1 and all(p.elements is not None for p in parts):
+        elements = tuple(e for p in parts for e in p.elements)  # type: ignore[union-attr]
+    return [Fact(tuple(dims), elements)]
+
+
+@_register("Slice")
+def _slice(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if data.dims is None:
+        return [UNKNOWN]
+    if len(node.inputs) <= 1:  # Slice-1: attributes
+        starts, ends = _ints(node, "starts", [], 0), _ints(node, "ends", [], 0)
+        axes = _ints(node, "axes", [], 0)
+        steps = None if starts is None else [1] * len(starts)
+    else:
+        starts, ends = _fact(ins, 1).ints(), _fact(ins, 2).ints()
+        axes = _fact(ins, 3).ints() if _present(ins, 3) else None
+        steps = _fact(ins, 4).ints() if _present(ins, 4) else None
+        if steps is None and not _present(ins, 4) and starts is not None:
+            steps = [1] * len(starts)
+    if starts is None or ends is None or steps is None:
+        return [Fact((None,) * len(data.dims))]
+    axes = list(range(len(starts))) if axes is None else axes
+    norm = semantics.normalize_axes(axes, len(data.dims))
+    if norm is None or not len(starts) == len(ends) == len(norm) == len(steps) or 0 in steps:
+        return [UNKNOWN]
+    dims = list(data.dims)
+    for start, end, axis, step in zip(starts, ends, norm, steps, strict=True):
+        size = dims[axis]
+        dims[axis] = None if size is None else semantics.slice_length(size, start, end, step)
+    elements = None
+    if data.elements is not None and len(dims) == 1:
+        n = len(data.elements)
+        picks = semantics.slice_indices(n, starts[0], ends[0], steps[0])
+        elements = tuple(data.elements[i] for i in picks)
+    return [Fact(tuple(dims), elements)]
+
+
+@_register("Gather")
+def _gather(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data, indices = _fact(ins, 0), _fact(ins, 1)
+    if data.dims is None or indices.dims is None:
+        return [UNKNOWN]
+    axis = node.attributes.get_int("axis", 0)
+    axis += len(data.dims) if axis < 0 else 0
+    if not 0 <= axis < len(data.dims):
+        return [UNKNOWN]
+    dims = data.dims[:axis] + indices.dims + data.dims[axis + 1 :]
+    elements = None
+    picks = indices.ints()
+    if data.elements is not None and len(data.dims) == 1 and picks is not None:
+        n = len(data.elements)
+        if all(-n <= i < n for i in picks):
+            elements = tuple(data.elements[i] for i in picks)
+    return [Fact(dims, elements)]
+
+
+@_register("Shape")
+def _shape(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if data.dims is None:
+        return [Fact((None,))]
+    rank = len(data.dims)
+    start = node.attributes.get_int("start", 0)
+    end = node.attributes.get_int("end", rank)
+    start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
+    return [Fact.vector(data.dims[start:end])]
+
+
+@_register("Size")
+def _size(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    if data.dims is None or None in data.dims:
+        return [Fact.scalar(None)]
+    return [Fact.scalar(product(data.dims))]  # type: ignore[arg-type]
+
+
+@_register("ConstantOfShape")
+def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
+    shape = _fact(ins, 0)
+    if shape.elements is None:
+        n = shape.dims[0].value if shape.dims and shape.dims[0] is not None else None
+        return [Fact((None,) * n) if n is not None else UNKNOWN]
+    dims = tuple(e if e is not None and e.nonnegative else None for e in shape.elements)
+    attr = node.attributes.get("value")
+    fill = 0.0 if attr is None else attr.as_tensor().numpy().reshape(-1)[0].item()
+    elements = None
+    if len(dims) <= 1 and float(fill).is_integer():
+        count = dims[0].value if dims else 1
+        if count is not None and count <= MAX_ELEMENTS:
+            elements = (Dim.const(int(fill)),) * count
+    return [Fact(dims, elements)]
+
+
+@_register("Expand")
+def _expand(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data, shape = _fact(ins, 0), _fact(ins, 1)
+    if shape.elements is None or data.dims is None:
+        return [UNKNOWN]
+    if None in data.dims or any(e is None or not e.nonnegative for e in shape.elements):
+        rank = max(len(data.dims), len(shape.elements))
+        return [Fact((None,) * rank)]
+    return [Fact(semantics.broadcast(data.dims, shape.elements))]  # type: ignore[arg-type]
+
+
+@_register("Tile")
+def _tile(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data, repeats = _fact(ins, 0), _fact(ins, 1)
+    if data.dims is None or repeats.elements is None:
+        return [UNKNOWN if data.dims is None else Fact((None,) * len(data.dims))]
+    if len(repeats.elements) != len(data.dims):
+        return [UNKNOWN]
+    dims = tuple(
+        None if d is None or r is None or not r.nonnegative else d * r
+        for d, r in zip(data.dims, repeats.elements, strict=True)
+    )
+    return [Fact(dims)]
+
+
+@_register("Split")
+def _split(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    count = len(node.outputs)
+    if data.dims is None:
+        return [UNKNOWN] * count
+    axis = node.attributes.get_int("axis", 0)
+    axis += len(data.dims) if axis < 0 else 0
+    if not 0 <= axis < len(data.dims):
+        return [UNKNOWN] * count
+    sizes_int = _ints(node, "split", ins, 1)
+    size = data.dims[axis]
+    if sizes_int is not None:
+        sizes: list[Dim | None] = [Dim.const(s) for s in sizes_int]
+    elif "num_outputs" in node.attributes:  # opset 18: ceil division, last one smaller
+        n = None if size is None else size.value
+        chunk = None if n is None else -(-n // count)
+        sizes = [None] * count if chunk is None else [Dim.const(chunk)] * (count - 1)
+        if chunk is not None:
+            sizes.append(Dim.const(n - chunk * (count - 1)))  # type: ignore[operator]
+    else:
+        part = None if size is None else size.divide(count)
+        sizes = [part] * count
+    facts = []
+    for s in sizes:
+        dims = list(data.dims)
+        dims[axis] = s
+        facts.append(Fact(tuple(dims)))
+    return facts
+
+
+# ---------------------------------------------------------------- arithmetic
+
+
+def _element_op(name: str, a: Dim, b: Dim) -> Dim | None:
+    if name == "Add":
+        return a + b
+    if name == "Sub":
+        return a - b
+    if name == "Mul":
+        return a * b
+    if name == "Div":
+        if a.value is not None and b.value is not None:
+            if b.value == 0 or a.value < 0 or b.value < 0:
+                return None
+            return Dim.const(a.value // b.value)  # non-negative: truncation == floor
+        return a.divide(b)
+    if name in ("Max", "Min") and a.value is not None and b.value is not None:
+        return Dim.const(max(a.value, b.value) if name == "Max" else min(a.value, b.value))
+    if name == "Equal":
+        if a == b:
+            return ONE
+        if a.value is not None and b.value is not None:
+            return Dim()
+        return None
+    if name in ("And", "Or") and a.value in (0, 1) and b.value in (0, 1):
+        return Dim.const(a.value & b.value if name == "And" else a.value | b.value)  # type: ignore[operator]
+    return None
+
+
+def _broadcast_elements(name: str, parts: list[Fact]) -> tuple[Dim | None, ...] | None:
+    if any(p.elements is None for p in parts):
+        return None
+    lengths = {len(p.elements) for p in parts if len(p.elements) != 1}  # type: ignore[arg-type]
+    if len(lengths) > 1:
+        return None
+    n = lengths.pop() if lengths else 1
+    columns = [p.elements * n if len(p.elements) == 1 else p.elements for p in parts]  # type: ignore[operator]
+    out: list[Dim | None] = []
+    for values in zip(*columns, strict=True):
+        result = values[0]
+        for value in values[1:]:
+            result = None if result is None or value is None else _element_op(name, result, value)
+        out.append(result)
+    return tuple(out)
+
+
+def _broadcast_dims(parts: list[Fact]) -> tuple[Dim | None, ...] | None:
+    if not parts or any(p.dims is None for p in parts):
+        return None
+    if any(None in p.dims for p in parts):  # type: ignore[operator]
+        return (None,) * max(len(p.dims) for p in parts)  # type: ignore[arg-type]
+    return semantics.broadcast(*[p.dims for p in parts])  # type: ignore[misc]
+
+
+@_register(
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "PRelu", "BitShift", "Sum", "Mean",
+)  # fmt: skip
+def _elementwise(node: ir.Node, ins: Inputs) -> list[Fact]:
+    parts = [_fact(ins, i) for i in range(len(ins))]
+    dims = _broadcast_dims(parts)
+    if dims is None:
+        return [UNKNOWN]
+    elements = _broadcast_elements(node.op_type, parts) if len(dims) <= 1 else None
+    return [Fact(dims, elements)]
+
+
+@_register("Not")
+def _not(node: ir.Node, ins: Inputs) -> list[Fact]:
+    data = _fact(ins, 0)
+    elements = None
+    if data.elements is not None:
+        elements = tuple(
+            None if e is None or e.value not in (0, 1) else Dim.const(1 - e.value)  # type: ignore[operator]
+            for e in data.elements
+        )
+    return [Fact(data.dims, elements)]
+
+
+@_register("Where")
+def _where(node: ir.Node, ins: Inputs) -> list[Fact]:
+    cond, a, b = (_fact(ins, i) for i in range(3))
+    dims = _broadcast_dims([cond, a, b])
+    if dims is None:
+        return [UNKNOWN]
+    picks = cond.ints()
+    if picks and len(set(picks)) == 1:  # the same branch everywhere
+        chosen = a if picks[0] else b
+        if chosen.elements is not None and chosen.dims == dims:
+            return [Fact(dims, chosen.elements)]
+    return [Fact(dims)]
+
+
+@_register("MatMul", "MatMulInteger")
+def _matmul(node: ir.Node, ins: Inputs) -> list[Fact]:
+    a, b = _fact(ins, 0), _fact(ins, 1)
+    if a.dims is None or b.dims is None or not a.dims or not b.dims:
+        return [UNKNOWN]
+    a_dims, b_dims = list(a.dims), list(b.dims)
+    a_vector, b_vector = len(a_dims) == 1, len(b_dims) == 1
+    if a_vector:
+        a_dims.insert(0, ONE)
+    if b_vector:
+        b_dims.append(ONE)
+    batch_a, batch_b = a_dims[:-2], b_dims[:-2]
+    if None in batch_a or None in batch_b:
+        batch = (None,) * max(len(batch_a), len(batch_b))
+    else:
+        batch = semantics.broadcast(batch_a, batch_b)  # type: ignore[arg-type]
+    dims = [*batch, a_dims[-2], b_dims[-1]]
+    if b_vector:
+        dims.pop()
+    if a_vector:
+        dims.pop(-2 if not b_vector else -1)
+    return [Fact(tuple(dims))]
+
+
+@_register("Gemm")
+def _gemm(node: ir.Node, ins: Inputs) -> list[Fact]:
+    a, b = _fact(ins, 0), _fact(ins, 1)
+    if a.rank != 2 or b.rank != 2:
+        return [Fact((None, None))]
+    m = a.dims[1 if node.attributes.get_int("transA", 0) else 0]  # type: ignore[index]
+    n = b.dims[0 if node.attributes.get_int("transB", 0) else 1]  # type: ignore[index]
+    return [Fact((m, n))]
+
+
+# ---------------------------------------------------------------- recurrent ops
+
+
+def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | str:
+    """``(num_directions, hidden_size, layout)`` of an RNN node, or why they are unknown.
+
+    From the ``direction``, ``hidden_size`` and ``layout`` attributes and the proven
+    sizes of ``W`` and ``R`` (``[D, G*H, I]``, ``[D, G*H, H]``; transposed for
+    ``DynamicQuantizeLSTM``), which must agree with them.
+    """
+    direction_attr = node.attributes.get("direction")
+    direction = direction_attr.as_string() if direction_attr is not None else "forward"
+    if direction not in DIRECTIONS:
+        return f"unknown direction {direction!r}"
+    directions = DIRECTIONS[direction]
+    layout = node.attributes.get_int("layout", 0)
+    w, r = _fact(ins, 1), _fact(ins, 2)
+    for weight in (w, r):
+        found = weight.dims[0].value if weight.rank == 3 and weight.dims[0] else None  # type: ignore[index]
+        if found is not None and found != directions:
+            return f"direction {direction!r} disagrees with a weight of {found} directions"
+    hidden_attr = node.attributes.get("hidden_size")
+    hidden = hidden_attr.as_int() if hidden_attr is not None else None
+    r_axis = 2 if node.domain == "" else 1
+    r_hidden = r.dims[r_axis].value if r.rank == 3 and r.dims[r_axis] is not None else None  # type: ignore[index]
+    if hidden is None:
+        hidden = r_hidden
+    elif r_hidden is not None and r_hidden != hidden:
+        return f"hidden_size={hidden} disagrees with R's hidden size {r_hidden}"
+    if hidden is None or hidden <= 0:
+        return "hidden_size is not static (no attribute, and R's size is not proven)"
+    return directions, hidden, layout
+
+
+def rnn_output_facts(node: ir.Node, ins: Inputs) -> list[Fact]:
+    """``Y``, ``Y_h``, ``Y_c``: ``[seq, D, batch, H]``, ``[D, batch, H]`` (layout 0) or
+    ``[batch, seq, D, H]``, ``[batch, D, H]`` (layout 1), seq and batch read from X."""
+    sizes = rnn_sizes(node, ins)
+    x_value = node.inputs[0] if node.inputs else None
+    if isinstance(sizes, str) or x_value is None:
+        return []
+    x = _fact(ins, 0)
+    if x.rank is None:  # the op requires X of rank 3: name its sizes by X's axes
+        x = Fact((Dim.sym(x_value, 0), Dim.sym(x_value, 1), Dim.sym(x_value, 2)))
+    if x.rank != 3:
+        return []
+    directions, hidden, layout = sizes
+    d, h = Dim.const(directions), Dim.const(hidden)
+    a0, a1 = x.dims[0], x.dims[1]  # type: ignore[index]
+    if layout == 0:
+        y, state = Fact((a0, d, a1, h)), Fact((d, a1, h))
+    else:
+        y, state = Fact((a0, a1, d, h)), Fact((a0, d, h))
+    return [y, state, state]
+
+
+for _domain, _op_type in RNN_OPS:
+    TRANSFER[(_domain, _op_type)] = rnn_output_facts

@@ -1,0 +1,184 @@
+"""The shape prover: the facts of a value, from the graph alone.
+
+Facts come only from what a runtime enforces: initializer and ``Constant`` shapes and
+contents, the declared shapes of graph inputs (ONNX Runtime rejects a feed of another
+rank or static size), attributes, and op semantics (:mod:`.ops`). value_info and the
+declared shapes of computed values are never read. A size no fact determines is the
+symbol "axis k of this value", equal only to itself; an unknown rank is None.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from rnn_rewrite_rules._rnn import const_array
+from rnn_rewrite_rules.shape.dim import Dim
+from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
+from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
+
+__all__ = ["ShapeProver"]
+
+#: Values a single query may visit before the rest is unknown (bounds the cost).
+_MAX_VISITS = 20_000
+
+
+class ShapeProver:
+    """Answers shape questions about the values of one model, memoising per instance.
+
+    Create one per rule check: the graph changes between checks.
+    """
+
+    def __init__(self) -> None:
+        self._facts: dict[ir.Value, Fact] = {}
+
+    # ------------------------------------------------------------ queries
+
+    def fact(self, value: ir.Value | None) -> Fact:
+        if value is None:
+            return UNKNOWN
+        if value not in self._facts:
+            self._compute(value)
+        return self._facts.get(value, UNKNOWN)
+
+    def dims(self, value: ir.Value | None) -> tuple[Dim, ...] | None:
+        """Every size of ``value`` (a symbol where no fact fixes one), or None: rank unknown."""
+        return self.fact(value).dims  # type: ignore[return-value]
+
+    def rank(self, value: ir.Value | None) -> int | None:
+        return self.fact(value).rank
+
+    def dim(self, value: ir.Value | None, axis: int) -> Dim | None:
+        dims = self.dims(value)
+        if dims is None or not -len(dims) <= axis < len(dims):
+            return None
+        return dims[axis]
+
+    def elements(self, value: ir.Value | None) -> tuple[Dim | None, ...] | None:
+        """The content of a rank-0/1 int tensor (a shape computation), None if untracked."""
+        return self.fact(value).elements
+
+    def vector(self, value: ir.Value | None) -> tuple[Dim | None, ...] | None:
+        """:meth:`elements` of a rank-1 tensor only (a Reshape or Expand target)."""
+        fact = self.fact(value)
+        return fact.elements if fact.rank == 1 else None
+
+    def ints(self, value: ir.Value | None) -> list[int] | None:
+        """The content of a rank-0/1 int tensor when every element is a constant."""
+        return self.fact(value).ints()
+
+    def rnn_sizes(self, node: ir.Node) -> tuple[int, int, int] | str:
+        """``(num_directions, hidden_size, layout)`` of an RNN node, or why unknown."""
+        return rnn_sizes(node, [None if v is None else self.fact(v) for v in node.inputs])
+
+    # ------------------------------------------------------------ evaluation
+
+    def _compute(self, root: ir.Value) -> None:
+        """Evaluate ``root`` and what it depends on, iteratively (chains can be long)."""
+        stack: list[tuple[ir.Value, bool]] = [(root, False)]
+        visits = 0
+        while stack:
+            value, ready = stack.pop()
+            if value in self._facts:
+                continue
+            node = value.producer()
+            if node is None:
+                self._facts[value] = self._leaf(value)
+                continue
+            deps = _dependencies(node)
+            if not ready:
+                visits += 1
+                if visits > _MAX_VISITS:
+                    self._facts[value] = UNKNOWN
+                    continue
+                stack.append((value, True))
+                stack.extend((d, False) for d in deps if d not in self._facts)
+                continue
+            self._evaluate(node)
+
+    def _evaluate(self, node: ir.Node) -> None:
+        if node.op_type == "If" and node.domain == "":
+            facts = self._if(node)
+        elif node.op_type == "Constant" and node.domain == "":
+            facts = [self._constant(node.outputs[0])]
+        else:
+            transfer = TRANSFER.get((node.domain, node.op_type))
+            ins = [None if v is None else self._facts.get(v, UNKNOWN) for v in node.inputs]
+            facts = transfer(node, ins) if transfer is not None else []
+        for index, output in enumerate(node.outputs):
+            fact = facts[index] if index < len(facts) else UNKNOWN
+            self._facts[output] = _anchor(fact, output)
+
+    def _if(self, node: ir.Node) -> list[Fact]:
+        """The branch that runs when the condition is proven, or what both branches agree on."""
+        branches = [node.attributes.get(name) for name in ("then_branch", "else_branch")]
+        if any(b is None for b in branches):
+            return []
+        then_graph, else_graph = (b.as_graph() for b in branches)  # type: ignore[union-attr]
+        cond = self._facts.get(node.inputs[0], UNKNOWN) if node.inputs else UNKNOWN
+        then_facts = [self._facts.get(v, UNKNOWN) for v in then_graph.outputs]
+        else_facts = [self._facts.get(v, UNKNOWN) for v in else_graph.outputs]
+        taken = cond.ints()
+        if taken is not None and len(taken) == 1:
+            return then_facts if taken[0] else else_facts
+        return [_agree(a, b) for a, b in zip(then_facts, else_facts, strict=False)]
+
+    def _leaf(self, value: ir.Value) -> Fact:
+        return self._declared(value) if value.is_graph_input() else self._constant(value)
+
+    @staticmethod
+    def _declared(value: ir.Value) -> Fact:
+        """A graph input's declared shape: ONNX Runtime rejects a feed of another rank or
+        static size (for a Scan/Loop body, when the body runs)."""
+        shape = value.shape
+        if shape is None:
+            return UNKNOWN
+        dims = tuple(
+            Dim.const(d) if isinstance(d, int) else Dim.sym(value, axis)
+            for axis, d in enumerate(shape.dims)
+        )
+        return Fact(dims)
+
+    @staticmethod
+    def _constant(value: ir.Value) -> Fact:
+        tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
+        if tensor is None:
+            return UNKNOWN
+        dims = tuple(Dim.const(int(d)) for d in tensor.shape.dims)
+        elements = None
+        dtype = tensor.dtype
+        if len(dims) <= 1 and (dtype.is_integer() or dtype == ir.DataType.BOOL):
+            size = int(np.prod(tensor.shape.dims)) if dims else 1
+            if size <= MAX_ELEMENTS:
+                array = const_array(value)
+                if array is not None:
+                    elements = tuple(Dim.const(int(v)) for v in np.atleast_1d(array).tolist())
+        return Fact(dims, elements)
+
+
+def _dependencies(node: ir.Node) -> list[ir.Value]:
+    deps = [v for v in node.inputs if v is not None]
+    if node.op_type == "If" and node.domain == "":
+        for name in ("then_branch", "else_branch"):
+            attr = node.attributes.get(name)
+            if attr is not None:
+                deps.extend(attr.as_graph().outputs)
+    return deps
+
+
+def _anchor(fact: Fact, value: ir.Value) -> Fact:
+    """Name every unknown size of ``value`` by its own axis."""
+    if fact.dims is None or None not in fact.dims:
+        return fact
+    dims = tuple(Dim.sym(value, i) if d is None else d for i, d in enumerate(fact.dims))
+    return Fact(dims, fact.elements)
+
+
+def _agree(a: Fact, b: Fact) -> Fact:
+    if a.rank is None or a.rank != b.rank:
+        return UNKNOWN
+    dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims, strict=True))  # type: ignore[arg-type]
+    elements = None
+    if a.elements is not None and b.elements is not None and len(a.elements) == len(b.elements):
+        elements = tuple(x if x == y else None for x, y in zip(a.elements, b.elements, strict=True))
+    return Fact(dims, elements)
