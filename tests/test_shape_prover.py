@@ -70,10 +70,8 @@ def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, ort: bool = F
     """Run the model (``onnx.reference``, or ORT); assert every proven fact; return how
     many sizes were checked."""
     try:
-        if ort:
-            results = _run_ort(model, feeds)
-        else:
-            results = ReferenceEvaluator(model).run(None, feeds)
+        run = _run_ort if ort else ReferenceEvaluator(model).run
+        results = run(model, feeds) if ort else run(None, feeds)
     except Exception:  # the runtime rejects this input: the prover promises nothing
         assume(False)
     actual = dict(zip([o.name for o in model.graph.output], results, strict=True))
