@@ -9,8 +9,8 @@
   inside, e.g. ``Reshape(Transpose(Y), [3, -1, 32])`` while the input declares ``seq``
   (torch's exporter does this silently): other sizes fail or give wrong shapes.
 
-Frozen axes are found with ONNX shape inference on a copy that has no value-info
-annotations (the exporter's annotations may already carry the frozen size).
+Frozen axes are found with the shape prover (``rnn_rewrite_rules.shape``), which never
+reads value-info annotations (the exporter's annotations may carry the frozen size).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import dataclasses
 import math
 from collections.abc import Iterable, Iterator
 
-import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import RNN_OPS, const_array
+from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
 
@@ -175,43 +175,38 @@ def _layout(rnn: ir.Node) -> Hazard | None:
     )
 
 
-Dim = int | str | None
+#: A graph input's symbolic axis: the symbol's key -> (its name, input name, axis).
+Symbols = dict[tuple[int, int], tuple[str, str, int]]
 
 
-def _dims(value_info: onnx.ValueInfoProto) -> list[Dim] | None:
-    tensor_type = value_info.type.tensor_type
-    if not tensor_type.HasField("shape"):
+def _input_symbols(model: ir.Model) -> Symbols:
+    symbols: Symbols = {}
+    names: set[str] = set()
+    for value in model.graph.inputs:
+        if value.is_initializer() or value.shape is None:
+            continue
+        for axis, dim in enumerate(value.shape):
+            name = getattr(dim, "value", None)
+            if isinstance(name, str) and name and name not in names:
+                names.add(name)
+                symbols[Dim.sym(value, axis).terms[0][0][0].key] = (name, value.name or "", axis)
+    return symbols
+
+
+def _symbol(dim: Dim, symbols: Symbols) -> str | None:
+    """The declared name when ``dim`` is exactly one symbolic axis of a graph input."""
+    if len(dim.terms) != 1 or dim.terms[0][1] != 1 or len(dim.terms[0][0]) != 1:
         return None
-    return [
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-        for d in tensor_type.shape.dim
-    ]
+    entry = symbols.get(dim.terms[0][0][0].key)
+    return None if entry is None else entry[0]
 
 
-def _infer(model: ir.Model) -> dict[str, list[Dim]]:
-    """Shapes of main-graph values from ONNX shape inference, ignoring stored annotations."""
-
-    def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
-        proto.graph.ClearField("value_info")
-        for output in proto.graph.output:
-            output.type.tensor_type.ClearField("shape")
-        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-
-    try:
-        from onnx_ir.passes.common._c_api_utils import call_onnx_api  # drops big tensors
-    except ImportError:  # pragma: no cover - a different onnx-ir
-
-        def call_onnx_api(func, model):
-            return func(ir.serde.serialize_model(model))
-
-    inferred = call_onnx_api(infer, model)
-    graph = inferred.graph
-    shapes = {}
-    for info in [*graph.input, *graph.value_info, *graph.output]:
-        dims = _dims(info)
-        if dims is not None:
-            shapes[info.name] = dims
-    return shapes
+def _declared(names: Iterable[str], symbols: Symbols) -> str:
+    by_name = {name: (source, axis) for name, source, axis in symbols.values()}
+    return "; ".join(
+        f"{name!r} is axis {by_name[name][1]} of input {by_name[name][0]!r}"
+        for name in dict.fromkeys(names)
+    )
 
 
 def _after_rnn(value: ir.Value, hops: int = 6) -> ir.Node | None:
@@ -227,26 +222,24 @@ def _after_rnn(value: ir.Value, hops: int = 6) -> ir.Node | None:
     return None
 
 
-def _frozen_reshape(
-    node: ir.Node, shapes: dict[str, list[Dim]], symbols: dict[str, tuple[str, int]]
-) -> Hazard | None:
+def _frozen_reshape(node: ir.Node, prover: ShapeProver, symbols: Symbols) -> Hazard | None:
     if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
         return None
-    target = const_array(node.inputs[1])
-    data = shapes.get(node.inputs[0].name or "")
-    if target is None or data is None or target.ndim != 1:
+    target = prover.ints(node.inputs[1]) if prover.rank(node.inputs[1]) == 1 else None
+    data = prover.dims(node.inputs[0])
+    if target is None or data is None:
         return None
-    target = [int(t) for t in target]
     copies = node.attributes.get_int("allowzero", 0) == 0
     free: list[tuple[int, str]] = []
     data_const = 1
     for axis, dim in enumerate(data):
         if copies and axis < len(target) and target[axis] == 0:
             continue  # copied through unchanged
-        if isinstance(dim, int):
-            data_const *= dim
-        elif isinstance(dim, str) and dim in symbols:
-            free.append((axis, dim))
+        name = _symbol(dim, symbols)
+        if dim.value is not None:
+            data_const *= dim.value
+        elif name is not None:
+            free.append((axis, name))
         else:
             return None  # an unknown size: nothing can be proven
     if not free:
@@ -274,53 +267,35 @@ def _frozen_reshape(
         frozen = " x ".join(repr(dim) for _, dim in free)
         frozen += f" to a multiple of {factor}" if factor else " to a constant"
         axes = [dim for _, dim in free]
-    declared = "; ".join(
-        f"{dim!r} is axis {symbols[dim][1]} of input {symbols[dim][0]!r}"
-        for dim in dict.fromkeys(axes)
-    )
     rnn = _after_rnn(node.inputs[0])
     after = f" after {describe_node(rnn)}" if rnn is not None else ""
     consequence = "other sizes fail" if definite else "other sizes give wrong shapes"
     return Hazard(
         "frozen-axis",
         describe_node(node),
-        f"constant target {target}{after} freezes {frozen} ({declared}, declared dynamic): "
-        f"{consequence}",
+        f"constant target {target}{after} freezes {frozen} "
+        f"({_declared(axes, symbols)}, declared dynamic): {consequence}",
     )
 
 
-def _frozen_initial_state(
-    rnn: ir.Node, shapes: dict[str, list[Dim]], symbols: dict[str, tuple[str, int]]
-) -> Iterator[Hazard]:
+def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -> Iterator[Hazard]:
     batch_axis = 0 if rnn.attributes.get_int("layout", 0) == 1 else 1
     x = rnn.inputs[0] if rnn.inputs else None
-    x_dims = shapes.get(x.name or "") if x is not None else None
-    if not x_dims or len(x_dims) <= batch_axis or x_dims[batch_axis] not in symbols:
+    batch = prover.dim(x, batch_axis)
+    symbol = None if batch is None else _symbol(batch, symbols)
+    if symbol is None:
         return
-    symbol = x_dims[batch_axis]
     for index, name in ((5, "initial_h"), (6, "initial_c")):
         state = rnn.inputs[index] if index < len(rnn.inputs) else None
-        dims = shapes.get(state.name or "") if state is not None else None
-        if dims and len(dims) > batch_axis and isinstance(dims[batch_axis], int):
-            input_name, axis = symbols[symbol]
+        dims = prover.dims(state)
+        size = dims[batch_axis].value if dims is not None and len(dims) == 3 else None
+        if size is not None:
             yield Hazard(
                 "frozen-axis",
                 describe_node(rnn),
-                f"{name} has constant batch {dims[batch_axis]} while X's batch is {symbol!r} "
-                f"(axis {axis} of input {input_name!r}, declared dynamic): other sizes fail",
+                f"{name} has constant batch {size} while X's batch is {symbol!r} "
+                f"({_declared([symbol], symbols)}, declared dynamic): other sizes fail",
             )
-
-
-def _input_symbols(model: ir.Model) -> dict[str, tuple[str, int]]:
-    symbols: dict[str, tuple[str, int]] = {}
-    for value in model.graph.inputs:
-        if value.is_initializer() or value.shape is None:
-            continue
-        for axis, dim in enumerate(value.shape):
-            name = getattr(dim, "value", None)
-            if isinstance(name, str) and name and name not in symbols:
-                symbols[name] = (value.name or "", axis)
-    return symbols
 
 
 def rnn_hazards(node: ir.Node) -> list[Hazard]:
@@ -334,20 +309,13 @@ def find_hazards(model: ir.Model) -> list[Hazard]:
     hazards = [h for n in model.graph.all_nodes() if is_rnn(n) for h in rnn_hazards(n)]
     symbols = _input_symbols(model)
     if symbols:
-        try:
-            shapes = _infer(model)
-        except Exception as error:  # shape inference rejects some valid models
-            message = " ".join(str(error).split())[:200]
-            hazards.append(
-                Hazard("frozen-axis", "model", f"not checked: shape inference failed ({message})")
-            )
-            return hazards
+        prover = ShapeProver()
         for node in model.graph:
             if node.op_type == "Reshape" and node.domain in ("", "ai.onnx"):
-                hazard = _frozen_reshape(node, shapes, symbols)
+                hazard = _frozen_reshape(node, prover, symbols)
                 if hazard is not None:
                     hazards.append(hazard)
             elif is_rnn(node):
-                hazards.extend(_frozen_initial_state(node, shapes, symbols))
+                hazards.extend(_frozen_initial_state(node, prover, symbols))
     order = {kind: index for index, kind in enumerate(KINDS)}
     return sorted(hazards, key=lambda h: order[h.kind])
