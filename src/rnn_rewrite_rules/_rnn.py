@@ -91,18 +91,26 @@ def rnn_facts(node: ir.Node | None, prover: ShapeProver | None = None) -> RnnFac
 
 def opset_version(
     model: ir.Model, graph_or_function: ir.Graph | ir.Function, domain: str = ""
-) -> int:
-    """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use.
+) -> int | str:
+    """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use, or
+    why no emitted form is safe there.
 
     Subgraphs of If/Loop/Scan use the model's imports (a GraphProto has none; the
     rewriter even writes ``"": 1`` into a subgraph's ``ir`` imports after a rewrite there,
-    which must not be read as the opset). Only a function has imports of its own.
+    which must not be read as the opset). A function may import its own version, but ONNX
+    Runtime inlines it at the model's version (and the onnx checker rejects the mismatch),
+    so an op whose form differs between the two (``Squeeze`` axes) is valid in only one.
     """
+    version = model.graph.opset_imports.get(domain, 0)
     if isinstance(graph_or_function, ir.Function):
-        version = graph_or_function.opset_imports.get(domain)
-        if version is not None:
-            return version
-    return model.graph.opset_imports.get(domain, 0)
+        own = graph_or_function.opset_imports.get(domain)
+        if own is not None and own != version:
+            return (
+                f"function {graph_or_function.name!r} imports opset {own} of "
+                f"{domain or 'ai.onnx'!r} but the model {version}: "
+                "an emitted op would be invalid in one of them"
+            )
+    return version
 
 
 def const_array(value: ir.Value | None):

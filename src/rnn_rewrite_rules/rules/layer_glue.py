@@ -303,7 +303,10 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         if new_cost >= old_cost:
             return check_result.fail(f"already minimal ({old_cost} nodes, best {new_cost})")
         self._plan = (y, perm, second)
-        self._opset = opset_version(context.model, context.graph_or_function)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, context.root)
+        self._opset = opset
         self._main_graph = context.graph_or_function is context.model.graph
         self._graph = context.graph_or_function
         self._keep_name = keep_name

@@ -90,8 +90,12 @@ class RnnOutputToSequence(RewriteRuleClassBase):
             return check_result.fail("target is already the constant [0, 0, D*H]", target)
         self._num_directions = facts.num_directions
         self._width = facts.num_directions * facts.hidden_size
-        self._opset = opset_version(context.model, context.graph_or_function)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, context.root)
+        self._opset = opset
         self._graph = context.graph_or_function
+        self._main_graph = context.graph_or_function is context.model.graph
         return check_result
 
     @staticmethod
@@ -102,9 +106,12 @@ class RnnOutputToSequence(RewriteRuleClassBase):
     def rewrite(self, op, y: ir.Value, transposed: ir.Value, **_):
         if self._num_directions == 1:
             if self._opset >= 13:
-                return op.Squeeze(y, int64_constant(op, self._graph, [1]))
+                return op.Squeeze(y, self._constant(op, [1]))
             return op.Squeeze(y, axes=[1])
-        return op.Reshape(transposed, int64_constant(op, self._graph, [0, 0, self._width]))
+        return op.Reshape(transposed, self._constant(op, [0, 0, self._width]))
+
+    def _constant(self, op, values: list[int]) -> ir.Value:
+        return int64_constant(op, self._graph, values, as_node=not self._main_graph)
 
 
 rnn_output_to_sequence_rule = RnnOutputToSequence.rule()
