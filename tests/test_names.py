@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxscript.rewriter import MatchingTracer, RewriteRuleSet
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules.rules import layer_output
+from tests.reasons import refusal_reasons
 
 H = 4
 
@@ -73,16 +72,6 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
 
 
-def _reasons(model: onnx.ModelProto) -> list[str]:
-    tracer = MatchingTracer()
-    RewriteRuleSet(list(layer_output.FAMILY.rules)).apply_to_model(
-        ir.serde.deserialize_model(model), tracer=tracer
-    )
-    return [
-        str(r.match_result.reason) for results in tracer.best_matches_map.values() for r in results
-    ]
-
-
 def test_rewrite_inside_a_function_at_the_models_opset() -> None:
     model = _function_model(11, 11)
     after = rnn_rewrite_rules.rewrite(model)
@@ -99,7 +88,10 @@ def test_function_at_another_opset_than_the_model_is_left_alone() -> None:
     model = _function_model(11, 18)
     after = rnn_rewrite_rules.rewrite(model)
     assert [n.op_type for n in after.functions[0].node] == [n.op_type for n in _body(11)]
-    assert any("imports opset 11" in r and "the model 18" in r for r in _reasons(model))
+    assert any(
+        "imports opset 11" in r and "the model 18" in r
+        for r in refusal_reasons(layer_output.FAMILY.rules, model)
+    )
     x = np.random.default_rng(2).standard_normal((4, 2, 3)).astype(np.float32)
     np.testing.assert_allclose(_run(after, x), _run(model, x), atol=1e-6)
 
