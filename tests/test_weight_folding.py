@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.rules.weight_folding import fold_value, preparation_nodes
+from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
 from tests.strategies import rnn_configs, sizes

@@ -1,0 +1,1 @@
+"""Facts about shapes and constant values, proved from the graph alone."""
