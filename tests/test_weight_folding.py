@@ -18,6 +18,7 @@ from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules._rnn import NUMPY_DTYPES
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
@@ -613,3 +614,103 @@ def test_torch_export_weights_fold(kind: str, bias: bool, bidirectional: bool) -
         for optimize in (True, False):
             actual = _ort.run(after, {"x": x.numpy()}, optimize=optimize)
             assert _ort.max_abs_diff(expected, actual) <= 1e-5
+
+
+# ---------------------------------------------------------------- casts as the runtime computes
+
+
+def _cast_samples(dtype: np.dtype) -> np.ndarray:
+    """Values that round, tie, overflow or go subnormal in some target type."""
+    rng = np.random.default_rng(3)
+    if dtype == np.bool_:
+        return np.array([True, False])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        edges = [info.min, info.max, 0, 1, 2049, 65519, 65520, 2**24 + 1, 2**53 + 1]
+        edges += [2**60 + 2**36 + 1, 300, 128]
+        edges = [v for v in edges if info.min <= v <= info.max]
+        random = rng.integers(info.min, info.max, 500, dtype=dtype, endpoint=True)
+        return np.concatenate([np.array(edges, dtype), random])
+    edges = [0.0, -0.0, 0.5, 1.5, 2.5, -2.5, 65504, 65519.99, 2**-24, 2**-25, 3 * 2**-26]
+    edges += [1 + 2**-11 + 2**-40, 2**11 + 1 + 2**-30, 1e-8, 127.9, -128.9]  # double rounding
+    random = rng.standard_normal(500) * 10.0 ** rng.integers(-8, 5, 500)
+    with np.errstate(over="ignore"):
+        return np.concatenate([np.array(edges), random]).astype(dtype)
+
+
+def _cast_model(source: np.ndarray, to: int, as_initializer: bool) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(source.dtype)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=to)],
+        "cast",
+        [] if as_initializer else [helper.make_tensor_value_info("x", elem, [len(source)])],
+        [helper.make_tensor_value_info("y", to, [len(source)])],
+        [numpy_helper.from_array(source, "x")] if as_initializer else [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+_CAST_TYPES = sorted(int(t) for t in NUMPY_DTYPES)
+
+
+@pytest.mark.parametrize("source_type", _CAST_TYPES, ids=lambda t: TensorProto.DataType.Name(t))
+def test_cast_folds_to_what_onnxruntime_computes(source_type: int) -> None:
+    """Every pair of numpy-representable types, bit for bit (``double -> float16`` rounds
+    twice in ORT); a float to integer cast out of range is refused, never guessed."""
+    source = _cast_samples(np.dtype(helper.tensor_dtype_to_np_dtype(source_type)))
+    refused = []
+    for to in _CAST_TYPES:
+        folded = fold_value(ir.from_proto(_cast_model(source, to, True)).graph.outputs[0])
+        expected = _ort.run(_cast_model(source, to, False), {"x": source}, optimize=False)[0]
+        if isinstance(folded, str):
+            assert "out of the" in folded and source.dtype.kind == "f", folded
+            low = 0 if np.dtype(helper.tensor_dtype_to_np_dtype(to)).kind == "u" else -100
+            in_range = source[np.isfinite(source) & (source >= low) & (source < 100)]
+            retry = fold_value(ir.from_proto(_cast_model(in_range, to, True)).graph.outputs[0])
+            assert not isinstance(retry, str), retry
+            runtime = _ort.run(_cast_model(in_range, to, False), {"x": in_range}, optimize=False)
+            np.testing.assert_array_equal(retry, runtime[0])
+            refused.append(to)
+            continue
+        assert folded.dtype == expected.dtype
+        np.testing.assert_array_equal(folded, expected, err_msg=f"Cast to {to}")
+    kinds = {np.dtype(helper.tensor_dtype_to_np_dtype(t)).kind for t in refused}
+    assert kinds <= {"i", "u"} and (source.dtype.kind == "f" or not refused)
+    if source.dtype.kind == "f":  # the samples overflow 8 bits
+        assert {TensorProto.INT8, TensorProto.UINT8} <= set(refused)
+
+
+def test_double_to_float16_cast_feeding_a_gru_folds_as_onnxruntime_rounds() -> None:
+    """The issue's case: numpy's one rounding put GRU outputs 9e-4 from ORT's."""
+    h, size = 4, 3
+    rng = np.random.default_rng(5)
+    # values one float16 ulp/2 + a double-only bit from a float16: rounding once or twice differs
+    base = rng.integers(1024, 2047, (3 * h, size)).astype(np.float64) / 1024.0
+    w = base + 2.0**-11 + 2.0**-40
+    inits = [
+        numpy_helper.from_array(w, "w64"),
+        numpy_helper.from_array(rng.standard_normal((1, 3 * h, h)).astype(np.float32), "rec"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["w64"], ["w16"], to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["w16"], ["w32"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["w32", "zero"], ["W"]),
+        helper.make_node("GRU", ["X", "W", "rec"], ["Y"], hidden_size=h),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gru",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", size])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["seq", 1, "batch", h])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    assert not np.array_equal(w.astype(np.float16), w.astype(np.float32).astype(np.float16))
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["Cast"] == 0
+    for optimize in (True, False):
+        assert _ort.max_abs_diff(_run_x(model, size, optimize), _run_x(after, size, optimize)) == 0

@@ -23,6 +23,7 @@ from rnn_rewrite_rules._rnn import NUMPY_DTYPES
 __all__ = [
     "FOLDABLE_OPS",
     "FoldError",
+    "cast_as_runtime",
     "data_inputs",
     "fold_value",
     "is_constant_node",
@@ -47,8 +48,11 @@ FOLDABLE_OPS = frozenset(
     }
 )
 
-#: Cast targets whose numpy conversion is exactly ONNX's (no float8/bfloat16 rounding modes).
+#: Cast targets folded (no float8/bfloat16 rounding modes); see :func:`cast_as_runtime`.
 _CAST_TARGETS = NUMPY_DTYPES
+#: Casts ONNX Runtime computes in two steps (its CPU kernel: double -> float -> float16),
+#: so rounding twice; numpy rounds once. Folded the runtime's way.
+_TWO_STEP_CASTS = {(np.dtype(np.float64), np.dtype(np.float16)): np.dtype(np.float32)}
 
 
 class FoldError(Exception):
@@ -313,6 +317,25 @@ def _ints_attr_or_input(
     return None
 
 
+def cast_as_runtime(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``Cast(array, to=dtype)`` as ONNX Runtime's CPU kernel computes it.
+
+    Checked against ORT 1.31 for every pair of :data:`NUMPY_DTYPES` on values that round
+    (ties, subnormals, overflow): numpy's ``astype`` is what ORT computes, except
+    ``double -> float16``, which ORT rounds via ``float``. Float to integer casts of a
+    NaN, an infinity or a value out of the target's range are undefined in C++ (x86 and
+    ARM differ), so they are refused.
+    """
+    if array.dtype.kind == "f" and dtype.kind in "iu" and array.size:
+        info = np.iinfo(dtype)
+        finite = not np.isnan(array).any()
+        if not (finite and info.min - 1 < float(array.min()) and float(array.max()) < info.max + 1):
+            raise FoldError(f"Cast of values out of the {dtype} range is platform-dependent")
+    via = _TWO_STEP_CASTS.get((array.dtype, dtype))
+    with np.errstate(over="ignore"):  # overflow to infinity is the cast's semantics
+        return array.astype(via).astype(dtype) if via is not None else array.astype(dtype)
+
+
 def _slice(node: ir.Node, operands: list[_Array | None]) -> _Array:
     data = operands[0]
     assert data is not None
@@ -476,7 +499,7 @@ def _evaluate_node(node: ir.Node, operands: list[_Array | None]) -> list[_Array]
         dense = _dense(data)
         if dense.dtype.kind not in "fiub":
             raise FoldError(f"Cast from {dense.dtype} is not folded")
-        return [dense.astype(to.numpy())]
+        return [cast_as_runtime(dense, np.dtype(to.numpy()))]
     if op_type == "Slice":
         return [_slice(node, operands)]
     if op_type == "Reshape":
