@@ -15,13 +15,14 @@ import pytest
 from hypothesis import given
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnxscript.rewriter import MatchingTracer, MatchStatus
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
 from rnn_rewrite_rules._rnn import NUMPY_DTYPES
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
-from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
+from rnn_rewrite_rules.testing.exporters import in_if_branches, quantized_lstm_model
 from tests.strategies import rnn_configs, sizes
 from tests.support import apply, assert_equivalent, op_counts
 
@@ -444,7 +445,8 @@ def _all_initializers(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
 
 @pytest.mark.parametrize("weights_in", ["main graph", "branch"])
 def test_lstm_inside_an_if_branch(weights_in: str) -> None:
-    """The rewriter visits subgraphs: the folded tensor becomes that subgraph's initializer.
+    """The rewriter visits subgraphs: the folded tensor is stored where the originals were
+    (the branch, or the main graph the branch reads from).
 
     The originals go whether they are outer-scope values of the main graph or
     initializers of the branch itself (``rewrite`` drops unused subgraph initializers).
@@ -479,7 +481,9 @@ def test_lstm_inside_an_if_branch(weights_in: str) -> None:
     after = rnn_rewrite_rules.rewrite(model, FAMILY)
     onnx.checker.check_model(after)
     then = next(a.g for a in after.graph.node[0].attribute if a.name == "then_branch")
-    assert weights_are_initializers(then)
+    holder = then if weights_in == "branch" else after.graph
+    stored_in = {t.name for t in holder.initializer}
+    assert all(name in stored_in for n in rnn_nodes(then) for name in n.input[1:4] if name)
     stored = _all_initializers(after.graph)
     assert parameters(inner).isdisjoint(t.name for t in stored)
     before_bytes = sum(numpy_helper.to_array(t).nbytes for t in weights)
@@ -714,3 +718,174 @@ def test_double_to_float16_cast_feeding_a_gru_folds_as_onnxruntime_rounds() -> N
     assert count == 1 and op_counts(after)["Cast"] == 0
     for optimize in (True, False):
         assert _ort.max_abs_diff(_run_x(model, size, optimize), _run_x(after, size, optimize)) == 0
+
+
+# ---------------------------------------------------------------- each folded tensor stored once
+
+
+def _float_bytes(model: onnx.ModelProto) -> int:
+    """Float tensors (not scalars) of every graph, as initializers or ``Constant`` nodes."""
+    tensors = _all_initializers(model.graph)
+    tensors += [n.attribute[0].t for n in _all_nodes(model.graph) if n.op_type == "Constant"]
+    arrays = map(numpy_helper.to_array, tensors)
+    return sum(a.nbytes for a in arrays if a.dtype.kind == "f" and a.size > 1)
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found += _all_nodes(attr.g)
+    return found
+
+
+def _renamed_nodes(model: onnx.ModelProto, prefix: str) -> tuple[list[onnx.NodeProto], str]:
+    """``model``'s nodes with every computed name prefixed; inputs and weights kept."""
+    computed = {o for n in model.graph.node for o in n.output if o}
+    rename = lambda n: prefix + n if n in computed else n  # noqa: E731
+    nodes = []
+    for node in model.graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.input[:] = [rename(n) for n in node.input]
+        copy.output[:] = [rename(n) for n in node.output]
+        nodes.append(copy)
+    return nodes, rename(model.graph.output[0].name)
+
+
+def _outer_weights_model(cfg: RnnConfig, readers: str) -> onnx.ModelProto:
+    """Weights stored once in the main graph, prepared separately by two readers: the main
+    graph and an ``If`` branch, or both branches (outer-scope reads)."""
+    inner = build_torchlib_model(cfg)
+    out_type = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * 3)  # noqa: E731
+    then_nodes, then_out = _renamed_nodes(inner, "then_")
+    main_nodes: list[onnx.NodeProto] = []
+    if readers == "main and branch":
+        main_nodes, main_out = _renamed_nodes(inner, "main_")
+        else_nodes = [helper.make_node("Identity", [main_out], ["else_out"])]
+        else_out = "else_out"
+    else:
+        else_nodes, else_out = _renamed_nodes(inner, "else_")
+    branch = lambda nodes, out, name: helper.make_graph(nodes, name, [], [out_type(out)])  # noqa: E731
+    if_node = helper.make_node(
+        "If",
+        ["cond"],
+        ["y"],
+        then_branch=branch(then_nodes, then_out, "then"),
+        else_branch=branch(else_nodes, else_out, "else"),
+    )
+    graph = helper.make_graph(
+        [*main_nodes, if_node],
+        "outer_weights",
+        [*inner.graph.input, helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [out_type("y")],
+        list(inner.graph.initializer),
+    )
+    model = helper.make_model(graph, opset_imports=list(inner.opset_import))
+    model.ir_version = inner.ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _same_weights_in_branches(cfg: RnnConfig) -> onnx.ModelProto:
+    """The builders' streaming case: one stack per branch, the same weights as Constants."""
+    model = build_torchlib_model(cfg)
+    return in_if_branches(model, model)
+
+
+_SHARED_CASES = {
+    "main and branch": lambda cfg: _outer_weights_model(cfg, "main and branch"),
+    "both branches": lambda cfg: _outer_weights_model(cfg, "both branches"),
+    "same constants in both branches": _same_weights_in_branches,
+}
+
+
+@pytest.mark.parametrize("case", list(_SHARED_CASES))
+def test_weights_prepared_in_two_graphs_are_stored_once(case: str) -> None:
+    """One copy of the weights, in the outermost graph both readers see (was two)."""
+    cfg = RnnConfig(fold_limit=0, hidden_size=16, input_size=8, bidirectional=True)
+    model = _SHARED_CASES[case](cfg)
+    weights = _float_bytes(build_torchlib_model(cfg))
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    stored = {t.name for t in after.graph.initializer}
+    lstms = [n for n in _all_nodes(after.graph) if n.op_type == "LSTM"]
+    assert len(lstms) == 2 and all(set(n.input[1:4]) <= stored for n in lstms)  # main graph
+    assert len({n.input[1] for n in lstms}) == 1  # one tensor for both readers
+    assert _float_bytes(model) >= weights
+    assert _float_bytes(after) == weights
+    assert rnn_rewrite_rules.rewrite(after, FAMILY) == after
+    for batch, seq in ((1, 2), (3, 4)):
+        for cond in (True, False):
+            feeds = random_inputs(cfg, batch, seq) | {"cond": np.array(cond)}
+            assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+
+
+def _raw_and_prepared(prep: str) -> tuple[onnx.ModelProto, int]:
+    """W read raw by one LSTM and through ``prep`` by another: ``Identity`` (the same
+    tensor) or a negative-step ``Slice`` reversing the gate rows (another tensor)."""
+    h, size = 4, 3
+    rng = np.random.default_rng(2)
+    ints = lambda name, v: numpy_helper.from_array(np.array([v], np.int64), name)  # noqa: E731
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1, 4 * h, size)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, 4 * h, h)).astype(np.float32), "r"),
+        ints("start", -1),
+        ints("end", -(2**62)),
+        ints("axis", 1),
+        ints("step", -1),
+    ]
+    prepared = (
+        helper.make_node("Identity", ["w"], ["w2"])
+        if prep == "Identity"
+        else helper.make_node("Slice", ["w", "start", "end", "axis", "step"], ["w2"])
+    )
+    nodes = [
+        prepared,
+        helper.make_node("LSTM", ["X", "w", "r"], ["Y1"], hidden_size=h),
+        helper.make_node("LSTM", ["X", "w2", "r"], ["Y2"], hidden_size=h),
+    ]
+    y = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * 4)  # noqa: E731
+    graph = helper.make_graph(
+        nodes,
+        "raw",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", size])],
+        [y("Y1"), y("Y2")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model, size
+
+
+def test_weight_read_raw_and_through_identity_reuses_the_original() -> None:
+    model, size = _raw_and_prepared("Identity")
+    after, count = apply(RULES, model)
+    assert count == 1 and [n.input[1] for n in rnn_nodes(after.graph)] == ["w", "w"]
+    assert {t.name for t in after.graph.initializer} == {"w", "r"}
+    assert _ort.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
+
+
+def test_weight_read_raw_and_reordered_is_not_stored_twice() -> None:
+    """The reordered copy is another tensor: folding it would keep both (refused)."""
+    model, _ = _raw_and_prepared("Slice")
+    after, count = apply(RULES, model)
+    assert count == 0 and op_counts(after)["Slice"] == 1
+    assert initializer_bytes(after) == initializer_bytes(model)
+    reasons = _refusals(model)
+    assert any("its weights also feed 'w'" in r and "would take 384 bytes" in r for r in reasons)
+
+
+def _refusals(model: onnx.ModelProto) -> list[str]:
+    """The failure reasons the rule gives on ``model``'s RNN nodes."""
+    tracer = MatchingTracer()
+    RULES.apply_to_model(ir.serde.deserialize_model(model), tracer=tracer)
+    return [
+        match.match_result.reason
+        for matches in tracer.best_matches_map.values()
+        for match in matches
+        if match.status == MatchStatus.CONDITION_FAILED
+    ]

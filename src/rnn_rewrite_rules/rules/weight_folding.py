@@ -59,10 +59,15 @@ _WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B"}
 _DIGEST_KEY = "rnn_rewrite_rules.weight_folding.digest"
 
 
-def _stays_alive(leaf: ir.Value) -> str | None:
-    """Why ``leaf`` would still be needed after folding every RNN weight it feeds, or None."""
+def _is_weight_read(user: ir.Node, index: int) -> bool:
+    return (user.domain, user.op_type) in RNN_OPS and index in _WEIGHT_INPUTS
+
+
+def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
+    """The RNN weight inputs ``leaf``'s data reaches, or why it would stay needed."""
     stack = [leaf]
     seen: set[ir.Value] = set()
+    sinks: dict[ir.Value, None] = {}
     while stack:
         value = stack.pop()
         if value in seen:
@@ -71,7 +76,8 @@ def _stays_alive(leaf: ir.Value) -> str | None:
         if value.is_graph_output():
             return f"{leaf.name} feeds graph output {value.name}: folding would store it twice"
         for user, index in value.uses():
-            if (user.domain, user.op_type) in RNN_OPS and index in _WEIGHT_INPUTS:
+            if _is_weight_read(user, index):
+                sinks[value] = None
                 continue
             if user.domain == "" and user.op_type in FOLDABLE_OPS and index in data_inputs(user):
                 stack.extend(user.outputs)
@@ -80,7 +86,63 @@ def _stays_alive(leaf: ir.Value) -> str | None:
                 f"{leaf.name} is also read by {user.op_type} {user.name!r} (input {index}): "
                 "folding would store it twice"
             )
-    return None
+    return list(sinks)
+
+
+def _is_leaf(value: ir.Value) -> bool:
+    return value.producer() is None or is_constant_node(value.producer())
+
+
+def _tensor_of(value: ir.Value) -> ir.TensorProtocol | None:
+    return ir.convenience.get_const_tensor(value)
+
+
+def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list] | str:
+    """Every RNN weight input sharing data with ``value`` (itself first), and their leaves.
+
+    Folding ``value`` stores its tensor once; the originals go only when every weight
+    input they feed is folded too (or is the original itself, read raw).
+    """
+    sinks: dict[ir.Value, None] = {value: None}
+    all_leaves: dict[ir.Value, None] = {}
+    todo = list(leaves)
+    while todo:
+        leaf = todo.pop()
+        if leaf in all_leaves:
+            continue
+        all_leaves[leaf] = None
+        found = _sinks_of(leaf)
+        if isinstance(found, str):
+            return found
+        for sink in found:
+            if sink in sinks:
+                continue
+            sinks[sink] = None
+            if _is_leaf(sink):
+                continue
+            more = preparation_nodes(sink)
+            if isinstance(more, str):
+                return f"{sink.name} shares {leaf.name} but is not foldable: {more}"
+            todo.extend(more[1])
+    return list(sinks), list(all_leaves)
+
+
+def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | str:
+    """Bytes the distinct tensors of ``sinks`` take once all are folded (``first`` given)."""
+    stored = dict([first])
+    for sink in sinks[1:]:
+        if _is_leaf(sink):
+            tensor = _tensor_of(sink)
+            if tensor is None:
+                return f"{sink.name} has no constant value"
+            array = tensor.numpy()
+        else:
+            array = fold_value(sink)
+            if isinstance(array, str):
+                return f"{sink.name} shares its weights but cannot be folded: {array}"
+        stored[_digest(np.ascontiguousarray(array))] = array.nbytes
+        del array
+    return sum(stored.values())
 
 
 # ---------------------------------------------------------------- the rule
@@ -144,25 +206,60 @@ def _digest(array: np.ndarray) -> str:
     return hashlib.blake2b(memoryview(array).cast("B"), digest_size=32).hexdigest()
 
 
-def _same_folded(graph: ir.Graph, array: np.ndarray, digest: str) -> ir.Value | None:
-    """An initializer this rule created earlier in ``graph`` with the same contents."""
-    for initializer in graph.initializers.values():
-        if initializer.meta.get(_DIGEST_KEY) != digest or initializer.is_graph_input():
-            continue
-        tensor = initializer.const_value
-        if (
-            tensor is not None
-            and tuple(tensor.shape.dims) == array.shape
-            and tensor.dtype.numpy() == array.dtype
-        ):
-            return initializer
-    return None
+def _same_tensor(value: ir.Value, array: np.ndarray, digest: str, raw: bool) -> bool:
+    """``value`` holds ``array``: a tensor this rule folded earlier, or (``raw``) compared."""
+    tensor = value.const_value
+    if tensor is None or value.is_graph_input():
+        return False
+    if tuple(tensor.shape.dims) != array.shape or tensor.dtype.numpy() != array.dtype:
+        return False
+    if value.meta.get(_DIGEST_KEY) == digest:
+        return True
+    return raw and _digest(np.ascontiguousarray(tensor.numpy())) == digest
 
 
-def _unique_name(model: ir.Model, graph: ir.Graph, base: str) -> str:
-    taken: set[str] = set(graph.initializers) | set(model.graph.initializers)
-    for graph_like in (model.graph, graph):
+def _parents(model: ir.Model) -> dict[ir.Graph, ir.Graph]:
+    """Each subgraph of ``model`` -> the graph of the node holding it."""
+    parents: dict[ir.Graph, ir.Graph] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                parents[attr.as_graph()] = node.graph
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for graph in attr.as_graphs():
+                    parents[graph] = node.graph
+    return parents
+
+
+def _scope(parents: dict[ir.Graph, ir.Graph], graph: ir.Graph) -> list[ir.Graph]:
+    """``graph`` and the graphs enclosing it, innermost first."""
+    chain = [graph]
+    while chain[-1] in parents:
+        chain.append(parents[chain[-1]])
+    return chain
+
+
+def _owner(value: ir.Value) -> ir.Graph | None:
+    producer = value.producer()
+    return producer.graph if producer is not None else value.graph
+
+
+def _unique_name(model: ir.Model, base: str) -> str:
+    """``base``, or ``base_<n>``, unused by any value of the model, its subgraphs and functions.
+
+    Graph inputs, initializers (overridable or not) and node outputs all count: an ONNX
+    name is one value in every scope that can see it.
+    """
+    taken: set[str] = set()
+    graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
+    for graph_like in graphs:
         taken.update(v.name for v in graph_like.inputs if v.name)
+        taken.update(v.name for v in graph_like.outputs if v.name)
+        if isinstance(graph_like, ir.Graph):
+            taken.update(graph_like.initializers)
+    for function in model.functions.values():
+        for node in ir.traversal.RecursiveGraphIterator(function):
+            taken.update(v.name for v in node.outputs if v.name)
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
         taken.update(v.name for v in node.outputs if v.name)
     name, suffix = base, 1
@@ -174,9 +271,8 @@ def _unique_name(model: ir.Model, graph: ir.Graph, base: str) -> str:
 class FoldRnnWeights(RnnNodeRule):
     """RNN(X, <computed W>, <computed R>, <computed B>, ...) -> RNN(X, W', R', B', ...)."""
 
-    #: Set by a successful check for the rewrite: (input index, tensor or reused value, name).
-    _fold: tuple[int, ir.Value | np.ndarray, str] | None = None
-    _new_digest = ""
+    #: Set by a successful check for the rewrite: (input index, placement).
+    _fold: tuple[int, tuple] | None = None
 
     def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
@@ -203,9 +299,9 @@ class FoldRnnWeights(RnnNodeRule):
                 reasons.append(f"{label}: {found}")
                 continue
             nodes, leaves = found
-            alive = next((r for r in map(_stays_alive, leaves) if r is not None), None)
-            if alive is not None:
-                reasons.append(f"{label}: {alive}")
+            component = _component(value, leaves)
+            if isinstance(component, str):
+                reasons.append(f"{label}: {component}")
                 continue
             if hidden is None and index != 2:
                 reasons.append(f"{label}: hidden_size is unknown (no attribute, R not constant)")
@@ -226,28 +322,91 @@ class FoldRnnWeights(RnnNodeRule):
                 reasons.append(f"{label}: {mismatch}")
                 continue
             digest = _digest(array)
-            existing = _same_folded(graph, array, digest)
-            if existing is not None:
-                self._fold = (index, existing, digest)
-            else:
-                named = [leaf.name for leaf in leaves if leaf.name]
-                base = f"{named[0] if named else node.name or node.op_type}_{label}"
-                self._fold = (index, array, _unique_name(context.model, graph, base))
-                self._new_digest = digest
+            sinks, all_leaves = component
+            if len(sinks) > 1:
+                before = sum(t.nbytes for t in map(_tensor_of, all_leaves) if t is not None)
+                after = _stored_bytes(sinks, (digest, array.nbytes))
+                if isinstance(after, str):
+                    reasons.append(f"{label}: {after}")
+                    continue
+                if after > before:
+                    others = ", ".join(repr(s.name) for s in sinks[1:])
+                    reasons.append(
+                        f"{label}: its weights also feed {others}: folded, they would take "
+                        f"{after} bytes where the originals take {before}"
+                    )
+                    continue
+            self._fold = (
+                index,
+                self._placement(context.model, graph, node, label, array, digest, sinks, leaves),
+            )
             return check_result
         if not reasons:
             return check_result.fail("W, R and B are constants already", node)
         return check_result.fail("; ".join(reasons), node)
 
+    def _placement(
+        self,
+        model: ir.Model,
+        graph: ir.Graph,
+        node: ir.Node,
+        label: str,
+        array: np.ndarray,
+        digest: str,
+        sinks: Sequence[ir.Value],
+        leaves: Sequence[ir.Value],
+    ) -> tuple:
+        """Where the folded tensor is stored: once, in the outermost graph that needs it.
+
+        An equal tensor already visible from ``graph`` (folded earlier, or an original
+        read raw) is reused; one folded in a sibling subgraph moves to the innermost graph
+        enclosing both; a new one goes to the graph holding the originals (subgraphs
+        read outer-scope values), so other subgraphs folding the same weights find it.
+        """
+        parents = _parents(model)
+        scope = _scope(parents, graph)
+        for candidate_graph in scope:
+            for value in candidate_graph.initializers.values():
+                if _same_tensor(value, array, digest, raw=False):
+                    return ("reuse", value)
+        for sink in sinks:
+            if _is_leaf(sink) and _owner(sink) in scope and _same_tensor(sink, array, digest, True):
+                return ("reuse", sink)
+        for other in model.graphs():
+            if other in scope:
+                continue
+            for value in other.initializers.values():
+                if _same_tensor(value, array, digest, raw=False):
+                    outer = set(_scope(parents, other))
+                    common = next(g for g in scope if g in outer)
+                    return ("hoist", value, other, common)
+        owners = {_owner(leaf) for leaf in leaves}
+        target = next((g for g in scope if g in owners), graph)
+        named = [leaf.name for leaf in leaves if leaf.name]
+        name = _unique_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
+        return ("new", array, name, target, digest)
+
     def rewrite(self, op, out0: ir.Value, **_):
         node = self.node(out0)
         assert self._fold is not None
-        index, folded, name = self._fold
+        index, placement = self._fold
         self._fold = None
-        if isinstance(folded, np.ndarray):
-            folded = op.initializer(ir.tensor(folded, name=name), name=name)
-            folded.meta[_DIGEST_KEY] = self._new_digest
-        return copy_rnn_node(op, node, self.num_outputs, {index: folded})
+        kind, value = placement[0], placement[1]
+        if kind == "hoist":
+            _, value, source, target = placement
+            del source.initializers[value.name]
+            target.register_initializer(value)
+        elif kind == "new":
+            _, array, name, target, digest = placement
+            value = ir.Value(
+                name=name,
+                shape=ir.Shape(array.shape),
+                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                const_value=ir.tensor(array, name=name),
+            )
+            value.meta[_DIGEST_KEY] = digest
+            target.register_initializer(value)
+        return copy_rnn_node(op, node, self.num_outputs, {index: value})
 
     def cleanup(self) -> None:
         self._fold = None  # never keep a folded tensor alive past the pass
