@@ -22,7 +22,11 @@ from rnn_rewrite_rules import _ort
 from rnn_rewrite_rules._rnn import NUMPY_DTYPES
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
-from rnn_rewrite_rules.testing.exporters import in_if_branches, quantized_lstm_model
+from rnn_rewrite_rules.testing.exporters import (
+    in_if_branches,
+    initializers_as_constants,
+    quantized_lstm_model,
+)
 from tests.strategies import rnn_configs, sizes
 from tests.support import apply, assert_equivalent, op_counts
 
@@ -889,3 +893,41 @@ def _refusals(model: onnx.ModelProto) -> list[str]:
         for match in matches
         if match.status == MatchStatus.CONDITION_FAILED
     ]
+
+
+# ---------------------------------------------------------------- IR version 3
+
+
+@pytest.mark.parametrize("weights", ["Constant nodes", "initializers"])
+def test_ir_version_3_keeps_every_initializer_a_graph_input(weights: str) -> None:
+    """Below IR 4 an initializer must be a graph input, which makes it overridable: the
+    originals then are (not folded, with the reason), and ``Constant``-node weights fold
+    into ``Constant`` nodes, never into initializers the checker rejects."""
+    cfg = RnnConfig(fold_limit=0, hidden_size=8, input_size=4, bidirectional=True)
+    model = build_torchlib_model(cfg)
+    if weights == "Constant nodes":
+        model = initializers_as_constants(model)
+    else:
+        known = {i.name for i in model.graph.input}
+        model.graph.input.extend(
+            helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+            for t in model.graph.initializer
+            if t.name not in known
+        )
+    model.ir_version = 3
+    onnx.checker.check_model(model, full_check=True)
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    assert after.ir_version == 3
+    inputs = {i.name for i in after.graph.input}
+    assert all(t.name in inputs for t in after.graph.initializer)
+    producers = {o: n.op_type for n in after.graph.node for o in n.output}
+    weight_inputs = [name for n in rnn_nodes(after.graph) for name in n.input[1:4] if name]
+    if weights == "Constant nodes":
+        assert {producers[name] for name in weight_inputs} == {"Constant"}
+        assert op_counts(model)["Unsqueeze"] and not op_counts(after)["Unsqueeze"]
+        assert rnn_rewrite_rules.rewrite(after, FAMILY) == after
+    else:
+        assert op_counts(after)["Unsqueeze"] == op_counts(model)["Unsqueeze"]
+        assert any("overridable" in r for r in _refusals(model))
+    assert_equivalent(model, after, cfg)

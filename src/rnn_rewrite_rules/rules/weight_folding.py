@@ -218,6 +218,28 @@ def _same_tensor(value: ir.Value, array: np.ndarray, digest: str, raw: bool) -> 
     return raw and _digest(np.ascontiguousarray(tensor.numpy())) == digest
 
 
+def _stored_values(graph: ir.Graph) -> list[ir.Value]:
+    """Initializers of ``graph`` and outputs of its ``Constant`` nodes this rule created."""
+    values = list(graph.initializers.values())
+    values += [
+        n.outputs[0] for n in graph if is_constant_node(n) and _DIGEST_KEY in n.outputs[0].meta
+    ]
+    return values
+
+
+def _store(graph: ir.Graph, value: ir.Value) -> None:
+    """Add ``value`` (an initializer, or a ``Constant`` node's output) to ``graph``."""
+    producer = value.producer()
+    if producer is None:
+        graph.register_initializer(value)
+        return
+    first = next(iter(graph), None)
+    if first is None:
+        graph.append(producer)
+    else:
+        graph.insert_before(first, producer)
+
+
 def _parents(model: ir.Model) -> dict[ir.Graph, ir.Graph]:
     """Each subgraph of ``model`` -> the graph of the node holding it."""
     parents: dict[ir.Graph, ir.Graph] = {}
@@ -362,11 +384,13 @@ class FoldRnnWeights(RnnNodeRule):
         read raw) is reused; one folded in a sibling subgraph moves to the innermost graph
         enclosing both; a new one goes to the graph holding the originals (subgraphs
         read outer-scope values), so other subgraphs folding the same weights find it.
+        Below IR version 4 every initializer must be a graph input (and could be fed at
+        run time): the tensor is then a ``Constant`` node at the top of that graph.
         """
         parents = _parents(model)
         scope = _scope(parents, graph)
         for candidate_graph in scope:
-            for value in candidate_graph.initializers.values():
+            for value in _stored_values(candidate_graph):
                 if _same_tensor(value, array, digest, raw=False):
                     return ("reuse", value)
         for sink in sinks:
@@ -375,7 +399,7 @@ class FoldRnnWeights(RnnNodeRule):
         for other in model.graphs():
             if other in scope:
                 continue
-            for value in other.initializers.values():
+            for value in _stored_values(other):
                 if _same_tensor(value, array, digest, raw=False):
                     outer = set(_scope(parents, other))
                     common = next(g for g in scope if g in outer)
@@ -384,7 +408,8 @@ class FoldRnnWeights(RnnNodeRule):
         target = next((g for g in scope if g in owners), graph)
         named = [leaf.name for leaf in leaves if leaf.name]
         name = _unique_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
-        return ("new", array, name, target, digest)
+        # IR < 4: every initializer is a graph input, so overridable; a Constant is not.
+        return ("new", array, name, target, digest, model.ir_version < 4)
 
     def rewrite(self, op, out0: ir.Value, **_):
         node = self.node(out0)
@@ -394,18 +419,25 @@ class FoldRnnWeights(RnnNodeRule):
         kind, value = placement[0], placement[1]
         if kind == "hoist":
             _, value, source, target = placement
-            del source.initializers[value.name]
-            target.register_initializer(value)
+            if value.producer() is None:
+                del source.initializers[value.name]
+            else:
+                source.remove(value.producer())
+            _store(target, value)
         elif kind == "new":
-            _, array, name, target, digest = placement
-            value = ir.Value(
-                name=name,
-                shape=ir.Shape(array.shape),
-                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                const_value=ir.tensor(array, name=name),
-            )
+            _, array, name, target, digest, as_constant = placement
+            tensor = ir.tensor(array, name=name)
+            if as_constant:
+                constant = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)])
+                value = constant.outputs[0]
+                value.name = name
+            else:
+                value = ir.Value(name=name)
+            value.const_value = tensor
+            value.shape = ir.Shape(array.shape)
+            value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
             value.meta[_DIGEST_KEY] = digest
-            target.register_initializer(value)
+            _store(target, value)
         return copy_rnn_node(op, node, self.num_outputs, {index: value})
 
     def cleanup(self) -> None:
