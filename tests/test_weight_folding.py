@@ -931,3 +931,46 @@ def test_ir_version_3_keeps_every_initializer_a_graph_input(weights: str) -> Non
         assert op_counts(after)["Unsqueeze"] == op_counts(model)["Unsqueeze"]
         assert any("overridable" in r for r in _refusals(model))
     assert_equivalent(model, after, cfg)
+
+
+# ---------------------------------------------------------------- names
+
+
+def test_new_initializers_never_take_a_name_in_use_anywhere() -> None:
+    """The names a fold would pick are taken by a graph input, an overridable initializer
+    and an initializer of an ``If`` branch: each folded tensor gets a fresh name, and the
+    inputs keep their meaning (an outer value named like a subgraph's would be shadowed)."""
+    cfg, model = _model()
+    graph = model.graph
+    vec = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    graph.input.extend([vec("weight_ih_l0_W"), vec("weight_hh_l0_R")])
+    graph.initializer.append(numpy_helper.from_array(np.ones(2, np.float32), "weight_hh_l0_R"))
+    branch_value = numpy_helper.from_array(np.full(2, 3.0, np.float32), "bias_ih_l0_B")
+    then = helper.make_graph(
+        [helper.make_node("Add", ["bias_ih_l0_B", "weight_hh_l0_R"], ["t"])],
+        "then",
+        [],
+        [vec("t")],
+        [branch_value],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["weight_ih_l0_W"], ["e"])], "else", [], [vec("e")]
+    )
+    graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    graph.node.append(
+        helper.make_node("If", ["cond"], ["picked"], then_branch=then, else_branch=other)
+    )
+    graph.output.append(vec("picked"))
+    onnx.checker.check_model(model, full_check=True)
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    assert weights_are_initializers(after.graph)
+    folded = [name for n in rnn_nodes(after.graph) for name in n.input[1:4]]
+    assert folded == ["weight_ih_l0_W_1", "weight_hh_l0_R_1", "bias_ih_l0_B_1"]
+    for cond in (True, False):
+        feeds = random_inputs(cfg, 2, 3) | {
+            "cond": np.array(cond),
+            "weight_ih_l0_W": np.array([5.0, 6.0], np.float32),
+            "weight_hh_l0_R": np.array([7.0, 8.0], np.float32),  # overriding still works
+        }
+        assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
