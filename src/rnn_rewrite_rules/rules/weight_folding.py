@@ -15,16 +15,22 @@ Condition, for the input folded:
 * every tensor-data leaf (not a Slice bound, axes, shape or index) is read only by such
   nodes on the way to RNN weight inputs, and is not a graph output, so once folded the
   original is unused and removed: the model never stores the weights twice;
+* when those originals feed other RNN weight inputs too (raw, or prepared again here, in
+  another graph or an ``If`` branch), all of them fold and their distinct tensors take
+  no more bytes than the originals;
 * the computed tensor has the shape the node needs: ``[D, G*H, I]`` for ``W``,
   ``[D, G*H, H]`` for ``R``, ``[D, 2*G*H]`` for ``B`` (``G`` = 4 LSTM, 3 GRU, 1 RNN;
   ``DynamicQuantizeLSTM``: ``[D, I, 4H]``, ``[D, H, 4H]``, ``[D, 8H]``), its declared
   dtype and shape (if any) and ``I`` = the static last dim of ``X`` (if known).
 
 Replacement: the same node, attributes copied, with that input replaced by one new
-initializer (in the graph the node lives in) holding the computed tensor. One input is
-folded per rewrite; the new node matches again until ``W``, ``R`` and ``B`` are all
-initializers, after which the condition fails (no self-loop). Two inputs that compute
-identical tensors share one initializer.
+initializer holding the computed tensor, stored once in the outermost graph that needs
+it (the graph holding the originals; subgraphs read outer-scope values) under a name no
+value of the model has; below IR version 4 a ``Constant`` node instead (an initializer
+would have to be an overridable graph input). One input is folded per rewrite; the new
+node matches again until ``W``, ``R`` and ``B`` are all constants, after which the
+condition fails (no self-loop). Inputs that compute identical tensors, in any graph,
+share one tensor, and one equal to an original read raw is that original.
 
 The sub-graph is found and evaluated by :mod:`rnn_rewrite_rules.shape.constant`
 (lazy, memory-bounded; see ``docs/weight-folding.md``).

@@ -12,6 +12,7 @@ as soon as its last consumer has run. See ``docs/weight-folding.md`` for the pea
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -527,6 +528,7 @@ def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.nd
             if operand is not None:
                 pending[operand] = pending.get(operand, 0) + 1
     computed: dict[ir.Value, _Array] = {}
+    sources: list[ir.TensorProtocol] = []
 
     def read(operand: ir.Value | None) -> _Array | None:
         if operand is None:
@@ -539,6 +541,7 @@ def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.nd
         tensor = ir.convenience.get_const_tensor(operand)
         if tensor is None:
             raise FoldError(f"{operand.name} has no constant value")
+        sources.append(tensor)
         leaf = _View(tensor)
         computed[operand] = leaf
         return leaf
@@ -564,7 +567,20 @@ def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.nd
         array = _dense(result)
         del result
         if array.base is not None or not array.flags.c_contiguous or not array.flags.owndata:
-            return np.array(array, order="C", copy=True)  # never a view of the model's data
+            owned = np.array(array, order="C", copy=True)  # never a view of the model's data
+            del array  # so that a mapped source can be unmapped below
+            return owned
         return array
     except (FoldError, ValueError, TypeError) as error:
         return f"cannot evaluate {value.name}: {error}"
+    finally:
+        computed.clear()
+        for tensor in sources:
+            _unmap(tensor)
+
+
+def _unmap(tensor: ir.TensorProtocol) -> None:
+    """Drop a memory-mapped source's pages from the process (mapped again if read later)."""
+    if isinstance(tensor, ir.ExternalTensor):
+        with contextlib.suppress(BufferError):  # a view of the mapping is still alive
+            tensor.release()
