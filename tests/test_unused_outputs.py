@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules.rules.unused_outputs import empty_unused_rnn_outputs
+from rnn_rewrite_rules.passes import empty_unused_rnn_outputs
 from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,

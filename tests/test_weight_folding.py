@@ -15,12 +15,18 @@ import pytest
 from hypothesis import given
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnxscript.rewriter import MatchingTracer, MatchStatus
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _ort
-from rnn_rewrite_rules.rules.weight_folding import fold_value, preparation_nodes
+from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
-from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
+from rnn_rewrite_rules.testing.exporters import (
+    in_if_branches,
+    initializers_as_constants,
+    quantized_lstm_model,
+)
 from tests.strategies import rnn_configs, sizes
 from tests.support import apply, assert_equivalent, op_counts
 
@@ -443,7 +449,8 @@ def _all_initializers(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
 
 @pytest.mark.parametrize("weights_in", ["main graph", "branch"])
 def test_lstm_inside_an_if_branch(weights_in: str) -> None:
-    """The rewriter visits subgraphs: the folded tensor becomes that subgraph's initializer.
+    """The rewriter visits subgraphs: the folded tensor is stored where the originals were
+    (the branch, or the main graph the branch reads from).
 
     The originals go whether they are outer-scope values of the main graph or
     initializers of the branch itself (``rewrite`` drops unused subgraph initializers).
@@ -478,7 +485,9 @@ def test_lstm_inside_an_if_branch(weights_in: str) -> None:
     after = rnn_rewrite_rules.rewrite(model, FAMILY)
     onnx.checker.check_model(after)
     then = next(a.g for a in after.graph.node[0].attribute if a.name == "then_branch")
-    assert weights_are_initializers(then)
+    holder = then if weights_in == "branch" else after.graph
+    stored_in = {t.name for t in holder.initializer}
+    assert all(name in stored_in for n in rnn_nodes(then) for name in n.input[1:4] if name)
     stored = _all_initializers(after.graph)
     assert parameters(inner).isdisjoint(t.name for t in stored)
     before_bytes = sum(numpy_helper.to_array(t).nbytes for t in weights)
@@ -613,3 +622,355 @@ def test_torch_export_weights_fold(kind: str, bias: bool, bidirectional: bool) -
         for optimize in (True, False):
             actual = _ort.run(after, {"x": x.numpy()}, optimize=optimize)
             assert _ort.max_abs_diff(expected, actual) <= 1e-5
+
+
+# ---------------------------------------------------------------- casts as the runtime computes
+
+
+def _cast_samples(dtype: np.dtype) -> np.ndarray:
+    """Values that round, tie, overflow or go subnormal in some target type."""
+    rng = np.random.default_rng(3)
+    if dtype == np.bool_:
+        return np.array([True, False])
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        edges = [info.min, info.max, 0, 1, 2049, 65519, 65520, 2**24 + 1, 2**53 + 1]
+        edges += [2**60 + 2**36 + 1, 300, 128]
+        edges = [v for v in edges if info.min <= v <= info.max]
+        random = rng.integers(info.min, info.max, 500, dtype=dtype, endpoint=True)
+        return np.concatenate([np.array(edges, dtype), random])
+    edges = [0.0, -0.0, 0.5, 1.5, 2.5, -2.5, 65504, 65519.99, 2**-24, 2**-25, 3 * 2**-26]
+    edges += [1 + 2**-11 + 2**-40, 2**11 + 1 + 2**-30, 1e-8, 127.9, -128.9]  # double rounding
+    random = rng.standard_normal(500) * 10.0 ** rng.integers(-8, 5, 500)
+    with np.errstate(over="ignore"):
+        return np.concatenate([np.array(edges), random]).astype(dtype)
+
+
+def _cast_model(source: np.ndarray, to: int, as_initializer: bool) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(source.dtype)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=to)],
+        "cast",
+        [] if as_initializer else [helper.make_tensor_value_info("x", elem, [len(source)])],
+        [helper.make_tensor_value_info("y", to, [len(source)])],
+        [numpy_helper.from_array(source, "x")] if as_initializer else [],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+_CAST_TYPES = sorted(int(t) for t in NUMPY_DTYPES)
+
+
+@pytest.mark.parametrize("source_type", _CAST_TYPES, ids=lambda t: TensorProto.DataType.Name(t))
+def test_cast_folds_to_what_onnxruntime_computes(source_type: int) -> None:
+    """Every pair of numpy-representable types, bit for bit (``double -> float16`` rounds
+    twice in ORT); a float to integer cast out of range is refused, never guessed."""
+    source = _cast_samples(np.dtype(helper.tensor_dtype_to_np_dtype(source_type)))
+    refused = []
+    for to in _CAST_TYPES:
+        folded = fold_value(ir.from_proto(_cast_model(source, to, True)).graph.outputs[0])
+        expected = _ort.run(_cast_model(source, to, False), {"x": source}, optimize=False)[0]
+        if isinstance(folded, str):
+            assert "out of the" in folded and source.dtype.kind == "f", folded
+            low = 0 if np.dtype(helper.tensor_dtype_to_np_dtype(to)).kind == "u" else -100
+            in_range = source[np.isfinite(source) & (source >= low) & (source < 100)]
+            retry = fold_value(ir.from_proto(_cast_model(in_range, to, True)).graph.outputs[0])
+            assert not isinstance(retry, str), retry
+            runtime = _ort.run(_cast_model(in_range, to, False), {"x": in_range}, optimize=False)
+            np.testing.assert_array_equal(retry, runtime[0])
+            refused.append(to)
+            continue
+        assert folded.dtype == expected.dtype
+        np.testing.assert_array_equal(folded, expected, err_msg=f"Cast to {to}")
+    kinds = {np.dtype(helper.tensor_dtype_to_np_dtype(t)).kind for t in refused}
+    assert kinds <= {"i", "u"} and (source.dtype.kind == "f" or not refused)
+    if source.dtype.kind == "f":  # the samples overflow 8 bits
+        assert {TensorProto.INT8, TensorProto.UINT8} <= set(refused)
+
+
+def test_double_to_float16_cast_feeding_a_gru_folds_as_onnxruntime_rounds() -> None:
+    """The issue's case: numpy's one rounding put GRU outputs 9e-4 from ORT's."""
+    h, size = 4, 3
+    rng = np.random.default_rng(5)
+    # values one float16 ulp/2 + a double-only bit from a float16: rounding once or twice differs
+    base = rng.integers(1024, 2047, (3 * h, size)).astype(np.float64) / 1024.0
+    w = base + 2.0**-11 + 2.0**-40
+    inits = [
+        numpy_helper.from_array(w, "w64"),
+        numpy_helper.from_array(rng.standard_normal((1, 3 * h, h)).astype(np.float32), "rec"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["w64"], ["w16"], to=TensorProto.FLOAT16),
+        helper.make_node("Cast", ["w16"], ["w32"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["w32", "zero"], ["W"]),
+        helper.make_node("GRU", ["X", "W", "rec"], ["Y"], hidden_size=h),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gru",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", size])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["seq", 1, "batch", h])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    assert not np.array_equal(w.astype(np.float16), w.astype(np.float32).astype(np.float16))
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["Cast"] == 0
+    for optimize in (True, False):
+        assert _ort.max_abs_diff(_run_x(model, size, optimize), _run_x(after, size, optimize)) == 0
+
+
+# ---------------------------------------------------------------- each folded tensor stored once
+
+
+def _float_bytes(model: onnx.ModelProto) -> int:
+    """Float tensors (not scalars) of every graph, as initializers or ``Constant`` nodes."""
+    tensors = _all_initializers(model.graph)
+    tensors += [n.attribute[0].t for n in _all_nodes(model.graph) if n.op_type == "Constant"]
+    arrays = map(numpy_helper.to_array, tensors)
+    return sum(a.nbytes for a in arrays if a.dtype.kind == "f" and a.size > 1)
+
+
+def _all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    found = []
+    for node in graph.node:
+        found.append(node)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found += _all_nodes(attr.g)
+    return found
+
+
+def _renamed_nodes(model: onnx.ModelProto, prefix: str) -> tuple[list[onnx.NodeProto], str]:
+    """``model``'s nodes with every computed name prefixed; inputs and weights kept."""
+    computed = {o for n in model.graph.node for o in n.output if o}
+    rename = lambda n: prefix + n if n in computed else n  # noqa: E731
+    nodes = []
+    for node in model.graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.input[:] = [rename(n) for n in node.input]
+        copy.output[:] = [rename(n) for n in node.output]
+        nodes.append(copy)
+    return nodes, rename(model.graph.output[0].name)
+
+
+def _outer_weights_model(cfg: RnnConfig, readers: str) -> onnx.ModelProto:
+    """Weights stored once in the main graph, prepared separately by two readers: the main
+    graph and an ``If`` branch, or both branches (outer-scope reads)."""
+    inner = build_torchlib_model(cfg)
+    out_type = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * 3)  # noqa: E731
+    then_nodes, then_out = _renamed_nodes(inner, "then_")
+    main_nodes: list[onnx.NodeProto] = []
+    if readers == "main and branch":
+        main_nodes, main_out = _renamed_nodes(inner, "main_")
+        else_nodes = [helper.make_node("Identity", [main_out], ["else_out"])]
+        else_out = "else_out"
+    else:
+        else_nodes, else_out = _renamed_nodes(inner, "else_")
+    branch = lambda nodes, out, name: helper.make_graph(nodes, name, [], [out_type(out)])  # noqa: E731
+    if_node = helper.make_node(
+        "If",
+        ["cond"],
+        ["y"],
+        then_branch=branch(then_nodes, then_out, "then"),
+        else_branch=branch(else_nodes, else_out, "else"),
+    )
+    graph = helper.make_graph(
+        [*main_nodes, if_node],
+        "outer_weights",
+        [*inner.graph.input, helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [out_type("y")],
+        list(inner.graph.initializer),
+    )
+    model = helper.make_model(graph, opset_imports=list(inner.opset_import))
+    model.ir_version = inner.ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _same_weights_in_branches(cfg: RnnConfig) -> onnx.ModelProto:
+    """The builders' streaming case: one stack per branch, the same weights as Constants."""
+    model = build_torchlib_model(cfg)
+    return in_if_branches(model, model)
+
+
+_SHARED_CASES = {
+    "main and branch": lambda cfg: _outer_weights_model(cfg, "main and branch"),
+    "both branches": lambda cfg: _outer_weights_model(cfg, "both branches"),
+    "same constants in both branches": _same_weights_in_branches,
+}
+
+
+@pytest.mark.parametrize("case", list(_SHARED_CASES))
+def test_weights_prepared_in_two_graphs_are_stored_once(case: str) -> None:
+    """One copy of the weights, in the outermost graph both readers see (was two)."""
+    cfg = RnnConfig(fold_limit=0, hidden_size=16, input_size=8, bidirectional=True)
+    model = _SHARED_CASES[case](cfg)
+    weights = _float_bytes(build_torchlib_model(cfg))
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    stored = {t.name for t in after.graph.initializer}
+    lstms = [n for n in _all_nodes(after.graph) if n.op_type == "LSTM"]
+    assert len(lstms) == 2 and all(set(n.input[1:4]) <= stored for n in lstms)  # main graph
+    assert len({n.input[1] for n in lstms}) == 1  # one tensor for both readers
+    assert _float_bytes(model) >= weights
+    assert _float_bytes(after) == weights
+    assert rnn_rewrite_rules.rewrite(after, FAMILY) == after
+    for batch, seq in ((1, 2), (3, 4)):
+        for cond in (True, False):
+            feeds = random_inputs(cfg, batch, seq) | {"cond": np.array(cond)}
+            assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+
+
+def _raw_and_prepared(prep: str) -> tuple[onnx.ModelProto, int]:
+    """W read raw by one LSTM and through ``prep`` by another: ``Identity`` (the same
+    tensor) or a negative-step ``Slice`` reversing the gate rows (another tensor)."""
+    h, size = 4, 3
+    rng = np.random.default_rng(2)
+    ints = lambda name, v: numpy_helper.from_array(np.array([v], np.int64), name)  # noqa: E731
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1, 4 * h, size)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, 4 * h, h)).astype(np.float32), "r"),
+        ints("start", -1),
+        ints("end", -(2**62)),
+        ints("axis", 1),
+        ints("step", -1),
+    ]
+    prepared = (
+        helper.make_node("Identity", ["w"], ["w2"])
+        if prep == "Identity"
+        else helper.make_node("Slice", ["w", "start", "end", "axis", "step"], ["w2"])
+    )
+    nodes = [
+        prepared,
+        helper.make_node("LSTM", ["X", "w", "r"], ["Y1"], hidden_size=h),
+        helper.make_node("LSTM", ["X", "w2", "r"], ["Y2"], hidden_size=h),
+    ]
+    y = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * 4)  # noqa: E731
+    graph = helper.make_graph(
+        nodes,
+        "raw",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", size])],
+        [y("Y1"), y("Y2")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model, size
+
+
+def test_weight_read_raw_and_through_identity_reuses_the_original() -> None:
+    model, size = _raw_and_prepared("Identity")
+    after, count = apply(RULES, model)
+    assert count == 1 and [n.input[1] for n in rnn_nodes(after.graph)] == ["w", "w"]
+    assert {t.name for t in after.graph.initializer} == {"w", "r"}
+    assert _ort.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
+
+
+def test_weight_read_raw_and_reordered_is_not_stored_twice() -> None:
+    """The reordered copy is another tensor: folding it would keep both (refused)."""
+    model, _ = _raw_and_prepared("Slice")
+    after, count = apply(RULES, model)
+    assert count == 0 and op_counts(after)["Slice"] == 1
+    assert initializer_bytes(after) == initializer_bytes(model)
+    reasons = _refusals(model)
+    assert any("its weights also feed 'w'" in r and "would take 384 bytes" in r for r in reasons)
+
+
+def _refusals(model: onnx.ModelProto) -> list[str]:
+    """The failure reasons the rule gives on ``model``'s RNN nodes."""
+    tracer = MatchingTracer()
+    RULES.apply_to_model(ir.serde.deserialize_model(model), tracer=tracer)
+    return [
+        match.match_result.reason
+        for matches in tracer.best_matches_map.values()
+        for match in matches
+        if match.status == MatchStatus.CONDITION_FAILED
+    ]
+
+
+# ---------------------------------------------------------------- IR version 3
+
+
+@pytest.mark.parametrize("weights", ["Constant nodes", "initializers"])
+def test_ir_version_3_keeps_every_initializer_a_graph_input(weights: str) -> None:
+    """Below IR 4 an initializer must be a graph input, which makes it overridable: the
+    originals then are (not folded, with the reason), and ``Constant``-node weights fold
+    into ``Constant`` nodes, never into initializers the checker rejects."""
+    cfg = RnnConfig(fold_limit=0, hidden_size=8, input_size=4, bidirectional=True)
+    model = build_torchlib_model(cfg)
+    if weights == "Constant nodes":
+        model = initializers_as_constants(model)
+    else:
+        known = {i.name for i in model.graph.input}
+        model.graph.input.extend(
+            helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+            for t in model.graph.initializer
+            if t.name not in known
+        )
+    model.ir_version = 3
+    onnx.checker.check_model(model, full_check=True)
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    assert after.ir_version == 3
+    inputs = {i.name for i in after.graph.input}
+    assert all(t.name in inputs for t in after.graph.initializer)
+    producers = {o: n.op_type for n in after.graph.node for o in n.output}
+    weight_inputs = [name for n in rnn_nodes(after.graph) for name in n.input[1:4] if name]
+    if weights == "Constant nodes":
+        assert {producers[name] for name in weight_inputs} == {"Constant"}
+        assert op_counts(model)["Unsqueeze"] and not op_counts(after)["Unsqueeze"]
+        assert rnn_rewrite_rules.rewrite(after, FAMILY) == after
+    else:
+        assert op_counts(after)["Unsqueeze"] == op_counts(model)["Unsqueeze"]
+        assert any("overridable" in r for r in _refusals(model))
+    assert_equivalent(model, after, cfg)
+
+
+# ---------------------------------------------------------------- names
+
+
+def test_new_initializers_never_take_a_name_in_use_anywhere() -> None:
+    """The names a fold would pick are taken by a graph input, an overridable initializer
+    and an initializer of an ``If`` branch: each folded tensor gets a fresh name, and the
+    inputs keep their meaning (an outer value named like a subgraph's would be shadowed)."""
+    cfg, model = _model()
+    graph = model.graph
+    vec = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [2])  # noqa: E731
+    graph.input.extend([vec("weight_ih_l0_W"), vec("weight_hh_l0_R")])
+    graph.initializer.append(numpy_helper.from_array(np.ones(2, np.float32), "weight_hh_l0_R"))
+    branch_value = numpy_helper.from_array(np.full(2, 3.0, np.float32), "bias_ih_l0_B")
+    then = helper.make_graph(
+        [helper.make_node("Add", ["bias_ih_l0_B", "weight_hh_l0_R"], ["t"])],
+        "then",
+        [],
+        [vec("t")],
+        [branch_value],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["weight_ih_l0_W"], ["e"])], "else", [], [vec("e")]
+    )
+    graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    graph.node.append(
+        helper.make_node("If", ["cond"], ["picked"], then_branch=then, else_branch=other)
+    )
+    graph.output.append(vec("picked"))
+    onnx.checker.check_model(model, full_check=True)
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    onnx.checker.check_model(after, full_check=True)
+    assert weights_are_initializers(after.graph)
+    folded = [name for n in rnn_nodes(after.graph) for name in n.input[1:4]]
+    assert folded == ["weight_ih_l0_W_1", "weight_hh_l0_R_1", "bias_ih_l0_B_1"]
+    for cond in (True, False):
+        feeds = random_inputs(cfg, 2, 3) | {
+            "cond": np.array(cond),
+            "weight_ih_l0_W": np.array([5.0, 6.0], np.float32),
+            "weight_hh_l0_R": np.array([7.0, 8.0], np.float32),  # overriding still works
+        }
+        assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6

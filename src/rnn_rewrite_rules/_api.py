@@ -10,9 +10,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRuleSet
 
+from rnn_rewrite_rules.passes import EmptyUnusedRnnOutputsPass, RemoveUnusedSubgraphInitializersPass
 from rnn_rewrite_rules.rules import select_rules
-from rnn_rewrite_rules.rules.unused_outputs import EmptyUnusedRnnOutputsPass
-from rnn_rewrite_rules.rules.weight_folding import RemoveUnusedSubgraphInitializersPass
 
 __all__ = ["rewrite", "rules"]
 

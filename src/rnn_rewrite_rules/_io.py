@@ -18,12 +18,14 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
+
+from rnn_rewrite_rules import _lazy_io
 
 __all__ = [
     "DamagedModel",
@@ -217,6 +219,9 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     path = Path(path)
     if path.is_dir():
         raise ModelIsDirectory(f"{path}: is a directory, not an ONNX file")
+    lazy = _lazy_io.lazy_model_proto(path)  # big embedded tensors stay in the file, mapped
+    if lazy is not None:
+        return _model_from_proto(path, lazy, lazy=True)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -236,12 +241,18 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
             raise DamagedModel(f"{path}: is truncated (the ONNX protobuf ends early)") from None
         raise DamagedModel(f"{path}: is a damaged ONNX model (a field does not parse)") from None
     del data
+    return _model_from_proto(path, proto)
+
+
+def _model_from_proto(path: Path, proto: onnx.ModelProto, *, lazy: bool = False) -> LoadedModel:
     if proto.ir_version <= 0 or not proto.HasField("graph"):
         raise NotOnnx(f"{path}: is not an ONNX model (no IR version or graph)")
     if proto.ir_version >= 3 and not proto.opset_import:
         raise DamagedModel(f"{path}: has no opset_import (truncated?)")
     _check_versions(path, proto)
     files = _external_files(proto)
+    if lazy:  # the tensors lazy_model_proto left in the model file itself: not external data
+        files.pop(path.name, None)
     _check_external_data(path, files)
     try:
         model = ir.serde.deserialize_model(proto)
@@ -254,11 +265,12 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
 
 def _referenced_data_files(path: Path) -> frozenset[str]:
     """External data files the ONNX file at ``path`` references (empty when unreadable)."""
+    lazy = _lazy_io.lazy_model_proto(path)  # not every embedded tensor in memory
     try:
-        proto = onnx.load(str(path), load_external_data=False)
+        proto = lazy or onnx.load(str(path), load_external_data=False)
     except Exception:
         return frozenset()
-    return frozenset(_external_files(proto))
+    return frozenset(_external_files(proto)) - ({path.name} if lazy else set())
 
 
 def check_output_path(
@@ -357,7 +369,13 @@ class Staging:
                 return name
         raise OutputNotWritable(f"{self.target}: both external data names are in use")
 
-    def write(self, model: ir.Model, *, external_data: bool = False) -> None:
+    def write(
+        self,
+        model: ir.Model,
+        *,
+        external_data: bool = False,
+        on_tensor: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Write ``model`` into the staging directory.
 
         Without external data, external tensors of ``model`` are loaded into memory first.
@@ -365,6 +383,7 @@ class Staging:
         Args:
             external_data: keep tensors in a ``<target>.data`` file; forced on when the
                 tensors would not fit in one protobuf.
+            on_tensor: called with (tensors written, total) as big tensors are written.
 
         Raises:
             OutputNotWritable: the write failed (disk full, permissions).
@@ -378,11 +397,12 @@ class Staging:
                     self.model_path,
                     external_data=self._data_name,
                     size_threshold_bytes=EXTERNAL_THRESHOLD_BYTES,
+                    callback=_lazy_io.progress_callback(on_tensor),
                 )
             else:
                 self._data_name = None
-                ir.external_data.load_to_model(model)
-                ir.save(model, self.model_path)
+                # streamed: never a second copy of every tensor in memory
+                _lazy_io.save_embedded(model, self.model_path, on_tensor)
         except OSError as error:
             raise OutputNotWritable(
                 f"{self.target}: cannot write: {error.strerror or error}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules import __version__, _io, _report, _verify, diagnostics
+from rnn_rewrite_rules import __version__, _io, _lazy_io, _report, _verify, diagnostics
 from rnn_rewrite_rules.rules import families, fixed_by, select_rules
 
 __all__ = ["ExitCode", "main"]
@@ -238,6 +238,10 @@ class _Task:
         if self._progress is not None:
             self._progress.advance(self._id)
 
+    def update(self, completed: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._id, completed=completed, total=total)
+
     def done(self) -> None:
         if self._progress is not None:
             task = self._progress.tasks[self._id]
@@ -351,7 +355,7 @@ def _verify_models(
 def _check_result(path: Path, original: Path) -> None:
     """The ONNX checker on the staged file; tolerated when the original fails it too."""
     try:
-        onnx.checker.check_model(str(path))
+        _lazy_io.check_model_file(path)  # the tensors' bytes stay on disk
     except Exception as error:  # onnx raises ValidationError and friends
         try:
             onnx.checker.check_model(str(original))
@@ -464,7 +468,7 @@ def _run(args: argparse.Namespace) -> int:
             return ExitCode.OK
         with progress:
             writing = progress.task(f"writing {target}")
-            staging.write(model, external_data=loaded.external_data)
+            staging.write(model, external_data=loaded.external_data, on_tensor=writing.update)
             writing.done()
             _check_result(staging.model_path, source)
             if args.verify:

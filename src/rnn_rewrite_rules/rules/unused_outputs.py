@@ -12,7 +12,7 @@ An unused output *before* a used one (``Y`` when only ``Y_h`` is read) can only 
 made empty (name ``""``). Inside ``RewriteRuleSet.apply_to_model`` that cannot
 last: onnx-ir's ``NameFixPass``, which onnxscript runs after every pass that changed
 something (and ``optimize_ir`` runs last), names every empty output again. So that
-case is handled by :class:`EmptyUnusedRnnOutputsPass`, which
+case is handled by :class:`rnn_rewrite_rules.passes.EmptyUnusedRnnOutputsPass`, which
 :func:`rnn_rewrite_rules.rewrite` and the CLI run after the rules; onnx-ir's own
 ``RemoveUnusedNodesPass`` does the same for default-domain ops only.
 """
@@ -22,15 +22,12 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 
 __all__ = [
     "FAMILY",
     "DropTrailingUnusedOutputs",
-    "EmptyUnusedRnnOutputsPass",
-    "empty_unused_rnn_outputs",
     "is_unused",
     "rules",
 ]
@@ -59,37 +56,6 @@ class DropTrailingUnusedOutputs(RnnNodeRule):
         kept = copy_rnn_node(op, node, self._keep, {})
         # The dropped outputs are dead: hand them back unchanged, they leave with the node.
         return [*kept, *node.outputs[self._keep :]]
-
-
-def empty_unused_rnn_outputs(graph_like: ir.Graph | ir.Function) -> int:
-    """Name unused RNN outputs ``""`` and drop trailing ones, in subgraphs too.
-
-    Returns the number of outputs changed. Run it after the rewriter (see module docs).
-    """
-    count = 0
-    for node in ir.traversal.RecursiveGraphIterator(graph_like):
-        if (node.domain, node.op_type) not in RNN_OPS:
-            continue
-        for value in node.outputs:
-            if value.name and is_unused(value):
-                value.name = ""
-                count += 1
-        keep = len(node.outputs)
-        while keep > 1 and not node.outputs[keep - 1].name:
-            keep -= 1
-        if keep != len(node.outputs):
-            node.resize_outputs(keep)
-    return count
-
-
-class EmptyUnusedRnnOutputsPass(ir.passes.InPlacePass):
-    """:func:`empty_unused_rnn_outputs` over the main graph and every function."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count = empty_unused_rnn_outputs(model.graph)
-        for function in model.functions.values():
-            count += empty_unused_rnn_outputs(function)
-        return ir.passes.PassResult(model, modified=bool(count))
 
 
 rules = RewriteRuleSet(rnn_node_rules(DropTrailingUnusedOutputs))

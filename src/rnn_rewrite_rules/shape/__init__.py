@@ -6,6 +6,8 @@
 * :mod:`.prover`: :class:`ShapeProver`, which evaluates a value's :class:`Fact` (its
   sizes, and the content of small int tensors) from the graph alone.
 * :mod:`.values`: facts about what a tensor holds (all zeros, finite).
+* :mod:`.constant`: the lazy, memory-bounded numeric evaluator of constant subgraphs
+  (what ``weight_folding`` folds).
 
 Usage in a rule's check::
 

@@ -1,0 +1,18 @@
+"""onnx-ir passes :func:`rnn_rewrite_rules.rewrite` and the CLI run after the rules.
+
+One module per pass, as in ``onnx_ir.passes.common``.
+"""
+
+from rnn_rewrite_rules.passes.empty_unused_rnn_outputs import (
+    EmptyUnusedRnnOutputsPass,
+    empty_unused_rnn_outputs,
+)
+from rnn_rewrite_rules.passes.remove_unused_subgraph_initializers import (
+    RemoveUnusedSubgraphInitializersPass,
+)
+
+__all__ = [
+    "EmptyUnusedRnnOutputsPass",
+    "RemoveUnusedSubgraphInitializersPass",
+    "empty_unused_rnn_outputs",
+]
