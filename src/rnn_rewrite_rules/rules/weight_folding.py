@@ -48,6 +48,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleSet
 from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
+from rnn_rewrite_rules.shape import ShapeProver
 from rnn_rewrite_rules.shape.constant import (
     FOLDABLE_OPS,
     data_inputs,
@@ -154,21 +155,16 @@ def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | st
 # ---------------------------------------------------------------- the rule
 
 
-def _static_dims(value: ir.Value | None) -> tuple[int | None, ...] | None:
-    if value is None:
-        return None
-    tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
-    if tensor is not None:
-        return tuple(int(d) for d in tensor.shape.dims)
-    if value.shape is None:
-        return None
-    return tuple(d if isinstance(d, int) else None for d in value.shape.dims)
+def _static_dims(value: ir.Value | None, prover: ShapeProver) -> tuple[int | None, ...] | None:
+    """The sizes the shape prover fixes (None where symbolic); never a value_info."""
+    dims = prover.dims(value)
+    return None if dims is None else tuple(d.value for d in dims)
 
 
 def _expected_shape(
-    node: ir.Node, index: int, hidden: int, directions: int, gates: int
+    node: ir.Node, index: int, hidden: int, directions: int, gates: int, prover: ShapeProver
 ) -> tuple[int | None, ...]:
-    x_dims = _static_dims(node.inputs[0]) if node.inputs else None
+    x_dims = _static_dims(node.inputs[0], prover) if node.inputs else None
     input_size = x_dims[-1] if x_dims else None
     if node.domain == "com.microsoft":  # DynamicQuantizeLSTM: W, R transposed
         shapes = {
@@ -185,11 +181,11 @@ def _expected_shape(
     return shapes[index]
 
 
-def _hidden_size(node: ir.Node, gates: int) -> int | None:
+def _hidden_size(node: ir.Node, prover: ShapeProver) -> int | None:
     attr = node.attributes.get("hidden_size")
     if attr is not None:
         return attr.as_int()
-    r_dims = _static_dims(node.inputs[2]) if len(node.inputs) > 2 else None
+    r_dims = _static_dims(node.inputs[2], prover) if len(node.inputs) > 2 else None
     if r_dims is None or len(r_dims) != 3:
         return None
     return r_dims[1] if node.domain == "com.microsoft" else r_dims[2]
@@ -313,7 +309,8 @@ class FoldRnnWeights(RnnNodeRule):
         direction = direction_attr.as_string() if direction_attr is not None else "forward"
         if direction not in DIRECTIONS:
             return check_result.fail(f"unknown direction {direction!r}", node)
-        hidden = _hidden_size(node, gates)
+        prover = ShapeProver()
+        hidden = _hidden_size(node, prover)
         reasons = []
         for index, label in _WEIGHT_INPUTS.items():
             value = node.inputs[index] if len(node.inputs) > index else None
@@ -342,8 +339,8 @@ class FoldRnnWeights(RnnNodeRule):
                 h = array.shape[1] if node.domain == "com.microsoft" else array.shape[-1]
             else:
                 h = hidden
-            expected = _expected_shape(node, index, h, DIRECTIONS[direction], gates)
-            mismatch = _shape_mismatch(array.shape, expected, _static_dims(value))
+            expected = _expected_shape(node, index, h, DIRECTIONS[direction], gates, prover)
+            mismatch = _shape_mismatch(array.shape, expected, _static_dims(value, prover))
             if value.dtype is not None and value.dtype.numpy() != array.dtype:
                 mismatch = f"computed dtype {array.dtype}, declared {value.dtype}"
             if mismatch is not None:
