@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 import onnx
 import onnx_ir as ir
 
+from rnn_rewrite_rules import _compat
 from rnn_rewrite_rules._rnn import RNN_OPS, const_array
 
 __all__ = ["KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
@@ -197,14 +198,7 @@ def _infer(model: ir.Model) -> dict[str, list[Dim]]:
             output.type.tensor_type.ClearField("shape")
         return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
 
-    try:
-        from onnx_ir.passes.common._c_api_utils import call_onnx_api  # drops big tensors
-    except ImportError:  # pragma: no cover - a different onnx-ir
-
-        def call_onnx_api(func, model):
-            return func(ir.serde.serialize_model(model))
-
-    inferred = call_onnx_api(infer, model)
+    inferred = _compat.call_onnx_api(infer, model)  # drops big tensors
     graph = inferred.graph
     shapes = {}
     for info in [*graph.input, *graph.value_info, *graph.output]:
