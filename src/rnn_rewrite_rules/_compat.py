@@ -9,14 +9,14 @@ public name lives here, each with the versions it was read from:
 * ``RewriteRule._condition_function`` and ``._replacement_pattern._function``: the
   callables a rule was made from, for its description (0.5.0 to 0.7.2).
 * ``onnx_ir.passes.common._c_api_utils.call_onnx_api``: serializes a model without its
-  large tensors for an ``onnx`` C API call (onnx-ir 0.1.7 to 1.1.0).
+  large tensors for an ``onnx`` C API call (onnx-ir 0.1.13 to 1.1.0; serializes
+  everything where it is missing).
 
 Version differences:
 
 * onnxscript >= 0.7.1 runs onnx-ir's ``NameFixPass`` after a rewrite that changed the
   model, which names every ``""`` output again (why ``EmptyUnusedRnnOutputsPass`` runs
   after the rules); earlier releases leave names alone: :data:`REWRITE_NAMES_EMPTY_OUTPUTS`.
-
 * The rewrite builder ``op``: onnxscript <= 0.7.0 passes ``op.op`` to ``onnx_ir.tape.Tape.op
   (op_type, inputs, attributes, domain=...)``; 0.7.1 made it ``op.op(op_type, *inputs,
   _domain=..., _outputs=..., **attributes)``. ``op.<OpType>(*inputs, _domain=...,
@@ -32,16 +32,21 @@ from typing import Any
 
 import onnx
 import onnx_ir as ir
+import onnxscript
 import onnxscript.rewriter as _rewriter
 from onnxscript.rewriter import RewriteRule
 
 __all__ = [
+    "ONNXSCRIPT_BELOW",
+    "ONNXSCRIPT_MIN",
     "ONNXSCRIPT_RANGE",
+    "REWRITE_NAMES_EMPTY_OUTPUTS",
     "UnsupportedVersionError",
     "call_onnx_api",
     "check_onnxscript",
     "default_rewrite_rules",
     "emit_node",
+    "onnxscript_version",
     "rule_callables",
     "set_default_rewrite_rules",
 ]
@@ -69,7 +74,7 @@ def onnxscript_version() -> str:
     try:
         return metadata.version("onnxscript")
     except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
-        return str(getattr(__import__("onnxscript"), "__version__", "unknown"))
+        return str(getattr(onnxscript, "__version__", "unknown"))
 
 
 def check_onnxscript(version: str | None = None) -> None:
@@ -113,7 +118,12 @@ def emit_node(
     domain: str,
     num_outputs: int,
 ) -> list[ir.Value]:
-    """Add a node to a rewrite's builder ``op``; its outputs as a list (see the module doc)."""
+    """Add a node to a rewrite's builder ``op``; its outputs as a list (see the module doc).
+
+    ``op_type`` must not name an attribute of the builder (``op``, ``nodes``...).
+    """
+    if hasattr(type(op), op_type):
+        raise ValueError(f"{op_type!r} names an attribute of the rewrite builder")
     outputs = getattr(op, op_type)(*inputs, _domain=domain, _outputs=num_outputs, **attributes)
     return [outputs] if num_outputs == 1 else list(outputs)
 
