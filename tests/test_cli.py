@@ -22,8 +22,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxscript.rewriter import RewriteRuleClassBase
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _io, _report, _verify, diagnostics

@@ -10,6 +10,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRuleSet
 
+from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.passes import EmptyUnusedRnnOutputsPass, RemoveUnusedSubgraphInitializersPass
 from rnn_rewrite_rules.rules import select_rules
 
@@ -34,7 +35,12 @@ def rewrite(model: _Model, names: Sequence[str] | None = None, *, portable: bool
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
+
+    Raises:
+        rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
+            tested range (a ``RuntimeError``); the model is not touched.
     """
+    check_onnxscript()
     if isinstance(model, onnx.ModelProto):
         return ir.serde.serialize_model(
             rewrite(ir.serde.deserialize_model(model), names, portable=portable)

@@ -5,9 +5,10 @@
 ``onnxscript.rewriter.rewrite(model)`` without explicit rules all read the
 module-level tuple ``onnxscript.rewriter._DEFAULT_REWRITE_RULES`` when they are
 called. onnxscript has no public registry, so :func:`install` rebinds that
-private tuple with our rules in front (tried first on each node, before
-onnxscript's ``_materialize_reshape_shape`` can turn a runtime shape into a
-constant that freezes an axis). It is tested against the pinned onnxscript.
+private tuple (through :mod:`rnn_rewrite_rules._compat`) with our rules in front
+(tried first on each node, before onnxscript's ``_materialize_reshape_shape`` can
+turn a runtime shape into a constant that freezes an axis). It refuses an
+onnxscript outside the tested range (``_compat.ONNXSCRIPT_RANGE``).
 """
 
 from __future__ import annotations
@@ -16,25 +17,15 @@ import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 
-import onnxscript.rewriter as _rewriter
 from onnxscript.rewriter import RewriteRule
 
+from rnn_rewrite_rules import _compat
 from rnn_rewrite_rules.rules import select_rules
 
 __all__ = ["install", "installed", "is_installed", "uninstall"]
 
-_ATTRIBUTE = "_DEFAULT_REWRITE_RULES"
 _lock = threading.Lock()
 _ours: tuple[RewriteRule, ...] = ()
-
-
-def _check_supported() -> None:
-    if not isinstance(getattr(_rewriter, _ATTRIBUTE, None), tuple):
-        raise RuntimeError(
-            "this onnxscript has no onnxscript.rewriter._DEFAULT_REWRITE_RULES tuple; "
-            "rnn_rewrite_rules.install() supports onnxscript 0.7.2. "
-            "Pass rnn_rewrite_rules.rules() to onnxscript.rewriter.rewrite() instead."
-        )
 
 
 def install(names: Sequence[str] | None = None, *, portable: bool = False) -> None:
@@ -46,29 +37,34 @@ def install(names: Sequence[str] | None = None, *, portable: bool = False) -> No
             attribute a user may rely on).
         portable: leave out what runtimes other than ONNX Runtime reject (see
             :func:`rnn_rewrite_rules.rules`).
+
+    Raises:
+        rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
+            tested range (a ``RuntimeError``); nothing is installed.
     """
     global _ours
-    _check_supported()
+    _compat.check_onnxscript()
     with _lock:
         rules = tuple(select_rules(names, installed_only=True, portable=portable))
-        current = [r for r in getattr(_rewriter, _ATTRIBUTE) if r not in _ours]
+        current = [r for r in _compat.default_rewrite_rules() if r not in _ours]
         _ours = rules
-        setattr(_rewriter, _ATTRIBUTE, (*rules, *current))
+        _compat.set_default_rewrite_rules((*rules, *current))
 
 
 def uninstall() -> None:
     """Remove our rules from onnxscript's defaults; rules others added stay (idempotent)."""
     global _ours
-    _check_supported()
     with _lock:
-        current = getattr(_rewriter, _ATTRIBUTE)
-        setattr(_rewriter, _ATTRIBUTE, tuple(r for r in current if r not in _ours))
+        if not _ours:
+            return
+        current = _compat.default_rewrite_rules()
+        _compat.set_default_rewrite_rules([r for r in current if r not in _ours])
         _ours = ()
 
 
 def is_installed() -> bool:
     """Whether our rules are currently part of onnxscript's defaults."""
-    current = getattr(_rewriter, _ATTRIBUTE, ())
+    current = _compat.default_rewrite_rules()
     return bool(_ours) and all(r in current for r in _ours)
 
 

@@ -13,10 +13,15 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx_ir as ir
-from onnxscript.rewriter import RewriteRule, RewriteRuleSet
-from onnxscript.rewriter._basics import MatchingTracer, MatchResult, MatchStatus
+from onnxscript.rewriter import (
+    MatchingTracer,
+    MatchResult,
+    MatchStatus,
+    RewriteRule,
+    RewriteRuleSet,
+)
 
-from rnn_rewrite_rules import _api, _io, diagnostics
+from rnn_rewrite_rules import _api, _compat, _io, diagnostics
 from rnn_rewrite_rules._rnn import RNN_OPS, rnn_facts
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import fixed_by
@@ -63,8 +68,7 @@ def rule_name(rule: RewriteRule) -> str:
 
 def rule_description(rule: RewriteRule) -> str:
     """The first docstring line of the rule's class (or replacement function), else ""."""
-    condition = getattr(rule, "_condition_function", None)
-    replacement = getattr(getattr(rule, "_replacement_pattern", None), "_function", None)
+    condition, replacement = _compat.rule_callables(rule)
     candidates = [
         type(owner)
         for owner in (getattr(condition, "__self__", None), getattr(replacement, "__self__", None))
@@ -116,6 +120,7 @@ def rewrite_counting(
         on_node: called for every node visited (progress).
         on_round: called with the round number before each round.
     """
+    _compat.check_onnxscript()
     counts: collections.Counter[str] = collections.Counter()
     if rules:
         wrapped = [

@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules import __version__, _io, _lazy_io, _report, _verify, diagnostics
+from rnn_rewrite_rules import __version__, _compat, _io, _lazy_io, _report, _verify, diagnostics
 from rnn_rewrite_rules.rules import families, fixed_by, select_rules
 
 __all__ = ["ExitCode", "main"]
@@ -44,6 +44,7 @@ class ExitCode(enum.IntEnum):
     NO_ONNXRUNTIME = 12
     CANNOT_VERIFY = 13
     INVALID_RESULT = 14
+    UNSUPPORTED_ONNXSCRIPT = 15
     INTERRUPTED = 130
 
 
@@ -63,6 +64,7 @@ _EXIT_HELP = {
     ExitCode.NO_ONNXRUNTIME: "--verify or demo without onnxruntime installed",
     ExitCode.CANNOT_VERIFY: "--verify: the original model does not run on the chosen inputs",
     ExitCode.INVALID_RESULT: "the rewritten model fails the ONNX checker (nothing written)",
+    ExitCode.UNSUPPORTED_ONNXSCRIPT: "the installed onnxscript is outside the tested range",
     ExitCode.INTERRUPTED: "interrupted",
 }
 
@@ -613,6 +615,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _io.ModelIOError as error:
         _error(str(error))
         return int(_IO_CODES.get(type(error), ExitCode.INTERNAL_ERROR))
+    except _compat.UnsupportedVersionError as error:
+        _error(str(error))
+        return int(ExitCode.UNSUPPORTED_ONNXSCRIPT)
     except KeyboardInterrupt:
         _error("interrupted; nothing written")
         return int(ExitCode.INTERRUPTED)

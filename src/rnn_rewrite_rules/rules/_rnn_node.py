@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
+from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import RNN_OPS
 
 __all__ = ["RnnNodeRule", "copy_rnn_node", "rnn_node_rules"]
@@ -70,14 +71,9 @@ def copy_rnn_node(
         inputs[index] = value
     while inputs and inputs[-1] is None:
         inputs.pop()
-    outputs = op.op(
-        node.op_type,
-        *inputs,
-        _domain=node.domain,
-        _outputs=num_outputs,
-        **node.attributes,
+    return emit_node(
+        op, node.op_type, inputs, node.attributes, domain=node.domain, num_outputs=num_outputs
     )
-    return [outputs] if num_outputs == 1 else list(outputs)
 
 
 def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:

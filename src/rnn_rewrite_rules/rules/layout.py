@@ -29,6 +29,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
+from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, rnn_node_rules
@@ -69,8 +70,9 @@ class LayoutToTimeMajor(RnnNodeRule):
             inputs.pop()
         attributes = {k: v for k, v in node.attributes.items() if k != "layout"}
         keep = self._used[-1] + 1
-        outputs = op.op(node.op_type, *inputs, _domain=node.domain, _outputs=keep, **attributes)
-        outputs = [outputs] if keep == 1 else list(outputs)
+        outputs = emit_node(
+            op, node.op_type, inputs, attributes, domain=node.domain, num_outputs=keep
+        )
         result = []
         for index, old in enumerate(node.outputs):
             if index not in self._used:
