@@ -245,6 +245,11 @@ def _private_accesses(path: pathlib.Path) -> list[str]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rnn_rewrite_rules")
         for alias in node.names
     }
+    ours |= {  # classes and functions the file defines itself
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_UPSTREAM):
@@ -293,5 +298,7 @@ def test_the_private_access_check_can_fail(tmp_path) -> None:
         "x = _rw._DEFAULT_REWRITE_RULES\n"
         "y = getattr(rule, '_condition_function', None)\n"
         "z = self._fine\n"
+        "class Own:\n    pass\n"
+        "w = Own._fine\n"
     )
     assert len(_private_accesses(sample)) == 4
