@@ -23,7 +23,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-__all__ = ["TOOLS", "build", "measure", "main"]
+__all__ = ["TOOLS", "build", "main", "measure"]
 
 #: tool -> Python code run in the child; ``src``, ``dst`` and ``external`` are defined.
 TOOLS = {
@@ -39,7 +39,8 @@ TOOLS = {
         """
         import onnx, onnxslim
         model = onnxslim.slim(src)
-        onnx.save(model, dst, save_as_external_data=external, location=os.path.basename(dst) + ".data")
+        data = os.path.basename(dst) + ".data"
+        onnx.save(model, dst, save_as_external_data=external, location=data)
         """
     ),
     "onnxsim": textwrap.dedent(
@@ -47,7 +48,8 @@ TOOLS = {
         import onnx, onnxsim
         model, ok = onnxsim.simplify(src)
         assert ok
-        onnx.save(model, dst, save_as_external_data=external, location=os.path.basename(dst) + ".data")
+        data = os.path.basename(dst) + ".data"
+        onnx.save(model, dst, save_as_external_data=external, location=data)
         """
     ),
 }
