@@ -10,7 +10,6 @@ import ast
 import pathlib
 import re
 
-import numpy as np
 import onnx
 import onnx_ir as ir
 import onnxscript.rewriter
@@ -204,26 +203,6 @@ def test_rule_callables_find_the_rule_class() -> None:
     assert condition is not None and replacement is not None
     assert type(condition.__self__).__name__ == "LayoutToTimeMajor"
     assert _report.rule_description(rule).startswith("RNN(X, ..., layout=1)")
-
-
-def test_call_onnx_api_sees_the_model() -> None:
-    proto = build_torchlib_model(RnnConfig(hidden_size=64))
-    model = ir.serde.deserialize_model(proto)
-    seen = {}
-
-    def inspect(given: onnx.ModelProto) -> onnx.ModelProto:
-        seen["nodes"] = len(given.graph.node)
-        return onnx.shape_inference.infer_shapes(given)
-
-    inferred = _compat.call_onnx_api(inspect, model)
-    assert seen["nodes"] == len(proto.graph.node)
-    assert {o.name for o in inferred.graph.output} == {o.name for o in proto.graph.output}
-    assert model.graph.initializers  # the model itself is left whole
-    assert all(v.const_value is not None for v in model.graph.initializers.values())
-    np.testing.assert_array_equal(
-        model.graph.initializers[proto.graph.initializer[0].name].const_value.numpy(),
-        onnx.numpy_helper.to_array(proto.graph.initializer[0]),
-    )
 
 
 def test_rewrite_names_empty_outputs_flag_matches_the_version() -> None:

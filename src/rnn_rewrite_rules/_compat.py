@@ -8,9 +8,6 @@ public name lives here, each with the versions it was read from:
   ``optimize_ir`` and ``rewrite(model)`` read at call time (0.5.0 to 0.7.2).
 * ``RewriteRule._condition_function`` and ``._replacement_pattern._function``: the
   callables a rule was made from, for its description (0.5.0 to 0.7.2).
-* ``onnx_ir.passes.common._c_api_utils.call_onnx_api``: serializes a model without its
-  large tensors for an ``onnx`` C API call (onnx-ir 0.1.13 to 1.1.0; serializes
-  everything where it is missing).
 
 Version differences:
 
@@ -30,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-import onnx
 import onnx_ir as ir
 import onnxscript
 import onnxscript.rewriter as _rewriter
@@ -42,7 +38,6 @@ __all__ = [
     "ONNXSCRIPT_RANGE",
     "REWRITE_NAMES_EMPTY_OUTPUTS",
     "UnsupportedVersionError",
-    "call_onnx_api",
     "check_onnxscript",
     "default_rewrite_rules",
     "emit_node",
@@ -126,12 +121,3 @@ def emit_node(
         raise ValueError(f"{op_type!r} names an attribute of the rewrite builder")
     outputs = getattr(op, op_type)(*inputs, _domain=domain, _outputs=num_outputs, **attributes)
     return [outputs] if num_outputs == 1 else list(outputs)
-
-
-def call_onnx_api(func: Callable[[onnx.ModelProto], onnx.ModelProto], model: ir.Model):
-    """``func(proto)`` on ``model`` serialized without its large tensors where onnx-ir can."""
-    try:
-        from onnx_ir.passes.common._c_api_utils import call_onnx_api as call
-    except ImportError:  # pragma: no cover - an onnx-ir without it: serialize everything
-        return func(ir.serde.serialize_model(model))
-    return call(func, model)
