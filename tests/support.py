@@ -9,7 +9,7 @@ import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
 
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
 
 #: (batch, seq) sizes, none of them equal to each other, so a frozen axis shows.
@@ -51,7 +51,7 @@ def assert_equivalent(
     """Same outputs (and shapes) in ORT at every (batch, seq) size."""
     for seed, (batch, seq) in enumerate(sizes):
         feeds = random_inputs(cfg, batch, seq, rng=seed)
-        expected = _ort.run(before, feeds, optimize=optimize)
-        actual = _ort.run(after, feeds, optimize=optimize)
-        diff = _ort.max_abs_diff(expected, actual)
+        expected = runtime.run(before, feeds, optimize=optimize)
+        actual = runtime.run(after, feeds, optimize=optimize)
+        diff = runtime.max_abs_diff(expected, actual)
         assert diff <= atol, f"batch={batch} seq={seq}: max abs diff {diff}"

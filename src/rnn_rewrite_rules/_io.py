@@ -40,6 +40,7 @@ __all__ = [
     "UnsupportedModel",
     "check_output_path",
     "load_model",
+    "output_staging",
     "tensor_bytes",
 ]
 
@@ -434,3 +435,17 @@ class Staging:
             if name in ours:
                 with contextlib.suppress(OSError):
                     (self.target.parent / name).unlink()
+
+
+def output_staging(target: Path, loaded: LoadedModel, *, in_place: bool) -> Staging:
+    """The checked :class:`Staging` for writing the rewrite of ``loaded`` to ``target``.
+
+    Raises:
+        SameAsInput: ``target`` is the input and ``in_place`` is false.
+        OutputNotWritable: the target cannot be written.
+    """
+    check_output_path(target, loaded.path, in_place=in_place)
+    # the input's external data must survive unless the input itself is replaced
+    same_dir = os.path.realpath(target.parent) == os.path.realpath(loaded.path.parent)
+    keep = loaded.data_files if same_dir and not in_place else frozenset()
+    return Staging(target, keep_away=keep)

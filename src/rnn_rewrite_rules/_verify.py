@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.runtime import OnnxRuntimeMissing, require_onnxruntime
 
 __all__ = [
     "CannotVerify",
@@ -35,30 +36,10 @@ __all__ = [
 
 Source = str | bytes
 _DEFAULT_BASES = (2, 5)
-_SUPPORTED_DTYPES = NUMPY_DTYPES
-
-
-class OnnxRuntimeMissing(Exception):
-    """onnxruntime is not installed."""
 
 
 class CannotVerify(Exception):
     """The comparison cannot be made (the original model does not run, an input has no rank)."""
-
-
-def require_onnxruntime() -> str:
-    """The installed onnxruntime version.
-
-    Raises:
-        OnnxRuntimeMissing: it is not installed.
-    """
-    try:
-        import onnxruntime
-    except ImportError:
-        raise OnnxRuntimeMissing(
-            "onnxruntime is not installed: pip install 'rnn-rewrite-rules[cli]'"
-        ) from None
-    return onnxruntime.__version__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,56 +188,13 @@ def make_feeds(
     high = max(1, min(dims)) if dims else 1
     feeds = {}
     for spec in specs:
-        if spec.dtype not in _SUPPORTED_DTYPES:
+        try:
+            feeds[spec.name] = runtime.make_feed(spec.dtype, shapes[spec.name], rng, high=high)
+        except runtime.UnsupportedInput:
             raise CannotVerify(
                 f"input {spec.name!r} has element type {spec.dtype.name}, not supported"
-            )
-        dtype = spec.dtype.numpy()
-        shape = shapes[spec.name]
-        if spec.dtype == ir.DataType.BOOL:
-            feeds[spec.name] = rng.random(shape) < 0.5
-        elif spec.dtype.is_floating_point():
-            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
-        else:
-            feeds[spec.name] = rng.integers(1, high + 1, size=shape).astype(dtype)
+            ) from None
     return feeds
-
-
-def _short_error(error: BaseException) -> str:
-    text = str(error) or type(error).__name__
-    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
-    text = re.sub(r"/onnxruntime_src/\S+:\d+ [\w:~<>]+\([^)]*\)\s*", "", text)
-    text = " ".join(text.split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-class _Runner:
-    def __init__(self, name: str, run: Callable, output_names: list[str]) -> None:
-        self.name = name
-        self.run = run
-        self.output_names = output_names
-
-
-def _ort_runner(source: Source) -> _Runner:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4  # failures are reported by us, once
-    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return _Runner("onnxruntime", lambda feeds: session.run(None, feeds), names)
-
-
-def _reference_runner(source: Source) -> _Runner:
-    import onnx
-    from onnx.reference import ReferenceEvaluator
-
-    proto = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source)
-    evaluator = ReferenceEvaluator(proto)
-    names = [o.name for o in proto.graph.output]
-    return _Runner("onnx.reference", lambda feeds: evaluator.run(None, feeds), names)
 
 
 def _format_shape(shape: tuple[int, ...]) -> str:
@@ -265,20 +203,6 @@ def _format_shape(shape: tuple[int, ...]) -> str:
 
 def format_plan(plan: Mapping[str, tuple[int, ...]]) -> str:
     return ", ".join(f"{name}={_format_shape(shape)}" for name, shape in plan.items())
-
-
-def _diff(expected: np.ndarray, actual: np.ndarray) -> float:
-    """Max abs difference; NaN where both are NaN counts as equal, elsewhere as infinite."""
-    if expected.size == 0:
-        return 0.0
-    if expected.dtype == np.bool_ or actual.dtype == np.bool_:
-        return float(np.any(expected != actual))
-    a = np.asarray(expected, dtype=np.float64)
-    b = np.asarray(actual, dtype=np.float64)
-    both_nan = np.isnan(a) & np.isnan(b)
-    delta = np.abs(a - b)
-    delta = np.where(both_nan, 0.0, np.where(np.isnan(delta), np.inf, delta))
-    return float(np.max(delta))
 
 
 @dataclasses.dataclass
@@ -347,21 +271,23 @@ def verify(
     plans = plan_runs(specs, overrides or {})
     result = VerifyResult(tolerance, seed, plans, {})
     try:
-        reference = _ort_runner(before)
+        reference = runtime.ort_runner(before)
     except Exception as error:
-        result.note = f"ONNX Runtime rejects the original model ({_short_error(error)})"
+        result.note = f"ONNX Runtime rejects the original model ({runtime.short_error(error)})"
         try:
-            reference = _reference_runner(before)
+            reference = runtime.reference_runner(before)
         except Exception:
             raise CannotVerify(
-                f"the original model does not load in ONNX Runtime: {_short_error(error)}"
+                f"the original model does not load in ONNX Runtime: {runtime.short_error(error)}"
             ) from None
         result.reference = reference.name
         result.note += "; reference outputs from onnx.reference"
     try:
-        candidate = _ort_runner(after)
+        candidate = runtime.ort_runner(after)
     except Exception as error:
-        result.failure = f"the rewritten model does not load in ONNX Runtime: {_short_error(error)}"
+        result.failure = (
+            f"the rewritten model does not load in ONNX Runtime: {runtime.short_error(error)}"
+        )
         return result
     if candidate.output_names != reference.output_names:
         result.failure = (
@@ -376,13 +302,14 @@ def verify(
         except Exception as error:
             raise CannotVerify(
                 f"the original model fails on {format_plan(plan)} in {reference.name}: "
-                f"{_short_error(error)} (a frozen axis? see --check; or fix sizes with --shape)"
+                f"{runtime.short_error(error)} "
+                "(a frozen axis? see --check; or fix sizes with --shape)"
             ) from None
         try:
             actual = candidate.run(feeds)
         except Exception as error:
             result.failure = (
-                f"the rewritten model fails on {format_plan(plan)}: {_short_error(error)}"
+                f"the rewritten model fails on {format_plan(plan)}: {runtime.short_error(error)}"
             )
             return result
         for name, e, a in zip(reference.output_names, expected, actual, strict=True):
@@ -392,7 +319,7 @@ def verify(
                     f"run {index}: output {name!r} has shape {a.shape}, expected {e.shape}"
                 )
                 return result
-            result.max_diff[name] = max(result.max_diff.get(name, 0.0), _diff(e, a))
+            result.max_diff[name] = max(result.max_diff.get(name, 0.0), runtime.diff(e, a))
         if on_run is not None:
             on_run()
     return result
