@@ -238,6 +238,7 @@ def _in_place(work: Path):
 
 @job
 def _external_in_place(work: Path):
+    shutil.copy(work / "external.onnx", work / "copy.onnx")  # an earlier copy of the input
     return run(work / "external.onnx", "--in-place", "-q", cwd=work, script=True)
 
 
@@ -476,22 +477,39 @@ def test_in_place(jobs, models) -> None:
     assert leftovers(work) == []
 
 
+def data_files(path: Path) -> set[str]:
+    """The external data files the ONNX file at ``path`` names."""
+    return set(_io._external_files(onnx.load(path, load_external_data=False)))
+
+
 def test_external_data_is_kept(models, tmp_path, capsys) -> None:
     assert main([str(models / "external.onnx"), "-o", str(tmp_path / "out.onnx")]) == 0
-    assert (tmp_path / "out.onnx.data").stat().st_size > 0
+    (data,) = data_files(tmp_path / "out.onnx")
+    assert re.fullmatch(r"out\.onnx\.[0-9a-f]{8}\.data", data)  # a name unique to the run
+    assert (tmp_path / data).stat().st_size > 0
     assert_equivalent(onnx.load(models / "external.onnx"), onnx.load(tmp_path / "out.onnx"), SMALL)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.onnx", "out.onnx.data"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.onnx", data])
 
 
 def test_in_place_switches_external_data_files(jobs, models) -> None:
     work, proc = result(jobs, "external_in_place")
     assert proc.returncode == 0, proc.stderr
-    # new data went to a second name, then the old file, now unreferenced, was removed
-    model = onnx.load(work / "external.onnx", load_external_data=False)
-    assert set(_io._external_files(model)) == {"external.onnx.1.data"}
-    assert not (work / "external.onnx.data").exists()
+    # the new data went to a name unique to the run; the input's data file is unchanged,
+    # so an earlier copy of the input still loads its own weights
+    (data,) = data_files(work / "external.onnx")
+    assert re.fullmatch(r"external\.onnx\.[0-9a-f]{8}\.data", data)
+    assert (work / "external.onnx.data").read_bytes() == (
+        models / "external.onnx.data"
+    ).read_bytes()
+    assert_equivalent(onnx.load(models / "external.onnx"), onnx.load(work / "copy.onnx"), SMALL)
     assert_equivalent(onnx.load(models / "external.onnx"), onnx.load(work / "external.onnx"), SMALL)
     assert leftovers(work) == []
+    # a second run replaces the data file the first one wrote, and only that one
+    assert main([str(work / "external.onnx"), "--in-place", "-q"]) == 0
+    (second,) = data_files(work / "external.onnx")
+    assert second != data and not (work / data).exists()
+    assert (work / "external.onnx.data").exists()
+    assert_equivalent(onnx.load(models / "external.onnx"), onnx.load(work / "external.onnx"), SMALL)
 
 
 # --- bad input --------------------------------------------------------------------------
@@ -590,9 +608,10 @@ def test_large_models_switch_to_external_data(tmp_path, monkeypatch) -> None:
         staging.write(ir.serde.deserialize_model(proto))
         assert not target.exists()  # nothing visible before the commit
         staging.commit()
-    assert (tmp_path / "big.onnx.data").stat().st_size > 1000
     loaded = _io.load_model(target)
-    assert loaded.external_data and loaded.data_files == {"big.onnx.data"}
+    (data,) = loaded.data_files
+    assert loaded.external_data and data.startswith("big.onnx.") and data.endswith(".data")
+    assert (tmp_path / data).stat().st_size > 1000
     assert_equivalent(proto, onnx.load(target), SMALL)
     assert leftovers(tmp_path) == []
 

@@ -1,4 +1,10 @@
-"""The ``rnn-rewrite`` command: rewrite, verify and check ONNX files on disk; ``demo``."""
+"""The ``rnn-rewrite`` command: a thin layer over :func:`rnn_rewrite_rules.rewrite_file`.
+
+Parsing, exit codes, the progress display and signals live here; the work is the library's.
+Only the standard library is imported at start-up, so that Ctrl-C while onnx loads (the
+first seconds) is handled like any other interrupt. SIGTERM and SIGHUP interrupt like
+Ctrl-C: whatever was staged is removed and the exit code is 130.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +13,17 @@ import contextlib
 import enum
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rnn_rewrite_rules import __version__, _compat, _io, _report, _rewrite_file, _verify
-from rnn_rewrite_rules import _demo as _demo_module
-from rnn_rewrite_rules._rewrite_file import (
-    BadOptions,
-    CannotVerify,
-    InvalidResult,
-    OnnxRuntimeMissing,
-    RewriteOptions,
-    UnknownRule,
-    VerifyFailed,
-    rewrite_file,
-)
-from rnn_rewrite_rules.rules import families
+from rnn_rewrite_rules import __version__
+
+if TYPE_CHECKING:
+    from rnn_rewrite_rules._rewrite_file import RewriteOptions
 
 __all__ = ["ExitCode", "main"]
 
@@ -70,17 +69,7 @@ _EXIT_HELP = {
     ExitCode.CANNOT_VERIFY: "--verify: the original model does not run on the chosen inputs",
     ExitCode.INVALID_RESULT: "the rewritten model fails the ONNX checker (nothing written)",
     ExitCode.UNSUPPORTED_ONNXSCRIPT: "the installed onnxscript is outside the tested range",
-    ExitCode.INTERRUPTED: "interrupted",
-}
-
-_IO_CODES: dict[type[_io.ModelIOError], ExitCode] = {
-    _io.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
-    _io.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
-    _io.NotOnnx: ExitCode.NOT_ONNX,
-    _io.DamagedModel: ExitCode.DAMAGED_MODEL,
-    _io.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
-    _io.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
-    _io.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP); nothing written",
 }
 
 
@@ -205,10 +194,15 @@ def _names(values: Sequence[str] | None) -> list[str] | None:
 
 def _select(values: Sequence[str] | None, portable: bool = False) -> None:
     """Fail early (before any file is read) on an unknown rule name."""
-    _rewrite_file.select(_names(values), portable=portable)
+    from rnn_rewrite_rules._rewrite_file import select
+
+    select(_names(values), portable=portable)
 
 
 def _list_rules() -> int:
+    from rnn_rewrite_rules import _report
+    from rnn_rewrite_rules.rules import families
+
     available = families()
     if not available:
         print("no rule families are available")
@@ -301,6 +295,9 @@ def _print(lines: Sequence[str]) -> None:
 
 
 def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
+    from rnn_rewrite_rules import _verify
+    from rnn_rewrite_rules._rewrite_file import RewriteOptions
+
     try:
         shapes = _verify.parse_shape_overrides(args.shape)
     except ValueError as error:
@@ -336,6 +333,8 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from rnn_rewrite_rules._rewrite_file import rewrite_file
+
     _select(args.rules, args.portable)
     if args.list_rules:
         return _list_rules()
@@ -353,6 +352,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from rnn_rewrite_rules import _demo as _demo_module
+
     _select(args.rules, args.portable)
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
@@ -385,45 +386,91 @@ def _quiet_libraries() -> Iterator[None]:
                 logger.setLevel(level)
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is so that clean-up code runs."""
+
+
+def _raise_signalled(signum: int, frame: object) -> None:
+    raise _Signalled(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`_Signalled` (main thread only)."""
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    try:
+        previous = {n: signal.signal(getattr(signal, n), _raise_signalled) for n in names}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+def _failure(error: Exception) -> tuple[ExitCode, str] | None:
+    """The exit code and message for a library error, None for an internal error."""
+    from rnn_rewrite_rules import _compat, _io, _rewrite_file
+
+    io_codes: dict[type[_io.ModelIOError], ExitCode] = {
+        _io.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
+        _io.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
+        _io.NotOnnx: ExitCode.NOT_ONNX,
+        _io.DamagedModel: ExitCode.DAMAGED_MODEL,
+        _io.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
+        _io.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
+        _io.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
+    }
+    if isinstance(error, _io.ModelIOError):
+        return io_codes.get(type(error), ExitCode.INTERNAL_ERROR), str(error)
+    if isinstance(error, _compat.UnsupportedVersionError):
+        return ExitCode.UNSUPPORTED_ONNXSCRIPT, str(error)
+    if isinstance(error, _rewrite_file.VerifyFailed):
+        return ExitCode.VERIFY_FAILED, str(error)
+    if isinstance(error, _rewrite_file.BadOptions):
+        return ExitCode.USAGE, f"{error} (see {PROG} --help)"
+    if isinstance(error, _rewrite_file.UnknownRule):
+        return ExitCode.UNKNOWN_RULE, f"{error}; see {PROG} --list-rules"
+    if isinstance(error, _rewrite_file.OnnxRuntimeMissing):
+        return ExitCode.NO_ONNXRUNTIME, f"needs onnxruntime: {error}"
+    if isinstance(error, _rewrite_file.CannotVerify):
+        return ExitCode.CANNOT_VERIFY, f"cannot verify: {error}"
+    if isinstance(error, _rewrite_file.InvalidResult):
+        return ExitCode.INVALID_RESULT, str(error)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rnn-rewrite`` and ``python -m rnn_rewrite_rules``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    demo = argv[:1] == ["demo"]
     try:
-        with _quiet_libraries():
-            if argv[:1] == ["demo"]:
-                return int(_demo(_demo_parser().parse_args(argv[1:])))
-            return int(_run(_parser().parse_args(argv)))
+        with _signals_interrupt(), _quiet_libraries():
+            try:
+                if demo:
+                    return int(_demo(_demo_parser().parse_args(argv[1:])))
+                return int(_run(_parser().parse_args(argv)))
+            except _Fail:
+                raise
+            except Exception as error:
+                failure = _failure(error)
+                if failure is None:
+                    raise
+                report = getattr(error, "report", None)
+                if report is not None:
+                    _print(report.lines(header=not demo))
+                code, message = failure
+                if code == ExitCode.NO_ONNXRUNTIME:
+                    message = f"{'demo' if demo else '--verify'} {message}"
+                raise _Fail(code, message) from None
     except _Fail as failure:
         _error(failure.message)
         return int(failure.code)
-    except VerifyFailed as failure:
-        _print(failure.report.lines())
-        _error(str(failure))
-        return int(ExitCode.VERIFY_FAILED)
-    except _io.ModelIOError as error:
-        _error(str(error))
-        return int(_IO_CODES.get(type(error), ExitCode.INTERNAL_ERROR))
-    except BadOptions as error:
-        _error(f"{error} (see {PROG} --help)" if "--help" not in str(error) else str(error))
-        return int(ExitCode.USAGE)
-    except UnknownRule as error:
-        _error(f"{error}; see {PROG} --list-rules")
-        return int(ExitCode.UNKNOWN_RULE)
-    except OnnxRuntimeMissing as error:
-        what = "demo" if argv[:1] == ["demo"] else "--verify"
-        _error(f"{what} needs onnxruntime: {error}")
-        return int(ExitCode.NO_ONNXRUNTIME)
-    except CannotVerify as error:
-        _error(f"cannot verify: {error}")
-        return int(ExitCode.CANNOT_VERIFY)
-    except InvalidResult as error:
-        _error(str(error))
-        return int(ExitCode.INVALID_RESULT)
-    except _compat.UnsupportedVersionError as error:
-        _error(str(error))
-        return int(ExitCode.UNSUPPORTED_ONNXSCRIPT)
-    except KeyboardInterrupt:
-        _error("interrupted; nothing written")
+    except KeyboardInterrupt as interrupt:
+        how = f" by {interrupt.args[0]}" if isinstance(interrupt, _Signalled) else ""
+        _error(f"interrupted{how}; nothing written")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         with contextlib.suppress(OSError):
