@@ -29,56 +29,24 @@ from rnn_rewrite_rules import _io, _report, _verify, diagnostics
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
-from tests.support import assert_equivalent, op_counts
+from tests.support import (
+    BASE_ENV,
+    assert_equivalent,
+    assert_one_line_error,
+    leftovers,
+    op_counts,
+    run,
+)
 
-SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
 #: Enough RNN nodes for the progress display (cli.PROGRESS_MIN_RNN_NODES).
 DEEP = RnnConfig(input_size=4, hidden_size=4, num_layers=10)
-#: The subprocesses' environment, copied once at import: the jobs below start in pool
-#: threads while pytest sets and deletes PYTEST_CURRENT_TEST, so copying os.environ there
-#: races (``KeyError: 'PYTEST_CURRENT_TEST'``).
-BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-
-
-def run(*args, cwd: Path, script: bool = False, env: dict | None = None, **kwargs):
-    """The command in a subprocess: the installed console script or ``python -m``."""
-    if script:
-        assert SCRIPT.exists(), f"console script missing: {SCRIPT} (pip install -e .)"
-        command = [str(SCRIPT)]
-    else:
-        command = [sys.executable, "-m", "rnn_rewrite_rules"]
-    full_env = {**BASE_ENV, **(env or {})}
-    return subprocess.run(
-        [*command, *map(str, args)],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        **kwargs,
-    )
-
-
-def assert_one_line_error(proc, code: ExitCode, *fragments: str) -> None:
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("rnn-rewrite: error: "), lines[0]
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def in_process(code: int, capsys) -> subprocess.CompletedProcess:
     """main()'s result in the shape of a subprocess'."""
     captured = capsys.readouterr()
     return subprocess.CompletedProcess([], code, captured.out, captured.err)
-
-
-def leftovers(directory: Path) -> list[str]:
-    """Staging directories a failed or finished write left behind."""
-    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.is_dir())
 
 
 def layout1_model() -> onnx.ModelProto:

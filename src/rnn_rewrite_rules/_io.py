@@ -29,6 +29,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -341,7 +342,7 @@ def check_output_path(
                 f"{given}: is the input's external data file; give another output name"
             )
     try:
-        mode = resolved.stat().st_mode
+        mode = given.stat().st_mode  # through links: /dev/stdout is the pipe it names
     except OSError:
         mode = None
     if mode is not None and stat.S_ISDIR(mode):
@@ -385,16 +386,30 @@ _DEFERRED_SIGNALS = {
 
 
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP (delivered when the block ends) in this thread."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
+def signals_deferred() -> Iterator[list[int]]:
+    """Record SIGINT, SIGTERM and SIGHUP during the block and raise them at its end.
+
+    Yields the signals received so far. Python runs handlers in the main thread whichever
+    thread the signal reached, so the handlers are swapped (main thread only; elsewhere
+    signals are not deferred).
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+    previous = {}
+    for signum in _DEFERRED_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is None or handler == signal.SIG_IGN:  # set outside Python, or ignored
+            continue
+        previous[signum] = signal.signal(signum, lambda number, _: received.append(number))
     try:
-        yield
+        yield received
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
 
 
 def _write_error(target: Path, error: OSError) -> OutputNotWritable:
@@ -510,29 +525,37 @@ class Staging:
                     shutil.copymode(self.target, path)
         except OSError as error:
             raise _write_error(self.target, error) from None
+        with signals_deferred() as received:
+            # an interrupt that came before the first rename: write nothing
+            interrupted = bool(received)
+            if not interrupted:
+                self._move_into_place(staged)
+        if interrupted:  # the deferred signal was delivered and its handler did not raise
+            raise KeyboardInterrupt
+
+    def _move_into_place(self, staged: list[Path]) -> None:
+        old_data = _referenced_data_files(self.target) if self.target.is_file() else frozenset()
         moved: list[Path] = []
-        with signals_deferred():
-            old_data = _referenced_data_files(self.target) if self.target.is_file() else frozenset()
+        try:
+            for path in staged:
+                destination = self.target.parent / path.name
+                os.replace(path, destination)
+                moved.append(destination)
+        except OSError as error:
+            for path in moved:  # the data file without its model file
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            raise _write_error(self.target, error) from None
+        with contextlib.suppress(OSError):
+            dir_fd = os.open(self.target.parent, os.O_RDONLY)
             try:
-                for path in staged:
-                    destination = self.target.parent / path.name
-                    os.replace(path, destination)
-                    moved.append(destination)
-            except OSError as error:
-                for path in moved:  # the data file without its model file
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-                raise _write_error(self.target, error) from None
-            with contextlib.suppress(OSError):
-                dir_fd = os.open(self.target.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-            for name in old_data - self._keep_away - {self._data_name}:
-                if _ours(self.target, name):
-                    with contextlib.suppress(OSError):
-                        (self.target.parent / name).unlink()
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        for name in old_data - self._keep_away - {self._data_name}:
+            if _ours(self.target, name):
+                with contextlib.suppress(OSError):
+                    (self.target.parent / name).unlink()
 
 
 def output_staging(target: str | os.PathLike, loaded: LoadedModel, *, in_place: bool) -> Staging:

@@ -12,6 +12,7 @@ outputs come from ``onnx.reference`` instead, and the result says so.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 
@@ -36,6 +37,8 @@ __all__ = [
 
 Source = str | bytes
 _DEFAULT_BASES = (2, 5)
+#: The largest input fed (elements): more is a mistyped --shape, not a test.
+MAX_ELEMENTS = 2**27
 
 
 class CannotVerify(Exception):
@@ -170,6 +173,12 @@ def plan_runs(
                     dim if key is None else sizes[key]
                     for axis, dim in enumerate(spec.dims or ())
                     for key in [_axis_key(spec, axis, dim)]
+                )
+        for name, shape in plan.items():
+            if math.prod(shape) > MAX_ELEMENTS:
+                raise ValueError(
+                    f"--shape: input {name!r} would have shape {_format_shape(shape)}, "
+                    f"over {MAX_ELEMENTS:,} elements; give smaller sizes"
                 )
         if plan not in plans:
             plans.append(plan)
