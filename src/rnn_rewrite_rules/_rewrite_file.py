@@ -262,15 +262,18 @@ def _run_verify(
     before: str,
     after: str,
     specs: list[_verify.InputSpec],
+    plan: dict,
     options: RewriteOptions,
     progress: Progress,
 ) -> _verify.VerifyResult:
-    task = progress.task("verifying in ONNX Runtime", len(_verify.plan_runs(specs, options.shapes)))
+    runs = len(_verify.plan_runs(specs, options.shapes, **plan))
+    task = progress.task("verifying in ONNX Runtime", runs)
     result = _verify.verify(
         before,
         after,
         specs,
         overrides=options.shapes,
+        **plan,
         seed=options.seed,
         tolerance=options.tolerance,
         on_run=task.advance,
@@ -310,9 +313,11 @@ def rewrite_file(
     loaded = _io.load_model(source)
     model = loaded.model
     specs = _verify.input_specs(model)
+    # what the original model fixes about --verify's sizes, read before the rewrite
+    plan = {"known": _verify.weight_fixed_sizes(model), "zero_unsafe": _verify.zero_unsafe(model)}
     if options.verify:
         try:
-            _verify.plan_runs(specs, options.shapes)
+            _verify.plan_runs(specs, options.shapes, **plan)
         except ValueError as error:
             raise BadOptions(str(error)) from None
     with contextlib.ExitStack() as stack:
@@ -324,6 +329,8 @@ def rewrite_file(
         hazards = diagnostics.find_hazards(model) if options.hazards else None
         progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
         report = _rewrite(model, rules, progress)
+        # weights the rewrite folded into initializers fix sizes too (W's input size)
+        plan["known"] = {**_verify.weight_fixed_sizes(model), **plan["known"]}
         report.source, report.target = source, target
         if hazards is not None:
             report.hazards_before = hazards
@@ -340,7 +347,7 @@ def rewrite_file(
             _check_result(staging.model_path, source, report.warnings)
         if options.verify:
             report.verify = _run_verify(
-                str(source), str(staging.model_path), specs, options, progress
+                str(source), str(staging.model_path), specs, plan, options, progress
             )
             if not report.verify.ok:
                 where = f"; {target} not written" if target else ""
