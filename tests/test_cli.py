@@ -358,6 +358,10 @@ def test_list_rules(jobs) -> None:
         for rule in family.rules:
             name = re.escape(_report.rule_name(rule))
             assert re.search(rf"^    {name}(\s|$)", listed.stdout, re.M), name
+    # GRU and RNN have no cell state: their rules do not speak of one
+    for line in listed.stdout.splitlines():
+        if re.search(r"\[(GRU|RNN)/\d\]", line):
+            assert "initial_c" not in line and "Y_c" not in line, line
 
 
 def test_help_documents_every_exit_code(capsys) -> None:

@@ -205,3 +205,13 @@ def test_size_0_runs_where_ort_does_not_abort(models, tmp_path) -> None:
     proc = run(models / "reshape.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert any(r.startswith("x=0x") for r in runs(proc.stdout)), proc.stdout
+
+
+def test_one_run_is_one_run_and_the_table_is_unambiguous(models, tmp_path) -> None:
+    args = ["--verify", "--shape", "input=2,3,8"]  # every axis fixed: one run
+    proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "verify: 1 run, seed 0" in proc.stdout
+    # an output named "output" is a row under the header, never read as the header
+    assert "  max abs diff per output (onnxruntime reference):" in proc.stdout
+    assert re.search(r"^    output\s+[0-9.e+-]+$", proc.stdout, re.M), proc.stdout

@@ -20,7 +20,8 @@ import onnx
 import onnx_ir as ir
 
 from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
-from rnn_rewrite_rules.rules import families, fixed_by, select_rules
+from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
+from rnn_rewrite_rules.rules import families, fixed_by
 
 __all__ = [
     "BadOptions",
@@ -39,21 +40,6 @@ __all__ = [
 
 CannotVerify = _verify.CannotVerify
 OnnxRuntimeMissing = runtime.OnnxRuntimeMissing
-
-
-class BadOptions(ValueError):
-    """Options that contradict each other or the model (a usage error)."""
-
-
-class UnknownRule(KeyError):
-    """A rule or family name that does not exist; the message lists the valid ones."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-    def __str__(self) -> str:
-        return f"unknown rule or family {self.name!r} (families: {', '.join(families())})"
 
 
 class InvalidResult(Exception):
@@ -189,27 +175,6 @@ def rule_families() -> dict[str, str]:
         for family in families().values()
         for rule in family.rules
     }
-
-
-def select(names: Sequence[str] | str | None, *, portable: bool = False) -> list:
-    """The rules named (a string is one name; None for all).
-
-    Raises:
-        UnknownRule: a name is neither a family nor a rule.
-        BadOptions: ``names`` is empty.
-    """
-    if isinstance(names, str):
-        names = [names]
-    if names is not None:
-        names = list(names)
-        if not names:
-            raise BadOptions(
-                f"give at least one rule or family name (families: {', '.join(families())})"
-            )
-    try:
-        return select_rules(names, portable=portable)
-    except KeyError as error:
-        raise UnknownRule(error.args[0]) from None
 
 
 def _check_options(options: RewriteOptions) -> None:

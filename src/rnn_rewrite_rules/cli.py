@@ -432,7 +432,7 @@ def _failure(error: Exception) -> tuple[ExitCode, str] | None:
     if isinstance(error, _rewrite_file.BadOptions):
         return ExitCode.USAGE, f"{error} (see {PROG} --help)"
     if isinstance(error, _rewrite_file.UnknownRule):
-        return ExitCode.UNKNOWN_RULE, f"{error}; see {PROG} --list-rules"
+        return ExitCode.UNKNOWN_RULE, str(error)
     if isinstance(error, _rewrite_file.OnnxRuntimeMissing):
         return ExitCode.NO_ONNXRUNTIME, f"needs onnxruntime: {error}"
     if isinstance(error, _rewrite_file.CannotVerify):
