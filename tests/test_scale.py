@@ -7,8 +7,8 @@ intermediate process), never as a timing.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import textwrap
