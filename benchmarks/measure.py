@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 
 from benchmarks.tract_worker import interleaved
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.runtime import compare
 
 __all__ = [
     "GraphFacts",
@@ -97,28 +99,11 @@ def analyze(model: onnx.ModelProto, dynamic_axes: Mapping[str, int]) -> GraphFac
     )
 
 
-def compare(actual: Sequence[np.ndarray] | None, expected: Sequence[np.ndarray]) -> float:
-    """Max abs diff, ``inf`` on a missing output, a shape mismatch or a failed run."""
-    if actual is None or isinstance(actual, str) or len(actual) != len(expected):
-        return math.inf
-    worst = 0.0
-    for a, e in zip(actual, expected, strict=True):
-        a = np.asarray(a)
-        if a.shape != e.shape:
-            return math.inf
-        if a.size:
-            diff = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))))
-            worst = max(worst, diff if math.isfinite(diff) else math.inf)
-    return worst
-
-
 # ---------------------------------------------------------------- ONNX Runtime
 
 
 def _session(serialized: bytes, optimize: bool):
-    from rnn_rewrite_rules import _ort
-
-    return _ort.session(serialized, optimize=optimize, threads=1)
+    return runtime.session(serialized, optimize=optimize, threads=1)
 
 
 def ort_session_times(

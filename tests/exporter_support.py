@@ -10,7 +10,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, exporter_inputs
 from tests.support import apply
 
@@ -47,7 +47,7 @@ def has_layout1(model: onnx.ModelProto) -> bool:
 
 def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], engine: str) -> list[np.ndarray]:
     if engine == "ort":
-        return _ort.run(model, feeds)
+        return runtime.run(model, feeds)
     if engine == "reference":
         return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
     raise ValueError(engine)
@@ -76,7 +76,7 @@ def assert_spec_equivalent(
             feeds = exporter_inputs(spec, batch, seq, rng=seed, cond=cond)
             expected = run(before, feeds, before_engine)
             actual = run(after, feeds, after_engine)
-            diff = _ort.max_abs_diff(expected, actual)
+            diff = runtime.max_abs_diff(expected, actual)
             assert diff <= atol, f"batch={batch} seq={seq} cond={cond}: max abs diff {diff}"
 
 

@@ -1,16 +1,27 @@
-"""Test helpers: equivalence in ONNX Runtime at several sizes, op counts, rule application."""
+"""Test helpers: equivalence in ONNX Runtime at several sizes, op counts, rule application,
+and running the ``rnn-rewrite`` command in a subprocess."""
 
 from __future__ import annotations
 
 import collections
+import os
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
 
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
+
+SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
+#: The subprocesses' environment, copied once at import: jobs start in pool threads while
+#: pytest sets and deletes PYTEST_CURRENT_TEST, so copying os.environ there races
+#: (``KeyError: 'PYTEST_CURRENT_TEST'``).
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
 #: (batch, seq) sizes, none of them equal to each other, so a frozen axis shows.
 SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))
@@ -51,7 +62,45 @@ def assert_equivalent(
     """Same outputs (and shapes) in ORT at every (batch, seq) size."""
     for seed, (batch, seq) in enumerate(sizes):
         feeds = random_inputs(cfg, batch, seq, rng=seed)
-        expected = _ort.run(before, feeds, optimize=optimize)
-        actual = _ort.run(after, feeds, optimize=optimize)
-        diff = _ort.max_abs_diff(expected, actual)
+        expected = runtime.run(before, feeds, optimize=optimize)
+        actual = runtime.run(after, feeds, optimize=optimize)
+        diff = runtime.max_abs_diff(expected, actual)
         assert diff <= atol, f"batch={batch} seq={seq}: max abs diff {diff}"
+
+
+def command(*args, script: bool = False) -> list[str]:
+    """The command line: the installed console script or ``python -m``."""
+    if script:
+        assert SCRIPT.exists(), f"console script missing: {SCRIPT} (pip install -e .)"
+        return [str(SCRIPT), *map(str, args)]
+    return [sys.executable, "-m", "rnn_rewrite_rules", *map(str, args)]
+
+
+def run(
+    *args, cwd: Path, script: bool = False, env: dict | None = None, timeout: float = 120, **kwargs
+):
+    """The command in a subprocess: the installed console script or ``python -m``."""
+    return subprocess.run(
+        command(*args, script=script),
+        cwd=cwd,
+        env={**BASE_ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+def assert_one_line_error(proc, code: int, *fragments: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("rnn-rewrite: error: "), lines[0]
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def leftovers(directory: Path) -> list[str]:
+    """Staging directories a failed or finished write left behind."""
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.is_dir())

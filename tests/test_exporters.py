@@ -14,7 +14,7 @@ import onnx
 import pytest
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from rnn_rewrite_rules.testing.exporters import (
@@ -115,9 +115,14 @@ def _torchlib_equivalent(before: onnx.ModelProto, after: onnx.ModelProto, cfg: R
         if any(i.name == "cond" for i in before.graph.input):
             for cond in (True, False):
                 feeds["cond"] = np.array(cond)
-                assert _ort.max_abs_diff(_ort.run(before, feeds), _ort.run(after, feeds)) <= 1e-5
+                assert (
+                    runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+                    <= 1e-5
+                )
         else:
-            assert _ort.max_abs_diff(_ort.run(before, feeds), _ort.run(after, feeds)) <= 1e-5
+            assert (
+                runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) <= 1e-5
+            )
 
 
 @pytest.mark.parametrize("where", ["constant_nodes", "if_branches"])
@@ -184,7 +189,7 @@ def test_frozen_axes_are_never_rewritten() -> None:
     ] == [[5, 1, spec.hidden_size]]
     assert all(n.input[5] for n in rnn_nodes(after))  # the batch-1 zero state stays
     feeds = exporter_inputs(spec, 1, 5)
-    assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+    assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-6
 
 
 def _torchscript_export(module, x, opset: int, batch_first: bool) -> onnx.ModelProto:
@@ -247,4 +252,4 @@ def test_real_torchscript_export_matches_the_builder(op_type, opset, bidirection
         expected = [expected[0].numpy()] + [
             s.numpy() for s in (expected[1] if op_type == "LSTM" else (expected[1],))
         ]
-        assert _ort.max_abs_diff(expected, _ort.run(real_after, feeds)) <= 1e-5
+        assert runtime.max_abs_diff(expected, runtime.run(real_after, feeds)) <= 1e-5

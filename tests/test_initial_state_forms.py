@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing.exporters import (
     NEAR_MISS_STATE_FORMS,
     ZERO_STATE_FORMS,
@@ -108,7 +108,7 @@ def test_mul_of_an_input_by_zero_is_not_zeros() -> None:
     model = build_exporter_model(spec)
     feeds = exporter_inputs(spec, 2, 3)
     feeds["h0"][0, 0, 0] = np.inf
-    y, _ = _ort.run(model, feeds)
+    y, _ = runtime.run(model, feeds)
     assert np.isnan(y).any()
     assert apply_family(FAMILY, model)[1] == 0
 
@@ -117,9 +117,9 @@ def test_wrong_shape_zero_constant_freezes_the_batch() -> None:
     """Zeros [D, 1, H] with a dynamic batch: the original fails at batch 3; never rewritten."""
     spec = _spec("wrong_shape_constant", op_type="LSTM")
     model = build_exporter_model(spec)
-    _ort.run(model, exporter_inputs(spec, 1, 3))
+    runtime.run(model, exporter_inputs(spec, 1, 3))
     with pytest.raises(Exception, match=r"initial_h|shape|dimension"):
-        _ort.run(model, exporter_inputs(spec, 3, 3))
+        runtime.run(model, exporter_inputs(spec, 3, 3))
     assert apply_family(FAMILY, model)[1] == 0
 
 

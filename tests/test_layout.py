@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import families, select_rules
 from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
@@ -39,7 +39,7 @@ def test_ort_rejects_layout1_and_runs_the_rewrite() -> None:
     spec = _layout1(op_type="LSTM", batch_first=True)
     before = build_exporter_model(spec)
     with pytest.raises(Exception, match="layout"):
-        _ort.run(before, exporter_inputs(spec, 2, 3))
+        runtime.run(before, exporter_inputs(spec, 2, 3))
     after, count = apply_family(FAMILY, before)
     assert count == 1 and not has_layout1(after)
     assert_spec_equivalent(before, after, spec)
@@ -104,7 +104,7 @@ def test_sequence_lens_and_weights_pass_through() -> None:
         "lens": np.array([4, 4, 4], dtype=np.int32),
     }
     expected = run(model, feeds, "reference")
-    assert _ort.max_abs_diff(expected, run(after, feeds, "ort")) < 1e-4
+    assert runtime.max_abs_diff(expected, run(after, feeds, "ort")) < 1e-4
 
 
 def test_layout0_and_quantized_lstm_are_left_alone() -> None:

@@ -15,7 +15,7 @@ import pytest
 from onnx import numpy_helper
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from tests.exporter_support import has_layout1, rnn_nodes, run
 
 DATA = Path(__file__).parent / "data" / "onnx_backend"
@@ -73,11 +73,11 @@ def test_rewritten_model_reproduces_stored_outputs(case: str, weights: str) -> N
         feeds = {"X": feeds["X"]}
     batchwise = has_layout1(model)
     if not batchwise:  # the original runs in ORT and matches the stored outputs too
-        _assert_close(expected, _ort.run(model, feeds))
+        _assert_close(expected, runtime.run(model, feeds))
     after = rnn_rewrite_rules.rewrite(model)
     onnx.checker.check_model(after, full_check=True)
     assert not has_layout1(after)  # every family, as the CLI applies them
-    _assert_close(expected, _ort.run(after, feeds))
+    _assert_close(expected, runtime.run(after, feeds))
     _assert_close(expected, run(after, feeds, "reference"))
     (node,) = rnn_nodes(after)
     if [o.name for o in model.graph.output] == ["Y_h"]:

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from tests.strategies import rnn_configs, sizes
 
@@ -75,9 +75,9 @@ def _assert_same_in_tract(
             f"tract runs the original but not the rewritten model at {batch_seq}: "
             f"{'crash ' if after.crashed else ''}{after.error}"
         )
-        assert measure.compare(actual, expected) <= 1e-5, batch_seq
+        assert runtime.compare(actual, expected) <= 1e-5, batch_seq
         # and tract agrees with ONNX Runtime on the rewritten model
-        assert measure.compare(actual, _ort.run(rewritten, feed)) <= 1e-4, batch_seq
+        assert runtime.compare(actual, runtime.run(rewritten, feed)) <= 1e-4, batch_seq
         compared += 1
     return compared
 
@@ -136,4 +136,4 @@ def test_tract_sees_what_onnxruntime_sees_on_rewritten_models(cfg: RnnConfig, da
     feeds = random_inputs(cfg, batch, seq)
     (probe,) = _in_tract([rewritten], [feeds])
     if probe.outputs[0] is not None:
-        assert measure.compare(probe.outputs[0], _ort.run(rewritten, feeds)) <= 1e-4
+        assert runtime.compare(probe.outputs[0], runtime.run(rewritten, feeds)) <= 1e-4

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator
 from onnxscript.rewriter import MatchingTracer, MatchStatus
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules._rnn import NUMPY_DTYPES
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
@@ -141,7 +141,7 @@ def test_weight_that_is_a_graph_input_is_not_folded() -> None:
     assert lstm.input[1] not in stored  # W still computed from the input
     assert lstm.input[2] in stored and lstm.input[3] in stored  # R and B folded
     feeds = random_inputs(cfg, 2, 3) | {tensor.name: numpy_helper.to_array(tensor)}
-    assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+    assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-6
 
 
 def test_overridable_initializer_is_not_folded() -> None:
@@ -159,7 +159,7 @@ def test_overridable_initializer_is_not_folded() -> None:
     assert tensor.name in {t.name for t in after.graph.initializer}
     feeds = random_inputs(cfg, 2, 3)
     feeds[tensor.name] = np.full(tensor.dims, 0.5, np.float32)  # overriding must still work
-    assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+    assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-6
 
 
 def test_slice_bounds_from_a_graph_input_are_not_folded() -> None:
@@ -275,7 +275,7 @@ def _single_lstm(nodes, initializers, w: str, r: str, b: str, *, hidden: int, si
 
 def _run_x(model: onnx.ModelProto, size: int, optimize: bool = True) -> list[np.ndarray]:
     x = np.random.default_rng(1).standard_normal((3, 2, size)).astype(np.float32)
-    return _ort.run(model, {"X": x}, optimize=optimize)
+    return runtime.run(model, {"X": x}, optimize=optimize)
 
 
 def test_every_listed_op_folds_to_what_onnxruntime_computes() -> None:
@@ -319,7 +319,7 @@ def test_every_listed_op_folds_to_what_onnxruntime_computes() -> None:
     assert count == 3 and len(after.graph.node) == 1
     for optimize in (True, False):
         expected, actual = _run_x(model, size, optimize), _run_x(after, size, optimize)
-        assert _ort.max_abs_diff(expected, actual) <= 1e-6
+        assert runtime.max_abs_diff(expected, actual) <= 1e-6
 
 
 def test_plain_rnn_weights_fold() -> None:
@@ -346,7 +346,7 @@ def test_plain_rnn_weights_fold() -> None:
     after, count = apply(RULES, model)
     assert count == 3 and [n.op_type for n in after.graph.node] == ["RNN"]
     assert weights_are_initializers(after.graph)
-    assert _ort.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
+    assert runtime.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
 
 
 @pytest.mark.parametrize(
@@ -409,7 +409,7 @@ def test_shared_and_duplicated_preparation_is_stored_once() -> None:
     onnx.checker.check_model(after, full_check=True)
     assert {n.input[1] for n in rnn_nodes(after.graph)} == {"weight_W"}
     assert initializer_bytes(after) <= initializer_bytes(model)
-    assert _ort.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
+    assert runtime.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
 
 
 def test_dynamic_quantize_lstm_weights_fold() -> None:
@@ -434,7 +434,10 @@ def test_dynamic_quantize_lstm_weights_fold() -> None:
     folded = next(n for n in after.graph.node if n.op_type == "DynamicQuantizeLSTM").input[1]
     assert folded in {t.name for t in after.graph.initializer}
     x = np.random.default_rng(0).standard_normal((3, 2, 4)).astype(np.float32)
-    assert _ort.max_abs_diff(_ort.run(model, {"input": x}), _ort.run(after, {"input": x})) == 0
+    assert (
+        runtime.max_abs_diff(runtime.run(model, {"input": x}), runtime.run(after, {"input": x}))
+        == 0
+    )
 
 
 def _all_initializers(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
@@ -495,7 +498,9 @@ def test_lstm_inside_an_if_branch(weights_in: str) -> None:
     for batch, seq in ((1, 2), (4, 3)):
         for flag in (True, False):
             feeds = random_inputs(cfg, batch, seq) | {"flag": np.array(flag)}
-            assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+            assert (
+                runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-6
+            )
 
 
 # ---------------------------------------------------------------- memory, storage, paths
@@ -620,8 +625,8 @@ def test_torch_export_weights_fold(kind: str, bias: bool, bidirectional: bool) -
         states = list(state) if isinstance(state, tuple) else [state]
         expected = [output.numpy()] + [s.numpy() for s in states]
         for optimize in (True, False):
-            actual = _ort.run(after, {"x": x.numpy()}, optimize=optimize)
-            assert _ort.max_abs_diff(expected, actual) <= 1e-5
+            actual = runtime.run(after, {"x": x.numpy()}, optimize=optimize)
+            assert runtime.max_abs_diff(expected, actual) <= 1e-5
 
 
 # ---------------------------------------------------------------- casts as the runtime computes
@@ -671,15 +676,17 @@ def test_cast_folds_to_what_onnxruntime_computes(source_type: int) -> None:
     refused = []
     for to in _CAST_TYPES:
         folded = fold_value(ir.from_proto(_cast_model(source, to, True)).graph.outputs[0])
-        expected = _ort.run(_cast_model(source, to, False), {"x": source}, optimize=False)[0]
+        expected = runtime.run(_cast_model(source, to, False), {"x": source}, optimize=False)[0]
         if isinstance(folded, str):
             assert "out of the" in folded and source.dtype.kind == "f", folded
             low = 0 if np.dtype(helper.tensor_dtype_to_np_dtype(to)).kind == "u" else -100
             in_range = source[np.isfinite(source) & (source >= low) & (source < 100)]
             retry = fold_value(ir.from_proto(_cast_model(in_range, to, True)).graph.outputs[0])
             assert not isinstance(retry, str), retry
-            runtime = _ort.run(_cast_model(in_range, to, False), {"x": in_range}, optimize=False)
-            np.testing.assert_array_equal(retry, runtime[0])
+            computed = runtime.run(
+                _cast_model(in_range, to, False), {"x": in_range}, optimize=False
+            )
+            np.testing.assert_array_equal(retry, computed[0])
             refused.append(to)
             continue
         assert folded.dtype == expected.dtype
@@ -721,7 +728,9 @@ def test_double_to_float16_cast_feeding_a_gru_folds_as_onnxruntime_rounds() -> N
     after, count = apply(RULES, model)
     assert count == 1 and op_counts(after)["Cast"] == 0
     for optimize in (True, False):
-        assert _ort.max_abs_diff(_run_x(model, size, optimize), _run_x(after, size, optimize)) == 0
+        assert (
+            runtime.max_abs_diff(_run_x(model, size, optimize), _run_x(after, size, optimize)) == 0
+        )
 
 
 # ---------------------------------------------------------------- each folded tensor stored once
@@ -824,7 +833,9 @@ def test_weights_prepared_in_two_graphs_are_stored_once(case: str) -> None:
     for batch, seq in ((1, 2), (3, 4)):
         for cond in (True, False):
             feeds = random_inputs(cfg, batch, seq) | {"cond": np.array(cond)}
-            assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+            assert (
+                runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-6
+            )
 
 
 def _raw_and_prepared(prep: str) -> tuple[onnx.ModelProto, int]:
@@ -870,7 +881,7 @@ def test_weight_read_raw_and_through_identity_reuses_the_original() -> None:
     after, count = apply(RULES, model)
     assert count == 1 and [n.input[1] for n in rnn_nodes(after.graph)] == ["w", "w"]
     assert {t.name for t in after.graph.initializer} == {"w", "r"}
-    assert _ort.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
+    assert runtime.max_abs_diff(_run_x(model, size), _run_x(after, size)) == 0
 
 
 def test_weight_read_raw_and_reordered_is_not_stored_twice() -> None:
@@ -973,4 +984,4 @@ def test_new_initializers_never_take_a_name_in_use_anywhere() -> None:
             "weight_ih_l0_W": np.array([5.0, 6.0], np.float32),
             "weight_hh_l0_R": np.array([7.0, 8.0], np.float32),  # overriding still works
         }
-        assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(after, feeds)) <= 1e-6
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-6

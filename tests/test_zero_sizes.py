@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 
 H, INPUT = 3, 2
 #: Example sizes the chains are built for; distinct primes, so a constant never equals them.
@@ -152,9 +152,9 @@ def chains(draw) -> onnx.ModelProto:
     return _model(chain, directions)
 
 
-def _run(model: onnx.ModelProto, feeds: dict, runtime: str) -> list[np.ndarray]:
-    if runtime == "ort":
-        return _ort.run(model, feeds)
+def _run(model: onnx.ModelProto, feeds: dict, engine: str) -> list[np.ndarray]:
+    if engine == "ort":
+        return runtime.run(model, feeds)
     return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
 
 
@@ -163,11 +163,11 @@ def test_random_glue_chains_equal_at_zero_sizes(model: onnx.ModelProto) -> None:
     after = rnn_rewrite_rules.rewrite(model, ["layer_output", "layer_glue"])
     onnx.checker.check_model(after, full_check=True)
     rng = np.random.default_rng(1)
-    for seq, batch, runtime in SIZES:
+    for seq, batch, engine in SIZES:
         feeds = {"x": rng.standard_normal((seq, batch, INPUT)).astype(np.float32)}
         try:
-            expected = _run(model, feeds, runtime)
+            expected = _run(model, feeds, engine)
         except Exception:
             continue  # the original rejects this size: nothing to preserve
-        actual = _run(after, feeds, runtime)
-        assert _ort.max_abs_diff(expected, actual) <= 1e-5, (seq, batch, runtime)
+        actual = _run(after, feeds, engine)
+        assert runtime.max_abs_diff(expected, actual) <= 1e-5, (seq, batch, engine)

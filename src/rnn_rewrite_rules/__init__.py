@@ -6,12 +6,73 @@ Three ways in:
   or :func:`rnn_rewrite_rules.rewrite` (which also iterates and cleans up);
 * :func:`install` before ``torch.onnx.export(..., dynamo=True)`` or
   ``onnxscript.optimizer.optimize()``;
-* the ``rnn-rewrite`` command for models on disk.
+* :func:`rewrite_file` for models on disk, or the ``rnn-rewrite`` command built on it.
+
+The names are imported on first use, so that the command starts (and handles Ctrl-C)
+before onnx and onnxscript are loaded.
 """
 
-from rnn_rewrite_rules._api import rewrite, rules
-from rnn_rewrite_rules._install import install, installed, is_installed, uninstall
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "install", "installed", "is_installed", "rewrite", "rules", "uninstall"]
+#: Exported name -> the module that defines it.
+_EXPORTS = {
+    "Report": "_rewrite_file",
+    "RewriteOptions": "_rewrite_file",
+    "install": "_install",
+    "installed": "_install",
+    "is_installed": "_install",
+    "rewrite": "_api",
+    "rewrite_file": "_rewrite_file",
+    "rules": "_api",
+    "uninstall": "_install",
+}
+
+__all__ = [
+    "Report",
+    "RewriteOptions",
+    "__version__",
+    "install",
+    "installed",
+    "is_installed",
+    "rewrite",
+    "rewrite_file",
+    "rules",
+    "uninstall",
+]
+
+if TYPE_CHECKING:
+    from rnn_rewrite_rules._api import rewrite, rules
+    from rnn_rewrite_rules._install import install, installed, is_installed, uninstall
+    from rnn_rewrite_rules._rewrite_file import Report, RewriteOptions, rewrite_file
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+class _Package(types.ModuleType):
+    """The subpackage ``rules`` must not replace the function ``rules`` once imported."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -2,44 +2,113 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TypeVar
 
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
-from onnxscript.rewriter import RewriteRuleSet
+from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.passes import EmptyUnusedRnnOutputsPass, RemoveUnusedSubgraphInitializersPass
-from rnn_rewrite_rules.rules import select_rules
+from rnn_rewrite_rules.rules import families, select_rules
 
-__all__ = ["rewrite", "rules"]
+__all__ = ["BadOptions", "UnknownRule", "rewrite", "rules", "select"]
 
 _Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
 _MAX_ROUNDS = 4
 
 
-def rules(names: Sequence[str] | None = None, *, portable: bool = False) -> RewriteRuleSet:
+class BadOptions(ValueError):
+    """Options that contradict each other or the model (a usage error)."""
+
+
+class UnknownRule(KeyError):
+    """A rule or family name that does not exist; the message names the valid ones."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return (
+            f"unknown rule or family {self.name!r} (families: {', '.join(families())}; "
+            "rules: see rnn-rewrite --list-rules)"
+        )
+
+
+def select(
+    names: Sequence[str] | str | None,
+    *,
+    portable: bool = False,
+    installed_only: bool = False,
+) -> list[RewriteRule]:
+    """The rules named: a string is one name, None all (see ``select_rules``).
+
+    Raises:
+        UnknownRule: a name is neither a family nor a rule.
+        BadOptions: ``names`` is empty.
+        TypeError: a name is not a string.
+    """
+    if isinstance(names, str):
+        names = [names]
+    if names is not None:
+        names = list(names)
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"rule and family names are strings, not {type(name).__name__}")
+        if not names:
+            raise BadOptions(
+                f"give at least one rule or family name, or None for all "
+                f"(families: {', '.join(families())})"
+            )
+    try:
+        return select_rules(names, installed_only=installed_only, portable=portable)
+    except KeyError as error:
+        raise UnknownRule(error.args[0]) from None
+
+
+def rules(names: Sequence[str] | str | None = None, *, portable: bool = False) -> RewriteRuleSet:
     """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
 
     Args:
-        names: family or rule names (see ``rnn-rewrite --list-rules``); all by default.
+        names: family or rule names (see ``rnn-rewrite --list-rules``), a string for one;
+            all by default.
         portable: leave out what runtimes other than ONNX Runtime reject (tract 0.23.9
             panics on RNNs without ``initial_h`` when the batch is symbolic).
+
+    Raises:
+        UnknownRule: a name is neither a family nor a rule (a ``KeyError``).
+        BadOptions: ``names`` is empty (a ``ValueError``).
     """
-    return RewriteRuleSet(select_rules(names, portable=portable))
+    return RewriteRuleSet(select(names, portable=portable))
 
 
-def rewrite(model: _Model, names: Sequence[str] | None = None, *, portable: bool = False) -> _Model:
+def rewrite(
+    model: _Model, names: Sequence[str] | str | None = None, *, portable: bool = False
+) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
 
     Raises:
+        TypeError: ``model`` is neither an ``onnx.ModelProto`` nor an ``onnx_ir.Model``.
+        UnknownRule, BadOptions: as :func:`rules`.
         rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
             tested range (a ``RuntimeError``); the model is not touched.
     """
+    if not isinstance(model, onnx.ModelProto | ir.Model):
+        hint = (
+            "; for a file on disk use rnn_rewrite_rules.rewrite_file(src, dst)"
+            if isinstance(model, str | bytes | os.PathLike)
+            else ""
+        )
+        raise TypeError(
+            f"rewrite() takes an onnx.ModelProto or an onnx_ir.Model, "
+            f"not {type(model).__name__}{hint}"
+        )
     check_onnxscript()
     if isinstance(model, onnx.ModelProto):
         return ir.serde.serialize_model(

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules import _compat
-from rnn_rewrite_rules.rules import select_rules
+from rnn_rewrite_rules._api import select
 
 __all__ = ["install", "installed", "is_installed", "uninstall"]
 
@@ -28,11 +28,11 @@ _lock = threading.Lock()
 _ours: tuple[RewriteRule, ...] = ()
 
 
-def install(names: Sequence[str] | None = None, *, portable: bool = False) -> None:
+def install(names: Sequence[str] | str | None = None, *, portable: bool = False) -> None:
     """Add our rules to onnxscript's default rules (idempotent).
 
     Args:
-        names: families or rule names; by default every family marked
+        names: families or rule names (a string is one name); by default every family marked
             ``INSTALL_BY_DEFAULT`` (all but ``layout``, which changes the layout
             attribute a user may rely on).
         portable: leave out what runtimes other than ONNX Runtime reject (see
@@ -45,7 +45,7 @@ def install(names: Sequence[str] | None = None, *, portable: bool = False) -> No
     global _ours
     _compat.check_onnxscript()
     with _lock:
-        rules = tuple(select_rules(names, installed_only=True, portable=portable))
+        rules = tuple(select(names, installed_only=True, portable=portable))
         current = [r for r in _compat.default_rewrite_rules() if r not in _ours]
         _ours = rules
         _compat.set_default_rewrite_rules((*rules, *current))

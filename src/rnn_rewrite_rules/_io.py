@@ -6,18 +6,30 @@ truncated or damaged, unsupported opset) as a distinct :class:`ModelIOError`.
 Saving never leaves a partial file behind: the model (and its external data) is written
 into a temporary directory next to the target, then moved into place with ``os.replace``.
 A model that uses external data keeps using it; one whose tensors would overflow
-protobuf's 2 GB limit switches to it. The new external data never overwrites the file the
-current target references (two names alternate), so the old target stays valid until the
-final rename of the model file.
+protobuf's 2 GB limit switches to it. The external data file gets a name unique to the run
+(``OUT.onnx.<run>.data``) and is moved into place before the model file that names it, so
+no data file another model may reference is ever changed, and two concurrent writers never
+pair one's model file with the other's data. Only data files this module wrote (that naming
+scheme) are deleted, once the model file that referenced them has been replaced.
+
+Outputs are resolved through symbolic links (the file a link points to is replaced, the
+link stays); special files (devices, FIFOs) and files the input uses are refused. Signals
+are deferred while files are moved into place, so an interrupt never leaves half a pair.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
+import re
+import secrets
 import shutil
+import signal
+import stat
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,6 +52,7 @@ __all__ = [
     "UnsupportedModel",
     "check_output_path",
     "load_model",
+    "output_staging",
     "tensor_bytes",
 ]
 
@@ -217,15 +230,22 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         ModelIOError: a subclass naming what is wrong with the file.
     """
     path = Path(path)
-    if path.is_dir():
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ModelNotFound(f"{path}: no such file") from None
+    except OSError as error:
+        raise ModelNotFound(f"{path}: cannot read: {error.strerror or error}") from None
+    if stat.S_ISDIR(info.st_mode):
         raise ModelIsDirectory(f"{path}: is a directory, not an ONNX file")
+    if not stat.S_ISREG(info.st_mode):
+        raise NotOnnx(f"{path}: is {_kind(info.st_mode)}, not an ONNX file")
     lazy = _lazy_io.lazy_model_proto(path)  # big embedded tensors stay in the file, mapped
     if lazy is not None:
         return _model_from_proto(path, lazy, lazy=True)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ModelNotFound(f"{path}: no such file") from None
+        with open(path, "rb") as handle:  # a regular file: never blocks
+            data = handle.read(info.st_size + 1)
     except OSError as error:
         raise ModelNotFound(f"{path}: cannot read: {error.strerror or error}") from None
     if not data:
@@ -273,30 +293,68 @@ def _referenced_data_files(path: Path) -> frozenset[str]:
     return frozenset(_external_files(proto)) - ({path.name} if lazy else set())
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _data_paths(model_path: str | os.PathLike, files: frozenset[str]) -> set[str]:
+    """The real paths of the external data files a model at ``model_path`` uses."""
+    base = Path(os.path.realpath(model_path)).parent
+    return {os.path.realpath(base / name) for name in files}
+
+
 def check_output_path(
-    output: str | os.PathLike, input_: str | os.PathLike | None, *, in_place: bool
+    output: str | os.PathLike,
+    input_: str | os.PathLike | None,
+    *,
+    in_place: bool,
+    input_files: frozenset[str] = frozenset(),
 ) -> Path:
-    """Validate the target before any work is done.
+    """Validate the target before any work is done; the path to replace (links resolved).
+
+    Args:
+        input_files: the input's external data files (relative to its directory).
 
     Raises:
-        SameAsInput: ``output`` is ``input_`` and ``in_place`` is false.
-        OutputNotWritable: the target is a directory or its directory is missing.
+        SameAsInput: ``output`` is ``input_`` and ``in_place`` is false, or it is a file
+            the input uses.
+        OutputNotWritable: the target is a directory or a special file, or its directory
+            is missing.
     """
-    output = Path(output)
-    if input_ is not None and not in_place:
-        same = os.path.realpath(output) == os.path.realpath(input_)
+    given = Path(output)
+    resolved = Path(os.path.realpath(given))  # write through symbolic links
+    if input_ is not None:
+        same = resolved == Path(os.path.realpath(input_))
         with contextlib.suppress(OSError):
-            same = same or os.path.samefile(output, input_)
-        if same:
+            same = same or os.path.samefile(resolved, input_)
+        if same and not in_place:
             raise SameAsInput(
-                f"{output}: the output is the input; pass --in-place to replace the input"
+                f"{given}: the output is the input; pass --in-place to replace the input"
             )
-    if output.is_dir():
-        raise OutputNotWritable(f"{output}: is a directory; give a file name for the output")
-    parent = output.parent
+        if str(resolved) in _data_paths(input_, input_files):
+            raise SameAsInput(
+                f"{given}: is the input's external data file; give another output name"
+            )
+    try:
+        mode = given.stat().st_mode  # through links: /dev/stdout is the pipe it names
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise OutputNotWritable(f"{given}: is a directory; give a file name for the output")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OutputNotWritable(
+            f"{given}: is {_kind(mode)}; give a regular file name for the output"
+        )
+    parent = resolved.parent
     if not parent.is_dir():
-        raise OutputNotWritable(f"{output}: output directory {str(parent)!r} does not exist")
-    return output
+        raise OutputNotWritable(f"{given}: output directory {str(parent)!r} does not exist")
+    return resolved
 
 
 def tensor_bytes(model: ir.Model) -> int:
@@ -322,11 +380,63 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+_DEFERRED_SIGNALS = {
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+}
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[list[int]]:
+    """Record SIGINT, SIGTERM and SIGHUP during the block and raise them at its end.
+
+    Yields the signals received so far. Python runs handlers in the main thread whichever
+    thread the signal reached, so the handlers are swapped (main thread only; elsewhere
+    signals are not deferred).
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {}
+    for signum in _DEFERRED_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is None or handler == signal.SIG_IGN:  # set outside Python, or ignored
+            continue
+        previous[signum] = signal.signal(signum, lambda number, _: received.append(number))
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
+
+
+def _write_error(target: Path, error: OSError) -> OutputNotWritable:
+    """One line for a failed write; "No space left on device" also when numpy's short
+    write (``65536 requested and 20480 written``) hides it."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT) or (
+        error.errno is None and "requested and" in str(error)
+    ):
+        reason = os.strerror(errno.ENOSPC)
+    return OutputNotWritable(f"{target}: cannot write: {reason}")
+
+
+def _run_data_name(target: Path) -> str:
+    return f"{target.name}.{secrets.token_hex(4)}.data"
+
+
+def _ours(target: Path, name: str) -> bool:
+    """Whether ``name`` is an external data file this module writes for ``target``."""
+    return re.fullmatch(re.escape(target.name) + r"\.[0-9a-f]{8}\.data", name) is not None
+
+
 class Staging:
     """A temporary directory next to ``target`` where the new model is written, then moved.
 
     Creating it probes that the target directory is writable. Use as a context manager:
-    whatever was not committed is removed on exit.
+    whatever was not committed is removed on exit (signals deferred while it is).
 
     Raises:
         OutputNotWritable: the directory cannot be written.
@@ -336,7 +446,7 @@ class Staging:
         self, target: str | os.PathLike, *, keep_away: frozenset[str] = frozenset()
     ) -> None:
         self.target = Path(target)
-        #: External data names that must not be overwritten (the input's, when it differs).
+        #: External data names that must not be written or deleted (the input's).
         self._keep_away = keep_away
         try:
             self._dir = Path(
@@ -349,9 +459,6 @@ class Staging:
             ) from None
         self.model_path = self._dir / self.target.name
         self._data_name: str | None = None
-        self._old_data = (
-            _referenced_data_files(self.target) if self.target.is_file() else frozenset()
-        )
 
     def __enter__(self) -> Staging:
         return self
@@ -360,14 +467,14 @@ class Staging:
         self.close()
 
     def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        with signals_deferred():
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     def _choose_data_name(self) -> str:
-        taken = self._old_data | self._keep_away
-        for name in (f"{self.target.name}.data", f"{self.target.name}.1.data"):
-            if name not in taken:
+        while True:
+            name = _run_data_name(self.target)
+            if name not in self._keep_away and not (self.target.parent / name).exists():
                 return name
-        raise OutputNotWritable(f"{self.target}: both external data names are in use")
 
     def write(
         self,
@@ -381,8 +488,8 @@ class Staging:
         Without external data, external tensors of ``model`` are loaded into memory first.
 
         Args:
-            external_data: keep tensors in a ``<target>.data`` file; forced on when the
-                tensors would not fit in one protobuf.
+            external_data: keep tensors in a ``<target>.<run>.data`` file; forced on when
+                the tensors would not fit in one protobuf.
             on_tensor: called with (tensors written, total) as big tensors are written.
 
         Raises:
@@ -404,12 +511,11 @@ class Staging:
                 # streamed: never a second copy of every tensor in memory
                 _lazy_io.save_embedded(model, self.model_path, on_tensor)
         except OSError as error:
-            raise OutputNotWritable(
-                f"{self.target}: cannot write: {error.strerror or error}"
-            ) from None
+            raise _write_error(self.target, error) from None
 
     def commit(self) -> None:
-        """Move the staged files into place; the model file last, in one atomic rename."""
+        """Move the staged files into place: the run's data file, then the model file in
+        one atomic rename; then delete the data files of ours the old target used."""
         staged = [self._dir / self._data_name] if self._data_name else []
         staged.append(self.model_path)
         try:
@@ -417,20 +523,53 @@ class Staging:
                 _fsync(path)
                 if self.target.is_file():
                     shutil.copymode(self.target, path)
-            for path in staged:
-                os.replace(path, self.target.parent / path.name)
         except OSError as error:
-            raise OutputNotWritable(
-                f"{self.target}: cannot write: {error.strerror or error}"
-            ) from None
+            raise _write_error(self.target, error) from None
+        with signals_deferred() as received:
+            # an interrupt that came before the first rename: write nothing
+            interrupted = bool(received)
+            if not interrupted:
+                self._move_into_place(staged)
+        if interrupted:  # the deferred signal was delivered and its handler did not raise
+            raise KeyboardInterrupt
+
+    def _move_into_place(self, staged: list[Path]) -> None:
+        old_data = _referenced_data_files(self.target) if self.target.is_file() else frozenset()
+        moved: list[Path] = []
+        try:
+            for path in staged:
+                destination = self.target.parent / path.name
+                os.replace(path, destination)
+                moved.append(destination)
+        except OSError as error:
+            for path in moved:  # the data file without its model file
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            raise _write_error(self.target, error) from None
         with contextlib.suppress(OSError):
             dir_fd = os.open(self.target.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        ours = {f"{self.target.name}.data", f"{self.target.name}.1.data"}
-        for name in self._old_data - self._keep_away - {self._data_name}:
-            if name in ours:
+        for name in old_data - self._keep_away - {self._data_name}:
+            if _ours(self.target, name):
                 with contextlib.suppress(OSError):
                     (self.target.parent / name).unlink()
+
+
+def output_staging(target: str | os.PathLike, loaded: LoadedModel, *, in_place: bool) -> Staging:
+    """The checked :class:`Staging` for writing the rewrite of ``loaded`` to ``target``.
+
+    Raises:
+        SameAsInput: ``target`` is the input (without ``in_place``) or a file it uses.
+        OutputNotWritable: the target cannot be written.
+    """
+    resolved = check_output_path(
+        target, loaded.path, in_place=in_place, input_files=loaded.data_files
+    )
+    # the input's external data survives unless the input itself is replaced; even then
+    # only data files this module wrote are deleted (see Staging.commit)
+    same_dir = resolved.parent == Path(os.path.realpath(loaded.path)).parent
+    keep = loaded.data_files if same_dir and not in_place else frozenset()
+    return Staging(resolved, keep_away=keep)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import onnx_ir as ir
@@ -66,8 +67,37 @@ def rule_name(rule: RewriteRule) -> str:
     return rule.name or repr(rule)
 
 
+#: RNN outputs by position; GRU and RNN have no cell state (initial_c, Y_c).
+_OUTPUTS = ("Y", "Y_h", "Y_c")
+_WITH_CELL = {"LSTM", "DynamicQuantizeLSTM"}
+
+
+def _for_op(text: str, op_type: str, num_outputs: int) -> str:
+    """A description written for a generic ``RNN(...)`` (LSTM's inputs and outputs) said
+    for ``op_type`` with ``num_outputs`` outputs."""
+    text = re.sub(r"\bRNN\(", f"{op_type}(", text)
+    if op_type not in _WITH_CELL:
+        text = re.sub(r", initial_c=\w+", "", text).replace('(..., "", "")', '(..., "")')
+    names = list(_OUTPUTS[:num_outputs])
+    if "<unused Y_c>" in text and names:
+        kept = ", ".join(names[:-1])
+        unused = ", ".join([*names[:-1], f"<unused {names[-1]}>"])
+        text = text.replace("(Y, Y_h, <unused Y_c>)", f"({unused})")
+        text = text.replace("-> (Y, Y_h)", f"-> ({kept})")
+    return text
+
+
 def rule_description(rule: RewriteRule) -> str:
-    """The first docstring line of the rule's class (or replacement function), else ""."""
+    """The first docstring line of the rule's class (or replacement function), else "".
+
+    Rules made per RNN op (named ``Class[OP/outputs]``) get the description for that op.
+    """
+    text = _docstring_line(rule)
+    match = re.search(r"\[(\w+)/(\d+)\]$", rule_name(rule))
+    return _for_op(text, match[1], int(match[2])) if match else text
+
+
+def _docstring_line(rule: RewriteRule) -> str:
     condition, replacement = _compat.rule_callables(rule)
     candidates = [
         type(owner)

@@ -5,20 +5,32 @@ different sizes within a run, and an axis shared by several inputs (``batch`` of
 and ``h0``) takes the same size in all of them. ``--shape NAME=DIMS`` fixes an input's
 shape, ``--shape AXIS=N,M`` the sizes of a named dynamic axis.
 
-When ONNX Runtime rejects the original model (``layout=1`` RNNs, say), the reference
-outputs come from ``onnx.reference`` instead, and the result says so.
+Axes the weights fix (a symbolic feature axis is W's last dim) take that size. A run
+whose sizes the original rejects is retried with other sizes, and the result lists the
+sizes compared.
+
+When ONNX Runtime rejects the original model's ``layout=1`` RNNs, the reference is an
+equivalent ``layout=0`` model made by the ``layout`` rules alone, run in ONNX Runtime.
+When it rejects the original otherwise but loads the result, the reference outputs come
+from ``onnx.reference`` (a partial check, said so); when it loads neither (an IR version
+too new, say), there is nothing to compare: :class:`CannotVerify`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules._rnn import const_array, rnn_facts
+from rnn_rewrite_rules.diagnostics import is_rnn
+from rnn_rewrite_rules.runtime import OnnxRuntimeMissing, require_onnxruntime
 
 __all__ = [
     "CannotVerify",
@@ -31,34 +43,18 @@ __all__ = [
     "plan_runs",
     "require_onnxruntime",
     "verify",
+    "weight_fixed_sizes",
+    "zero_unsafe",
 ]
 
 Source = str | bytes
 _DEFAULT_BASES = (2, 5)
-_SUPPORTED_DTYPES = NUMPY_DTYPES
-
-
-class OnnxRuntimeMissing(Exception):
-    """onnxruntime is not installed."""
+#: The largest input fed (elements): more is a mistyped --shape, not a test.
+MAX_ELEMENTS = 2**27
 
 
 class CannotVerify(Exception):
     """The comparison cannot be made (the original model does not run, an input has no rank)."""
-
-
-def require_onnxruntime() -> str:
-    """The installed onnxruntime version.
-
-    Raises:
-        OnnxRuntimeMissing: it is not installed.
-    """
-    try:
-        import onnxruntime
-    except ImportError:
-        raise OnnxRuntimeMissing(
-            "onnxruntime is not installed: pip install 'rnn-rewrite-rules[cli]'"
-        ) from None
-    return onnxruntime.__version__
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,83 +111,216 @@ def _axis_key(spec: InputSpec, axis: int, dim: int | str | None) -> str | tuple[
     return dim if isinstance(dim, str) and dim else (spec.name, axis)
 
 
-def plan_runs(
-    specs: Sequence[InputSpec], overrides: Mapping[str, tuple[int, ...]], runs: int = 2
-) -> list[dict[str, tuple[int, ...]]]:
-    """Input shapes for each run; each dynamic axis takes a different size in each run.
+#: Sizes tried, in turn, for a run whose sizes the original model rejects.
+_FALLBACK_BASES = (1, 3, 4, 6, 7)
+#: (graph input name, axis) -> the size the model's weights fix it to.
+Known = Mapping[tuple[str, int], int]
 
-    Raises:
+
+def _graph_input_axis(value: ir.Value | None, axis: int) -> tuple[str, int] | None:
+    """The graph input axis that becomes ``value``'s ``axis`` (through Identity, Cast,
+    Transpose), or None."""
+    while value is not None and value.producer() is not None:
+        node = value.producer()
+        if node.domain not in ("", "ai.onnx") or node.op_type not in (
+            "Identity",
+            "Cast",
+            "Transpose",
+        ):
+            return None
+        if node.op_type == "Transpose":
+            perm_attr = node.attributes.get("perm")
+            rank = value.shape.rank() if value.shape is not None else None
+            if perm_attr is not None:
+                perm = list(perm_attr.as_ints())
+            elif rank is not None:
+                perm = list(range(rank))[::-1]
+            else:
+                return None
+            if axis >= len(perm):
+                return None
+            axis = perm[axis]
+        value = node.inputs[0] if node.inputs else None
+    if value is None or not value.is_graph_input() or value.is_initializer():
+        return None
+    return (value.name or "", axis)
+
+
+def weight_fixed_sizes(model: ir.Model) -> dict[tuple[str, int], int]:
+    """Graph input axes whose size the RNN weights fix: X's feature axis (W's last dim),
+    the directions and hidden axes of ``initial_h`` / ``initial_c``."""
+    known: dict[tuple[str, int], int] = {}
+    for node in model.graph:
+        if not is_rnn(node) or node.domain not in ("", "ai.onnx"):
+            continue
+        facts = rnn_facts(node)
+        if isinstance(facts, str):
+            continue
+        w = const_array(node.inputs[1] if len(node.inputs) > 1 else None)
+        if w is not None and w.ndim == 3 and node.inputs[0] is not None:
+            found = _graph_input_axis(node.inputs[0], 2)
+            if found is not None:
+                known.setdefault(found, int(w.shape[2]))
+        directions_axis = 1 if facts.layout == 1 else 0
+        states = (5, 6) if node.op_type == "LSTM" else (5,)
+        for index in states:
+            state = node.inputs[index] if len(node.inputs) > index else None
+            if state is None:
+                continue
+            for axis, size in ((directions_axis, facts.num_directions), (2, facts.hidden_size)):
+                found = _graph_input_axis(state, axis)
+                if found is not None:
+                    known.setdefault(found, size)
+    return known
+
+
+class _Planner:
+    """Input shapes for a run: every dynamic axis sized from one base number per run.
+
+    Raises (on creation):
         ValueError: an override names nothing or contradicts a static dim (a usage error).
         CannotVerify: an input has no declared rank and no override.
     """
-    by_name = {spec.name: spec for spec in specs}
-    fixed: dict[object, int] = {}
-    for spec in specs:
-        if spec.name not in overrides:
-            continue
-        shape = overrides[spec.name]
-        if spec.dims is not None:
-            if len(shape) != len(spec.dims):
-                raise ValueError(
-                    f"--shape {spec.name}: {len(shape)} dims given, "
-                    f"the input has rank {len(spec.dims)}"
-                )
-            for axis, (dim, size) in enumerate(zip(spec.dims, shape, strict=True)):
-                key = _axis_key(spec, axis, dim)
-                if key is None and dim != size:
+
+    def __init__(
+        self,
+        specs: Sequence[InputSpec],
+        overrides: Mapping[str, tuple[int, ...]],
+        known: Known,
+    ) -> None:
+        self.specs = specs
+        self.overrides = overrides
+        by_name = {spec.name: spec for spec in specs}
+        fixed: dict[object, int] = {}
+        for spec in specs:
+            if spec.name not in overrides:
+                continue
+            shape = overrides[spec.name]
+            if spec.dims is not None:
+                if len(shape) != len(spec.dims):
                     raise ValueError(
-                        f"--shape {spec.name}: axis {axis} is static {dim}, not {size}"
+                        f"--shape {spec.name}: {len(shape)} dims given, "
+                        f"the input has rank {len(spec.dims)}"
                     )
-                if key is not None:
-                    if fixed.get(key, size) != size:
-                        raise ValueError(f"--shape {spec.name}: axis {key!r} is given two sizes")
-                    fixed[key] = size
-    keys: list[object] = []
-    for spec in specs:
-        for axis, dim in enumerate(spec.dims or ()):
-            key = _axis_key(spec, axis, dim)
-            if key is not None and key not in keys:
-                keys.append(key)
-    axis_sizes: dict[object, tuple[int, ...]] = {}
-    for name, sizes in overrides.items():
-        if name in by_name:
-            continue
-        if name not in keys:
-            raise ValueError(f"--shape {name}: no input or named dynamic axis has that name")
-        if not sizes:
-            raise ValueError(f"--shape {name}: give at least one size")
-        if name in fixed:
-            raise ValueError(f"--shape {name}: the axis is also fixed by an input's --shape")
-        axis_sizes[name] = sizes
-    for spec in specs:
-        if spec.dims is None and spec.name not in overrides:
-            raise CannotVerify(
-                f"input {spec.name!r} has no declared shape: give --shape {spec.name}=DIMS"
-            )
-    runs = max([runs, *(len(s) for s in axis_sizes.values())])
-    plans: list[dict[str, tuple[int, ...]]] = []
-    for run in range(runs):
-        base = _DEFAULT_BASES[run] if run < len(_DEFAULT_BASES) else 2 + 3 * run
+                for axis, (dim, size) in enumerate(zip(spec.dims, shape, strict=True)):
+                    key = _axis_key(spec, axis, dim)
+                    if key is None and dim != size:
+                        raise ValueError(
+                            f"--shape {spec.name}: axis {axis} is static {dim}, not {size}"
+                        )
+                    if key is not None:
+                        if fixed.get(key, size) != size:
+                            raise ValueError(
+                                f"--shape {spec.name}: axis {key!r} is given two sizes"
+                            )
+                        fixed[key] = size
+        keys: list[object] = []
+        for spec in specs:
+            for axis, dim in enumerate(spec.dims or ()):
+                key = _axis_key(spec, axis, dim)
+                if key is not None and key not in keys:
+                    keys.append(key)
+        axis_sizes: dict[object, tuple[int, ...]] = {}
+        for name, sizes in overrides.items():
+            if name in by_name:
+                continue
+            if name not in keys:
+                raise ValueError(f"--shape {name}: no input or named dynamic axis has that name")
+            if not sizes:
+                raise ValueError(f"--shape {name}: give at least one size")
+            if name in fixed:
+                raise ValueError(f"--shape {name}: the axis is also fixed by an input's --shape")
+            axis_sizes[name] = sizes
+        for spec in specs:
+            if spec.dims is None and spec.name not in overrides:
+                raise CannotVerify(
+                    f"input {spec.name!r} has no declared shape: give --shape {spec.name}=DIMS"
+                )
+        #: Axes the weights fix (and no --shape sets), as "input axis N = size".
+        self.weight_fixed: list[str] = []
+        for spec in specs:
+            if spec.name in overrides:
+                continue
+            for axis, dim in enumerate(spec.dims or ()):
+                key = _axis_key(spec, axis, dim)
+                size = known.get((spec.name, axis))
+                if key is None or size is None or key in fixed or key in axis_sizes:
+                    continue
+                fixed[key] = size
+                self.weight_fixed.append(f"{spec.name} axis {axis} = {size}")
+        self.keys, self.fixed, self.axis_sizes = keys, fixed, axis_sizes
+        self.runs = max([2, *(len(s) for s in axis_sizes.values())])
+
+    def plan(self, run: int, base: int) -> dict[str, tuple[int, ...]]:
         sizes = {}
-        for index, key in enumerate(keys):
-            if key in fixed:
-                sizes[key] = fixed[key]
-            elif key in axis_sizes:
-                sizes[key] = axis_sizes[key][run % len(axis_sizes[key])]
+        for index, key in enumerate(self.keys):
+            if key in self.fixed:
+                sizes[key] = self.fixed[key]
+            elif key in self.axis_sizes:
+                sizes[key] = self.axis_sizes[key][run % len(self.axis_sizes[key])]
             else:
                 sizes[key] = base + index
         plan = {}
-        for spec in specs:
-            if spec.name in overrides:
-                plan[spec.name] = overrides[spec.name]
+        for spec in self.specs:
+            if spec.name in self.overrides:
+                plan[spec.name] = self.overrides[spec.name]
             else:
                 plan[spec.name] = tuple(
                     dim if key is None else sizes[key]
                     for axis, dim in enumerate(spec.dims or ())
                     for key in [_axis_key(spec, axis, dim)]
                 )
-        if plan not in plans:
-            plans.append(plan)
+        for name, shape in plan.items():
+            if math.prod(shape) > MAX_ELEMENTS:
+                raise ValueError(
+                    f"--shape: input {name!r} would have shape {_format_shape(shape)}, "
+                    f"over {MAX_ELEMENTS:,} elements; give smaller sizes"
+                )
+        return plan
+
+    def plans(self) -> list[dict[str, tuple[int, ...]]]:
+        plans: list[dict[str, tuple[int, ...]]] = []
+        for run in range(self.runs):
+            base = _DEFAULT_BASES[run] if run < len(_DEFAULT_BASES) else 2 + 3 * run
+            plan = self.plan(run, base)
+            if plan not in plans:
+                plans.append(plan)
+        return plans
+
+    def alternatives(self, run: int) -> list[dict[str, tuple[int, ...]]]:
+        """Other sizes for ``run`` (only axes neither --shape nor the weights fix change)."""
+        return [self.plan(run, base) for base in _FALLBACK_BASES]
+
+
+def plan_runs(
+    specs: Sequence[InputSpec],
+    overrides: Mapping[str, tuple[int, ...]],
+    *,
+    known: Known | None = None,
+    zero_unsafe: bool = False,
+) -> list[dict[str, tuple[int, ...]]]:
+    """Input shapes for each run; each dynamic axis takes a different size in each run.
+
+    Args:
+        known: sizes the model's weights fix (see :func:`weight_fixed_sizes`).
+        zero_unsafe: the model has LSTM/GRU nodes, on which ONNX Runtime aborts the
+            process at batch 0 (GRU also at sequence length 0): refuse size 0.
+
+    Raises:
+        ValueError: an override names nothing, contradicts a static dim, is too large
+            or is 0 where ``zero_unsafe`` (a usage error).
+        CannotVerify: an input has no declared rank and no override.
+    """
+    plans = _Planner(specs, overrides, known or {}).plans()
+    if zero_unsafe:
+        for plan in plans:
+            for name, shape in plan.items():
+                if 0 in shape:
+                    raise ValueError(
+                        f"--shape: input {name!r} has a size 0 ({_format_shape(shape)}); "
+                        "ONNX Runtime aborts the process on LSTM/GRU with batch 0 (GRU also "
+                        "with sequence length 0), so --verify runs sizes of at least 1"
+                    )
     return plans
 
 
@@ -207,56 +336,13 @@ def make_feeds(
     high = max(1, min(dims)) if dims else 1
     feeds = {}
     for spec in specs:
-        if spec.dtype not in _SUPPORTED_DTYPES:
+        try:
+            feeds[spec.name] = runtime.make_feed(spec.dtype, shapes[spec.name], rng, high=high)
+        except runtime.UnsupportedInput:
             raise CannotVerify(
                 f"input {spec.name!r} has element type {spec.dtype.name}, not supported"
-            )
-        dtype = spec.dtype.numpy()
-        shape = shapes[spec.name]
-        if spec.dtype == ir.DataType.BOOL:
-            feeds[spec.name] = rng.random(shape) < 0.5
-        elif spec.dtype.is_floating_point():
-            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
-        else:
-            feeds[spec.name] = rng.integers(1, high + 1, size=shape).astype(dtype)
+            ) from None
     return feeds
-
-
-def _short_error(error: BaseException) -> str:
-    text = str(error) or type(error).__name__
-    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
-    text = re.sub(r"/onnxruntime_src/\S+:\d+ [\w:~<>]+\([^)]*\)\s*", "", text)
-    text = " ".join(text.split())
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-class _Runner:
-    def __init__(self, name: str, run: Callable, output_names: list[str]) -> None:
-        self.name = name
-        self.run = run
-        self.output_names = output_names
-
-
-def _ort_runner(source: Source) -> _Runner:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4  # failures are reported by us, once
-    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return _Runner("onnxruntime", lambda feeds: session.run(None, feeds), names)
-
-
-def _reference_runner(source: Source) -> _Runner:
-    import onnx
-    from onnx.reference import ReferenceEvaluator
-
-    proto = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source)
-    evaluator = ReferenceEvaluator(proto)
-    names = [o.name for o in proto.graph.output]
-    return _Runner("onnx.reference", lambda feeds: evaluator.run(None, feeds), names)
 
 
 def _format_shape(shape: tuple[int, ...]) -> str:
@@ -267,30 +353,17 @@ def format_plan(plan: Mapping[str, tuple[int, ...]]) -> str:
     return ", ".join(f"{name}={_format_shape(shape)}" for name, shape in plan.items())
 
 
-def _diff(expected: np.ndarray, actual: np.ndarray) -> float:
-    """Max abs difference; NaN where both are NaN counts as equal, elsewhere as infinite."""
-    if expected.size == 0:
-        return 0.0
-    if expected.dtype == np.bool_ or actual.dtype == np.bool_:
-        return float(np.any(expected != actual))
-    a = np.asarray(expected, dtype=np.float64)
-    b = np.asarray(actual, dtype=np.float64)
-    both_nan = np.isnan(a) & np.isnan(b)
-    delta = np.abs(a - b)
-    delta = np.where(both_nan, 0.0, np.where(np.isnan(delta), np.inf, delta))
-    return float(np.max(delta))
-
-
 @dataclasses.dataclass
 class VerifyResult:
     tolerance: float
     seed: int
+    #: The input shapes compared, one dict per run.
     runs: list[dict[str, tuple[int, ...]]]
     #: Output name -> max abs diff over all runs.
     max_diff: dict[str, float]
     reference: str = "onnxruntime"
-    #: Why the reference is not ONNX Runtime, if it is not.
-    note: str | None = None
+    #: What the reader should know about how the comparison was made.
+    notes: list[str] = dataclasses.field(default_factory=list)
     #: A failure other than the tolerance (rewritten model does not run, shapes differ).
     failure: str | None = None
 
@@ -304,17 +377,17 @@ class VerifyResult:
 
     def lines(self) -> list[str]:
         """A human-readable summary."""
-        out = [f"verify: {len(self.runs)} runs, seed {self.seed}, tolerance {self.tolerance:g}"]
-        if self.note:
-            out.append(f"  note: {self.note}")
+        runs = f"{len(self.runs)} run" + ("" if len(self.runs) == 1 else "s")
+        out = [f"verify: {runs}, seed {self.seed}, tolerance {self.tolerance:g}"]
+        out += [f"  note: {note}" for note in self.notes]
         for index, plan in enumerate(self.runs, 1):
             out.append(f"  run {index}: {format_plan(plan)}")
         if self.max_diff:
+            out.append(f"  max abs diff per output ({self.reference} reference):")
             width = max(len(name) for name in self.max_diff)
-            out.append(f"  {'output':<{width}}  max abs diff")
             for name, diff in self.max_diff.items():
                 flag = "" if diff <= self.tolerance else "  > tolerance"
-                out.append(f"  {name:<{width}}  {diff:.3g}{flag}")
+                out.append(f"    {name:<{width}}  {diff:.3g}{flag}")
         if self.failure:
             out.append(f"verify: FAILED: {self.failure}")
         elif not self.ok:
@@ -326,73 +399,172 @@ class VerifyResult:
         return out
 
 
+def zero_unsafe(model: ir.Model) -> bool:
+    """Whether ONNX Runtime aborts the process on some size 0 of this model (LSTM/GRU)."""
+    return any(
+        node.op_type in ("LSTM", "GRU") and node.domain in ("", "ai.onnx")
+        for node in model.graph.all_nodes()
+    )
+
+
+def _time_major_equivalent(before: Source) -> bytes | None:
+    """``before`` with its layout=1 RNNs made layout=0 by the ``layout`` rules alone
+    (serialized, external data inlined), or None when it has none or they stay."""
+    from rnn_rewrite_rules import _api
+
+    def batch_first(model: ir.Model) -> bool:
+        return any(
+            is_rnn(node) and node.attributes.get_int("layout", 0) == 1
+            for node in model.graph.all_nodes()
+        )
+
+    if isinstance(before, bytes):
+        model = ir.serde.deserialize_model(onnx.load_from_string(before))
+    else:
+        model = ir.load(before)
+    if not batch_first(model):
+        return None
+    _api.rewrite(model, ["layout"])
+    if batch_first(model):
+        return None
+    ir.external_data.load_to_model(model)
+    return ir.serde.serialize_model(model).SerializeToString()
+
+
+def _reference(
+    before: Source, after: Source, result: VerifyResult
+) -> tuple[runtime.Runner, runtime.Runner | None]:
+    """The runner for the reference outputs (and the candidate's, if loaded already)."""
+    try:
+        return runtime.ort_runner(before), None
+    except Exception as error:
+        rejected = runtime.short_error(error)
+    try:
+        equivalent = _time_major_equivalent(before)
+    except Exception:
+        equivalent = None
+    if equivalent is not None:
+        try:
+            reference = runtime.ort_runner(equivalent)
+        except Exception:
+            pass
+        else:
+            result.notes.append(
+                "ONNX Runtime rejects the original's layout=1 RNNs; reference outputs from an "
+                "equivalent layout=0 model (the layout rules alone) in ONNX Runtime"
+            )
+            return reference, None
+    try:
+        candidate = runtime.ort_runner(after)
+    except Exception:
+        raise CannotVerify(
+            f"ONNX Runtime {runtime.require_onnxruntime()} does not load the original model "
+            f"(nor the result): {rejected}"
+        ) from None
+    try:
+        reference = runtime.reference_runner(before)
+    except Exception:
+        raise CannotVerify(
+            f"the original model does not load in ONNX Runtime: {rejected}"
+        ) from None
+    result.reference = reference.name
+    result.notes.append(
+        f"ONNX Runtime rejects the original model ({rejected}); reference outputs from "
+        "onnx.reference: a partial check (it ignores sequence_lens and clip on RNNs)"
+    )
+    return reference, candidate
+
+
 def verify(
     before: Source,
     after: Source,
     specs: Sequence[InputSpec],
     *,
     overrides: Mapping[str, tuple[int, ...]] | None = None,
+    known: Known | None = None,
+    zero_unsafe: bool = False,
     seed: int = 0,
     tolerance: float = 1e-4,
     on_run: Callable[[], None] | None = None,
 ) -> VerifyResult:
     """Run ``before`` and ``after`` (paths or serialized models) on the same random inputs.
 
+    A run whose sizes the original rejects is retried with other sizes of the axes no
+    ``--shape`` and no weight fixes; the result lists the sizes compared.
+
     Raises:
         OnnxRuntimeMissing: onnxruntime is not installed.
-        CannotVerify: ``before`` does not run on the planned inputs.
+        CannotVerify: ``before`` does not load or run on any sizes tried.
         ValueError: ``overrides`` are inconsistent with the inputs.
     """
     require_onnxruntime()
-    plans = plan_runs(specs, overrides or {})
-    result = VerifyResult(tolerance, seed, plans, {})
-    try:
-        reference = _ort_runner(before)
-    except Exception as error:
-        result.note = f"ONNX Runtime rejects the original model ({_short_error(error)})"
+    overrides = overrides or {}
+    plan_runs(specs, overrides, known=known, zero_unsafe=zero_unsafe)  # the usage errors
+    planner = _Planner(specs, overrides, known or {})
+    result = VerifyResult(tolerance, seed, [], {})
+    if planner.weight_fixed:
+        result.notes.append(f"sizes the weights fix: {', '.join(planner.weight_fixed)}")
+    reference, candidate = _reference(before, after, result)
+    if candidate is None:
         try:
-            reference = _reference_runner(before)
-        except Exception:
-            raise CannotVerify(
-                f"the original model does not load in ONNX Runtime: {_short_error(error)}"
-            ) from None
-        result.reference = reference.name
-        result.note += "; reference outputs from onnx.reference"
-    try:
-        candidate = _ort_runner(after)
-    except Exception as error:
-        result.failure = f"the rewritten model does not load in ONNX Runtime: {_short_error(error)}"
-        return result
+            candidate = runtime.ort_runner(after)
+        except Exception as error:
+            result.failure = (
+                f"the rewritten model does not load in ONNX Runtime: {runtime.short_error(error)}"
+            )
+            return result
     if candidate.output_names != reference.output_names:
         result.failure = (
             f"outputs differ: {reference.output_names} before, {candidate.output_names} after"
         )
         return result
     rng = np.random.default_rng(seed)
-    for index, plan in enumerate(plans, 1):
-        feeds = make_feeds(specs, plan, rng)
-        try:
-            expected = reference.run(feeds)
-        except Exception as error:
+    defaults = planner.plans()
+    for run in range(planner.runs):
+        tries = [defaults[run]] if run < len(defaults) else []
+        tries += planner.alternatives(run)
+        rejected: list[tuple[dict, str]] = []
+        for plan in tries:
+            if plan in result.runs or any(plan == p for p, _ in rejected):
+                continue
+            feeds = make_feeds(specs, plan, rng)
+            try:
+                expected = reference.run(feeds)
+            except Exception as error:
+                rejected.append((plan, runtime.short_error(error)))
+                continue
+            break
+        else:
+            if not rejected:  # every size is fixed: nothing else to try
+                break
+            plan, error = rejected[0]
+            others = f" (and {len(rejected) - 1} other sizes)" if len(rejected) > 1 else ""
             raise CannotVerify(
-                f"the original model fails on {format_plan(plan)} in {reference.name}: "
-                f"{_short_error(error)} (a frozen axis? see --check; or fix sizes with --shape)"
-            ) from None
+                f"the original model fails on {format_plan(plan)}{others} in {reference.name}: "
+                f"{error} (a frozen axis? see --check; or fix sizes with --shape)"
+            )
+        if rejected:
+            result.notes.append(
+                f"the original rejects {format_plan(rejected[0][0])} ({rejected[0][1]}); "
+                f"compared {format_plan(plan)} instead"
+            )
+        result.runs.append(plan)
         try:
             actual = candidate.run(feeds)
         except Exception as error:
             result.failure = (
-                f"the rewritten model fails on {format_plan(plan)}: {_short_error(error)}"
+                f"the rewritten model fails on {format_plan(plan)}: {runtime.short_error(error)}"
             )
             return result
         for name, e, a in zip(reference.output_names, expected, actual, strict=True):
             e, a = np.asarray(e), np.asarray(a)
             if e.shape != a.shape:
                 result.failure = (
-                    f"run {index}: output {name!r} has shape {a.shape}, expected {e.shape}"
+                    f"run {len(result.runs)}: output {name!r} has shape {a.shape}, "
+                    f"expected {e.shape}"
                 )
                 return result
-            result.max_diff[name] = max(result.max_diff.get(name, 0.0), _diff(e, a))
+            result.max_diff[name] = max(result.max_diff.get(name, 0.0), runtime.diff(e, a))
         if on_run is not None:
             on_run()
     return result

@@ -1,4 +1,10 @@
-"""The ``rnn-rewrite`` command: rewrite, verify and check ONNX files on disk; ``demo``."""
+"""The ``rnn-rewrite`` command: a thin layer over :func:`rnn_rewrite_rules.rewrite_file`.
+
+Parsing, exit codes, the progress display and signals live here; the work is the library's.
+Only the standard library is imported at start-up, so that Ctrl-C while onnx loads (the
+first seconds) is handled like any other interrupt. SIGTERM and SIGHUP interrupt like
+Ctrl-C: whatever was staged is removed and the exit code is 130.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,17 @@ import contextlib
 import enum
 import logging
 import os
-import statistics
+import signal
 import sys
-import tempfile
-import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import onnx
-import onnx_ir as ir
+from rnn_rewrite_rules import __version__
 
-from rnn_rewrite_rules import __version__, _compat, _io, _lazy_io, _report, _verify, diagnostics
-from rnn_rewrite_rules.rules import families, fixed_by, select_rules
+if TYPE_CHECKING:
+    from rnn_rewrite_rules._rewrite_file import RewriteOptions
 
 __all__ = ["ExitCode", "main"]
 
@@ -65,17 +69,7 @@ _EXIT_HELP = {
     ExitCode.CANNOT_VERIFY: "--verify: the original model does not run on the chosen inputs",
     ExitCode.INVALID_RESULT: "the rewritten model fails the ONNX checker (nothing written)",
     ExitCode.UNSUPPORTED_ONNXSCRIPT: "the installed onnxscript is outside the tested range",
-    ExitCode.INTERRUPTED: "interrupted",
-}
-
-_IO_CODES: dict[type[_io.ModelIOError], ExitCode] = {
-    _io.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
-    _io.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
-    _io.NotOnnx: ExitCode.NOT_ONNX,
-    _io.DamagedModel: ExitCode.DAMAGED_MODEL,
-    _io.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
-    _io.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
-    _io.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP); nothing written",
 }
 
 
@@ -181,6 +175,7 @@ def _demo_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--save-seed", metavar="PATH", help="also write the model built, to try the command on"
     )
+    parser.set_defaults(portable=False)
     return parser
 
 
@@ -197,25 +192,17 @@ def _names(values: Sequence[str] | None) -> list[str] | None:
     return names
 
 
-def _select(values: Sequence[str] | None, portable: bool = False):
-    try:
-        return select_rules(_names(values), portable=portable)
-    except KeyError as error:
-        raise _Fail(
-            ExitCode.UNKNOWN_RULE,
-            f"unknown rule or family {error.args[0]!r} (see {PROG} --list-rules)",
-        ) from None
+def _select(values: Sequence[str] | None, portable: bool = False) -> None:
+    """Fail early (before any file is read) on an unknown rule name."""
+    from rnn_rewrite_rules._rewrite_file import select
 
-
-def _rule_families() -> dict[str, str]:
-    return {
-        _report.rule_name(rule): family.name
-        for family in families().values()
-        for rule in family.rules
-    }
+    select(_names(values), portable=portable)
 
 
 def _list_rules() -> int:
+    from rnn_rewrite_rules import _report
+    from rnn_rewrite_rules.rules import families
+
     available = families()
     if not available:
         print("no rule families are available")
@@ -253,8 +240,8 @@ class _Task:
 class _Progress:
     """rich progress bars on stderr, or nothing (not a terminal, few RNNs, rich missing).
 
-    Each ``with`` block is one display, erased at its end, so that what is printed between
-    blocks reaches stdout intact.
+    The display starts when :func:`rewrite_file` says how many RNN nodes the model has,
+    and is erased when the ``with`` block ends, before the report is printed.
     """
 
     def __init__(self, enabled: bool) -> None:
@@ -262,8 +249,16 @@ class _Progress:
         self._progress = None
 
     def __enter__(self) -> _Progress:
-        if not self._enabled:
-            return self
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def started(self, rnn_nodes: int) -> None:
+        if not self._enabled or rnn_nodes < PROGRESS_MIN_RNN_NODES or self._progress is not None:
+            return
         try:
             from rich.console import Console
             from rich.progress import (
@@ -275,8 +270,7 @@ class _Progress:
                 TimeElapsedColumn,
             )
         except ImportError:
-            self._enabled = False
-            return self
+            return
         self._progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -289,12 +283,6 @@ class _Progress:
             redirect_stderr=False,
         )
         self._progress.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
     def task(self, description: str, total: int | None = None) -> _Task:
         if self._progress is None:
@@ -302,77 +290,29 @@ class _Progress:
         return _Task(self._progress, self._progress.add_task(description, total=total))
 
 
-def _rewrite(
-    model: ir.Model, rules: list, progress: _Progress
-) -> tuple[_report.ModelStats, _report.ModelStats, dict, list[_report.Unimproved]]:
-    before = _report.model_stats(model)
-    node_total = sum(1 for _ in model.graph.all_nodes())
-    current = [_Task()]
-
-    def on_round(number: int) -> None:
-        current[0].done()
-        current[0] = progress.task(f"rewriting, round {number + 1}", node_total)
-
-    fired = _report.rewrite_counting(
-        model, rules, on_node=lambda: current[0].advance(), on_round=on_round
-    )
-    current[0].done()
-    explain = progress.task("explaining what was not rewritten")
-    unimproved = _report.unimproved_rnns(model, rules, _rule_families())
-    explain.done()
-    return before, _report.model_stats(model), fired, unimproved
-
-
 def _print(lines: Sequence[str]) -> None:
     print("\n".join(lines))
 
 
-def _verify_models(
-    before: str | bytes,
-    after: str | bytes,
-    specs: list[_verify.InputSpec],
-    overrides: dict,
-    *,
-    seed: int,
-    tolerance: float,
-    progress: _Progress,
-) -> _verify.VerifyResult:
-    task = progress.task("verifying in ONNX Runtime", len(_verify.plan_runs(specs, overrides)))
-    try:
-        result = _verify.verify(
-            before,
-            after,
-            specs,
-            overrides=overrides,
-            seed=seed,
-            tolerance=tolerance,
-            on_run=task.advance,
-        )
-    except _verify.CannotVerify as error:
-        raise _Fail(ExitCode.CANNOT_VERIFY, f"cannot verify: {error}") from None
-    task.done()
-    return result
+def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
+    from rnn_rewrite_rules import _verify
+    from rnn_rewrite_rules._rewrite_file import RewriteOptions
 
-
-def _check_result(path: Path, original: Path) -> None:
-    """The ONNX checker on the staged file; tolerated when the original fails it too."""
     try:
-        _lazy_io.check_model_file(path)  # the tensors' bytes stay on disk
-    except Exception as error:  # onnx raises ValidationError and friends
-        try:
-            onnx.checker.check_model(str(original))
-        except Exception:
-            first = " ".join(str(error).split())[:200]
-            print(
-                f"{PROG}: warning: the result fails the ONNX checker ({first}); "
-                "so does the input, writing anyway",
-                file=sys.stderr,
-            )
-            return
-        raise _Fail(
-            ExitCode.INVALID_RESULT,
-            f"the rewritten model is invalid ({str(error).splitlines()[0]}); nothing written",
-        ) from None
+        shapes = _verify.parse_shape_overrides(args.shape)
+    except ValueError as error:
+        raise _Fail(ExitCode.USAGE, str(error)) from None
+    return RewriteOptions(
+        rules=_names(args.rules),
+        portable=args.portable,
+        in_place=args.in_place,
+        hazards=args.check,
+        verify=args.verify,
+        tolerance=args.tolerance,
+        shapes=shapes,
+        seed=args.seed,
+        progress=progress,
+    )
 
 
 def _validate_args(args: argparse.Namespace) -> Path | None:
@@ -393,194 +333,39 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    rules = _select(args.rules, getattr(args, "portable", False))
+    from rnn_rewrite_rules._rewrite_file import rewrite_file
+
+    _select(args.rules, args.portable)
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
-    if not args.tolerance >= 0:  # also rejects NaN
-        raise _Fail(ExitCode.USAGE, f"--tolerance must be >= 0, not {args.tolerance}")
-    if args.shape and not args.verify:
-        raise _Fail(ExitCode.USAGE, "--shape only sets --verify's input sizes: add --verify")
-    try:
-        overrides = _verify.parse_shape_overrides(args.shape)
-    except ValueError as error:
-        raise _Fail(ExitCode.USAGE, str(error)) from None
-    if args.verify:
-        try:
-            _verify.require_onnxruntime()
-        except _verify.OnnxRuntimeMissing as error:
-            raise _Fail(ExitCode.NO_ONNXRUNTIME, f"--verify needs onnxruntime: {error}") from None
-    source = Path(args.input)
-    loaded = _io.load_model(source)
-    with contextlib.ExitStack() as stack:
-        staging = None
-        if target is not None:
-            _io.check_output_path(target, source, in_place=args.in_place)
-            # the input's external data must survive unless the input itself is replaced
-            same_dir = os.path.realpath(target.parent) == os.path.realpath(source.parent)
-            keep = loaded.data_files if same_dir and not args.in_place else frozenset()
-            staging = stack.enter_context(_io.Staging(target, keep_away=keep))
-        model = loaded.model
-        specs = _verify.input_specs(model)
-        if args.verify:
-            try:
-                _verify.plan_runs(specs, overrides)
-            except ValueError as error:
-                raise _Fail(ExitCode.USAGE, str(error)) from None
-            except _verify.CannotVerify as error:
-                raise _Fail(ExitCode.CANNOT_VERIFY, f"cannot verify: {error}") from None
-        hazards = diagnostics.find_hazards(model) if args.check else []
-        rnn_count = sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n))
-        show = sys.stderr.isatty() and rnn_count >= PROGRESS_MIN_RNN_NODES and not args.quiet
-        progress = _Progress(show)
-        with progress:
-            before, after, fired, unimproved = _rewrite(model, rules, progress)
-        report = [f"{source} -> {target}" if target else f"{source}: --check, nothing written"]
-        report += _report.format_report(
-            before,
-            after,
-            fired,
-            unimproved,
-            rule_families=_rule_families(),
-            rules_used=len(rules),
-        )
-        if args.check:
-            report += _hazard_lines(hazards, diagnostics.find_hazards(model))
-        if not args.quiet:
-            _print(report)
-        if staging is None:
-            if args.verify:
-                with (
-                    tempfile.TemporaryDirectory(prefix="rnn-rewrite-") as scratch,
-                    _io.Staging(Path(scratch) / source.name) as scratch_stage,
-                    progress,
-                ):
-                    scratch_stage.write(model, external_data=loaded.external_data)
-                    result = _verify_models(
-                        str(source),
-                        str(scratch_stage.model_path),
-                        specs,
-                        overrides,
-                        seed=args.seed,
-                        tolerance=args.tolerance,
-                        progress=progress,
-                    )
-                _print(result.lines())
-                return ExitCode.OK if result.ok else ExitCode.VERIFY_FAILED
-            return ExitCode.OK
-        with progress:
-            writing = progress.task(f"writing {target}")
-            staging.write(model, external_data=loaded.external_data, on_tensor=writing.update)
-            writing.done()
-            _check_result(staging.model_path, source)
-            if args.verify:
-                result = _verify_models(
-                    str(source),
-                    str(staging.model_path),
-                    specs,
-                    overrides,
-                    seed=args.seed,
-                    tolerance=args.tolerance,
-                    progress=progress,
-                )
-        if args.verify:
-            _print(result.lines())
-            if not result.ok:
-                raise _Fail(ExitCode.VERIFY_FAILED, f"verification failed; {target} not written")
-        staging.commit()
-        if not args.quiet:
+    progress = _Progress(sys.stderr.isatty() and not args.quiet)
+    with progress:
+        report = rewrite_file(args.input, target, _options(args, progress))
+    for warning in report.warnings:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    if not args.quiet:
+        _print(report.lines())
+        if report.written:
             print(f"wrote {target}")
     return ExitCode.OK
 
 
-def _hazard_lines(before: list[diagnostics.Hazard], after: list[diagnostics.Hazard]) -> list[str]:
-    if not before:
-        return ["hazards: none found"]
-    lines = [f"hazards ({len(before)}):"]
-    lines += [f"  {hazard}" for hazard in before]
-    kinds = {kind: sum(h.kind == kind for h in after) for kind in diagnostics.KINDS}
-    remaining = ", ".join(f"{kind} x{count}" for kind, count in kinds.items() if count)
-    lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
-    # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
-    lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
-    return lines
-
-
-def _latency(
-    source: bytes, feeds: dict, repeat: int, *, optimize: bool = True
-) -> tuple[float, float]:
-    """(session creation, median run) in seconds, ONNX Runtime with 1 thread."""
-    from rnn_rewrite_rules import _ort
-
-    start = time.perf_counter()
-    session = _ort.session(source, threads=1, optimize=optimize)
-    created = time.perf_counter() - start
-    for _ in range(3):
-        session.run(None, feeds)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return created, statistics.median(times)
-
-
 def _demo(args: argparse.Namespace) -> int:
-    from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
+    from rnn_rewrite_rules import _demo as _demo_module
 
-    rules = _select(args.rules, getattr(args, "portable", False))
+    _select(args.rules, args.portable)
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
-    try:
-        ort_version = _verify.require_onnxruntime()
-    except _verify.OnnxRuntimeMissing as error:
-        raise _Fail(ExitCode.NO_ONNXRUNTIME, f"demo needs onnxruntime: {error}") from None
-    cfg = RnnConfig(input_size=256, hidden_size=256, num_layers=4, batch_first=True)
-    proto = build_torchlib_model(cfg)
-    before_bytes = proto.SerializeToString()
-    if args.save_seed:
-        target = _io.check_output_path(args.save_seed, None, in_place=False)
-        with _io.Staging(target) as staging:
-            staging.write(ir.serde.deserialize_model(proto))
-            staging.commit()
-    model = ir.serde.deserialize_model(proto)
-    specs = _verify.input_specs(model)
-    with _Progress(False) as progress:
-        before, after, fired, unimproved = _rewrite(model, rules, progress)
-    after_bytes = ir.serde.serialize_model(model).SerializeToString()
-    lines = [
-        "demo: nn.LSTM(256, 256, num_layers=4, batch_first=True) as torch.onnx.export(dynamo=True) "
-        "writes it (built in memory)"
-    ]
-    if args.save_seed:
-        lines.append(f"  seed model written to {args.save_seed}")
-    lines += _report.format_report(
-        before, after, fired, unimproved, rule_families=_rule_families(), rules_used=len(rules)
-    )
-    _print(lines)
-    result = _verify_models(
-        before_bytes, after_bytes, specs, {}, seed=0, tolerance=1e-4, progress=progress
-    )
-    _print(result.lines())
-    if not result.ok:
-        return ExitCode.VERIFY_FAILED
-    feeds = random_inputs(cfg, args.batch, args.seq, rng=0)
-    created_b, run_b = _latency(before_bytes, feeds, args.repeat)
-    created_a, run_a = _latency(after_bytes, feeds, args.repeat)
-    _, plain_b = _latency(before_bytes, feeds, args.repeat, optimize=False)
-    _, plain_a = _latency(after_bytes, feeds, args.repeat, optimize=False)
     _print(
-        [
-            f"latency: onnxruntime {ort_version}, 1 thread, batch {args.batch}, seq {args.seq}, "
-            f"median of {args.repeat}",
-            f"  {'':<30}  {'before':>9}  {'after':>9}",
-            f"  {'nodes':<30}  {before.nodes:>9}  {after.nodes:>9}",
-            f"  {'session load':<30}  {created_b * 1e3:>6.1f} ms  {created_a * 1e3:>6.1f} ms",
-            f"  {'run':<30}  {run_b * 1e3:>6.2f} ms  {run_a * 1e3:>6.2f} ms"
-            f"  ({run_b / run_a:.2f}x)",
-            f"  {'run, graph optimizations off':<30}  {plain_b * 1e3:>6.2f} ms  "
-            f"{plain_a * 1e3:>6.2f} ms  ({plain_b / plain_a:.2f}x)",
-        ]
+        _demo_module.run(
+            _names(args.rules),
+            portable=args.portable,
+            batch=args.batch,
+            seq=args.seq,
+            repeat=args.repeat,
+            save_seed=args.save_seed,
+        )
     )
     return ExitCode.OK
 
@@ -601,25 +386,91 @@ def _quiet_libraries() -> Iterator[None]:
                 logger.setLevel(level)
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the program is so that clean-up code runs."""
+
+
+def _raise_signalled(signum: int, frame: object) -> None:
+    raise _Signalled(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`_Signalled` (main thread only)."""
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    try:
+        previous = {n: signal.signal(getattr(signal, n), _raise_signalled) for n in names}
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+def _failure(error: Exception) -> tuple[ExitCode, str] | None:
+    """The exit code and message for a library error, None for an internal error."""
+    from rnn_rewrite_rules import _compat, _io, _rewrite_file
+
+    io_codes: dict[type[_io.ModelIOError], ExitCode] = {
+        _io.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
+        _io.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
+        _io.NotOnnx: ExitCode.NOT_ONNX,
+        _io.DamagedModel: ExitCode.DAMAGED_MODEL,
+        _io.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
+        _io.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
+        _io.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
+    }
+    if isinstance(error, _io.ModelIOError):
+        return io_codes.get(type(error), ExitCode.INTERNAL_ERROR), str(error)
+    if isinstance(error, _compat.UnsupportedVersionError):
+        return ExitCode.UNSUPPORTED_ONNXSCRIPT, str(error)
+    if isinstance(error, _rewrite_file.VerifyFailed):
+        return ExitCode.VERIFY_FAILED, str(error)
+    if isinstance(error, _rewrite_file.BadOptions):
+        return ExitCode.USAGE, f"{error} (see {PROG} --help)"
+    if isinstance(error, _rewrite_file.UnknownRule):
+        return ExitCode.UNKNOWN_RULE, str(error)
+    if isinstance(error, _rewrite_file.OnnxRuntimeMissing):
+        return ExitCode.NO_ONNXRUNTIME, f"needs onnxruntime: {error}"
+    if isinstance(error, _rewrite_file.CannotVerify):
+        return ExitCode.CANNOT_VERIFY, f"cannot verify: {error}"
+    if isinstance(error, _rewrite_file.InvalidResult):
+        return ExitCode.INVALID_RESULT, str(error)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rnn-rewrite`` and ``python -m rnn_rewrite_rules``; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    demo = argv[:1] == ["demo"]
     try:
-        with _quiet_libraries():
-            if argv[:1] == ["demo"]:
-                return int(_demo(_demo_parser().parse_args(argv[1:])))
-            return int(_run(_parser().parse_args(argv)))
+        with _signals_interrupt(), _quiet_libraries():
+            try:
+                if demo:
+                    return int(_demo(_demo_parser().parse_args(argv[1:])))
+                return int(_run(_parser().parse_args(argv)))
+            except _Fail:
+                raise
+            except Exception as error:
+                failure = _failure(error)
+                if failure is None:
+                    raise
+                report = getattr(error, "report", None)
+                if report is not None:
+                    _print(report.lines(header=not demo))
+                code, message = failure
+                if code == ExitCode.NO_ONNXRUNTIME:
+                    message = f"{'demo' if demo else '--verify'} {message}"
+                raise _Fail(code, message) from None
     except _Fail as failure:
         _error(failure.message)
         return int(failure.code)
-    except _io.ModelIOError as error:
-        _error(str(error))
-        return int(_IO_CODES.get(type(error), ExitCode.INTERNAL_ERROR))
-    except _compat.UnsupportedVersionError as error:
-        _error(str(error))
-        return int(ExitCode.UNSUPPORTED_ONNXSCRIPT)
-    except KeyboardInterrupt:
-        _error("interrupted; nothing written")
+    except KeyboardInterrupt as interrupt:
+        how = f" by {interrupt.args[0]}" if isinstance(interrupt, _Signalled) else ""
+        _error(f"interrupted{how}; nothing written")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         with contextlib.suppress(OSError):

@@ -1,0 +1,323 @@
+"""Rewrite a model file on disk: load, rewrite, check, verify, write (the ``rnn-rewrite`` job).
+
+:func:`rewrite_file` is the one call behind the command; tests and benchmarks call it too.
+Nothing is written unless every step succeeded: the result is staged next to the target and
+moved into place last (see :mod:`rnn_rewrite_rules._io`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import onnx
+import onnx_ir as ir
+
+from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
+from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
+from rnn_rewrite_rules.rules import families, fixed_by
+
+__all__ = [
+    "BadOptions",
+    "CannotVerify",
+    "InvalidResult",
+    "OnnxRuntimeMissing",
+    "Progress",
+    "Report",
+    "RewriteOptions",
+    "UnknownRule",
+    "VerifyFailed",
+    "rewrite_file",
+    "rule_families",
+    "select",
+]
+
+CannotVerify = _verify.CannotVerify
+OnnxRuntimeMissing = runtime.OnnxRuntimeMissing
+
+
+class InvalidResult(Exception):
+    """The rewritten model fails the ONNX checker (and the input passes it)."""
+
+
+class VerifyFailed(Exception):
+    """The outputs differ beyond the tolerance; ``report`` says how (nothing was written)."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class Task(Protocol):
+    def advance(self) -> None: ...
+
+    def update(self, completed: int, total: int) -> None: ...
+
+    def done(self) -> None: ...
+
+
+class Progress(Protocol):
+    """Where :func:`rewrite_file` reports progress (the command draws bars on a terminal)."""
+
+    def started(self, rnn_nodes: int) -> None:
+        """The model is loaded and has this many RNN nodes (small ones need no display)."""
+
+    def task(self, description: str, total: int | None = None) -> Task: ...
+
+
+class _NoTask:
+    def advance(self) -> None:
+        pass
+
+    def update(self, completed: int, total: int) -> None:
+        pass
+
+    def done(self) -> None:
+        pass
+
+
+class _NoProgress:
+    def started(self, rnn_nodes: int) -> None:
+        pass
+
+    def task(self, description: str, total: int | None = None) -> Task:
+        return _NoTask()
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteOptions:
+    """What :func:`rewrite_file` does besides rewriting with every family."""
+
+    #: Family or rule names (a string is one name); None for all.
+    rules: Sequence[str] | str | None = None
+    #: Leave out what runtimes other than ONNX Runtime reject.
+    portable: bool = False
+    #: Allow ``dst`` to be ``src`` (replaced only once the new file is complete).
+    in_place: bool = False
+    #: Also find the RNN hazards, before and after.
+    hazards: bool = False
+    #: Compare the input and the result in ONNX Runtime; write nothing if they differ.
+    verify: bool = False
+    tolerance: float = 1e-4
+    #: ``--verify`` sizes: an input's shape or a named dynamic axis' sizes (one per run).
+    shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    progress: Progress | None = None
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`rewrite_file` did."""
+
+    source: Path
+    #: None when nothing was to be written.
+    target: Path | None
+    before: _report.ModelStats
+    after: _report.ModelStats
+    #: Rule name -> rewrites.
+    fired: collections.Counter[str]
+    unimproved: list[_report.Unimproved]
+    rules_used: int
+    hazards_before: list[diagnostics.Hazard] | None = None
+    hazards_after: list[diagnostics.Hazard] | None = None
+    verify: _verify.VerifyResult | None = None
+    written: bool = False
+    #: Things the caller should hear about that did not stop the rewrite.
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    def lines(self, *, header: bool = True) -> list[str]:
+        """The report as text: header, node counts, rules fired, hazards, verification."""
+        out = []
+        if header:
+            out.append(
+                f"{self.source} -> {self.target}"
+                if self.target
+                else f"{self.source}: nothing written"
+            )
+        out += _report.format_report(
+            self.before,
+            self.after,
+            self.fired,
+            self.unimproved,
+            rule_families=rule_families(),
+            rules_used=self.rules_used,
+        )
+        if self.hazards_before is not None:
+            out += _hazard_lines(self.hazards_before, self.hazards_after or [])
+        if self.verify is not None:
+            out += self.verify.lines()
+        return out
+
+
+def _hazard_lines(before: list[diagnostics.Hazard], after: list[diagnostics.Hazard]) -> list[str]:
+    if not before:
+        return ["hazards: none found"]
+    lines = [f"hazards ({len(before)}):"]
+    lines += [f"  {hazard}" for hazard in before]
+    kinds = {kind: sum(h.kind == kind for h in after) for kind in diagnostics.KINDS}
+    remaining = ", ".join(f"{kind} x{count}" for kind, count in kinds.items() if count)
+    lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
+    # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
+    lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
+    return lines
+
+
+def rule_families() -> dict[str, str]:
+    """Rule name -> family name, for every available rule."""
+    return {
+        _report.rule_name(rule): family.name
+        for family in families().values()
+        for rule in family.rules
+    }
+
+
+def _check_options(options: RewriteOptions) -> None:
+    if not options.tolerance >= 0:  # also rejects NaN
+        raise BadOptions(f"--tolerance must be >= 0, not {options.tolerance}")
+    if options.shapes and not options.verify:
+        raise BadOptions("--shape only sets --verify's input sizes: add --verify")
+    if not 0 <= options.seed < 2**32:
+        raise BadOptions(f"--seed must be in [0, 2**32), not {options.seed}")
+
+
+def _check_result(path: Path, original: Path, warnings: list[str]) -> None:
+    """The ONNX checker on the staged file; tolerated when the original fails it too."""
+    try:
+        _lazy_io.check_model_file(path)  # the tensors' bytes stay on disk
+    except Exception as error:  # onnx raises ValidationError and friends
+        try:
+            onnx.checker.check_model(str(original))
+        except Exception:
+            first = " ".join(str(error).split())[:200]
+            warnings.append(
+                f"the result fails the ONNX checker ({first}); so does the input, writing anyway"
+            )
+            return
+        raise InvalidResult(
+            f"the rewritten model is invalid ({str(error).splitlines()[0]}); nothing written"
+        ) from None
+
+
+def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
+    before = _report.model_stats(model)
+    node_total = sum(1 for _ in model.graph.all_nodes())
+    current: list[Task] = [_NoTask()]
+
+    def on_round(number: int) -> None:
+        current[0].done()
+        current[0] = progress.task(f"rewriting, round {number + 1}", node_total)
+
+    fired = _report.rewrite_counting(
+        model, rules, on_node=lambda: current[0].advance(), on_round=on_round
+    )
+    current[0].done()
+    explain = progress.task("explaining what was not rewritten")
+    unimproved = _report.unimproved_rnns(model, rules, rule_families())
+    explain.done()
+    return Report(Path(), None, before, _report.model_stats(model), fired, unimproved, len(rules))
+
+
+def _run_verify(
+    before: str,
+    after: str,
+    specs: list[_verify.InputSpec],
+    plan: dict,
+    options: RewriteOptions,
+    progress: Progress,
+) -> _verify.VerifyResult:
+    runs = len(_verify.plan_runs(specs, options.shapes, **plan))
+    task = progress.task("verifying in ONNX Runtime", runs)
+    result = _verify.verify(
+        before,
+        after,
+        specs,
+        overrides=options.shapes,
+        **plan,
+        seed=options.seed,
+        tolerance=options.tolerance,
+        on_run=task.advance,
+    )
+    task.done()
+    return result
+
+
+def rewrite_file(
+    src: str | os.PathLike,
+    dst: str | os.PathLike | None,
+    options: RewriteOptions | None = None,
+) -> Report:
+    """Rewrite the model at ``src`` and write it to ``dst`` (None: write nothing).
+
+    ``dst`` may be ``src`` with ``options.in_place``. The file appears only once complete,
+    checked and (with ``options.verify``) verified.
+
+    Raises:
+        BadOptions: contradictory options (``--shape`` without ``--verify``, say).
+        UnknownRule: ``options.rules`` names something that does not exist.
+        OnnxRuntimeMissing: ``options.verify`` without onnxruntime.
+        ModelIOError: the input cannot be read or the output cannot be written (a subclass
+            of :class:`rnn_rewrite_rules._io.ModelIOError` says which).
+        CannotVerify: the original model does not run on the chosen inputs.
+        VerifyFailed: the outputs differ (its ``report`` says how).
+        InvalidResult: the result fails the ONNX checker and the input does not.
+    """
+    options = options or RewriteOptions()
+    progress = options.progress or _NoProgress()
+    _check_options(options)
+    rules = select(options.rules, portable=options.portable)
+    if options.verify:
+        runtime.require_onnxruntime()
+    source = Path(src)
+    target = Path(dst) if dst is not None else None
+    loaded = _io.load_model(source)
+    model = loaded.model
+    specs = _verify.input_specs(model)
+    # what the original model fixes about --verify's sizes, read before the rewrite
+    plan = {"known": _verify.weight_fixed_sizes(model), "zero_unsafe": _verify.zero_unsafe(model)}
+    if options.verify:
+        try:
+            _verify.plan_runs(specs, options.shapes, **plan)
+        except ValueError as error:
+            raise BadOptions(str(error)) from None
+    with contextlib.ExitStack() as stack:
+        staging = None
+        if target is not None:
+            staging = stack.enter_context(
+                _io.output_staging(target, loaded, in_place=options.in_place)
+            )
+        hazards = diagnostics.find_hazards(model) if options.hazards else None
+        progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
+        report = _rewrite(model, rules, progress)
+        # weights the rewrite folded into initializers fix sizes too (W's input size)
+        plan["known"] = {**_verify.weight_fixed_sizes(model), **plan["known"]}
+        report.source, report.target = source, target
+        if hazards is not None:
+            report.hazards_before = hazards
+            report.hazards_after = diagnostics.find_hazards(model)
+        if staging is None and not options.verify:
+            return report
+        if staging is None:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="rnn-rewrite-"))
+            staging = stack.enter_context(_io.Staging(Path(scratch) / source.name))
+        writing = progress.task(f"writing {target or 'a scratch copy'}")
+        staging.write(model, external_data=loaded.external_data, on_tensor=writing.update)
+        writing.done()
+        if target is not None:
+            _check_result(staging.model_path, source, report.warnings)
+        if options.verify:
+            report.verify = _run_verify(
+                str(source), str(staging.model_path), specs, plan, options, progress
+            )
+            if not report.verify.ok:
+                where = f"; {target} not written" if target else ""
+                raise VerifyFailed(f"verification failed{where}", report)
+        if target is not None:
+            staging.commit()
+            report.written = True
+    return report

@@ -1,0 +1,83 @@
+"""The Python API: names as strings, errors that name the valid choices, rewrite_file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import Report, RewriteOptions, rewrite_file
+from rnn_rewrite_rules._rewrite_file import VerifyFailed
+from rnn_rewrite_rules.rules import families
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from tests.support import assert_equivalent, op_counts
+
+SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
+
+
+def test_a_string_is_one_name() -> None:
+    model = build_torchlib_model(SMALL)
+    as_string = rnn_rewrite_rules.rewrite(model, "layer_output")
+    as_list = rnn_rewrite_rules.rewrite(model, ["layer_output"])
+    assert op_counts(as_string) == op_counts(as_list) != op_counts(model)
+    assert [r.name for r in rnn_rewrite_rules.rules("layer_output").rules] == [
+        r.name for r in families()["layer_output"].rules
+    ]
+    try:
+        rnn_rewrite_rules.install("layer_output")
+        assert rnn_rewrite_rules.is_installed()
+    finally:
+        rnn_rewrite_rules.uninstall()
+
+
+def test_unknown_names_list_the_families() -> None:
+    with pytest.raises(KeyError) as error:
+        rnn_rewrite_rules.rules(["nope"])
+    message = str(error.value)
+    assert "'nope'" in message and all(name in message for name in families())
+    with pytest.raises(KeyError, match="'nope'"):
+        rnn_rewrite_rules.install("nope")
+
+
+def test_no_names_is_an_error_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="at least one") as error:
+        rnn_rewrite_rules.rewrite(build_torchlib_model(SMALL), [])
+    assert all(name in str(error.value) for name in families())
+
+
+@pytest.mark.parametrize("model", ["model.onnx", Path("model.onnx"), b"\x08\x07", 42])
+def test_rewrite_takes_models_only(model) -> None:
+    with pytest.raises(TypeError, match=r"onnx\.ModelProto or an onnx_ir\.Model") as error:
+        rnn_rewrite_rules.rewrite(model)
+    assert ("rewrite_file" in str(error.value)) == (not isinstance(model, int))
+
+
+def test_rewrite_file_returns_a_report(tmp_path) -> None:
+    onnx.save(build_torchlib_model(SMALL), tmp_path / "in.onnx")
+    report = rewrite_file(tmp_path / "in.onnx", tmp_path / "out.onnx", RewriteOptions(verify=True))
+    assert isinstance(report, Report) and report.written
+    assert report.verify is not None and report.verify.ok
+    after = onnx.load(tmp_path / "out.onnx")
+    assert report.after.nodes == len(after.graph.node) < report.before.nodes
+    assert report.lines()[0] == f"{tmp_path / 'in.onnx'} -> {tmp_path / 'out.onnx'}"
+    assert "verify: OK" in report.lines()
+    assert_equivalent(onnx.load(tmp_path / "in.onnx"), after, SMALL)
+    # nothing to write: the report only
+    checked = rewrite_file(tmp_path / "in.onnx", None, RewriteOptions(hazards=True))
+    assert not checked.written and checked.hazards_before and checked.verify is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx", "out.onnx"]
+
+
+def test_rewrite_file_raises_with_the_report(tmp_path) -> None:
+    from onnx import TensorProto, helper
+
+    model = build_torchlib_model(SMALL)
+    model.graph.node.append(helper.make_node("RandomUniformLike", ["input"], ["noise"]))
+    model.graph.output.append(helper.make_tensor_value_info("noise", TensorProto.FLOAT, None))
+    onnx.save(model, tmp_path / "in.onnx")
+    with pytest.raises(VerifyFailed) as error:
+        rewrite_file(tmp_path / "in.onnx", tmp_path / "out.onnx", RewriteOptions(verify=True))
+    assert not error.value.report.written and not error.value.report.verify.ok
+    assert not (tmp_path / "out.onnx").exists()

@@ -1,0 +1,217 @@
+"""``--verify``: sizes the weights fix, retried sizes, scalar inputs, what cannot be verified.
+
+Each case runs the real command; the planning itself is also checked in process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import _verify, runtime
+from rnn_rewrite_rules.cli import ExitCode
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from tests.support import assert_one_line_error, leftovers, run
+
+SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
+
+
+def symbolic_feature_model(features: int = 138) -> onnx.ModelProto:
+    """SMALL with 138 input features, declared as a symbolic axis ``feature``."""
+    model = build_torchlib_model(RnnConfig(input_size=features, hidden_size=16, num_layers=2))
+    dim = model.graph.input[0].type.tensor_type.shape.dim[2]
+    dim.Clear()
+    dim.dim_param = "feature"
+    return model
+
+
+def reshape_model() -> onnx.ModelProto:
+    """``Reshape(x, [-1, 4, 8])``: only batch * seq divisible by 4 runs (not 2x3 or 5x6)."""
+    shape = numpy_helper.from_array(np.array([-1, 4, 8], dtype=np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="fold")],
+        "reshape",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def bool_scalar_model() -> onnx.ModelProto:
+    """SMALL whose output is negated or not by a boolean scalar input ``flip``."""
+    model = build_torchlib_model(SMALL)
+    output = model.graph.output[0].name
+    model.graph.node.extend(
+        [
+            helper.make_node("Neg", [output], ["negated"]),
+            helper.make_node("Where", ["flip", "negated", output], ["chosen"]),
+        ]
+    )
+    model.graph.input.append(helper.make_tensor_value_info("flip", TensorProto.BOOL, []))
+    model.graph.output.append(helper.make_tensor_value_info("chosen", TensorProto.FLOAT, None))
+    return model
+
+
+def noisy_model() -> onnx.ModelProto:
+    """SMALL plus an unseeded random output: two sessions never agree on it."""
+    model = build_torchlib_model(SMALL)
+    model.graph.node.append(helper.make_node("RandomUniformLike", ["input"], ["noise"]))
+    model.graph.output.append(helper.make_tensor_value_info("noise", TensorProto.FLOAT, None))
+    return model
+
+
+def layout1_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    hidden, size = 4, 3
+    w = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, size)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, hidden)).astype(np.float32), "R")
+    node = helper.make_node(
+        "LSTM", ["x", "W", "R"], ["y", "y_h"], hidden_size=hidden, layout=1, name="lstm_bf"
+    )
+    graph = helper.make_graph(
+        [node],
+        "batch_first",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", size])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1, hidden]),
+            helper.make_tensor_value_info("y_h", TensorProto.FLOAT, ["batch", 1, hidden]),
+        ],
+        [w, r],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def new_ir_model() -> onnx.ModelProto:
+    """SMALL at the IR version onnx writes by default, newer than ONNX Runtime loads."""
+    model = build_torchlib_model(SMALL)
+    model.ir_version = onnx.IR_VERSION
+    return model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("verify_models")
+    for name, build in {
+        "feature": symbolic_feature_model,
+        "reshape": reshape_model,
+        "flag": bool_scalar_model,
+        "noisy": noisy_model,
+        "layout1": layout1_model,
+        "new_ir": new_ir_model,
+        "small": lambda: build_torchlib_model(SMALL),
+    }.items():
+        onnx.save(build(), root / f"{name}.onnx")
+    return root
+
+
+def runs(stdout: str) -> list[str]:
+    return re.findall(r"^  run \d+: (.*)$", stdout, re.M)
+
+
+def test_a_symbolic_feature_axis_takes_ws_size(models, tmp_path) -> None:
+    proc = run(models / "feature.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: sizes the weights fix: input axis 2 = 138" in proc.stdout
+    compared = runs(proc.stdout)
+    assert len(compared) == 2 and all(r.endswith("x138") for r in compared), compared
+    assert "verify: OK" in proc.stdout
+    # the planning alone: without the weights' size it would guess another one. torch's
+    # exporter computes W at run time; once folded, W's last dim is the feature size
+    model = ir.serde.deserialize_model(symbolic_feature_model())
+    specs = _verify.input_specs(model)
+    assert _verify.weight_fixed_sizes(model) == {}
+    known = _verify.weight_fixed_sizes(rnn_rewrite_rules.rewrite(model))
+    assert known == {("input", 2): 138}
+    assert all(p["input"][2] == 138 for p in _verify.plan_runs(specs, {}, known=known))
+    assert all(p["input"][2] != 138 for p in _verify.plan_runs(specs, {}))
+
+
+def test_rejected_sizes_are_retried_and_named(models, tmp_path) -> None:
+    proc = run(models / "reshape.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "note: the original rejects x=2x3x8" in proc.stdout
+    compared = runs(proc.stdout)
+    assert len(compared) == 2, proc.stdout
+    for text in compared:
+        batch, seq, _ = map(int, re.fullmatch(r"x=(\d+)x(\d+)x(\d+)", text).groups())
+        assert batch * seq % 4 == 0
+    assert "verify: OK" in proc.stdout
+
+
+def test_a_boolean_scalar_input_is_fed(models, tmp_path) -> None:
+    proc = run(models / "flag.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "flip=scalar" in proc.stdout and "verify: OK" in proc.stdout
+    feed = runtime.make_feed(ir.DataType.BOOL, (), np.random.default_rng(0))
+    assert isinstance(feed, np.ndarray) and feed.shape == () and feed.dtype == np.bool_
+
+
+def test_different_outputs_fail_and_write_nothing(models, tmp_path) -> None:
+    (tmp_path / "out.onnx").write_bytes(b"previous contents")
+    proc = run(models / "noisy.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
+    assert_one_line_error(proc, ExitCode.VERIFY_FAILED, "not written")
+    assert re.search(r"^    noise\s+\S+  > tolerance$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^    output\s+0$", proc.stdout, re.M), proc.stdout
+    assert "verify: FAILED" in proc.stdout
+    assert (tmp_path / "out.onnx").read_bytes() == b"previous contents"
+    assert leftovers(tmp_path) == []
+
+
+def test_an_ir_version_ort_cannot_load_cannot_be_verified(models, tmp_path) -> None:
+    proc = run(models / "new_ir.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
+    assert_one_line_error(proc, ExitCode.CANNOT_VERIFY, "cannot verify", "IR version")
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_layout1_is_compared_with_a_layout0_model_in_ort(models, tmp_path) -> None:
+    args = ["--verify", "--tolerance", "0", "--shape", "seq=1,4,9"]
+    proc = run(models / "layout1.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "equivalent layout=0 model" in proc.stdout
+    assert "(onnxruntime reference)" in proc.stdout and "verify: OK" in proc.stdout
+    assert len(runs(proc.stdout)) == 3
+    # the reference is independent of onnx.reference's shortcuts, and agrees with it here
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(1).standard_normal((3, 5, 3)).astype(np.float32)
+    expected = ReferenceEvaluator(layout1_model()).run(None, {"x": x})
+    actual = runtime.run(onnx.load(tmp_path / "out.onnx"), {"x": x})
+    assert runtime.max_abs_diff(expected, actual) < 1e-5
+
+
+@pytest.mark.parametrize("shape", ["input=0,3,8", "batch=0,2"])
+def test_size_0_is_refused_where_ort_aborts(models, tmp_path, shape) -> None:
+    args = ["--verify", "--shape", shape]
+    proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert_one_line_error(proc, ExitCode.USAGE, "size 0", "aborts")
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_size_0_runs_where_ort_does_not_abort(models, tmp_path) -> None:
+    """No LSTM/GRU: a zero batch is verified like any other size."""
+    args = ["--verify", "--shape", "batch=0,4"]
+    proc = run(models / "reshape.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert any(r.startswith("x=0x") for r in runs(proc.stdout)), proc.stdout
+
+
+def test_one_run_is_one_run_and_the_table_is_unambiguous(models, tmp_path) -> None:
+    args = ["--verify", "--shape", "input=2,3,8"]  # every axis fixed: one run
+    proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "verify: 1 run, seed 0" in proc.stdout
+    # an output named "output" is a row under the header, never read as the header
+    assert "  max abs diff per output (onnxruntime reference):" in proc.stdout
+    assert re.search(r"^    output\s+[0-9.e+-]+$", proc.stdout, re.M), proc.stdout
