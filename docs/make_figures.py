@@ -35,6 +35,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
+from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn
 
 FIGURES_DIR = pathlib.Path(__file__).resolve().parent / "figures"
 
@@ -132,6 +133,12 @@ FIGURES: tuple[Figure, ...] = (
         lambda: build_exporter_model(
             ExporterSpec(style="plain", layout=1, batch_first=True, outputs=("y", "h"))
         ),
+    ),
+    Figure(
+        "reroll_torch_dynamo",
+        "reroll",
+        "torch dynamo nn.RNN(4, 3), 3 steps, unrolled",
+        lambda: build_unrolled_rnn(UnrolledRnnConfig(input_size=4, hidden_size=3, seq=3)),
     ),
 )
 

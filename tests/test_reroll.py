@@ -30,6 +30,8 @@ POSITIVE = [
     UnrolledRnnConfig(num_layers=2, initial_state="folded", batch=2, batch_first=True),
     UnrolledRnnConfig(bidirectional=True, initial_state="folded", batch=1, bias=False),
     UnrolledRnnConfig(num_layers=4, bidirectional=True, seq=2, opset=15),
+    UnrolledRnnConfig(seq=1, initial_state="folded", batch=2),  # R is never applied
+    UnrolledRnnConfig(seq=1, initial_state="folded", batch=3, bias=False, nonlinearity="relu"),
 ]
 
 

@@ -346,13 +346,19 @@ def plan_chain(root: ir.Node) -> _Plan | str:
             return f"step {t}'s recurrent term is a constant"
     first = steps[0]
     weight_step = next((s for s in steps if s.weight is not None), None)
-    if weight_step is None:
-        return "no step has a recurrent MatMul (a single folded step is not a recurrence)"
-    recurrent = const_array(weight_step.weight)
+    only_folded = None if weight_step is not None else first.folded
+    if only_folded is not None:
+        # One step from a zero state (seq 1): R is never applied; b_hh is the folded row.
+        if only_folded.ndim != 3 or only_folded.shape[0] != 1:
+            return f"the folded first step has shape {list(only_folded.shape)}"
+        recurrent = np.zeros((only_folded.shape[2],) * 2, only_folded.dtype)
+    else:
+        assert weight_step is not None
+        recurrent = const_array(weight_step.weight)
     if recurrent is None:
         return "the recurrent weight R^T is not a constant"
     for t, step in enumerate(steps):
-        if step.weight is None:
+        if step.weight is None or weight_step is None:
             continue
         if not _same_constant(step.weight, weight_step.weight):
             return f"step {t} uses other recurrent weights than step {steps.index(weight_step)}"
@@ -370,7 +376,11 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         return f"W^T has shape {list(source.weight.shape)}, not [I, {hidden}]"
     if source.bias is not None and source.bias.shape != (hidden,):
         return f"b_ih has shape {list(source.bias.shape)}, not [{hidden}]"
-    recurrent_bias = None if weight_step.bias is None else const_array(weight_step.bias)
+    if only_folded is not None:
+        recurrent_bias = only_folded[0, 0] if only_folded.shape[1] else None
+    else:
+        assert weight_step is not None
+        recurrent_bias = None if weight_step.bias is None else const_array(weight_step.bias)
     if recurrent_bias is not None and recurrent_bias.shape != (hidden,):
         return f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]"
     dtypes = {recurrent.dtype, source.weight.dtype}
