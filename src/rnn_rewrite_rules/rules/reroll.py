@@ -444,6 +444,31 @@ def plan_chain(root: ir.Node) -> _Plan | str:
     )
 
 
+def new_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: str) -> ir.Value:
+    """A new initializer ``name`` (or a ``Constant`` in a function); an equal one is reused."""
+    tensor = ir.tensor(np.ascontiguousarray(array))
+    if not isinstance(graph, ir.Graph):
+        return op.Constant(value=tensor)
+    base, index = name, 0
+    while name in graph.initializers:
+        existing = graph.initializers[name].const_value
+        if existing is not None and np.array_equal(existing.numpy(), array):
+            return graph.initializers[name]
+        index += 1
+        name = f"{base}_{index}"
+    return op.initializer(tensor, name)
+
+
+def cached_ints(
+    op, graph: ir.Graph | ir.Function, cache: dict[tuple[int, ...], ir.Value], values: list[int]
+) -> ir.Value:
+    """One int64 constant per value list and rewrite: initializers join the graph after it."""
+    key = tuple(values)
+    if key not in cache:
+        cache[key] = int64_constant(op, graph, values)
+    return cache[key]
+
+
 class RerollRnn(RewriteRuleClassBase):
     """h_T = act(... act(MatMul(h_0, R^T) + b + x_0) ...) -> Y_h of RNN(X, W, R, B, h_0)."""
 
@@ -468,25 +493,10 @@ class RerollRnn(RewriteRuleClassBase):
         return check_result
 
     def _constant(self, op, array: np.ndarray, name: str) -> ir.Value:
-        tensor = ir.tensor(np.ascontiguousarray(array))
-        graph = self._graph
-        if not isinstance(graph, ir.Graph):
-            return op.Constant(value=tensor)
-        base, index = name, 0
-        while name in graph.initializers:
-            existing = graph.initializers[name].const_value
-            if existing is not None and np.array_equal(existing.numpy(), array):
-                return graph.initializers[name]
-            index += 1
-            name = f"{base}_{index}"
-        return op.initializer(tensor, name)
+        return new_constant(op, self._graph, array, name)
 
     def _ints(self, op, values: list[int]) -> ir.Value:
-        # one value per constant and rewrite: initializers join the graph only after it
-        key = tuple(values)
-        if key not in self._int_cache:
-            self._int_cache[key] = int64_constant(op, self._graph, values)
-        return self._int_cache[key]
+        return cached_ints(op, self._graph, self._int_cache, values)
 
     def rewrite(self, op, pre: ir.Value, **_):
         plan = self._plan
@@ -563,7 +573,12 @@ def _redirect(old: ir.Value, new: ir.Value) -> None:
     ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
 
 
-rules = RewriteRuleSet([RerollRnn.rule(activation) for activation in _ACTIVATIONS])
+from rnn_rewrite_rules.rules import reroll_cells  # noqa: E402  (it uses this module's helpers)
+
+rules = RewriteRuleSet(
+    [RerollRnn.rule(activation) for activation in _ACTIVATIONS]
+    + [reroll_cells.RerollCell.rule(op_type) for op_type in ("LSTM", "GRU")]
+)
 
 FAMILY = RuleFamily(
     name="reroll",
