@@ -385,7 +385,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
             return f"step {t} does not read c_{t} of the step before"
     gates = _GATES[op_type]
-    reference = steps[1]
+    reference = next(s for s in steps if s.h_linear is not None)
     assert reference.h_linear is not None
     for t, step in enumerate(steps):
         pairs = [(step.x_linear, reference.x_linear)]

@@ -28,7 +28,17 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["MUTATIONS", "UnrolledRnnConfig", "build_unrolled_rnn", "rnn_inputs"]
+__all__ = [
+    "CELL_MUTATIONS",
+    "MUTATIONS",
+    "UnrolledCellConfig",
+    "UnrolledRnnConfig",
+    "build_unrolled_cell",
+    "build_unrolled_rnn",
+    "cell_inputs",
+    "cell_reference",
+    "rnn_inputs",
+]
 
 #: Near-miss variants: what each breaks.
 MUTATIONS = {
@@ -283,3 +293,223 @@ def rnn_inputs(
         shape = (cfg.num_layers * cfg.num_directions, batch, cfg.hidden_size)
         feeds["h0"] = rng.standard_normal(shape).astype(np.float32)
     return feeds
+
+
+#: Near-miss variants of a cell loop: what each breaks.
+CELL_MUTATIONS = {
+    "weights_at_step": "step 1 uses a hidden weight that differs in one element",
+    "broken_chain": "the last step reads h_{T-2} instead of h_{T-1}",
+    "step_read_twice": "the last step reads the same index as the step before",
+    "extra_reader": "h_1 is also a graph output",
+    "gate_order": "two gates are swapped (LSTM i/f, GRU r/z) in every step",
+    "wrong_activation": "the output gate (LSTM) / update gate (GRU) uses Tanh in every step",
+    "nonconstant_weights": "W_hh is an initializer that is also a graph input",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class UnrolledCellConfig:
+    """A Python loop over ``nn.LSTMCell`` / ``nn.GRUCell`` as torch 2.13 exports it."""
+
+    op_type: Literal["LSTM", "GRU"] = "LSTM"
+    input_size: int = 4
+    hidden_size: int = 3
+    seq: int = 3
+    #: the loop runs ``for t in reversed(range(seq))`` and stacks in time order.
+    reverse: bool = False
+    bias: bool = True
+    #: ``Gemm(v, W, b, transB=1)`` (both exporters) or ``MatMul(v, W^T) + b``.
+    gemm: bool = True
+    #: ``Gather(x, t)`` (``x[t]``) or ``Squeeze(Slice(x, [t], [t+1]), [0])``.
+    read: Literal["gather", "slice"] = "gather"
+    #: "zeros": ``Expand(0, Concat(Shape(x)[1:2], [H]))``; "constant_of_shape": the
+    #: TorchScript form; "folded": static batch, the first hidden projection folded.
+    initial_state: Literal["zeros", "constant_of_shape", "folded"] = "zeros"
+    batch: int | None = None
+    mutation: str | None = None
+    opset: int = 18
+    seed: int = 0
+
+    @property
+    def gates(self) -> int:
+        return 4 if self.op_type == "LSTM" else 3
+
+
+def _cell_parameters(cfg: UnrolledCellConfig) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(cfg.seed)
+    bound = 1.0 / np.sqrt(cfg.hidden_size)
+    rows = cfg.gates * cfg.hidden_size
+    params = {
+        "weight_ih": rng.uniform(-bound, bound, (rows, cfg.input_size)),
+        "weight_hh": rng.uniform(-bound, bound, (rows, cfg.hidden_size)),
+        "bias_ih": rng.uniform(-bound, bound, (rows,)),
+        "bias_hh": rng.uniform(-bound, bound, (rows,)),
+    }
+    return {k: v.astype(np.float32) for k, v in params.items()}
+
+
+def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
+    """The model torch 2.13 exports for a loop over ``nn.LSTMCell`` / ``nn.GRUCell``."""
+    if cfg.mutation is not None and cfg.mutation not in CELL_MUTATIONS:
+        raise ValueError(f"unknown mutation {cfg.mutation!r}")
+    if cfg.initial_state == "folded" and cfg.batch is None:
+        raise ValueError("a folded first step needs a static batch")
+    w = _Writer()
+    h, mutation = cfg.hidden_size, cfg.mutation
+    batch: int | str = "batch" if cfg.batch is None else cfg.batch
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [cfg.seq, batch, cfg.input_size])
+    ]
+    params = _cell_parameters(cfg)
+    weight_ih = w.constant(params["weight_ih"], "cell.weight_ih")
+    weight_hh = w.constant(params["weight_hh"], "cell.weight_hh")
+    changed = params["weight_hh"].copy()
+    changed[0, 0] += np.float32(1e-3)
+    other_hh = w.constant(changed, "cell.weight_hh_changed")
+    bias_ih = w.constant(params["bias_ih"], "cell.bias_ih") if cfg.bias else None
+    bias_hh = w.constant(params["bias_hh"], "cell.bias_hh") if cfg.bias else None
+    transposed = {}
+    graph_weights = []
+    if mutation == "nonconstant_weights":
+        graph_weights.append(next(t for t in w.initializers if t.name == weight_hh))
+
+    def linear(v: str, weight: str, bias: str | None) -> str:
+        if cfg.gemm:
+            return w.node("Gemm", [v, weight] + ([bias] if bias else []), transB=1)
+        if weight not in transposed:
+            array = next(numpy_helper.to_array(t) for t in w.initializers if t.name == weight)
+            transposed[weight] = w.constant(array.T.copy(), f"{weight}_t")
+        out = w.node("MatMul", [v, transposed[weight]])
+        return w.node("Add", [out, bias]) if bias else out
+
+    def split(value: str, parts: list[str]) -> onnx.NodeProto:
+        """dynamo: ``num_outputs`` (opset 18); TorchScript: constant sizes (opset 13-17)."""
+        if cfg.opset >= 18:
+            return helper.make_node("Split", [value], parts, axis=1, num_outputs=len(parts))
+        sizes = w.constant(np.full(len(parts), h, np.int64))
+        return helper.make_node("Split", [value, sizes], parts, axis=1)
+
+    if cfg.initial_state == "zeros":
+        shape = w.node("Shape", ["x"], start=1, end=2)
+        target = w.node("Concat", [shape, w.ints(h)], axis=0)
+        zeros = w.node("Expand", [w.constant(np.array(0.0, np.float32)), target], prefix="zeros")
+    elif cfg.initial_state == "constant_of_shape":
+        dim = w.node("Gather", [w.node("Shape", ["x"]), w.constant(np.array(1, np.int64))], axis=0)
+        target = w.node("Concat", [w.unsqueeze0(dim), w.ints(h)], axis=0)
+        zeros = w.node("ConstantOfShape", [target], prefix="zeros")
+    else:
+        assert cfg.batch is not None
+        zeros = w.constant(np.zeros((cfg.batch, h), np.float32), "zeros")
+    h_prev, c_prev = zeros, zeros
+    states: list[str] = []
+    order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
+    for step, t in enumerate(order):
+        index = t
+        if mutation == "step_read_twice" and step == cfg.seq - 1:
+            index = t + 1 if cfg.reverse else t - 1
+        if cfg.read == "gather":
+            x_t = w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=0)
+        else:
+            x_t = w.squeeze0(w.node("Slice", ["x", w.ints(index), w.ints(index + 1), w.ints(0)]))
+        if mutation == "broken_chain" and step == cfg.seq - 1 and len(states) >= 2:
+            h_prev = states[-2]
+        gx = linear(x_t, weight_ih, bias_ih)
+        if step == 0 and cfg.initial_state == "folded":
+            base = params["bias_hh"] if cfg.bias else np.zeros(cfg.gates * h, np.float32)
+            gh = w.constant(np.broadcast_to(base, (cfg.batch, cfg.gates * h)).copy(), "linear")
+        else:
+            hh = other_hh if mutation == "weights_at_step" and step == 1 else weight_hh
+            gh = linear(h_prev, hh, bias_hh)
+        swap = mutation == "gate_order"
+        squash = "Tanh" if mutation == "wrong_activation" else "Sigmoid"
+        if cfg.op_type == "LSTM":
+            parts = [w.fresh("split") for _ in range(4)]
+            total = w.node("Add", [gh, gx])
+            w.nodes.append(split(total, parts))
+            i_part, f_part = (parts[1], parts[0]) if swap else (parts[0], parts[1])
+            i, f = w.node("Sigmoid", [i_part]), w.node("Sigmoid", [f_part])
+            g, o = w.node("Tanh", [parts[2]]), w.node(squash, [parts[3]])
+            c = w.node("Add", [w.node("Mul", [f, c_prev]), w.node("Mul", [i, g])], prefix="c")
+            h_t = w.node("Mul", [o, w.node("Tanh", [c])], prefix="h")
+            c_prev = c
+        else:
+            xs = [w.fresh("split") for _ in range(3)]
+            hs = [w.fresh("split") for _ in range(3)]
+            w.nodes.append(split(gx, xs))
+            w.nodes.append(split(gh, hs))
+            r_index, z_index = (1, 0) if swap else (0, 1)
+            r = w.node("Sigmoid", [w.node("Add", [hs[r_index], xs[r_index]])])
+            z = w.node(squash, [w.node("Add", [hs[z_index], xs[z_index]])])
+            n = w.node("Tanh", [w.node("Add", [xs[2], w.node("Mul", [hs[2], r])])])
+            h_t = w.node("Add", [w.node("Mul", [w.node("Sub", [h_prev, n]), z]), n], prefix="h")
+        states.append(h_t)
+        h_prev = h_t
+    stacked = states[::-1] if cfg.reverse else states
+    y = w.node("Concat", [w.unsqueeze0(s) for s in stacked], prefix="stack", axis=0)
+    finals = [states[-1]] + ([c_prev] if cfg.op_type == "LSTM" else [])
+    names = ["y", "h_n", "c_n"][: 1 + len(finals)]
+    nodes = [
+        *w.nodes,
+        *(
+            helper.make_node("Identity", [v], [n], name=f"output_{n}")
+            for v, n in zip([y, *finals], names, strict=True)
+        ),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [cfg.seq, batch, h])] + [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, h]) for n in names[1:]
+    ]
+    if mutation == "extra_reader":
+        outputs.append(helper.make_tensor_value_info(states[0], TensorProto.FLOAT, [batch, h]))
+    inputs += [
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph_weights
+    ]
+    used = {name for node in nodes for name in node.input}
+    initializers = [t for t in w.initializers if t.name in used]
+    graph = helper.make_graph(nodes, "unrolled_cell", inputs, outputs, initializers)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", cfg.opset)],
+        producer_name="rnn_rewrite_rules.testing",
+    )
+    model.ir_version = 8 if cfg.opset <= 18 else 10
+    return model
+
+
+def cell_inputs(
+    cfg: UnrolledCellConfig, batch: int, seq: int | None = None, rng: np.random.Generator | int = 0
+) -> dict[str, np.ndarray]:
+    """Feeds for a model built from ``cfg``."""
+    rng = np.random.default_rng(rng)
+    seq = cfg.seq if seq is None else seq
+    return {"x": rng.standard_normal((seq, batch, cfg.input_size)).astype(np.float32)}
+
+
+def cell_reference(cfg: UnrolledCellConfig, x: np.ndarray) -> list[np.ndarray]:
+    """What the PyTorch loop computes (numpy), without mutations: ``[y, h_n(, c_n)]``."""
+    p = _cell_parameters(cfg)
+    b_ih = p["bias_ih"] if cfg.bias else 0.0
+    b_hh = p["bias_hh"] if cfg.bias else 0.0
+
+    def sigmoid(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
+    h = np.zeros((x.shape[1], cfg.hidden_size), np.float32)
+    c = h.copy()
+    ys = {}
+    order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
+    for t in order:
+        gx = x[t] @ p["weight_ih"].T + b_ih
+        gh = h @ p["weight_hh"].T + b_hh
+        if cfg.op_type == "LSTM":
+            i, f, g, o = np.split(gx + gh, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+        else:
+            xr, xz, xn = np.split(gx, 3, axis=1)
+            hr, hz, hn = np.split(gh, 3, axis=1)
+            r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+            n = np.tanh(xn + r * hn)
+            h = (1 - z) * n + z * h
+        ys[t] = h
+    y = np.stack([ys[t] for t in range(cfg.seq)])
+    return [y, h] + ([c] if cfg.op_type == "LSTM" else [])
