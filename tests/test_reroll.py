@@ -31,6 +31,7 @@ POSITIVE = [
     UnrolledRnnConfig(bidirectional=True, initial_state="folded", batch=1, bias=False),
     UnrolledRnnConfig(num_layers=4, bidirectional=True, seq=2, opset=15),
     UnrolledRnnConfig(seq=1, initial_state="folded", batch=2),  # R is never applied
+    UnrolledRnnConfig(transpose_node=True, bidirectional=True, num_layers=2),
     UnrolledRnnConfig(seq=1, initial_state="folded", batch=3, bias=False, nonlinearity="relu"),
 ]
 

@@ -196,7 +196,7 @@ def _parse_source(value: ir.Value) -> _Source | str:
     if matmul is None:
         return "the step source is not an input projection MatMul(X, W^T) [+ b_ih]"
     x, w = matmul.inputs
-    weight = const_array(w)
+    weight = weight_array(w)
     if weight is None:
         return "the input weight W^T is not a constant"
     if x is None:
@@ -293,12 +293,28 @@ def _batch_matches(h0: ir.Value, x: ir.Value, hidden: int) -> bool | None:
     return None
 
 
+def weight_array(value: ir.Value | None) -> np.ndarray | None:
+    """A constant, or a 2-D ``Transpose`` of one (torch leaves ``W^T`` unfolded above
+    onnxscript's constant-folding size limit)."""
+    array = const_array(value)
+    if array is not None or value is None:
+        return array
+    node = _producer(value, "Transpose")
+    if node is None:
+        return None
+    inner = const_array(node.inputs[0])
+    perm = node.attributes.get("perm")
+    if inner is None or inner.ndim != 2 or (perm is not None and list(perm.as_ints()) != [1, 0]):
+        return None
+    return inner.T
+
+
 def _same_constant(a: ir.Value | None, b: ir.Value | None) -> bool:
     if a is b:
         return True
     if a is None or b is None:
         return False
-    x, y = const_array(a), const_array(b)
+    x, y = weight_array(a), weight_array(b)
     return x is not None and y is not None and x.dtype == y.dtype and np.array_equal(x, y)
 
 
@@ -354,7 +370,7 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         recurrent = np.zeros((only_folded.shape[2],) * 2, only_folded.dtype)
     else:
         assert weight_step is not None
-        recurrent = const_array(weight_step.weight)
+        recurrent = weight_array(weight_step.weight)
     if recurrent is None:
         return "the recurrent weight R^T is not a constant"
     for t, step in enumerate(steps):

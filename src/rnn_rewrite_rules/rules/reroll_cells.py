@@ -98,7 +98,7 @@ def _linear(value: ir.Value | None) -> _Linear | str:
 
 def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None] | str:
     """(weight [G*H, in], bias [G*H] | None) as constants."""
-    weight = const_array(linear.weight)
+    weight = _r.weight_array(linear.weight)
     if weight is None or weight.ndim != 2:
         return "a gate weight is not a constant matrix"
     weight = weight.T if linear.transposed else weight

@@ -72,6 +72,9 @@ class UnrolledRnnConfig:
     batch: int | None = None
     #: declare the sequence axis symbolic (the exported chain keeps ``seq`` steps).
     dynamic_seq: bool = False
+    #: ``W_hh^T`` as ``Transpose(weight_hh)``, as torch leaves it above onnxscript's
+    #: constant-folding limit (8192 elements, hidden >= 91).
+    transpose_node: bool = False
     mutation: str | None = None
     opset: int = 18
     seed: int = 0
@@ -164,6 +167,8 @@ def _chain(
     recurrent = w.constant(weight_hh_t)
     if mutation == "nonconstant_weights":
         graph_weights.append(next(t for t in w.initializers if t.name == recurrent))
+    if cfg.transpose_node:
+        recurrent = w.node("Transpose", [w.constant(params["weight_hh"])], perm=[1, 0])
     other = w.constant(
         weight_hh_t
         + np.float32(1e-3) * (np.arange(weight_hh_t.size) == 0).reshape(weight_hh_t.shape)
