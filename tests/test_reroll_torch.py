@@ -137,3 +137,89 @@ def test_weights_are_pytorchs() -> None:
     np.testing.assert_array_equal(inits[node.input[2]][0], rnn.weight_hh_l0.detach().numpy())
     bias = np.concatenate([rnn.bias_ih_l0.detach().numpy(), rnn.bias_hh_l0.detach().numpy()])
     np.testing.assert_array_equal(inits[node.input[3]][0], bias)
+
+
+class _CellLoop(torch.nn.Module):
+    """A decoder-style Python loop over an LSTMCell / GRUCell, zero states built in forward."""
+
+    def __init__(self, kind: str, inputs: int, hidden: int, reverse: bool, bias: bool) -> None:
+        super().__init__()
+        cls = torch.nn.LSTMCell if kind == "LSTM" else torch.nn.GRUCell
+        self.cell = cls(inputs, hidden, bias=bias)
+        self.kind, self.hidden, self.reverse = kind, hidden, reverse
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[1], self.hidden)
+        c = torch.zeros(x.shape[1], self.hidden)
+        outputs = {}
+        steps = range(x.shape[0] - 1, -1, -1) if self.reverse else range(x.shape[0])
+        for t in steps:
+            if self.kind == "LSTM":
+                h, c = self.cell(x[t], (h, c))
+            else:
+                h = self.cell(x[t], h)
+            outputs[t] = h
+        return torch.stack([outputs[t] for t in range(x.shape[0])]), h
+
+
+def _export_cell(module, x, dynamo: bool, dynamic_batch: bool) -> onnx.ModelProto:
+    if dynamo:
+        dynamic = ({1: torch.export.Dim("batch", min=2)},) if dynamic_batch else None
+        return _export(module, (x,), dynamic)
+    buffer = io.BytesIO()
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (x,),
+            buffer,
+            dynamo=False,
+            input_names=["x"],
+            dynamic_axes={"x": {1: "batch"}} if dynamic_batch else None,
+        )
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def _check_cell(kind, hidden, seq, reverse, bias, dynamo, dynamic_batch) -> None:
+    torch.manual_seed(0)
+    module = _CellLoop(kind, 3, hidden, reverse, bias).eval()
+    model = _export_cell(module, torch.randn(seq, 2, 3), dynamo, dynamic_batch)
+    fast = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(fast, full_check=True)
+    counts = op_counts(fast)
+    assert counts[kind] == 1, counts
+    assert counts["Sigmoid"] == counts["Gemm"] == counts["Split"] == 0
+    for batch in (2, 1, 4) if dynamic_batch else (2,):
+        x = torch.randn(seq, batch, 3)
+        with torch.no_grad():
+            expected = [t.numpy() for t in module(x)]
+        feeds = {model.graph.input[0].name: x.numpy()}
+        for optimize in (True, False):
+            actual = _ort.run(fast, feeds, optimize=optimize)
+            assert _ort.max_abs_diff(expected, actual) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_exported_cell_loops_are_rerolled_and_match_pytorch(kind: str, dynamo: bool) -> None:
+    _check_cell(kind, 4, 3, reverse=not dynamo, bias=True, dynamo=dynamo, dynamic_batch=True)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    kind=st.sampled_from(["LSTM", "GRU"]),
+    hidden=st.integers(1, 6),
+    seq=st.integers(2, 5),
+    reverse=st.booleans(),
+    bias=st.booleans(),
+    dynamo=st.booleans(),
+    dynamic_batch=st.booleans(),
+)
+def test_property_random_cell_loops_match_pytorch(
+    kind, hidden, seq, reverse, bias, dynamo, dynamic_batch
+) -> None:
+    _check_cell(kind, hidden, seq, reverse, bias, dynamo, dynamic_batch)

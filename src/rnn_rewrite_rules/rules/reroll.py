@@ -146,7 +146,7 @@ def _parse_step(act: ir.Node) -> _Step | str:
         biased = _producer(recurrent, "Add")
         if biased is not None:
             for a, b in (biased.inputs, tuple(reversed(biased.inputs))):
-                if _producer(a, "MatMul") is not None and const_array(b) is not None:
+                if _producer(a, "MatMul") is not None and weight_array(b) is not None:
                     matmul, bias = a.producer(), b
                     internal.append(recurrent)
                     break
@@ -188,7 +188,7 @@ def _parse_source(value: ir.Value) -> _Source | str:
         a, b = add.inputs
         if _producer(a, "MatMul") is None:
             a, b = b, a
-        bias = const_array(b)
+        bias = weight_array(b)
         if bias is None:
             return "the input projection's bias is not a constant"
         projection = a
@@ -294,15 +294,20 @@ def _batch_matches(h0: ir.Value, x: ir.Value, hidden: int) -> bool | None:
 
 
 def weight_array(value: ir.Value | None) -> np.ndarray | None:
-    """A constant, or a 2-D ``Transpose`` of one (torch leaves ``W^T`` unfolded above
-    onnxscript's constant-folding size limit)."""
+    """A constant, through ``Identity`` (TorchScript shares an initializer that way) and a
+    2-D ``Transpose`` (torch leaves ``W^T`` unfolded above onnxscript's folding limit)."""
+    for _ in range(_MAX_DEPTH):
+        identity = _producer(value, "Identity")
+        if identity is None:
+            break
+        value = identity.inputs[0]
     array = const_array(value)
     if array is not None or value is None:
         return array
     node = _producer(value, "Transpose")
     if node is None:
         return None
-    inner = const_array(node.inputs[0])
+    inner = weight_array(node.inputs[0])
     perm = node.attributes.get("perm")
     if inner is None or inner.ndim != 2 or (perm is not None and list(perm.as_ints()) != [1, 0]):
         return None
@@ -396,7 +401,7 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         recurrent_bias = only_folded[0, 0] if only_folded.shape[1] else None
     else:
         assert weight_step is not None
-        recurrent_bias = None if weight_step.bias is None else const_array(weight_step.bias)
+        recurrent_bias = None if weight_step.bias is None else weight_array(weight_step.bias)
     if recurrent_bias is not None and recurrent_bias.shape != (hidden,):
         return f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]"
     dtypes = {recurrent.dtype, source.weight.dtype}

@@ -104,7 +104,7 @@ def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None
     weight = weight.T if linear.transposed else weight
     bias = None
     if linear.bias is not None:
-        bias = const_array(linear.bias)
+        bias = _r.weight_array(linear.bias)
         if bias is None:
             return "a gate bias is not a constant"
         if bias.shape != (weight.shape[0],):
@@ -310,7 +310,9 @@ def _gru_step(root: ir.Node) -> _CellStep | str:
     if isinstance(hidden, str):
         return hidden
     h_linear, folded = hidden
-    if h_linear is not None and h_linear.input is not h_prev:
+    if h_linear is not None and not (
+        h_linear.input is h_prev or _r._same_constant(h_linear.input, h_prev)
+    ):
         return "the hidden projection and the update read different h_{t-1}"
     nodes = {root, mul, sub, z_sig, n_tanh, n_add, r_mul, r_sig, x_split, h_split, *gate_nodes}
     nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
