@@ -49,17 +49,10 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, opset_version
-from rnn_rewrite_rules._shape_algebra import (
-    Term,
-    _dim_source,
-    evaluate,
-    node_axes,
-    node_ints,
-    static_dim,
-)
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules.initial_state import is_all_zeros, state_shape
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = ["FAMILY", "RerollRnn", "rules"]
 
@@ -74,6 +67,28 @@ def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
     if node is None or node.domain != "" or node.op_type != op_type:
         return None
     return node
+
+
+def node_ints(value: ir.Value | None) -> list[int] | None:
+    """A constant int tensor of rank <= 1 as a list (None if not constant)."""
+    array = const_array(value)
+    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
+        return None
+    return [int(v) for v in np.atleast_1d(array)]
+
+
+def node_axes(node: ir.Node, index: int) -> list[int] | None:
+    """Squeeze/Unsqueeze axes from input ``index`` (opset >= 13) or the ``axes`` attribute."""
+    if len(node.inputs) > index and node.inputs[index] is not None:
+        return node_ints(node.inputs[index])
+    attr = node.attributes.get("axes")
+    return None if attr is None else list(attr.as_ints())
+
+
+def static_size(prover: ShapeProver, value: ir.Value, axis: int) -> int | None:
+    """The size of ``axis`` of ``value`` when the shape prover fixes it to a number."""
+    dim = prover.dim(value, axis)
+    return None if dim is None else dim.value
 
 
 def _optional_input(node: ir.Node, index: int) -> ir.Value | None:
@@ -204,93 +219,15 @@ def _parse_source(value: ir.Value) -> _Source | str:
     return _Source(x, weight, bias, reverse)
 
 
-def _rank(value: ir.Value | None, depth: int = 0) -> int | None:
-    """The rank of ``value`` from graph-input declarations, constants and op semantics."""
-    if value is None or depth > _MAX_DEPTH:
+def _batch_matches(prover: ShapeProver, h0: ir.Value, x: ir.Value, hidden: int) -> bool | None:
+    """True: ``h0`` is provably ``[1, batch of x, H]``; False: provably ``[1, b, H]`` with
+    ``b`` not provably X's batch (an ``h0`` graph input: ONNX does not enforce equal
+    ``dim_param`` names); None: neither."""
+    shape = prover.dims(h0)
+    one, h = Dim.const(1), Dim.const(hidden)
+    if shape is None or len(shape) != 3 or shape[0] != one or shape[2] != h:
         return None
-    if value.is_graph_input():
-        return None if value.shape is None else len(value.shape)
-    array = const_array(value)
-    if array is not None:
-        return array.ndim
-    node = value.producer()
-    if node is None or not node.inputs:
-        return None
-    if node.domain == "" and node.op_type in ("RNN", "GRU", "LSTM"):
-        return 4 if value is node.outputs[0] else 3
-    if node.domain != "":
-        return None
-    op = node.op_type
-    if op == "Transpose" and node.attributes.get("perm") is not None:
-        return len(node.attributes["perm"].as_ints())
-    inner = _rank(node.inputs[0], depth + 1)
-    if op in ("Identity", "Cast", "Tanh", "Relu", "Sigmoid", "Slice", "Concat", "Neg"):
-        return inner
-    if op in ("Squeeze", "Unsqueeze"):
-        axes = node_axes(node, 1)
-        if inner is None or axes is None:
-            return None
-        return inner + (len(axes) if op == "Unsqueeze" else -len(axes))
-    if op == "Expand" and len(node.inputs) == 2:
-        target = evaluate(node.inputs[1])
-        return None if inner is None or target is None else max(inner, len(target))
-    if op in ("Add", "Mul", "Sub", "MatMul") and len(node.inputs) == 2:
-        other = _rank(node.inputs[1], depth + 1)
-        if inner is None or other is None or (op == "MatMul" and min(inner, other) < 2):
-            return None
-        return max(inner, other)
-    return None
-
-
-def _leading_one(value: ir.Value) -> bool:
-    """True when axis 0 of ``value`` is provably 1."""
-    array = const_array(value)
-    if array is not None:
-        return array.ndim > 0 and array.shape[0] == 1
-    node = _producer(value, "Unsqueeze")
-    return node is not None and node_axes(node, 1) in ([0],)
-
-
-def _dim(value: ir.Value, axis: int) -> Term:
-    """``_shape_algebra.canonical_dim`` that also looks through a ``Concat`` or ``Slice`` on
-    another axis (a rank-3 ``Concat`` per ``_rank``): the layers' glue."""
-    for _ in range(_MAX_DEPTH):
-        node = value.producer()
-        if node is not None and node.domain == "" and node.op_type in ("Concat", "Slice"):
-            rank = _rank(value)
-            if node.op_type == "Concat":
-                other = node.attributes.get_int("axis", 0)
-                other = [other] if rank is None else [other + rank if other < 0 else other]
-            else:
-                other = _slice_params(node)
-                other = None if other is None else [other[2]]
-                other = other if rank is None or other is None else [other[0] % rank]
-            if rank is not None and other is not None and axis not in other:
-                value = node.inputs[0]
-                continue
-        step = _dim_source(value, axis)
-        if step is None:
-            break
-        if isinstance(step, Term):
-            return step
-        value, axis = step
-    return Term.dim((value, axis))
-
-
-def _batch_matches(h0: ir.Value, x: ir.Value, hidden: int) -> bool | None:
-    """True: ``h0`` is provably ``[1, batch of x, H]``; False: provably rank 3 with a
-    leading 1 (batch unproven); None: neither. The one place this rule needs shapes."""
-    shape = state_shape(h0)
-    if shape is not None and len(shape) == 3:
-        batch, static = _dim(x, 1), static_dim(x, 1)
-        same_batch = shape[1] == batch or (
-            static is not None and shape[1].is_constant and shape[1].coef == static
-        )
-        if shape[0] == Term(1) and shape[2] == Term(hidden) and same_batch:
-            return True
-    if _rank(h0) == 3 and _leading_one(h0):
-        return False
-    return None
+    return shape[1] == prover.dim(x, 1)
 
 
 def weight_array(value: ir.Value | None) -> np.ndarray | None:
@@ -408,7 +345,8 @@ def plan_chain(root: ir.Node) -> _Plan | str:
     dtypes |= {b.dtype for b in (source.bias, recurrent_bias) if b is not None}
     if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64, np.float16):
         return f"weights have element types {sorted(map(str, dtypes))}"
-    if _rank(source.x) != 3:
+    prover = ShapeProver()
+    if prover.rank(source.x) != 3:
         return "X is not provably of rank 3"
 
     # The stacked sequence: one Concat of every h_t in processing (or reverse) order.
@@ -441,17 +379,17 @@ def plan_chain(root: ir.Node) -> _Plan | str:
             return f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
             return "the folded first step is not b_hh (a non-zero initial state)"
-        if folded.shape[1] != 1 and static_dim(source.x, 1) != folded.shape[1]:
+        if folded.shape[1] != 1 and static_size(prover, source.x, 1) != folded.shape[1]:
             return "the folded first step fixes a batch X does not provably have"
     else:
         assert h0 is not None
-        proof = _batch_matches(h0, source.x, hidden)
+        proof = _batch_matches(prover, h0, source.x, hidden)
         if proof is None:
             return "cannot prove h_0 is [1, batch, H]"
         guard_batch = not proof
         if proof and is_all_zeros(h0):
             h0 = None  # ONNX's default initial state
-    slice_x = static_dim(source.x, 0) != len(steps)
+    slice_x = static_size(prover, source.x, 0) != len(steps)
     return _Plan(
         steps,
         source,
@@ -510,7 +448,10 @@ class RerollRnn(RewriteRuleClassBase):
             return check_result.fail("h_T feeds another step: not the last step", root)
         self._plan = plan
         self._graph = context.graph_or_function
-        self._opset = opset_version(context.model, context.graph_or_function)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, root)
+        self._opset = opset
         return check_result
 
     def _constant(self, op, array: np.ndarray, name: str) -> ir.Value:

@@ -38,9 +38,9 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._rnn import const_array, opset_version
-from rnn_rewrite_rules._shape_algebra import Term, static_dim
 from rnn_rewrite_rules.rules import reroll as _r
-from rnn_rewrite_rules.rules.initial_state import is_all_zeros, state_shape
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = ["RerollCell", "plan_cell_chain"]
 
@@ -341,13 +341,9 @@ class _CellPlan:
     concat: ir.Node | None
 
 
-def _state_ok(state: ir.Value, x: ir.Value, hidden: int) -> bool:
+def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) -> bool:
     """``state`` is provably ``[batch of X, H]``."""
-    shape = state_shape(state)
-    if shape is None or len(shape) != 2 or shape[1] != Term(hidden):
-        return False
-    static = static_dim(x, 1)
-    return shape[0] == _r._dim(x, 1) or (static is not None and shape[0] == Term(static))
+    return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
 
 
 def _same(a: ir.Value | None, b: ir.Value | None) -> bool:
@@ -412,7 +408,8 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
     if len({w.dtype, r.dtype}) != 1 or w.dtype not in (np.float32, np.float64, np.float16):
         return "the weights are not one floating-point type"
     x = last.source
-    if _r._rank(x) != 3:
+    prover = ShapeProver()
+    if prover.rank(x) != 3:
         return "X is not provably of rank 3"
 
     # Every value of a step is read inside the step, by the next one or by the stack.
@@ -444,16 +441,18 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
             return f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
             return "the folded first step is not b_hh (a non-zero initial state)"
-        if folded.shape[0] != 1 and static_dim(x, 1) != folded.shape[0]:
+        if folded.shape[0] != 1 and _r.static_size(prover, x, 1) != folded.shape[0]:
             return "the folded first step fixes a batch X does not provably have"
-    elif not _state_ok(h0, x, hidden):
+    elif not _state_ok(prover, h0, x, hidden):
         return "cannot prove h_0 is [batch of X, H]"
     if op_type == "GRU" and first.h_linear is None:
         # the update reads h_0 itself: it must be zeros of X's batch
-        if not (is_all_zeros(h0) and (_state_ok(h0, x, hidden) or _folded_zero(h0, x))):
+        if not (
+            is_all_zeros(h0) and (_state_ok(prover, h0, x, hidden) or _folded_zero(prover, h0, x))
+        ):
             return "the folded first step's h_0 is not provably zeros of X's batch"
         h0 = None
-    c0_ok = c0 is not None and (_state_ok(c0, x, hidden) or _folded_zero(c0, x))
+    c0_ok = c0 is not None and (_state_ok(prover, c0, x, hidden) or _folded_zero(prover, c0, x))
     if op_type == "LSTM" and not c0_ok:
         return "cannot prove c_0 is [batch of X, H]"
     h0 = None if h0 is None or is_all_zeros(h0) else h0
@@ -481,17 +480,17 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         bias,
         h0,
         c0,
-        static_dim(x, 0) != count,
+        _r.static_size(prover, x, 0) != count,
         concat,
     )
 
 
-def _folded_zero(value: ir.Value, x: ir.Value) -> bool:
+def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value) -> bool:
     """A constant zero state whose batch is 1 or X's static batch."""
     array = const_array(value)
     if array is None or array.ndim != 2 or np.any(array != 0):
         return False
-    return array.shape[0] == 1 or static_dim(x, 1) == array.shape[0]
+    return array.shape[0] == 1 or _r.static_size(prover, x, 1) == array.shape[0]
 
 
 def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
@@ -550,7 +549,10 @@ class RerollCell(RewriteRuleClassBase):
             return check_result.fail("a reader of c_T comes before h_T", root)
         self._plan = plan
         self._graph = context.graph_or_function
-        self._opset = opset_version(context.model, context.graph_or_function)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, root)
+        self._opset = opset
         return check_result
 
     def rewrite(self, op, **_):
