@@ -74,11 +74,24 @@ def test_all_families_shrink_the_graph_and_agree(cfg: UnrolledRnnConfig) -> None
     _assert_same(model, result, cfg)
 
 
-def test_zero_state_is_left_out_and_weights_are_stored_once() -> None:
+def test_zero_state_is_kept_for_initial_state_and_weights_are_stored_once() -> None:
+    """reroll keeps the zero h0: initial_state drops it, except under ``portable=True``
+    (tract 0.23.9 panics on an RNN without initial_h when the batch is symbolic)."""
     cfg = UnrolledRnnConfig(num_layers=2)
-    result = rnn_rewrite_rules.rewrite(build_unrolled_rnn(cfg), ["reroll"])
-    nodes = [n for n in result.graph.node if n.op_type == "RNN"]
-    assert all(len(n.input) <= 4 for n in nodes)  # no initial_h: ONNX's default zeros
+    model = build_unrolled_rnn(cfg)
+
+    def rnn_nodes(result):
+        return [n for n in result.graph.node if n.op_type == "RNN"]
+
+    for names, portable, has_h0 in (
+        (["reroll"], False, True),
+        (None, True, True),
+        (None, False, False),
+    ):
+        nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model, names, portable=portable))
+        assert len(nodes) == 2
+        assert all((len(n.input) > 5 and n.input[5] != "") == has_h0 for n in nodes)
+    nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model))
     names = [i for n in nodes for i in n.input[1:4]]
     assert len(set(names)) == len(names)
     assert {"hidden_size", "activations", "direction"} <= {a.name for a in nodes[0].attribute}

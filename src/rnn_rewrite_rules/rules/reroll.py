@@ -52,7 +52,6 @@ from rnn_rewrite_rules._rnn import const_array, opset_version
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.shape import Dim, ShapeProver
-from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = ["FAMILY", "RerollRnn", "rules"]
 
@@ -387,8 +386,7 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         if proof is None:
             return "cannot prove h_0 is [1, batch, H]"
         guard_batch = not proof
-        if proof and is_all_zeros(h0):
-            h0 = None  # ONNX's default initial state
+        # zero states stay: the (non-portable) initial_state family drops them
     slice_x = static_size(prover, source.x, 0) != len(steps)
     return _Plan(
         steps,
