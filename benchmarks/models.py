@@ -53,7 +53,7 @@ class ModelSpec:
     """One ``nn.LSTM`` / ``nn.GRU`` module and the sizes it is benchmarked at."""
 
     name: str
-    op_type: Literal["LSTM", "GRU"]
+    op_type: Literal["LSTM", "GRU", "RNN"]
     input_size: int
     hidden_size: int
     num_layers: int
@@ -95,6 +95,8 @@ class ModelSpec:
         return self.batch, next(s for s in (9, 11, 13) if s not in used)
 
     def rnn_config(self) -> RnnConfig:
+        if self.op_type == "RNN":  # torch unrolls nn.RNN: no builder replica of an ONNX RNN
+            raise ValueError(f"{self.name}: no builder fallback for torch's unrolled nn.RNN")
         return RnnConfig(
             op_type=self.op_type,
             input_size=self.input_size,
@@ -136,9 +138,18 @@ def _matrix() -> list[ModelSpec]:
     return specs
 
 
+def _reroll_matrix() -> list[ModelSpec]:
+    """Issue 14: ``nn.RNN`` (2 layers, tanh), which torch unrolls step by step (``reroll``)."""
+    return [
+        ModelSpec(f"rnn2-h{hidden}-s{seq}", "RNN", hidden, hidden, 2, False, False, 5, seq)
+        for hidden in (64, 512)
+        for seq in (1, 16, 128)
+    ]
+
+
 #: Issue 5's matrix: the seed; GRU 3 layers bidirectional; LSTM 2 layers bidirectional with
-#: dynamic batch and seq; seq 1, 16, 128; hidden 64 and 512.
-FULL_MATRIX: tuple[ModelSpec, ...] = tuple(_matrix())
+#: dynamic batch and seq; seq 1, 16, 128; hidden 64 and 512. Then issue 14's nn.RNN models.
+FULL_MATRIX: tuple[ModelSpec, ...] = tuple(_matrix() + _reroll_matrix())
 
 #: ``--quick``: one tiny model of each family, seconds to run.
 QUICK_MATRIX: tuple[ModelSpec, ...] = (
@@ -184,7 +195,7 @@ def _module(spec: ModelSpec):
     import torch
 
     torch.manual_seed(0)
-    cls = torch.nn.LSTM if spec.op_type == "LSTM" else torch.nn.GRU
+    cls = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU, "RNN": torch.nn.RNN}[spec.op_type]
     return cls(
         spec.input_size,
         spec.hidden_size,

@@ -15,6 +15,7 @@ from rnn_rewrite_rules.rules import (
     layer_glue,
     layer_output,
     layout,
+    reroll,
     unused_outputs,
     weight_folding,
 )
@@ -25,6 +26,7 @@ __all__ = ["FAMILIES", "RuleFamily", "families", "fixed_by", "select_rules"]
 #: Every family, in application order.
 FAMILIES: tuple[RuleFamily, ...] = (
     weight_folding.FAMILY,
+    reroll.FAMILY,
     initial_state.FAMILY,
     layer_output.FAMILY,
     layer_glue.FAMILY,

@@ -1,0 +1,631 @@
+"""Re-roll Python loops over ``nn.LSTMCell`` / ``nn.GRUCell`` into one ONNX ``LSTM`` / ``GRU``.
+
+Pattern (torch 2.13 ``dynamo=True`` and the TorchScript exporter write the same steps):
+step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``),
+``gx = Gemm(x_t, W_ih, b_ih, transB=1)`` and ``gh = Gemm(h_{t-1}, W_hh, b_hh, transB=1)``
+(or ``MatMul(v, W^T) [+ b]``), split into gates on axis 1 by ``Split`` (``num_outputs``
+or equal constant sizes), in PyTorch's gate order:
+
+* LSTM ``i, f, g, o`` of ``Split(gx + gh)``: ``c_t = sigmoid(f) * c_{t-1} + sigmoid(i) *
+  tanh(g)``, ``h_t = sigmoid(o) * tanh(c_t)``;
+* GRU ``r, z, n`` of ``Split(gx)`` and ``Split(gh)``: ``r = sigmoid(xr + hr)``,
+  ``z = sigmoid(xz + hz)``, ``n = tanh(xn + r * hn)``, ``h_t = (h_{t-1} - n) * z + n``;
+
+the steps' ``h_t`` stacked by ``Concat(Unsqueeze(h_t, 0), ..., axis=0)``.
+
+Condition: every step uses the same constant weights and biases and the same ops in the
+same gate positions (each operand is checked to be the gate the formula needs, so a
+swapped gate order does not match); the steps are chained ``h_{t-1} -> h_t`` (and
+``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one ``X`` of rank 3 (forward) or
+index ``T-1-t`` (a reversed loop); every value of a step is read only inside the step,
+by the next step or by the one stacking ``Concat``; ``h_0`` (``c_0``) is provably
+``[batch of X, H]`` (zeros built from ``Shape(X)``) or the first step's hidden term is a
+folded constant equal to ``b_hh`` for a batch of 1 or ``X``'s static batch. A loop of one
+step is not a recurrence and is left alone. ``X`` is sliced to ``T`` steps unless its
+sequence axis is statically ``T`` (the original reads only those).
+
+Replacement: ``LSTM`` (gate order ``iofc``) / ``GRU`` (``zrh``, ``linear_before_reset=1``)
+with ``W``, ``R``, ``B`` as new initializers and ``Unsqueeze``-d initial states; ``h_T``
+and ``c_T`` become ``Squeeze(Y_h / Y_c, [0])`` and the stack ``Squeeze(Y, [1])``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+
+from rnn_rewrite_rules._rnn import const_array, opset_version
+from rnn_rewrite_rules.rules import reroll as _r
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.values import is_all_zeros
+
+__all__ = ["RerollCell", "plan_cell_chain"]
+
+#: PyTorch gate blocks in ONNX order.
+_GATE_ORDER = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}
+_GATES = {"LSTM": 4, "GRU": 3}
+
+
+def _op(value: ir.Value | None, *op_types: str) -> ir.Node | None:
+    node = None if value is None else value.producer()
+    if node is None or node.domain != "" or node.op_type not in op_types:
+        return None
+    return node
+
+
+@dataclasses.dataclass
+class _Linear:
+    """``v @ weight.T + bias`` (PyTorch layout ``weight [out, in]``)."""
+
+    input: ir.Value
+    weight: ir.Value | None
+    bias: ir.Value | None
+    nodes: tuple[ir.Node, ...]
+    transposed: bool  # weight is W^T (MatMul form)
+    folded: np.ndarray | None = None
+
+
+def _linear(value: ir.Value | None) -> _Linear | str:
+    """A ``Gemm(v, W, b, transB=1)`` or ``MatMul(v, W^T) [+ b]``."""
+    gemm = _op(value, "Gemm")
+    if gemm is not None:
+        a = gemm.attributes
+        if (
+            a.get_int("transA", 0)
+            or not a.get_int("transB", 0)
+            or a.get_float("alpha", 1.0) != 1.0
+            or a.get_float("beta", 1.0) != 1.0
+        ):
+            return "a Gemm is not v @ W^T + b (transA/transB/alpha/beta)"
+        bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
+        return _Linear(gemm.inputs[0], gemm.inputs[1], bias, (gemm,), False)
+    add = _op(value, "Add")
+    bias = None
+    nodes: tuple[ir.Node, ...] = ()
+    if add is not None:
+        a, b = add.inputs
+        if _op(a, "MatMul") is None:
+            a, b = b, a
+        value, bias, nodes = a, b, (add,)
+    matmul = _op(value, "MatMul")
+    if matmul is None:
+        return "a gate projection is not Gemm or MatMul [+ Add]"
+    return _Linear(matmul.inputs[0], matmul.inputs[1], bias, (*nodes, matmul), True)
+
+
+def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None] | str:
+    """(weight [G*H, in], bias [G*H] | None) as constants."""
+    weight = _r.weight_array(linear.weight)
+    if weight is None or weight.ndim != 2:
+        return "a gate weight is not a constant matrix"
+    weight = weight.T if linear.transposed else weight
+    bias = None
+    if linear.bias is not None:
+        bias = _r.weight_array(linear.bias)
+        if bias is None:
+            return "a gate bias is not a constant"
+        if bias.shape != (weight.shape[0],):
+            return f"a gate bias has shape {list(bias.shape)}, not [{weight.shape[0]}]"
+    if weight.shape[0] % gates:
+        return f"a gate weight has {weight.shape[0]} rows, not a multiple of {gates}"
+    return weight, bias
+
+
+def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
+    """(Split node, output index) when ``value`` is one of ``gates`` equal parts on axis 1."""
+    node = _op(value, "Split")
+    if node is None or len(node.outputs) != gates:
+        return None
+    if node.attributes.get_int("axis", 0) not in (1, -1):
+        return None
+    sizes = node.inputs[1] if len(node.inputs) > 1 else None
+    if sizes is not None:
+        array = const_array(sizes)
+        if array is None or array.ndim != 1 or len(set(array.tolist())) != 1:
+            return None
+    elif node.attributes.get("split") is not None:
+        if len(set(node.attributes["split"].as_ints())) != 1:
+            return None
+    elif node.attributes.get_int("num_outputs", gates) != gates:
+        return None
+    return node, list(node.outputs).index(value)
+
+
+def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """``(X, t)`` for ``Gather(X, t, axis=0)`` with a scalar t >= 0, or the Slice form."""
+    gather = _op(value, "Gather")
+    if gather is not None:
+        index = const_array(gather.inputs[1])
+        if (
+            index is None
+            or index.ndim != 0
+            or gather.attributes.get_int("axis", 0) != 0
+            or int(index) < 0
+        ):
+            return None
+        return gather.inputs[0], int(index)
+    return _r._read(value)
+
+
+def _pair(node: ir.Node | None, first, second):
+    """Operands (a, b) of a commutative ``node`` with ``first(a)`` and ``second(b)`` true."""
+    if node is None or len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    if first(a) and second(b):
+        return a, b
+    if first(b) and second(a):
+        return b, a
+    return None
+
+
+def _sigmoid(value) -> bool:
+    return _op(value, "Sigmoid") is not None
+
+
+def _tanh(value) -> bool:
+    return _op(value, "Tanh") is not None
+
+
+def _anything(_value) -> bool:
+    return True
+
+
+@dataclasses.dataclass
+class _CellStep:
+    h: ir.Value
+    c: ir.Value | None
+    h_prev: ir.Value | None
+    c_prev: ir.Value | None
+    source: ir.Value
+    index: int
+    x_linear: _Linear
+    h_linear: _Linear | None  # None: folded first step
+    folded: np.ndarray | None
+    nodes: set[ir.Node]
+
+
+def _gate_input(value, split: ir.Node, index: int) -> bool:
+    return _split(value, len(split.outputs)) == (split, index)
+
+
+def _hidden_linear(value: ir.Value) -> tuple[_Linear | None, np.ndarray | None] | str:
+    folded = const_array(value)
+    if folded is not None:
+        return None, folded
+    linear = _linear(value)
+    return linear if isinstance(linear, str) else (linear, None)
+
+
+def _lstm_step(root: ir.Node) -> _CellStep | str:
+    """``h_t = Mul(sigmoid(o), tanh(c_t))`` with ``c_t = f * c + i * g``."""
+    if root.op_type != "Mul":
+        return "not a Mul"
+    pair = _pair(root, _sigmoid, _tanh)
+    if pair is None:
+        return "h_t is not sigmoid(o) * tanh(c_t)"
+    o_sig, c_tanh = (v.producer() for v in pair)
+    c = c_tanh.inputs[0]
+    c_add = _op(c, "Add")
+    if c_add is None:
+        return "c_t is not an Add of f * c_{t-1} and i * g"
+    terms = [_op(v, "Mul") for v in c_add.inputs]
+    if None in terms:
+        return "c_t is not an Add of f * c_{t-1} and i * g"
+    ig = next((t for t in terms if _pair(t, _sigmoid, _tanh) is not None), None)
+    fc = next((t for t in terms if t is not ig), None)
+    if ig is None or fc is None:
+        return "c_t has no i * g term"
+    i_sig, g_tanh = (v.producer() for v in _pair(ig, _sigmoid, _tanh))
+    fc_pair = _pair(fc, _sigmoid, _anything)
+    if fc_pair is None:
+        return "c_t has no f * c_{t-1} term"
+    f_sig = fc_pair[0].producer()
+    c_prev = fc_pair[1]
+    located = _split(o_sig.inputs[0], 4)
+    if located is None:
+        return "the gates are not 4 equal parts of one Split on axis 1"
+    split = located[0]
+    for node, index, gate in ((i_sig, 0, "i"), (f_sig, 1, "f"), (g_tanh, 2, "g"), (o_sig, 3, "o")):
+        if not _gate_input(node.inputs[0], split, index):
+            return f"gate {gate} is not part {index} of the Split (PyTorch order i, f, g, o)"
+    add = _op(split.inputs[0], "Add")
+    if add is None:
+        return "the Split's input is not an Add of the two projections"
+    read = None
+    for x_side, h_side in (add.inputs, tuple(reversed(add.inputs))):
+        x_linear = _linear(x_side)
+        if isinstance(x_linear, str):
+            continue
+        read = _read(x_linear.input)
+        if read is None:
+            continue
+        hidden = _hidden_linear(h_side)
+        if isinstance(hidden, str):
+            return hidden
+        h_linear, folded = hidden
+        break
+    if read is None:
+        return "no projection reads one step of X (Gather(X, t) or Slice)"
+    nodes = {root, o_sig, c_tanh, c_add, ig, fc, i_sig, g_tanh, f_sig, split, add}
+    nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
+    if h_linear is not None:
+        nodes |= set(h_linear.nodes)
+    h_prev = None if h_linear is None else h_linear.input
+    return _CellStep(
+        root.outputs[0], c, h_prev, c_prev, read[0], read[1], x_linear, h_linear, folded, nodes
+    )
+
+
+def _gru_step(root: ir.Node) -> _CellStep | str:
+    """``h_t = Add(Mul(Sub(h_{t-1}, n), z), n)``."""
+    if root.op_type != "Add":
+        return "not an Add"
+    pair = _pair(root, lambda v: _op(v, "Mul") is not None, _tanh)
+    if pair is None:
+        return "h_t is not (h_{t-1} - n) * z + n"
+    mul, n = pair[0].producer(), pair[1]
+    inner = _pair(mul, lambda v: _op(v, "Sub") is not None, _sigmoid)
+    if inner is None:
+        return "h_t is not (h_{t-1} - n) * z + n"
+    sub, z_sig = inner[0].producer(), inner[1].producer()
+    if sub.inputs[1] is not n:
+        return "the Sub is not h_{t-1} - n"
+    h_prev = sub.inputs[0]
+    n_tanh = n.producer()
+    n_add = _op(n_tanh.inputs[0], "Add")
+    n_pair = _pair(n_add, lambda v: _op(v, "Mul") is not None, _anything)
+    if n_pair is None:
+        return "n is not tanh(xn + r * hn)"
+    r_mul, xn = n_pair[0].producer(), n_pair[1]
+    r_pair = _pair(r_mul, _sigmoid, _anything)
+    if r_pair is None:
+        return "n is not tanh(xn + r * hn)"
+    r_sig, hn = r_pair[0].producer(), r_pair[1]
+    x_part, h_part = _split(xn, 3), _split(hn, 3)
+    if x_part is None or h_part is None or x_part[1] != 2 or h_part[1] != 2:
+        return "xn and hn are not part 2 of Splits in 3 (PyTorch order r, z, n)"
+    x_split, h_split = x_part[0], h_part[0]
+    gate_nodes = []
+    for sig, index, gate in ((r_sig, 0, "r"), (z_sig, 1, "z")):
+        add = _op(sig.inputs[0], "Add")
+        ok = _pair(
+            add,
+            lambda v, i=index: _gate_input(v, x_split, i),
+            lambda v, i=index: _gate_input(v, h_split, i),
+        )
+        if ok is None:
+            return f"gate {gate} is not sigmoid(part {index} of both Splits) (order r, z, n)"
+        gate_nodes.append(add)
+    x_linear = _linear(x_split.inputs[0])
+    if isinstance(x_linear, str):
+        return x_linear
+    read = _read(x_linear.input)
+    if read is None:
+        return "the input projection does not read one step of X (Gather(X, t) or Slice)"
+    hidden = _hidden_linear(h_split.inputs[0])
+    if isinstance(hidden, str):
+        return hidden
+    h_linear, folded = hidden
+    if h_linear is not None and not (
+        h_linear.input is h_prev or _r._same_constant(h_linear.input, h_prev)
+    ):
+        return "the hidden projection and the update read different h_{t-1}"
+    nodes = {root, mul, sub, z_sig, n_tanh, n_add, r_mul, r_sig, x_split, h_split, *gate_nodes}
+    nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
+    if h_linear is not None:
+        nodes |= set(h_linear.nodes)
+    return _CellStep(
+        root.outputs[0], None, h_prev, None, read[0], read[1], x_linear, h_linear, folded, nodes
+    )
+
+
+_STEP = {"LSTM": _lstm_step, "GRU": _gru_step}
+
+
+@dataclasses.dataclass
+class _CellPlan:
+    op_type: str
+    steps: list[_CellStep]
+    x: ir.Value
+    reverse: bool
+    w: np.ndarray
+    r: np.ndarray
+    b: np.ndarray | None
+    h0: ir.Value | None
+    c0: ir.Value | None
+    slice_x: bool
+    concat: ir.Node | None
+
+
+def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) -> bool:
+    """``state`` is provably ``[batch of X, H]``."""
+    return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
+
+
+def _same(a: ir.Value | None, b: ir.Value | None) -> bool:
+    return _r._same_constant(a, b)
+
+
+def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
+    """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop."""
+    parse = _STEP[op_type]
+    last = parse(root)
+    if isinstance(last, str):
+        return last
+    steps = [last]
+    while steps[-1].h_prev is not None:
+        producer = steps[-1].h_prev.producer()
+        if producer is None or producer.domain != "":
+            break
+        previous = parse(producer)
+        if isinstance(previous, str) or previous.source is not last.source:
+            break
+        steps.append(previous)
+    steps.reverse()
+    count = len(steps)
+    if count < 2:
+        return "a single cell step is not a loop (left alone)"
+    indices = [s.index for s in steps]
+    if indices == list(range(count)):
+        reverse = False
+    elif indices == list(range(count - 1, -1, -1)):
+        reverse = True
+    else:
+        return f"the steps read indices {indices}, not 0..{count - 1} in order or reversed"
+    first = steps[0]
+    for t, step in enumerate(steps):
+        if step.h_linear is None and t:
+            return f"step {t}'s hidden projection is a constant"
+        if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
+            return f"step {t} does not read c_{t} of the step before"
+    gates = _GATES[op_type]
+    reference = next(s for s in steps if s.h_linear is not None)
+    assert reference.h_linear is not None
+    for t, step in enumerate(steps):
+        pairs = [(step.x_linear, reference.x_linear)]
+        if step.h_linear is not None:
+            pairs.append((step.h_linear, reference.h_linear))
+        for mine, theirs in pairs:
+            if mine.transposed != theirs.transposed or not _same(mine.weight, theirs.weight):
+                return f"step {t} uses other weights"
+            if (mine.bias is None) != (theirs.bias is None) or (
+                mine.bias is not None and not _same(mine.bias, theirs.bias)
+            ):
+                return f"step {t} uses another bias"
+    x_weights = _weights(reference.x_linear, gates)
+    h_weights = _weights(reference.h_linear, gates)
+    for found in (x_weights, h_weights):
+        if isinstance(found, str):
+            return found
+    (w, b_ih), (r, b_hh) = x_weights, h_weights
+    hidden = r.shape[0] // gates
+    if r.shape != (gates * hidden, hidden) or w.shape[0] != gates * hidden:
+        return f"W_hh has shape {list(r.shape)}, not [{gates}*H, H]"
+    if len({w.dtype, r.dtype}) != 1 or w.dtype not in (np.float32, np.float64, np.float16):
+        return "the weights are not one floating-point type"
+    x = last.source
+    prover = ShapeProver()
+    if prover.rank(x) != 3:
+        return "X is not provably of rank 3"
+
+    # Every value of a step is read inside the step, by the next one or by the stack.
+    stack_inputs = [s.h for s in (steps[::-1] if reverse else steps)]
+    concat, unsqueezes = _find_stack(stack_inputs)
+    allowed_h_readers = {id(u) for u in unsqueezes}
+    for t, step in enumerate(steps):
+        following = steps[t + 1].nodes if t + 1 < count else set()
+        for node in step.nodes:
+            for value in node.outputs:
+                if t + 1 == count and (value is step.h or value is step.c):
+                    continue  # the final states: any reader
+                for user, _ in value.uses():
+                    if user in step.nodes or user in following:
+                        continue
+                    if value is step.h and id(user) in allowed_h_readers:
+                        continue
+                    return f"a value of step {t} ({value.name}) has a reader outside the loop"
+                if value.is_graph_output():
+                    return f"a value of step {t} ({value.name}) is a graph output"
+
+    h0 = first.h_prev
+    c0 = first.c_prev
+    if first.h_linear is None:
+        folded = first.folded
+        assert folded is not None
+        expected = np.zeros(gates * hidden, r.dtype) if b_hh is None else b_hh
+        if folded.ndim != 2 or folded.shape[1] != gates * hidden:
+            return f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
+        if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
+            return "the folded first step is not b_hh (a non-zero initial state)"
+        if folded.shape[0] != 1 and _r.static_size(prover, x, 1) != folded.shape[0]:
+            return "the folded first step fixes a batch X does not provably have"
+    elif not _state_ok(prover, h0, x, hidden):
+        return "cannot prove h_0 is [batch of X, H]"
+    if op_type == "GRU" and first.h_linear is None:
+        # the update reads h_0 itself: it must be zeros of X's batch
+        if not (
+            is_all_zeros(h0) and (_state_ok(prover, h0, x, hidden) or _folded_zero(prover, h0, x))
+        ):
+            return "the folded first step's h_0 is not provably zeros of X's batch"
+        h0 = None
+    c0_ok = c0 is not None and (_state_ok(prover, c0, x, hidden) or _folded_zero(prover, c0, x))
+    if op_type == "LSTM" and not c0_ok:
+        return "cannot prove c_0 is [batch of X, H]"
+    # zero states stay: the (non-portable) initial_state family drops them
+    if first.h_linear is None and h0 is not None:
+        return "the folded first step needs h_0 = 0"
+    order = _GATE_ORDER[op_type]
+
+    def reorder(array: np.ndarray) -> np.ndarray:
+        blocks = np.split(array, gates, axis=0)
+        return np.concatenate([blocks[i] for i in order], axis=0)
+
+    zeros = np.zeros(gates * hidden, w.dtype)
+    bias = None
+    if b_ih is not None or b_hh is not None:
+        parts = [zeros if v is None else reorder(v) for v in (b_ih, b_hh)]
+        bias = np.concatenate(parts)[np.newaxis]
+    return _CellPlan(
+        op_type,
+        steps,
+        x,
+        reverse,
+        reorder(w)[np.newaxis],
+        reorder(r)[np.newaxis],
+        bias,
+        h0,
+        c0,
+        _r.static_size(prover, x, 0) != count,
+        concat,
+    )
+
+
+def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value) -> bool:
+    """A constant zero state whose batch is 1 or X's static batch."""
+    array = const_array(value)
+    if array is None or array.ndim != 2 or np.any(array != 0):
+        return False
+    return array.shape[0] == 1 or _r.static_size(prover, x, 1) == array.shape[0]
+
+
+def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
+    """The ``Concat(Unsqueeze(h, 0) ...)`` stacking ``hs`` in order, and its Unsqueezes."""
+    candidates = []
+    for user, _ in hs[0].uses():
+        if user.op_type == "Unsqueeze" and user.domain == "" and _axes0(user):
+            candidates.append(user)
+    for unsqueeze in candidates:
+        for concat, _ in unsqueeze.outputs[0].uses():
+            if concat.op_type != "Concat" or concat.attributes.get_int("axis", 0) != 0:
+                continue
+            producers = [v.producer() if v is not None else None for v in concat.inputs]
+            if len(producers) != len(hs) or None in producers:
+                continue
+            if all(
+                p.op_type == "Unsqueeze"
+                and _axes0(p)
+                and p.inputs[0] is h
+                and len(p.outputs[0].uses()) == 1
+                for p, h in zip(producers, hs, strict=True)
+            ):
+                return concat, producers
+    return None, []
+
+
+def _axes0(node: ir.Node) -> bool:
+    return _r.node_axes(node, 1) == [0]
+
+
+class RerollCell(RewriteRuleClassBase):
+    """h_T of an unrolled LSTMCell/GRUCell loop -> Squeeze(Y_h) of one LSTM/GRU node."""
+
+    def __init__(self, op_type: str) -> None:
+        super().__init__(name=f"RerollCell[{op_type}]")
+        self.op_type = op_type
+
+    def pattern(self, op, a, b):
+        return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
+
+    def check(self, context, **_) -> MatchResult:
+        check_result = MatchResult()
+        root = context.root
+        plan = plan_cell_chain(root, self.op_type)
+        if isinstance(plan, str):
+            return check_result.fail(plan, root)
+        h = plan.steps[-1].h
+        parse = _STEP[self.op_type]
+        for user, _ in h.uses():
+            for candidate in _downstream(user, 6):
+                step = parse(candidate)
+                if not isinstance(step, str) and step.h_prev is h:
+                    return check_result.fail("h_T feeds another step: not the last step", root)
+        c = plan.steps[-1].c
+        if c is not None and not _readers_after(context.graph_or_function, c, root, plan):
+            return check_result.fail("a reader of c_T comes before h_T", root)
+        self._plan = plan
+        self._graph = context.graph_or_function
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, root)
+        self._opset = opset
+        return check_result
+
+    def rewrite(self, op, **_):
+        plan = self._plan
+        graph, cache = self._graph, {}
+
+        def ints(values: list[int]) -> ir.Value:
+            return _r.cached_ints(op, graph, cache, values)
+
+        prefix = f"reroll_{plan.steps[-1].h.name or 'cell'}"
+        w = _r.new_constant(op, graph, plan.w, f"{prefix}_W")
+        r = _r.new_constant(op, graph, plan.r, f"{prefix}_R")
+        b = None if plan.b is None else _r.new_constant(op, graph, plan.b, f"{prefix}_B")
+        x = plan.x
+        if plan.slice_x:
+            count = len(plan.steps)
+            x = op.Slice(x, ints([0]), ints([count]), ints([0]))
+
+        def unsqueeze(v: ir.Value | None) -> ir.Value | None:
+            if v is None:
+                return None
+            if self._opset >= 13:
+                return op.Unsqueeze(v, ints([0]))
+            return op.Unsqueeze(v, axes=[0])
+
+        def squeeze(v: ir.Value, axis: int) -> ir.Value:
+            if self._opset >= 13:
+                return op.Squeeze(v, ints([axis]))
+            return op.Squeeze(v, axes=[axis])
+
+        inputs = [x, w, r, b, None, unsqueeze(plan.h0)]
+        attributes = {"hidden_size": int(plan.r.shape[2]), "direction": "forward"}
+        if plan.reverse:
+            attributes["direction"] = "reverse"
+        if self.op_type == "LSTM":
+            inputs.append(unsqueeze(plan.c0))
+            while inputs[-1] is None:
+                inputs.pop()
+            y, y_h, y_c = op.LSTM(*inputs, _outputs=3, **attributes)
+        else:
+            while inputs[-1] is None:
+                inputs.pop()
+            y, y_h = op.GRU(*inputs, _outputs=2, linear_before_reset=1, **attributes)
+            y_c = None
+        last = plan.steps[-1]
+        if y_c is not None and last.c is not None and _outside_uses(last):
+            _r._redirect(last.c, squeeze(y_c, 0))
+        if plan.concat is not None:
+            _r._redirect(plan.concat.outputs[0], squeeze(y, 1))
+        return squeeze(y_h, 0)
+
+
+def _outside_uses(step: _CellStep) -> bool:
+    c = step.c
+    assert c is not None
+    return c.is_graph_output() or any(user not in step.nodes for user, _ in c.uses())
+
+
+def _downstream(node: ir.Node, depth: int) -> list[ir.Node]:
+    seen, frontier = [node], [node]
+    for _ in range(depth):
+        frontier = [u for n in frontier for v in n.outputs for u, _ in v.uses()]
+        seen += frontier
+    return seen
+
+
+def _readers_after(graph, value: ir.Value, root: ir.Node, plan: _CellPlan) -> bool:
+    """Every reader of ``value`` outside the last step comes after ``root`` in graph order
+    (the replacement is inserted right after ``root``)."""
+    step_nodes = plan.steps[-1].nodes
+    readers = {id(user) for user, _ in value.uses() if user not in step_nodes}
+    for node in graph:
+        if node is root:
+            return True
+        if id(node) in readers:
+            return False
+    return True

@@ -1,0 +1,520 @@
+"""Build ONNX models shaped like torch 2.13's unrolled ``nn.RNN`` export (dynamo=True).
+
+``torch.onnx.export(..., dynamo=True)`` with onnxscript 0.7.2 has no lowering for
+``nn.RNN``; per layer and direction it writes
+
+* the input projection ``P = MatMul(X, W_ih^T) [+ b_ih]`` over the whole sequence,
+  reversed for the reverse direction by ``Slice(P, [-1], [-2**63+1], [0], [-1])``;
+* per step ``x_t = Squeeze(Slice(P, [t], [t+1], [0]), [0])``, then
+  ``h_t = act(Add(MatMul(h_{t-1}, W_hh^T) [+ b_hh], x_t))`` with ``h`` of shape
+  ``[1, batch, H]``;
+* ``Concat(h_1, ..., h_T, axis=0)`` (reverse: ``h_T, ..., h_1``), ``Concat(axis=2)`` of
+  the directions, and the final states ``Concat(Unsqueeze(Squeeze(h_T, 0), 0), ...)``.
+
+The initial state is a graph input ``h0``, torchlib's runtime zeros
+(``Expand(0, Concat([L*D], Shape(x)[batch], [H]))``), or, for a static batch, the
+folded first step: the exporter's constant folder turns ``MatMul(0, W_hh^T) + b_hh``
+into a constant ``[1, batch, H]``. :class:`UnrolledRnnConfig.mutation` makes the
+near-miss twins the rule must refuse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Literal
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = [
+    "CELL_MUTATIONS",
+    "MUTATIONS",
+    "UnrolledCellConfig",
+    "UnrolledRnnConfig",
+    "build_unrolled_cell",
+    "build_unrolled_rnn",
+    "cell_inputs",
+    "cell_reference",
+    "rnn_inputs",
+]
+
+#: Near-miss variants: what each breaks.
+MUTATIONS = {
+    "weights_at_step": "step 1 uses a recurrent weight that differs in one element",
+    "broken_chain": "the last step reads h_{T-2} instead of h_{T-1}",
+    "step_read_twice": "the last step reads the same index as the step before",
+    "extra_reader": "h_1 is also a graph output",
+    "wrong_activation": "step 1 uses the other activation",
+    "nonconstant_weights": "W_hh^T is an initializer that is also a graph input",
+}
+
+_REVERSE_END = -(2**63) + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class UnrolledRnnConfig:
+    """One ``nn.RNN`` module as torch 2.13 unrolls it."""
+
+    input_size: int = 4
+    hidden_size: int = 5
+    seq: int = 3
+    num_layers: int = 1
+    bidirectional: bool = False
+    batch_first: bool = False
+    bias: bool = True
+    nonlinearity: Literal["tanh", "relu"] = "tanh"
+    #: "input": h0 is a graph input; "zeros": torchlib's runtime zeros; "folded": a
+    #: static batch whose zero first step the exporter folded (needs ``batch``).
+    initial_state: Literal["input", "zeros", "folded"] = "zeros"
+    #: a static batch (declared on the inputs), or None for a symbolic ``batch``.
+    batch: int | None = None
+    #: declare the sequence axis symbolic (the exported chain keeps ``seq`` steps).
+    dynamic_seq: bool = False
+    #: ``W_hh^T`` as ``Transpose(weight_hh)``, as torch leaves it above onnxscript's
+    #: constant-folding limit (8192 elements, hidden >= 91).
+    transpose_node: bool = False
+    mutation: str | None = None
+    opset: int = 18
+    seed: int = 0
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def activation(self) -> str:
+        return "Tanh" if self.nonlinearity == "tanh" else "Relu"
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._ids = itertools.count()
+        self._ints: dict[tuple[int, ...], str] = {}
+
+    def fresh(self, prefix: str = "val") -> str:
+        return f"{prefix}_{next(self._ids)}"
+
+    def constant(self, array: np.ndarray, name: str | None = None) -> str:
+        name = name or self.fresh()
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def ints(self, *values: int) -> str:
+        if values not in self._ints:
+            self._ints[values] = self.constant(np.array(values, dtype=np.int64))
+        return self._ints[values]
+
+    def node(self, op_type: str, inputs: list[str], prefix: str = "val", **attrs) -> str:
+        output = self.fresh(prefix)
+        self.nodes.append(
+            helper.make_node(op_type, inputs, [output], name=f"node_{output}", **attrs)
+        )
+        return output
+
+    def squeeze0(self, value: str) -> str:
+        return self.node("Squeeze", [value, self.ints(0)])
+
+    def unsqueeze0(self, value: str) -> str:
+        return self.node("Unsqueeze", [value, self.ints(0)])
+
+
+def _parameters(cfg: UnrolledRnnConfig) -> list[dict[str, np.ndarray]]:
+    """Per (layer, direction): PyTorch's weight_ih, weight_hh, bias_ih, bias_hh."""
+    rng = np.random.default_rng(cfg.seed)
+    bound = 1.0 / np.sqrt(cfg.hidden_size)
+    h, d = cfg.hidden_size, cfg.num_directions
+    result = []
+    for layer in range(cfg.num_layers):
+        size = cfg.input_size if layer == 0 else h * d
+        for _ in range(d):
+            params = {
+                "weight_ih": rng.uniform(-bound, bound, (h, size)),
+                "weight_hh": rng.uniform(-bound, bound, (h, h)),
+                "bias_ih": rng.uniform(-bound, bound, (h,)),
+                "bias_hh": rng.uniform(-bound, bound, (h,)),
+            }
+            result.append({k: v.astype(np.float32) for k, v in params.items()})
+    return result
+
+
+def _chain(
+    w: _Writer,
+    cfg: UnrolledRnnConfig,
+    x: str,
+    params: dict[str, np.ndarray],
+    h0: str | None,
+    reverse: bool,
+    extra_outputs: list[str],
+    graph_weights: list[onnx.TensorProto],
+    first: bool,
+) -> tuple[str, str]:
+    """One layer and direction; returns (stacked sequence, last state)."""
+    (projection,) = [w.node("MatMul", [x, w.constant(params["weight_ih"].T.copy())])]
+    if cfg.bias:
+        projection = w.node("Add", [projection, w.constant(params["bias_ih"])], prefix="linear")
+    if reverse:
+        projection = w.node(
+            "Slice",
+            [projection, w.ints(-1), w.ints(_REVERSE_END), w.ints(0), w.ints(-1)],
+            prefix="flip",
+        )
+    mutation = cfg.mutation if first else None
+    weight_hh_t = params["weight_hh"].T.copy()
+    recurrent = w.constant(weight_hh_t)
+    if mutation == "nonconstant_weights":
+        graph_weights.append(next(t for t in w.initializers if t.name == recurrent))
+    if cfg.transpose_node:
+        recurrent = w.node("Transpose", [w.constant(params["weight_hh"])], perm=[1, 0])
+    other = w.constant(
+        weight_hh_t
+        + np.float32(1e-3) * (np.arange(weight_hh_t.size) == 0).reshape(weight_hh_t.shape)
+    )
+    bias_hh = w.constant(params["bias_hh"]) if cfg.bias else None
+    states = []
+    h = h0
+    for t in range(cfg.seq):
+        index = t
+        if mutation == "step_read_twice" and t == cfg.seq - 1:
+            index = t - 1
+        step = w.squeeze0(
+            w.node("Slice", [projection, w.ints(index), w.ints(index + 1), w.ints(0)])
+        )
+        if h is None:  # the folded zero first step: MatMul(0, W_hh^T) + b_hh
+            assert cfg.batch is not None
+            base = params["bias_hh"] if cfg.bias else np.zeros(cfg.hidden_size, np.float32)
+            folded = np.broadcast_to(base, (1, cfg.batch, cfg.hidden_size)).copy()
+            term = w.constant(folded, w.fresh("linear"))
+        else:
+            prev = h
+            if mutation == "broken_chain" and t == cfg.seq - 1 and len(states) >= 2:
+                prev = states[-2]
+            weight = other if mutation == "weights_at_step" and t == 1 else recurrent
+            term = w.node("MatMul", [prev, weight])
+            if bias_hh is not None:
+                term = w.node("Add", [term, bias_hh], prefix="linear")
+        activation = cfg.activation
+        if mutation == "wrong_activation" and t == 1:
+            activation = "Relu" if activation == "Tanh" else "Tanh"
+        h = w.node(activation, [w.node("Add", [term, step], prefix="add")], prefix="h")
+        states.append(h)
+        if mutation == "extra_reader" and t == 0:
+            extra_outputs.append(h)
+    stacked = states[::-1] if reverse else states
+    return w.node("Concat", stacked, prefix="cat", axis=0), h
+
+
+def build_unrolled_rnn(cfg: UnrolledRnnConfig) -> onnx.ModelProto:
+    """The model ``torch.onnx.export(nn.RNN(...), dynamo=True)`` writes for ``cfg``."""
+    if cfg.mutation is not None and cfg.mutation not in MUTATIONS:
+        raise ValueError(f"unknown mutation {cfg.mutation!r}")
+    if cfg.initial_state == "folded" and cfg.batch is None:
+        raise ValueError("a folded first step needs a static batch")
+    w = _Writer()
+    h, d, layers = cfg.hidden_size, cfg.num_directions, cfg.num_layers
+    batch: int | str = "batch" if cfg.batch is None else cfg.batch
+    seq: int | str = "seq" if cfg.dynamic_seq else cfg.seq
+    x_dims = [batch, seq, cfg.input_size] if cfg.batch_first else [seq, batch, cfg.input_size]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)]
+    stacked_states = None
+    if cfg.initial_state == "input":
+        inputs.append(
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, [layers * d, batch, h])
+        )
+        stacked_states = "h0"
+    elif cfg.initial_state == "zeros":
+        axis = 0 if cfg.batch_first else 1
+        shape = w.node("Shape", ["x"], start=axis, end=axis + 1)
+        target = w.node("Concat", [w.ints(layers * d), shape, w.ints(h)], axis=0)
+        stacked_states = w.node("Expand", [w.constant(np.array(0.0, np.float32)), target])
+    current = w.node("Transpose", ["x"], perm=[1, 0, 2]) if cfg.batch_first else "x"
+    extra_outputs: list[str] = []
+    graph_weights: list[onnx.TensorProto] = []
+    lasts = []
+    params = _parameters(cfg)
+    for layer in range(layers):
+        sequences = []
+        for direction in range(d):
+            k = layer * d + direction
+            h0 = None
+            if stacked_states is not None:
+                sliced = w.node("Slice", [stacked_states, w.ints(k), w.ints(k + 1), w.ints(0)])
+                h0 = w.unsqueeze0(w.squeeze0(sliced))
+            sequence, last = _chain(
+                w,
+                cfg,
+                current,
+                params[k],
+                h0,
+                direction == 1,
+                extra_outputs,
+                graph_weights,
+                first=k == 0,
+            )
+            sequences.append(sequence)
+            lasts.append(last)
+        current = sequences[0] if d == 1 else w.node("Concat", sequences, prefix="cat", axis=2)
+    if cfg.batch_first:
+        current = w.node("Transpose", [current], perm=[1, 0, 2])
+    finals = [w.unsqueeze0(w.squeeze0(last)) for last in lasts]
+    final = finals[0] if len(finals) == 1 else w.node("Concat", finals, axis=0)
+    nodes = [
+        *w.nodes,
+        helper.make_node("Identity", [current], ["y"], name="output_y"),
+        helper.make_node("Identity", [final], ["h_n"], name="output_h_n"),
+    ]
+    y_dims = [batch, seq, d * h] if cfg.batch_first else [seq, batch, d * h]
+    outputs = [
+        helper.make_tensor_value_info("y", TensorProto.FLOAT, y_dims),
+        helper.make_tensor_value_info("h_n", TensorProto.FLOAT, [layers * d, batch, h]),
+    ] + [helper.make_tensor_value_info(v, TensorProto.FLOAT, [1, batch, h]) for v in extra_outputs]
+    inputs += [
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph_weights
+    ]
+    used = {name for node in nodes for name in node.input}
+    initializers = [t for t in w.initializers if t.name in used]
+    graph = helper.make_graph(nodes, "unrolled_rnn", inputs, outputs, initializers)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", cfg.opset)],
+        producer_name="rnn_rewrite_rules.testing",
+    )
+    model.ir_version = 8 if cfg.opset <= 18 else 10
+    return model
+
+
+def rnn_inputs(
+    cfg: UnrolledRnnConfig, batch: int, seq: int | None = None, rng: np.random.Generator | int = 0
+) -> dict[str, np.ndarray]:
+    """Feeds for a model built from ``cfg`` (``seq`` defaults to the chain's length)."""
+    rng = np.random.default_rng(rng)
+    seq = cfg.seq if seq is None else seq
+    x_shape = (batch, seq, cfg.input_size) if cfg.batch_first else (seq, batch, cfg.input_size)
+    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32)}
+    if cfg.initial_state == "input":
+        shape = (cfg.num_layers * cfg.num_directions, batch, cfg.hidden_size)
+        feeds["h0"] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+#: Near-miss variants of a cell loop: what each breaks.
+CELL_MUTATIONS = {
+    "weights_at_step": "step 1 uses a hidden weight that differs in one element",
+    "broken_chain": "the last step reads h_{T-2} instead of h_{T-1}",
+    "step_read_twice": "the last step reads the same index as the step before",
+    "extra_reader": "h_1 is also a graph output",
+    "gate_order": "two gates are swapped (LSTM i/f, GRU r/z) in every step",
+    "wrong_activation": "the output gate (LSTM) / update gate (GRU) uses Tanh in every step",
+    "nonconstant_weights": "W_hh is an initializer that is also a graph input",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class UnrolledCellConfig:
+    """A Python loop over ``nn.LSTMCell`` / ``nn.GRUCell`` as torch 2.13 exports it."""
+
+    op_type: Literal["LSTM", "GRU"] = "LSTM"
+    input_size: int = 4
+    hidden_size: int = 3
+    seq: int = 3
+    #: the loop runs ``for t in reversed(range(seq))`` and stacks in time order.
+    reverse: bool = False
+    bias: bool = True
+    #: ``Gemm(v, W, b, transB=1)`` (both exporters) or ``MatMul(v, W^T) + b``.
+    gemm: bool = True
+    #: ``Gather(x, t)`` (``x[t]``) or ``Squeeze(Slice(x, [t], [t+1]), [0])``.
+    read: Literal["gather", "slice"] = "gather"
+    #: "zeros": ``Expand(0, Concat(Shape(x)[1:2], [H]))``; "constant_of_shape": the
+    #: TorchScript form; "folded": static batch, the first hidden projection folded.
+    initial_state: Literal["zeros", "constant_of_shape", "folded"] = "zeros"
+    batch: int | None = None
+    mutation: str | None = None
+    opset: int = 18
+    seed: int = 0
+
+    @property
+    def gates(self) -> int:
+        return 4 if self.op_type == "LSTM" else 3
+
+
+def _cell_parameters(cfg: UnrolledCellConfig) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(cfg.seed)
+    bound = 1.0 / np.sqrt(cfg.hidden_size)
+    rows = cfg.gates * cfg.hidden_size
+    params = {
+        "weight_ih": rng.uniform(-bound, bound, (rows, cfg.input_size)),
+        "weight_hh": rng.uniform(-bound, bound, (rows, cfg.hidden_size)),
+        "bias_ih": rng.uniform(-bound, bound, (rows,)),
+        "bias_hh": rng.uniform(-bound, bound, (rows,)),
+    }
+    return {k: v.astype(np.float32) for k, v in params.items()}
+
+
+def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
+    """The model torch 2.13 exports for a loop over ``nn.LSTMCell`` / ``nn.GRUCell``."""
+    if cfg.mutation is not None and cfg.mutation not in CELL_MUTATIONS:
+        raise ValueError(f"unknown mutation {cfg.mutation!r}")
+    if cfg.initial_state == "folded" and cfg.batch is None:
+        raise ValueError("a folded first step needs a static batch")
+    w = _Writer()
+    h, mutation = cfg.hidden_size, cfg.mutation
+    batch: int | str = "batch" if cfg.batch is None else cfg.batch
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [cfg.seq, batch, cfg.input_size])
+    ]
+    params = _cell_parameters(cfg)
+    weight_ih = w.constant(params["weight_ih"], "cell.weight_ih")
+    weight_hh = w.constant(params["weight_hh"], "cell.weight_hh")
+    changed = params["weight_hh"].copy()
+    changed[0, 0] += np.float32(1e-3)
+    other_hh = w.constant(changed, "cell.weight_hh_changed")
+    bias_ih = w.constant(params["bias_ih"], "cell.bias_ih") if cfg.bias else None
+    bias_hh = w.constant(params["bias_hh"], "cell.bias_hh") if cfg.bias else None
+    transposed = {}
+    graph_weights = []
+    if mutation == "nonconstant_weights":
+        graph_weights.append(next(t for t in w.initializers if t.name == weight_hh))
+
+    def linear(v: str, weight: str, bias: str | None) -> str:
+        if cfg.gemm:
+            return w.node("Gemm", [v, weight] + ([bias] if bias else []), transB=1)
+        if weight not in transposed:
+            array = next(numpy_helper.to_array(t) for t in w.initializers if t.name == weight)
+            transposed[weight] = w.constant(array.T.copy(), f"{weight}_t")
+        out = w.node("MatMul", [v, transposed[weight]])
+        return w.node("Add", [out, bias]) if bias else out
+
+    def split(value: str, parts: list[str]) -> onnx.NodeProto:
+        """dynamo: ``num_outputs`` (opset 18); TorchScript: constant sizes (opset 13-17)."""
+        if cfg.opset >= 18:
+            return helper.make_node("Split", [value], parts, axis=1, num_outputs=len(parts))
+        sizes = w.constant(np.full(len(parts), h, np.int64))
+        return helper.make_node("Split", [value, sizes], parts, axis=1)
+
+    if cfg.initial_state == "zeros":
+        shape = w.node("Shape", ["x"], start=1, end=2)
+        target = w.node("Concat", [shape, w.ints(h)], axis=0)
+        zeros = w.node("Expand", [w.constant(np.array(0.0, np.float32)), target], prefix="zeros")
+    elif cfg.initial_state == "constant_of_shape":
+        dim = w.node("Gather", [w.node("Shape", ["x"]), w.constant(np.array(1, np.int64))], axis=0)
+        target = w.node("Concat", [w.unsqueeze0(dim), w.ints(h)], axis=0)
+        zeros = w.node("ConstantOfShape", [target], prefix="zeros")
+    else:
+        assert cfg.batch is not None
+        zeros = w.constant(np.zeros((cfg.batch, h), np.float32), "zeros")
+    h_prev, c_prev = zeros, zeros
+    states: list[str] = []
+    order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
+    for step, t in enumerate(order):
+        index = t
+        if mutation == "step_read_twice" and step == cfg.seq - 1:
+            index = t + 1 if cfg.reverse else t - 1
+        if cfg.read == "gather":
+            x_t = w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=0)
+        else:
+            x_t = w.squeeze0(w.node("Slice", ["x", w.ints(index), w.ints(index + 1), w.ints(0)]))
+        if mutation == "broken_chain" and step == cfg.seq - 1 and len(states) >= 2:
+            h_prev = states[-2]
+        gx = linear(x_t, weight_ih, bias_ih)
+        if step == 0 and cfg.initial_state == "folded":
+            base = params["bias_hh"] if cfg.bias else np.zeros(cfg.gates * h, np.float32)
+            gh = w.constant(np.broadcast_to(base, (cfg.batch, cfg.gates * h)).copy(), "linear")
+        else:
+            hh = other_hh if mutation == "weights_at_step" and step == 1 else weight_hh
+            gh = linear(h_prev, hh, bias_hh)
+        swap = mutation == "gate_order"
+        squash = "Tanh" if mutation == "wrong_activation" else "Sigmoid"
+        if cfg.op_type == "LSTM":
+            parts = [w.fresh("split") for _ in range(4)]
+            total = w.node("Add", [gh, gx])
+            w.nodes.append(split(total, parts))
+            i_part, f_part = (parts[1], parts[0]) if swap else (parts[0], parts[1])
+            i, f = w.node("Sigmoid", [i_part]), w.node("Sigmoid", [f_part])
+            g, o = w.node("Tanh", [parts[2]]), w.node(squash, [parts[3]])
+            c = w.node("Add", [w.node("Mul", [f, c_prev]), w.node("Mul", [i, g])], prefix="c")
+            h_t = w.node("Mul", [o, w.node("Tanh", [c])], prefix="h")
+            c_prev = c
+        else:
+            xs = [w.fresh("split") for _ in range(3)]
+            hs = [w.fresh("split") for _ in range(3)]
+            w.nodes.append(split(gx, xs))
+            w.nodes.append(split(gh, hs))
+            r_index, z_index = (1, 0) if swap else (0, 1)
+            r = w.node("Sigmoid", [w.node("Add", [hs[r_index], xs[r_index]])])
+            z = w.node(squash, [w.node("Add", [hs[z_index], xs[z_index]])])
+            n = w.node("Tanh", [w.node("Add", [xs[2], w.node("Mul", [hs[2], r])])])
+            h_t = w.node("Add", [w.node("Mul", [w.node("Sub", [h_prev, n]), z]), n], prefix="h")
+        states.append(h_t)
+        h_prev = h_t
+    stacked = states[::-1] if cfg.reverse else states
+    y = w.node("Concat", [w.unsqueeze0(s) for s in stacked], prefix="stack", axis=0)
+    finals = [states[-1]] + ([c_prev] if cfg.op_type == "LSTM" else [])
+    names = ["y", "h_n", "c_n"][: 1 + len(finals)]
+    nodes = [
+        *w.nodes,
+        *(
+            helper.make_node("Identity", [v], [n], name=f"output_{n}")
+            for v, n in zip([y, *finals], names, strict=True)
+        ),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [cfg.seq, batch, h])] + [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, h]) for n in names[1:]
+    ]
+    if mutation == "extra_reader":
+        outputs.append(helper.make_tensor_value_info(states[0], TensorProto.FLOAT, [batch, h]))
+    inputs += [
+        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph_weights
+    ]
+    used = {name for node in nodes for name in node.input}
+    initializers = [t for t in w.initializers if t.name in used]
+    graph = helper.make_graph(nodes, "unrolled_cell", inputs, outputs, initializers)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", cfg.opset)],
+        producer_name="rnn_rewrite_rules.testing",
+    )
+    model.ir_version = 8 if cfg.opset <= 18 else 10
+    return model
+
+
+def cell_inputs(
+    cfg: UnrolledCellConfig, batch: int, seq: int | None = None, rng: np.random.Generator | int = 0
+) -> dict[str, np.ndarray]:
+    """Feeds for a model built from ``cfg``."""
+    rng = np.random.default_rng(rng)
+    seq = cfg.seq if seq is None else seq
+    return {"x": rng.standard_normal((seq, batch, cfg.input_size)).astype(np.float32)}
+
+
+def cell_reference(cfg: UnrolledCellConfig, x: np.ndarray) -> list[np.ndarray]:
+    """What the PyTorch loop computes (numpy), without mutations: ``[y, h_n(, c_n)]``."""
+    p = _cell_parameters(cfg)
+    b_ih = p["bias_ih"] if cfg.bias else 0.0
+    b_hh = p["bias_hh"] if cfg.bias else 0.0
+
+    def sigmoid(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
+    h = np.zeros((x.shape[1], cfg.hidden_size), np.float32)
+    c = h.copy()
+    ys = {}
+    order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
+    for t in order:
+        gx = x[t] @ p["weight_ih"].T + b_ih
+        gh = h @ p["weight_hh"].T + b_hh
+        if cfg.op_type == "LSTM":
+            i, f, g, o = np.split(gx + gh, 4, axis=1)
+            c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+            h = sigmoid(o) * np.tanh(c)
+        else:
+            xr, xz, xn = np.split(gx, 3, axis=1)
+            hr, hz, hn = np.split(gh, 3, axis=1)
+            r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+            n = np.tanh(xn + r * hn)
+            h = (1 - z) * n + z * h
+        ys[t] = h
+    y = np.stack([ys[t] for t in range(cfg.seq)])
+    return [y, h] + ([c] if cfg.op_type == "LSTM" else [])

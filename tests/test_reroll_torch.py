@@ -1,0 +1,225 @@
+"""reroll on real ``torch.onnx.export(dynamo=True)`` exports of ``nn.RNN``, against PyTorch."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import _ort
+from tests.support import op_counts
+
+torch = pytest.importorskip("torch", reason="torch==2.13.0 is a test dependency")
+
+pytestmark = pytest.mark.torch
+
+
+def _export(module, args: tuple, dynamic_shapes) -> onnx.ModelProto:
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(module, args, dynamo=True, dynamic_shapes=dynamic_shapes)
+    return program.model_proto
+
+
+class _WithState(torch.nn.Module):
+    def __init__(self, rnn) -> None:
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x, h0):
+        return self.rnn(x, h0)
+
+
+def _check(
+    hidden: int,
+    layers: int,
+    bidirectional: bool,
+    batch_first: bool,
+    bias: bool,
+    relu: bool,
+    with_h0: bool,
+    seq: int,
+    dynamic_batch: bool,
+) -> None:
+    torch.manual_seed(0)
+    rnn = torch.nn.RNN(
+        3,
+        hidden,
+        layers,
+        nonlinearity="relu" if relu else "tanh",
+        bias=bias,
+        batch_first=batch_first,
+        bidirectional=bidirectional,
+    ).eval()
+    d = 2 if bidirectional else 1
+
+    def x_of(batch: int):
+        return torch.randn(batch, seq, 3) if batch_first else torch.randn(seq, batch, 3)
+
+    batch_dim = {0 if batch_first else 1: torch.export.Dim("batch", min=2)}
+    if with_h0:
+        module = _WithState(rnn).eval()
+        args = (x_of(2), torch.randn(layers * d, 2, hidden))
+        dynamic = (batch_dim, {1: batch_dim[next(iter(batch_dim))]}) if dynamic_batch else None
+    else:
+        module, args = rnn, (x_of(2),)
+        dynamic = (batch_dim,) if dynamic_batch else None
+    model = _export(module, args, dynamic)
+    fast = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(fast, full_check=True)
+    counts = op_counts(fast)
+    assert counts["RNN"] == layers * d, counts
+    assert counts["Tanh"] == counts["Relu"] == counts["MatMul"] == 0
+    names = [i.name for i in model.graph.input]
+    for batch in (2, 1, 5) if dynamic_batch else (2,):
+        feeds_t = (x_of(batch), torch.randn(layers * d, batch, hidden))[: len(names)]
+        with torch.no_grad():
+            expected = module(*feeds_t)
+        expected = [expected[0].numpy(), expected[1].numpy()]
+        feeds = {n: t.numpy() for n, t in zip(names, feeds_t, strict=True)}
+        for optimize in (True, False):
+            actual = _ort.run(fast, feeds, optimize=optimize)
+            assert _ort.max_abs_diff(expected, actual) <= 1e-5
+        assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(fast, feeds)) <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("layers", "bidirectional", "batch_first", "bias", "relu", "with_h0", "dynamic_batch"),
+    [
+        (1, False, False, True, False, False, True),
+        (2, True, True, False, True, True, True),
+        (2, False, False, True, False, False, False),  # static batch: folded first step
+        (1, True, False, True, True, True, False),
+    ],
+)
+def test_exported_rnn_is_rerolled_and_matches_pytorch(
+    layers, bidirectional, batch_first, bias, relu, with_h0, dynamic_batch
+) -> None:
+    _check(5, layers, bidirectional, batch_first, bias, relu, with_h0, 4, dynamic_batch)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    hidden=st.integers(1, 6),
+    layers=st.integers(1, 3),
+    bidirectional=st.booleans(),
+    batch_first=st.booleans(),
+    bias=st.booleans(),
+    relu=st.booleans(),
+    with_h0=st.booleans(),
+    seq=st.integers(1, 5),
+    dynamic_batch=st.booleans(),
+)
+def test_property_random_rnn_configurations_match_pytorch(
+    hidden, layers, bidirectional, batch_first, bias, relu, with_h0, seq, dynamic_batch
+) -> None:
+    _check(hidden, layers, bidirectional, batch_first, bias, relu, with_h0, seq, dynamic_batch)
+
+
+def test_weights_are_pytorchs() -> None:
+    torch.manual_seed(1)
+    rnn = torch.nn.RNN(3, 4).eval()
+    fast = rnn_rewrite_rules.rewrite(_export(rnn, (torch.randn(2, 2, 3),), None))
+    (node,) = [n for n in fast.graph.node if n.op_type == "RNN"]
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in fast.graph.initializer}
+    np.testing.assert_array_equal(inits[node.input[1]][0], rnn.weight_ih_l0.detach().numpy())
+    np.testing.assert_array_equal(inits[node.input[2]][0], rnn.weight_hh_l0.detach().numpy())
+    bias = np.concatenate([rnn.bias_ih_l0.detach().numpy(), rnn.bias_hh_l0.detach().numpy()])
+    np.testing.assert_array_equal(inits[node.input[3]][0], bias)
+
+
+class _CellLoop(torch.nn.Module):
+    """A decoder-style Python loop over an LSTMCell / GRUCell, zero states built in forward."""
+
+    def __init__(self, kind: str, inputs: int, hidden: int, reverse: bool, bias: bool) -> None:
+        super().__init__()
+        cls = torch.nn.LSTMCell if kind == "LSTM" else torch.nn.GRUCell
+        self.cell = cls(inputs, hidden, bias=bias)
+        self.kind, self.hidden, self.reverse = kind, hidden, reverse
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[1], self.hidden)
+        c = torch.zeros(x.shape[1], self.hidden)
+        outputs = {}
+        steps = range(x.shape[0] - 1, -1, -1) if self.reverse else range(x.shape[0])
+        for t in steps:
+            if self.kind == "LSTM":
+                h, c = self.cell(x[t], (h, c))
+            else:
+                h = self.cell(x[t], h)
+            outputs[t] = h
+        return torch.stack([outputs[t] for t in range(x.shape[0])]), h
+
+
+def _export_cell(module, x, dynamo: bool, dynamic_batch: bool) -> onnx.ModelProto:
+    if dynamo:
+        dynamic = ({1: torch.export.Dim("batch", min=2)},) if dynamic_batch else None
+        return _export(module, (x,), dynamic)
+    buffer = io.BytesIO()
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (x,),
+            buffer,
+            dynamo=False,
+            input_names=["x"],
+            dynamic_axes={"x": {1: "batch"}} if dynamic_batch else None,
+        )
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def _check_cell(kind, hidden, seq, reverse, bias, dynamo, dynamic_batch) -> None:
+    torch.manual_seed(0)
+    module = _CellLoop(kind, 3, hidden, reverse, bias).eval()
+    model = _export_cell(module, torch.randn(seq, 2, 3), dynamo, dynamic_batch)
+    fast = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(fast, full_check=True)
+    counts = op_counts(fast)
+    assert counts[kind] == 1, counts
+    assert counts["Sigmoid"] == counts["Gemm"] == counts["Split"] == 0
+    for batch in (2, 1, 4) if dynamic_batch else (2,):
+        x = torch.randn(seq, batch, 3)
+        with torch.no_grad():
+            expected = [t.numpy() for t in module(x)]
+        feeds = {model.graph.input[0].name: x.numpy()}
+        for optimize in (True, False):
+            actual = _ort.run(fast, feeds, optimize=optimize)
+            assert _ort.max_abs_diff(expected, actual) <= 1e-5
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_exported_cell_loops_are_rerolled_and_match_pytorch(kind: str, dynamo: bool) -> None:
+    _check_cell(kind, 4, 3, reverse=not dynamo, bias=True, dynamo=dynamo, dynamic_batch=True)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    kind=st.sampled_from(["LSTM", "GRU"]),
+    hidden=st.integers(1, 6),
+    seq=st.integers(2, 5),
+    reverse=st.booleans(),
+    bias=st.booleans(),
+    dynamo=st.booleans(),
+    dynamic_batch=st.booleans(),
+)
+def test_property_random_cell_loops_match_pytorch(
+    kind, hidden, seq, reverse, bias, dynamo, dynamic_batch
+) -> None:
+    _check_cell(kind, hidden, seq, reverse, bias, dynamo, dynamic_batch)
