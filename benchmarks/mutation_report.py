@@ -203,7 +203,9 @@ def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> 
     others = [m for m in mutants if m.status in ("timeout", "suspicious", "no tests")]
     if others:
         lines += ["", "## Timeouts and mutants no test reaches", ""]
-        lines += [f"* `{m.function}` {m.status}: {_cell(' / '.join(m.mutated_lines))}" for m in others]
+        lines += [
+            f"* `{m.function}` {m.status}: {_cell(' / '.join(m.mutated_lines))}" for m in others
+        ]
     if stale:
         lines += ["", "## Equivalents that matched no surviving mutant", ""]
         lines += [f"* `{function}`: {_cell(text)}" for function, text in stale]
