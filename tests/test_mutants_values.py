@@ -7,6 +7,8 @@ fails a test here, not only (by luck) a rule's end-to-end test.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -56,7 +58,7 @@ SOME_ZERO = np.array([0.0, 0.0, 1.0], np.float32)
 
 def _chain(op: str, length: int, start: str) -> list[onnx.NodeProto]:
     names = [start] + [f"c{i}" for i in range(length)]
-    return [helper.make_node(op, [a], [b]) for a, b in zip(names, names[1:], strict=False)]
+    return [helper.make_node(op, [a], [b]) for a, b in itertools.pairwise(names)]
 
 
 # is_all_zeros ------------------------------------------------------------------------
@@ -160,7 +162,9 @@ def test_dequantize_linear_is_zeros_where_x_equals_its_zero_point() -> None:
         "zp": np.array(3, np.uint8),
         "zp0": np.array(0, np.uint8),
     }
-    values = _values(nodes, {"zp_input": TensorProto.UINT8, "q_input": TensorProto.UINT8}, constants)
+    values = _values(
+        nodes, {"zp_input": TensorProto.UINT8, "q_input": TensorProto.UINT8}, constants
+    )
     assert is_all_zeros(values["equal"])
     assert is_all_zeros(values["no_zp_zero"])
     for name in ("differs", "no_zp_nonzero", "zp_fed", "x_fed"):
