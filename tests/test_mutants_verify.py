@@ -1,4 +1,4 @@
-"""The verify comparison (``_verify._diff``), one assertion per case it distinguishes.
+"""The output comparisons: ``_verify._diff`` (``--verify``) and ``_ort.max_abs_diff`` (tests).
 
 Written for mutation testing (docs/mutation.md): each case fails when one branch of the
 comparison is changed.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rnn_rewrite_rules._ort import max_abs_diff
 from rnn_rewrite_rules._verify import VerifyResult, _diff
 
 
@@ -71,3 +72,24 @@ def test_result_is_within_tolerance_up_to_equality() -> None:
     assert within.lines()[-1] == "verify: OK"
     assert beyond.lines()[-1].startswith("verify: FAILED: max abs diff")
     assert beyond.worst == 0.5000001
+
+
+def test_max_abs_diff_is_the_largest_over_all_outputs() -> None:
+    first = [np.array([1.0, 2.0], np.float32), np.array([[0.0]], np.float32)]
+    second = [np.array([1.0, 2.5], np.float32), np.array([[-3.0]], np.float32)]
+    assert max_abs_diff(first, second) == 3.0
+    assert max_abs_diff(second, first) == 3.0
+    assert max_abs_diff(first, first) == 0.0
+    assert max_abs_diff([np.zeros((0, 2))], [np.zeros((0, 2))]) == 0.0
+
+
+def test_max_abs_diff_is_computed_in_float64() -> None:
+    half = [np.array([60000.0], np.float16)]
+    assert max_abs_diff(half, [np.array([-60000.0], np.float16)]) == pytest.approx(120000.0)
+
+
+def test_max_abs_diff_refuses_other_shapes_and_counts() -> None:
+    with pytest.raises(ValueError, match="output shapes differ"):
+        max_abs_diff([np.zeros((2, 1))], [np.zeros((1, 2))])
+    with pytest.raises(ValueError, match="1 outputs vs 2"):
+        max_abs_diff([np.zeros(1)], [np.zeros(1), np.zeros(1)])
