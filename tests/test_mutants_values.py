@@ -56,9 +56,13 @@ ONES = np.ones((2, 3), np.float32)
 SOME_ZERO = np.array([0.0, 0.0, 1.0], np.float32)
 
 
-def _chain(op: str, length: int, start: str) -> list[onnx.NodeProto]:
+def _chain(op: str, length: int, start: str, **attrs: object) -> list[onnx.NodeProto]:
     names = [start] + [f"c{i}" for i in range(length)]
-    return [helper.make_node(op, [a], [b]) for a, b in itertools.pairwise(names)]
+    return [helper.make_node(op, [a], [b], **attrs) for a, b in itertools.pairwise(names)]
+
+
+#: One-input forms of the ops the proofs follow, for the depth-limit tests.
+CHAIN_OPS = [("Relu", {}), ("Concat", {"axis": 0}), ("Cast", {"to": FLOAT})]
 
 
 # is_all_zeros ------------------------------------------------------------------------
@@ -171,8 +175,9 @@ def test_dequantize_linear_is_zeros_where_x_equals_its_zero_point() -> None:
         assert not is_all_zeros(values[name]), name
 
 
-def test_zeros_are_followed_through_sixteen_ops_and_no_more() -> None:
-    values = _values(_chain("Relu", 17, "z"), constants={"z": ZEROS})
+@pytest.mark.parametrize(("op", "attrs"), CHAIN_OPS, ids=[op for op, _ in CHAIN_OPS])
+def test_zeros_are_followed_through_sixteen_ops_and_no_more(op: str, attrs: dict) -> None:
+    values = _values(_chain(op, 17, "z", **attrs), constants={"z": ZEROS})
     assert is_all_zeros(values["c15"])  # the constant is 16 producers up
     assert not is_all_zeros(values["c16"])  # 17: past the depth limit, not proven
 
@@ -212,6 +217,12 @@ def test_integer_outputs_and_integer_casts_are_finite() -> None:
     assert not is_finite(values["to_float"])
 
 
+def test_a_cast_without_to_is_not_finite_and_does_not_raise() -> None:
+    """``to`` is required; a model that lacks it proves nothing (no exception either)."""
+    values = _values([helper.make_node("Cast", ["x"], ["y"])], {"x": FLOAT})
+    assert not is_finite(values["y"])
+
+
 @pytest.mark.parametrize(("fill", "finite"), [(None, True), (1.5, True), (np.inf, False)])
 def test_constant_of_shape_is_finite_by_its_fill(fill: float | None, finite: bool) -> None:
     attrs = {} if fill is None else {"value": helper.make_tensor("v", FLOAT, [1], [fill])}
@@ -234,7 +245,23 @@ def test_finite_preserving_ops_and_concat_follow_their_inputs() -> None:
         assert not is_finite(values[name]), name
 
 
-def test_finiteness_is_followed_through_sixteen_ops_and_no_more() -> None:
-    values = _values(_chain("Relu", 17, "o"), constants={"o": ONES})
+@pytest.mark.parametrize(("op", "attrs"), CHAIN_OPS, ids=[op for op, _ in CHAIN_OPS])
+def test_finiteness_is_followed_through_sixteen_ops_and_no_more(op: str, attrs: dict) -> None:
+    values = _values(_chain(op, 17, "o", **attrs), constants={"o": ONES})
     assert is_finite(values["c15"])
     assert not is_finite(values["c16"])
+
+
+def test_dequantize_linear_counts_toward_the_depth_limit() -> None:
+    """DequantizeLinear without a zero point is one more producer, like any other."""
+    q = {"q": np.zeros(2, np.int8), "scale": np.array(0.5, np.float32)}
+    within = [
+        *_chain("Identity", 15, "q"),
+        helper.make_node("DequantizeLinear", ["c14", "scale"], ["y"]),
+    ]
+    beyond = [
+        *_chain("Identity", 16, "q"),
+        helper.make_node("DequantizeLinear", ["c15", "scale"], ["y"]),
+    ]
+    assert is_all_zeros(_values(within, constants=q)["y"])  # the constant is 16 producers up
+    assert not is_all_zeros(_values(beyond, constants=q)["y"])  # 17
