@@ -265,3 +265,17 @@ def test_dequantize_linear_counts_toward_the_depth_limit() -> None:
     ]
     assert is_all_zeros(_values(within, constants=q)["y"])  # the constant is 16 producers up
     assert not is_all_zeros(_values(beyond, constants=q)["y"])  # 17
+
+
+@pytest.mark.parametrize("zeros_first", [True, False], ids=["zeros*finite", "finite*zeros"])
+@pytest.mark.parametrize("long_side", ["zeros", "finite"])
+def test_mul_counts_toward_the_depth_limit_on_both_sides(zeros_first: bool, long_side: str) -> None:
+    """Mul is one more producer for either factor: 15 ops up from it still count, 16 not."""
+    for length, proven in [(15, True), (16, False)]:
+        chain = _chain("Identity", length, "z" if long_side == "zeros" else "o")
+        end = f"c{length - 1}"
+        zeros, finite = (end, "o") if long_side == "zeros" else ("z", end)
+        factors = [zeros, finite] if zeros_first else [finite, zeros]
+        nodes = [*chain, helper.make_node("Mul", factors, ["y"])]
+        values = _values(nodes, constants={"z": ZEROS, "o": ONES})
+        assert is_all_zeros(values["y"]) is proven, length
