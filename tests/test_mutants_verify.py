@@ -58,6 +58,9 @@ def test_booleans_differ_by_one_where_any_element_differs() -> None:
     assert _diff(a, np.array([True, True, True])) == 1.0
     assert _diff(a.astype(np.float32), np.array([True, True, True])) == 1.0
     assert _diff(np.array([True, True, True]), a.astype(np.float32)) == 1.0
+    # one side boolean: compared as booleans (any difference is 1), not as numbers
+    assert _diff(np.array([0.25], np.float32), np.array([True])) == 1.0
+    assert _diff(np.array([True]), np.array([0.25], np.float32)) == 1.0
 
 
 def test_integers_differ_by_their_distance() -> None:
