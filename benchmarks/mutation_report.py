@@ -39,8 +39,8 @@ _STATUS = {
     1: "killed",
     3: "killed",
     37: "killed",  # by the type checker
-    -9: "killed",  # a crash is a detected change
-    -11: "killed",
+    -11: "killed",  # a segfault is a detected change
+    -9: "timeout",  # SIGKILL: past the CPU-time limit (mutmut calls it a segfault)
     0: "survived",
     5: "no tests",
     33: "no tests",
