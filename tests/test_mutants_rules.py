@@ -295,11 +295,6 @@ def test_layer_output_of_an_rnn_with_unproven_sizes_is_refused() -> None:
     _assert_refused(layer_output.FAMILY, model, "hidden_size=4 disagrees with R's hidden size 3")
 
 
-def test_layer_output_of_an_rnn_with_unproven_sizes_is_refused() -> None:
-    model = _reshape_model([], hidden=H + 1, constants=_target([0, 0, H + 1]))
-    _assert_refused(layer_output.FAMILY, model, "hidden_size=4 disagrees with R's hidden size 3")
-
-
 def test_layer_output_of_a_batch_first_rnn_is_refused() -> None:
     model = _reshape_model([], layout_attr=1, constants=_target([0, 0, H]))
     _assert_refused(layer_output.FAMILY, model, "layout=1 RNN: Y is [batch, seq, D, H]")
