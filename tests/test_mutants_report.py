@@ -1,0 +1,87 @@
+"""benchmarks/mutation_report.py: counts, equivalents matching and the Markdown it writes."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+from benchmarks import mutation_report
+
+_DIFF = """--- src/pkg/mod.py
++++ src/pkg/mod.py
+@@ -1,3 +1,3 @@
+ def f(x):
+-    return x < 1
++    return x <= 1
+"""
+
+
+def _meta(tmp_path: pathlib.Path, codes: dict[str, int | None]) -> pathlib.Path:
+    mutants = tmp_path / "mutants"
+    meta = mutants / "src" / "pkg" / "mod.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(
+        json.dumps(
+            {
+                "exit_code_by_key": codes,
+                "durations_by_key": {k: 1.5 for k, v in codes.items() if v is not None},
+            }
+        )
+    )
+    return mutants
+
+
+def test_counts_and_equivalents(tmp_path: pathlib.Path) -> None:
+    codes = {f"pkg.mod.x_f__mutmut_{i}": code for i, code in enumerate([1, 0, 0, 36, None], 1)}
+    mutants = mutation_report.load_mutants(_meta(tmp_path, codes))
+    assert [m.status for m in mutants] == ["killed", "survived", "survived", "timeout", "not run"]
+    assert mutants[0].path == "src/pkg/mod.py"
+    assert mutants[0].function == "mod.f"
+    for m in mutants:
+        m.diff = _DIFF
+    assert mutants[1].key == ("pkg.mod.x_f", "return x <= 1")
+    assert mutants[1].original_lines == ["return x < 1"]
+    equivalents = tmp_path / "eq.toml"
+    equivalents.write_text(
+        '[[equivalent]]\nfunction = "pkg.mod.x_f"\nmutated = "return x <= 1"\n'
+        'reason = "x is never 1"\n'
+        '[[equivalent]]\nfunction = "pkg.mod.x_g"\nmutated = "gone"\nreason = "stale"\n'
+    )
+    table = mutation_report.load_equivalents(equivalents)
+    assert table == {
+        ("pkg.mod.x_f", "return x <= 1"): "x is never 1",
+        ("pkg.mod.x_g", "gone"): "stale",
+    }
+    mutants[1].reason = table[mutants[1].key]
+    text = mutation_report.render(mutants, [("pkg.mod.x_g", "gone")])
+    assert "| `src/pkg/mod.py` | 5 | 1 | 1 | 1 | 1 | 0 | 1 | 1.5 / 1.5 |" in text
+    assert "| **total** | 5 | 1 | 1 | 1 | 1 | 0 | 1 |" in text
+    assert "| 2 | `mod.f` | `return x < 1` | `return x <= 1` | x is never 1 |" in text
+    assert "| 3 | `mod.f` | `return x < 1` | `return x <= 1` | **not equivalent" in text
+    assert "* `pkg.mod.x_g`: `gone`" in text
+
+
+def test_methods_read_as_class_dot_name(tmp_path: pathlib.Path) -> None:
+    mutants = _meta(tmp_path, {"pkg.mod.xǁRuleǁcheck__mutmut_7": 1})
+    (mutant,) = mutation_report.load_mutants(mutants)
+    assert mutant.function == "mod.Rule.check"
+
+
+def test_an_entry_without_a_reason_is_refused(tmp_path: pathlib.Path) -> None:
+    equivalents = tmp_path / "eq.toml"
+    equivalents.write_text('[[equivalent]]\nfunction = "f"\nmutated = "x"\n')
+    with pytest.raises(SystemExit, match="lacks"):
+        mutation_report.load_equivalents(equivalents)
+
+
+def test_no_results_is_a_clear_error(tmp_path: pathlib.Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        mutation_report.main(["--mutants", str(tmp_path / "missing")])
+    assert "run `tox -e mutation` first" in capsys.readouterr().err
+
+
+def test_the_checked_in_equivalents_parse() -> None:
+    path = pathlib.Path(__file__).with_name("mutation_equivalent.toml")
+    table = mutation_report.load_equivalents(path)
+    assert table and all(reason for reason in table.values())

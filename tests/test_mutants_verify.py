@@ -1,0 +1,98 @@
+"""The output comparisons: ``_verify._diff`` (``--verify``) and ``_ort.max_abs_diff`` (tests).
+
+Written for mutation testing (docs/mutation.md): each case fails when one branch of the
+comparison is changed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rnn_rewrite_rules._ort import max_abs_diff
+from rnn_rewrite_rules._verify import VerifyResult, _diff
+
+
+def test_equal_arrays_differ_by_zero() -> None:
+    a = np.array([[1.0, -2.5], [3.0, 0.0]], np.float32)
+    assert _diff(a, a.copy()) == 0.0
+
+
+def test_the_largest_absolute_difference_counts() -> None:
+    expected = np.array([1.0, 2.0, 3.0], np.float32)
+    actual = np.array([1.5, 0.0, 3.25], np.float32)
+    assert _diff(expected, actual) == pytest.approx(2.0)
+    assert _diff(actual, expected) == pytest.approx(2.0)
+
+
+def test_difference_is_computed_in_float64() -> None:
+    """float16 overflows at 65504: the difference of two large halves must not be inf."""
+    expected = np.array([60000.0], np.float16)
+    actual = np.array([-60000.0], np.float16)
+    assert _diff(expected, actual) == pytest.approx(120000.0, rel=1e-3)
+
+
+def test_nan_on_both_sides_is_equal() -> None:
+    expected = np.array([np.nan, 1.0])
+    assert _diff(expected, np.array([np.nan, 1.0])) == 0.0
+
+
+def test_nan_on_one_side_is_infinite() -> None:
+    assert _diff(np.array([np.nan, 1.0]), np.array([0.0, 1.0])) == np.inf
+    assert _diff(np.array([0.0, 1.0]), np.array([1.0, np.nan])) == np.inf
+
+
+def test_inf_against_inf_is_infinite() -> None:
+    """``inf - inf`` is NaN: the comparison reports it as infinite, never as 0."""
+    assert _diff(np.array([np.inf]), np.array([np.inf])) == np.inf
+    assert _diff(np.array([np.inf]), np.array([1.0])) == np.inf
+
+
+def test_empty_outputs_differ_by_zero() -> None:
+    assert _diff(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)) == 0.0
+
+
+def test_booleans_differ_by_one_where_any_element_differs() -> None:
+    a = np.array([True, False, True])
+    assert _diff(a, a.copy()) == 0.0
+    assert _diff(a, np.array([True, True, True])) == 1.0
+    assert _diff(a.astype(np.float32), np.array([True, True, True])) == 1.0
+    assert _diff(np.array([True, True, True]), a.astype(np.float32)) == 1.0
+    # one side boolean: compared as booleans (any difference is 1), not as numbers
+    assert _diff(np.array([0.25], np.float32), np.array([True])) == 1.0
+    assert _diff(np.array([True]), np.array([0.25], np.float32)) == 1.0
+
+
+def test_integers_differ_by_their_distance() -> None:
+    big = np.array([2**40], np.int64)
+    assert _diff(big, big - 3) == 3.0
+
+
+def test_result_is_within_tolerance_up_to_equality() -> None:
+    within = VerifyResult(tolerance=0.5, seed=0, runs=[], max_diff={"y": 0.5})
+    beyond = VerifyResult(tolerance=0.5, seed=0, runs=[], max_diff={"y": 0.5000001})
+    assert within.ok and not beyond.ok
+    assert within.lines()[-1] == "verify: OK"
+    assert beyond.lines()[-1].startswith("verify: FAILED: max abs diff")
+    assert beyond.worst == 0.5000001
+
+
+def test_max_abs_diff_is_the_largest_over_all_outputs() -> None:
+    first = [np.array([1.0, 2.0], np.float32), np.array([[0.0]], np.float32)]
+    second = [np.array([1.0, 2.5], np.float32), np.array([[-3.0]], np.float32)]
+    assert max_abs_diff(first, second) == 3.0
+    assert max_abs_diff(second, first) == 3.0
+    assert max_abs_diff(first, first) == 0.0
+    assert max_abs_diff([np.zeros((0, 2))], [np.zeros((0, 2))]) == 0.0
+
+
+def test_max_abs_diff_is_computed_in_float64() -> None:
+    half = [np.array([60000.0], np.float16)]
+    assert max_abs_diff(half, [np.array([-60000.0], np.float16)]) == pytest.approx(120000.0)
+
+
+def test_max_abs_diff_refuses_other_shapes_and_counts() -> None:
+    with pytest.raises(ValueError, match="output shapes differ"):
+        max_abs_diff([np.zeros((2, 1))], [np.zeros((1, 2))])
+    with pytest.raises(ValueError, match="1 outputs vs 2"):
+        max_abs_diff([np.zeros(1)], [np.zeros(1), np.zeros(1)])
