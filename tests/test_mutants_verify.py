@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rnn_rewrite_rules._ort import max_abs_diff
-from rnn_rewrite_rules._verify import VerifyResult, _diff
+from rnn_rewrite_rules._verify import VerifyResult
+from rnn_rewrite_rules.runtime import diff as _diff
+from rnn_rewrite_rules.runtime import max_abs_diff
 
 
 def test_equal_arrays_differ_by_zero() -> None:

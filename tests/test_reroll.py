@@ -11,7 +11,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import reroll
 from rnn_rewrite_rules.testing.unrolled import (
     MUTATIONS,
@@ -46,9 +46,9 @@ def _sizes(cfg: UnrolledRnnConfig) -> list[tuple[int, int]]:
 def _assert_same(before: onnx.ModelProto, after: onnx.ModelProto, cfg, *, optimize=True):
     for seed, (batch, seq) in enumerate(_sizes(cfg)):
         feeds = rnn_inputs(cfg, batch, seq, rng=seed)
-        expected = _ort.run(before, feeds, optimize=optimize)
-        actual = _ort.run(after, feeds, optimize=optimize)
-        diff = _ort.max_abs_diff(expected, actual)
+        expected = runtime.run(before, feeds, optimize=optimize)
+        actual = runtime.run(after, feeds, optimize=optimize)
+        diff = runtime.max_abs_diff(expected, actual)
         assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
 
 
@@ -135,7 +135,7 @@ def test_h0_input_with_another_batch_broadcasts_like_the_original() -> None:
             "h0": rng.standard_normal((2, h_batch, cfg.hidden_size)).astype(np.float32),
         }
         expected = ReferenceEvaluator(model).run(None, feeds)
-        diff = _ort.max_abs_diff(expected, ReferenceEvaluator(result).run(None, feeds))
+        diff = runtime.max_abs_diff(expected, ReferenceEvaluator(result).run(None, feeds))
         assert diff <= 1e-5
         assert expected[0].shape[1] == max(x_batch, h_batch)
 
@@ -145,9 +145,9 @@ def test_longer_sequence_reads_the_first_or_last_steps_like_the_original() -> No
     model = build_unrolled_rnn(cfg)
     result = rnn_rewrite_rules.rewrite(model, ["reroll"])
     feeds = rnn_inputs(cfg, batch=2, seq=6)
-    expected = _ort.run(model, feeds)
+    expected = runtime.run(model, feeds)
     assert expected[0].shape[0] == 3  # the chain, not the input, fixes the length
-    assert _ort.max_abs_diff(expected, _ort.run(result, feeds)) <= 1e-5
+    assert runtime.max_abs_diff(expected, runtime.run(result, feeds)) <= 1e-5
 
 
 def _last_activation(model: onnx.ModelProto) -> ir.Node:

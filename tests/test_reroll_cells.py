@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import reroll_cells
 from rnn_rewrite_rules.testing.unrolled import (
     CELL_MUTATIONS,
@@ -55,9 +55,9 @@ def test_loop_becomes_one_node_with_the_same_outputs(cfg: UnrolledCellConfig) ->
         feeds = cell_inputs(cfg, batch, rng=seed)
         expected = cell_reference(cfg, feeds["x"])
         for optimize in (True, False):
-            actual = _ort.run(result, feeds, optimize=optimize)
-            assert _ort.max_abs_diff(expected, actual) <= 1e-5
-        assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(result, feeds)) <= 1e-5
+            actual = runtime.run(result, feeds, optimize=optimize)
+            assert runtime.max_abs_diff(expected, actual) <= 1e-5
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5
 
 
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
@@ -81,7 +81,7 @@ def test_longer_input_reads_the_first_steps_like_the_original() -> None:
     result = rnn_rewrite_rules.rewrite(model)
     assert op_counts(result)["Slice"] == 1
     feeds = cell_inputs(cfg, 2, seq=6)
-    assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(result, feeds)) <= 1e-5
+    assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5
 
 
 def _root(model: onnx.ModelProto) -> ir.Node:
@@ -176,4 +176,4 @@ def test_property_builder_loops_match_the_numpy_cell(
     result = rnn_rewrite_rules.rewrite(build_unrolled_cell(cfg))
     assert op_counts(result)[op_type] == 1
     feeds = cell_inputs(cfg, batch)
-    assert _ort.max_abs_diff(cell_reference(cfg, feeds["x"]), _ort.run(result, feeds)) <= 1e-5
+    assert runtime.max_abs_diff(cell_reference(cfg, feeds["x"]), runtime.run(result, feeds)) <= 1e-5

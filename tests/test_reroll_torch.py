@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import runtime
 from tests.support import op_counts
 
 torch = pytest.importorskip("torch", reason="torch==2.13.0 is a test dependency")
@@ -89,9 +89,9 @@ def _check(
         expected = [expected[0].numpy(), expected[1].numpy()]
         feeds = {n: t.numpy() for n, t in zip(names, feeds_t, strict=True)}
         for optimize in (True, False):
-            actual = _ort.run(fast, feeds, optimize=optimize)
-            assert _ort.max_abs_diff(expected, actual) <= 1e-5
-        assert _ort.max_abs_diff(_ort.run(model, feeds), _ort.run(fast, feeds)) <= 1e-5
+            actual = runtime.run(fast, feeds, optimize=optimize)
+            assert runtime.max_abs_diff(expected, actual) <= 1e-5
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(fast, feeds)) <= 1e-5
 
 
 @pytest.mark.parametrize(
@@ -199,8 +199,8 @@ def _check_cell(kind, hidden, seq, reverse, bias, dynamo, dynamic_batch) -> None
             expected = [t.numpy() for t in module(x)]
         feeds = {model.graph.input[0].name: x.numpy()}
         for optimize in (True, False):
-            actual = _ort.run(fast, feeds, optimize=optimize)
-            assert _ort.max_abs_diff(expected, actual) <= 1e-5
+            actual = runtime.run(fast, feeds, optimize=optimize)
+            assert runtime.max_abs_diff(expected, actual) <= 1e-5
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU"])
