@@ -97,3 +97,9 @@ def test_max_abs_diff_refuses_other_shapes_and_counts() -> None:
         max_abs_diff([np.zeros((2, 1))], [np.zeros((1, 2))])
     with pytest.raises(ValueError, match="1 outputs vs 2"):
         max_abs_diff([np.zeros(1)], [np.zeros(1), np.zeros(1)])
+
+
+def test_max_abs_diff_sees_a_nan_the_rewrite_introduced() -> None:
+    """``0 * inf`` in a rewritten model is NaN: the comparison must not call that equal."""
+    assert max_abs_diff([np.array([1.0, 2.0])], [np.array([np.nan, 2.0])]) == np.inf
+    assert max_abs_diff([np.array([np.nan, 2.0])], [np.array([1.0, 2.0])]) == np.inf
