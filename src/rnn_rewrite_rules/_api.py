@@ -42,20 +42,33 @@ def rewrite(model: _Model, names: Sequence[str] | None = None, *, portable: bool
     """
     check_onnxscript()
     if isinstance(model, onnx.ModelProto):
-        return ir.serde.serialize_model(
-            rewrite(ir.serde.deserialize_model(model), names, portable=portable)
-        )
-    rule_set = rules(names, portable=portable)
-    for _ in range(_MAX_ROUNDS):
-        if not rule_set.apply_to_model(model):
-            break
-    cleanup(model)
+        ir_model = ir.serde.deserialize_model(model)
+        if not _rewrite(ir_model, names, portable=portable):
+            result = onnx.ModelProto()
+            result.CopyFrom(model)  # nothing changed: byte for byte the model given
+            return result
+        return ir.serde.serialize_model(ir_model)
+    _rewrite(model, names, portable=portable)
     return model
 
 
-def cleanup(model: ir.Model) -> None:
-    """The passes :func:`rewrite` runs after the rules (the CLI runs them too)."""
-    ir.passes.PassManager(
+def _rewrite(model: ir.Model, names: Sequence[str] | None, *, portable: bool) -> bool:
+    """Rewrite ``model`` in place; True when a rule fired or the cleanup changed something."""
+    rule_set = rules(names, portable=portable)
+    fired = False
+    for _ in range(_MAX_ROUNDS):
+        if not rule_set.apply_to_model(model):
+            break
+        fired = True
+    return cleanup(model) or fired
+
+
+def cleanup(model: ir.Model) -> bool:
+    """The passes :func:`rewrite` runs after the rules (the CLI runs them too).
+
+    Returns True when a pass changed the model.
+    """
+    result = ir.passes.PassManager(
         [
             common_passes.RemoveUnusedNodesPass(),
             RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
@@ -63,5 +76,25 @@ def cleanup(model: ir.Model) -> None:
             common_passes.RemoveUnusedOpsetsPass(),
             # after every NameFixPass: unused RNN outputs named "" (see unused_outputs)
             EmptyUnusedRnnOutputsPass(),
+            InitializerInfoFromTensorPass(),
         ]
     )(model)
+    return result.modified
+
+
+class InitializerInfoFromTensorPass(ir.passes.InPlacePass):
+    """Clear the type and shape of initializers that are not graph inputs.
+
+    ``onnx_ir`` writes a ``value_info`` for every value with a type, and reading a model
+    gives each initializer its tensor's type: a model read and written back would gain
+    one ``value_info`` per initializer. The tensor itself carries both, so nothing is lost.
+    Reports no modification: the serialized model is what it was.
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        for graph in (model.graph, *model.graph.subgraphs()):
+            for value in graph.initializers.values():
+                if not value.is_graph_input():
+                    value.type = None
+                    value.shape = None
+        return ir.passes.PassResult(model, modified=False)

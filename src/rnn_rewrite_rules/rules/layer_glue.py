@@ -35,6 +35,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
 
 __all__ = ["FAMILY", "CollapseRnnGlue", "rules"]
@@ -310,6 +311,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         self._main_graph = context.graph_or_function is context.model.graph
         self._graph = context.graph_or_function
         self._keep_name = keep_name
+        self._root = root
         return check_result
 
     def rewrite(self, op, x: ir.Value, **_):
@@ -330,6 +332,8 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             )
         if current is y and self._keep_name:
             current = op.Identity(y)
+        if current is not y:
+            keep_identity(current.producer(), self._root)
         return current
 
 
