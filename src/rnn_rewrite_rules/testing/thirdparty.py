@@ -369,7 +369,7 @@ def hand_built_bidirectional(
     initial states are graph inputs ``h0``/``c0`` of ``[1, batch, H]`` per half.
     Near misses: ``sequence_lens`` (a ``sequence_lens`` input on both nodes: reversing
     the padded tensor is not what ``direction="reverse"`` does), ``partial`` (the input
-    Slice starts at -2: not a full reversal), ``unreversed_output`` (the output is not
+    Slice ends at -1000: a full reversal up to 999 steps only), ``unreversed_output`` (the output is not
     reversed back).
     """
     g = _Graph()
@@ -386,8 +386,7 @@ def hand_built_bidirectional(
         names = ("h", "c") if op_type == "LSTM" else ("h",)
         return {f"initial_{n}": g.input(f"{n}0_{tag}", [1, "batch", hidden]) for n in names}
 
-    start = -2 if near_miss == "partial" else -1
-    reversed_x = _reverse(g, x, start=start)
+    reversed_x = _reverse(g, x, end=-1000 if near_miss == "partial" else INT64_MIN)
     backward = g.rnn(op_type, reversed_x, input_size, hidden, sequence_lens=lens,
                      **state_inputs("b"))  # fmt: skip
     yb = backward[0]
