@@ -43,32 +43,34 @@ def rewrite(model: _Model, names: Sequence[str] | None = None, *, portable: bool
     check_onnxscript()
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        if not _rewrite(ir_model, names, portable=portable):
-            result = onnx.ModelProto()
-            result.CopyFrom(model)  # nothing changed: byte for byte the model given
-            return result
-        return ir.serde.serialize_model(ir_model)
+        fired = _rewrite(ir_model, names, portable=portable)
+        result = ir.serde.serialize_model(ir_model)
+        if not fired:
+            untouched = ir.serde.deserialize_model(model)
+            InitializerInfoFromTensorPass()(untouched)
+            if ir.serde.serialize_model(untouched) == result:
+                result = onnx.ModelProto()
+                result.CopyFrom(model)  # nothing changed: byte for byte the model given
+        return result
     _rewrite(model, names, portable=portable)
     return model
 
 
 def _rewrite(model: ir.Model, names: Sequence[str] | None, *, portable: bool) -> bool:
-    """Rewrite ``model`` in place; True when a rule fired or the cleanup changed something."""
+    """Rewrite ``model`` in place and clean up; True when a rule fired."""
     rule_set = rules(names, portable=portable)
     fired = False
     for _ in range(_MAX_ROUNDS):
         if not rule_set.apply_to_model(model):
             break
         fired = True
-    return cleanup(model) or fired
+    cleanup(model)
+    return fired
 
 
-def cleanup(model: ir.Model) -> bool:
-    """The passes :func:`rewrite` runs after the rules (the CLI runs them too).
-
-    Returns True when a pass changed the model.
-    """
-    result = ir.passes.PassManager(
+def cleanup(model: ir.Model) -> None:
+    """The passes :func:`rewrite` runs after the rules (the CLI runs them too)."""
+    ir.passes.PassManager(
         [
             common_passes.RemoveUnusedNodesPass(),
             RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
@@ -79,7 +81,6 @@ def cleanup(model: ir.Model) -> bool:
             InitializerInfoFromTensorPass(),
         ]
     )(model)
-    return result.modified
 
 
 class InitializerInfoFromTensorPass(ir.passes.InPlacePass):
