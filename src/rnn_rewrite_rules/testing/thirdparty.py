@@ -369,15 +369,15 @@ def hand_built_bidirectional(
     initial states are graph inputs ``h0``/``c0`` of ``[1, batch, H]`` per half.
     Near misses: ``sequence_lens`` (a ``sequence_lens`` input on both nodes: reversing
     the padded tensor is not what ``direction="reverse"`` does), ``partial`` (the input
-    Slice ends at -1000: a full reversal up to 999 steps only), ``unreversed_output`` (the output is not
-    reversed back).
+    Slice ends at -1000: a full reversal up to 999 steps only), ``unreversed_output``
+    (the output is not reversed back), ``state_read`` (the forward half's ``Y_h`` is read).
     """
     g = _Graph()
     x = g.input("x", ["seq", "batch", input_size])
     lens = ""
     if near_miss == "sequence_lens":
         lens = g.input("sequence_lens", ["batch"], TensorProto.INT32)
-    elif near_miss not in (None, "partial", "unreversed_output"):
+    elif near_miss not in (None, "partial", "unreversed_output", "state_read"):
         raise ValueError(near_miss)
 
     def state_inputs(tag: str) -> dict[str, str]:
@@ -398,6 +398,8 @@ def hand_built_bidirectional(
         g.output(yb, "y", 3 if concat == "sequence" else 4)
         return g.model("hand_built_reverse")
     forward = g.rnn(op_type, x, input_size, hidden, sequence_lens=lens, **state_inputs("f"))
+    if near_miss == "state_read":
+        g.output(forward[1], "h_n", 3)
     yf = forward[0]
     if concat == "sequence":
         yf = g.one("Squeeze", yf, g.ints(1))
@@ -460,7 +462,6 @@ def computed_reshape(
 def rank_checks(
     op_type: str = "GRU",
     *,
-    direction: str = "forward",
     near_miss: str | None = None,
     input_size: int = 3,
     hidden: int = 4,
@@ -469,9 +470,9 @@ def rank_checks(
     ``If(Not(Equal(Size(Shape(x)), 2)), Identity(x), Unsqueeze(x, 1))``, after it
     ``If(Equal(Gather(Shape(Y_h), 0), 1), Squeeze(Y_h, 0), Identity(Y_h))``.
     ``near_miss="runtime_condition"``: the second condition compares with ``Gather(Shape(Y_h),
-    1)``, the batch, which no fact fixes."""
+    1)``, the batch, which no fact fixes. (Forward only: ORT's load-time inference rejects
+    the untaken ``Squeeze(Y_h, 0)`` branch of a bidirectional node.)"""
     g = _Graph()
-    d = 2 if direction == "bidirectional" else 1
     x = g.input("x", ["seq", "batch", input_size])
     rank = g.one("Size", g.one("Shape", x))
     batched = g.one("Not", g.one("Equal", rank, g.const(np.array(2, dtype=np.int64))))
@@ -502,7 +503,7 @@ def rank_checks(
             else_branch=branch("unbatched", "Unsqueeze", x, [1]),
         )
     )
-    outs = g.rnn(op_type, x3, input_size, hidden, direction=direction)
+    outs = g.rnn(op_type, x3, input_size, hidden)
     axis = 1 if near_miss == "runtime_condition" else 0
     if near_miss not in (None, "runtime_condition"):
         raise ValueError(near_miss)
@@ -519,6 +520,6 @@ def rank_checks(
             else_branch=branch("several", "Identity", outs[1], None),
         )
     )
-    g.output(_sequence_glue(g, outs[0], d), "y", 3)
+    g.output(_sequence_glue(g, outs[0], 1), "y", 3)
     g.output(h, "h_n", 2)
     return g.model("rank_checks")
