@@ -33,6 +33,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
+from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
@@ -214,9 +215,9 @@ def _emit(op, graph, forward: ir.Node, backward: ir.Node | None, x: ir.Value) ->
         node = forward
     while inputs and inputs[-1] is None:
         inputs.pop()
-    outputs = op.op(node.op_type, *inputs, _domain=node.domain, _outputs=1, **attrs)
-    keep_identity(outputs.producer(), node)
-    return outputs
+    (y,) = emit_node(op, node.op_type, inputs, attrs, domain=node.domain, num_outputs=1)
+    keep_identity(y.producer(), node)
+    return y
 
 
 def _bias_or_zeros(op, graph, forward: ir.Node, backward: ir.Node, which: int) -> ir.Value:
@@ -315,7 +316,10 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         self._plan = (half, slice_node.inputs[0])
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
-        self._opset = opset_version(context.model, context.graph_or_function)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, context.root)
+        self._opset = opset
         return check_result
 
     def rewrite(self, op, y: ir.Value, **_):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
+from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
@@ -87,14 +88,14 @@ class FoldProvenIf(RewriteRuleClassBase):
         mapped: dict[ir.Value, ir.Value] = {}
         for inner in branch:
             inputs = [None if v is None else mapped.get(v, v) for v in inner.inputs]
-            outs = op.op(
+            outs = emit_node(
+                op,
                 inner.op_type,
-                *inputs,
-                _domain=inner.domain,
-                _outputs=len(inner.outputs),
-                **inner.attributes,
+                inputs,
+                inner.attributes,
+                domain=inner.domain,
+                num_outputs=len(inner.outputs),
             )
-            outs = [outs] if len(inner.outputs) == 1 else list(outs)
             keep_identity(outs[0].producer(), inner)
             mapped.update(zip(inner.outputs, outs, strict=True))
         results = []
