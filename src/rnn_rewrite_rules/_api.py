@@ -11,7 +11,12 @@ import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules._compat import check_onnxscript
-from rnn_rewrite_rules.passes import EmptyUnusedRnnOutputsPass, RemoveUnusedSubgraphInitializersPass
+from rnn_rewrite_rules.passes import (
+    EmptyUnusedRnnOutputsPass,
+    InitializerInfoFromTensorPass,
+    RemoveUnusedSubgraphInitializersPass,
+    UniqueRewrittenNodeNamesPass,
+)
 from rnn_rewrite_rules.rules import select_rules
 
 __all__ = ["rewrite", "rules"]
@@ -82,52 +87,3 @@ def cleanup(model: ir.Model) -> None:
             UniqueRewrittenNodeNamesPass(),
         ]
     )(model)
-
-
-class InitializerInfoFromTensorPass(ir.passes.InPlacePass):
-    """Clear the type and shape of initializers that are not graph inputs.
-
-    ``onnx_ir`` writes a ``value_info`` for every value with a type, and reading a model
-    gives each initializer its tensor's type: a model read and written back would gain
-    one ``value_info`` per initializer. The tensor itself carries both, so nothing is lost.
-    Reports no modification: the serialized model is what it was.
-    """
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        for graph in (model.graph, *model.graph.subgraphs()):
-            for value in graph.initializers.values():
-                if not value.is_graph_input():
-                    value.type = None
-                    value.shape = None
-        return ir.passes.PassResult(model, modified=False)
-
-
-#: The metadata key onnxscript's rewriter puts on every node a rule emitted.
-_RULE_NAME_TAG = "pkg.onnxscript.rewriter.rule_name"
-
-
-class UniqueRewrittenNodeNamesPass(ir.passes.InPlacePass):
-    """Rename nodes a rule emitted whose name another node of the model already has.
-
-    Each graph and subgraph names new nodes with its own counter (``node_Constant_0`` in
-    both branches of an ``If``). A node a rewrite re-emitted under its original name keeps
-    it (the original is gone); nodes of the original model are never renamed.
-    """
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        nodes = list(ir.traversal.RecursiveGraphIterator(model.graph))
-        for function in model.functions.values():
-            nodes.extend(ir.traversal.RecursiveGraphIterator(function))
-        taken = {n.name for n in nodes if n.name and _RULE_NAME_TAG not in n.metadata_props}
-        modified = False
-        for node in nodes:
-            if not node.name or _RULE_NAME_TAG not in node.metadata_props:
-                continue
-            if node.name in taken:
-                base, index = node.name, 1
-                while f"{base}_{index}" in taken:
-                    index += 1
-                node.name = f"{base}_{index}"
-                modified = True
-            taken.add(node.name)
-        return ir.passes.PassResult(model, modified=modified)
