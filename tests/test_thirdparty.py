@@ -13,7 +13,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _ort
+from rnn_rewrite_rules import _ort, diagnostics
 from rnn_rewrite_rules._report import _RecordingTracer
 from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
@@ -287,3 +287,57 @@ def test_rewrite_adds_no_initializer_value_info() -> None:
     after = rewrite(before)
     initializers = {t.name for t in after.graph.initializer}
     assert not [v.name for v in after.graph.value_info if v.name in initializers]
+
+
+# ---------------------------------------------------------------- --check names what stays
+
+
+@pytest.mark.parametrize(
+    ("model", "kind", "text"),
+    [
+        (
+            lambda: tp.torchscript_batch_first("GRU", near_miss="unrelated_batch"),
+            "unproven-zero-state",
+            "not provably [D, batch of X, H]",
+        ),
+        (
+            lambda: tp.zeros_like_state("mul_reduction"),
+            "unproven-zero-state",
+            "not provably zeros",
+        ),
+        (
+            lambda: tp.hand_built_bidirectional(near_miss="sequence_lens"),
+            "hand-built-direction",
+            "reversed by Slice",
+        ),
+        (
+            lambda: tp.rank_checks(near_miss="runtime_condition"),
+            "runtime-rank-check",
+            "branches on its output's shape",
+        ),
+    ],
+    ids=["unrelated_batch", "reduction_times_zero", "sequence_lens", "runtime_condition"],
+)
+def test_forms_left_alone_are_hazards(model, kind: str, text: str) -> None:
+    before = model()
+    after = rnn_rewrite_rules.rewrite(before)
+    hazards = diagnostics.find_hazards(ir.serde.deserialize_model(after))
+    assert any(h.kind == kind and text in h.message for h in hazards), hazards
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda: tp.hand_built_bidirectional(),
+        lambda: tp.rank_checks(),
+        lambda: tp.torchscript_batch_first("LSTM"),
+        lambda: tp.zeros_like_state("zeros_like"),
+    ],
+    ids=["bidirectional", "rank_checks", "torchscript_states", "zeros_like"],
+)
+def test_rewritten_forms_leave_no_hazard(model) -> None:
+    before = model()
+    kinds = ("unproven-zero-state", "hand-built-direction", "runtime-rank-check")
+    after = rnn_rewrite_rules.rewrite(before)
+    hazards = diagnostics.find_hazards(ir.serde.deserialize_model(after))
+    assert not [h for h in hazards if h.kind in kinds], hazards
