@@ -83,6 +83,7 @@ ZERO_STATE_BUILDERS = {
     "quantized_dequantized": lambda: tp.embedding_tagger(
         quantized=True, batch_source="dequantized"
     ),
+    "quantized_transpose_first": lambda: tp.embedding_tagger(quantized=True, transpose_first=True),
     "paddle_lstm": lambda: tp.paddle_states("LSTM"),
     "paddle_gru_forward": lambda: tp.paddle_states("GRU", direction="forward", num_layers=3),
     "zeros_like": lambda: tp.zeros_like_state("zeros_like"),

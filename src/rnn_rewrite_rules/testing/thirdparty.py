@@ -223,6 +223,7 @@ def embedding_tagger(
     quantized: bool = False,
     direction: str = "bidirectional",
     batch_source: str = "embedding",
+    transpose_first: bool = False,
     embedding: int = 4,
     hidden: int = 3,
 ) -> onnx.ModelProto:
@@ -232,7 +233,8 @@ def embedding_tagger(
     ``DequantizeLinear`` and a ``com.microsoft.DynamicQuantizeLSTM``.
     ``batch_source``: the value whose axis the zero state's batch is read from:
     ``embedding`` (the Gather), ``dequantized``, ``transposed`` (X itself, axis 1) or
-    ``ids``; all share X's batch.
+    ``ids``; all share X's batch. ``transpose_first``: X is
+    ``DequantizeLinear(Transpose(Gather(table, ids)))`` (quantized only).
     """
     g = _Graph(opset=14)
     d = 2 if direction == "bidirectional" else 1
@@ -242,14 +244,19 @@ def embedding_tagger(
         gathered = g.one("Gather", table, ids)
         scale = g.const(np.array(0.05, dtype=np.float32))
         zero_point = g.const(np.array(128, dtype=np.uint8))
-        dequantized = g.one("DequantizeLinear", gathered, scale, zero_point)
+        if transpose_first:
+            x = g.one("Transpose", gathered, perm=[1, 0, 2])
+            dequantized = x = g.one("DequantizeLinear", x, scale, zero_point)
+        else:
+            dequantized = g.one("DequantizeLinear", gathered, scale, zero_point)
+            x = g.one("Transpose", dequantized, perm=[1, 0, 2])
     else:
         table = g.const(g.rng.standard_normal((_VOCAB, embedding)).astype(np.float32), "table")
         gathered = dequantized = g.one("Gather", table, ids)
-    x = g.one("Transpose", dequantized, perm=[1, 0, 2])
+        x = g.one("Transpose", dequantized, perm=[1, 0, 2])
     source, axis = {
         "embedding": (gathered, 0),
-        "dequantized": (dequantized, 0),
+        "dequantized": (dequantized, 1 if transpose_first else 0),
         "transposed": (x, 1),
         "ids": (ids, 0),
     }[batch_source]
