@@ -202,14 +202,18 @@ def test_sequence_lens_reversal_differs() -> None:
 
 
 @pytest.mark.parametrize("op_type", ["GRU", "LSTM"])
-def test_one_dim_states_pairs_cancel(op_type: str) -> None:
-    before = tp.one_dim_states(op_type, steps=3)
+@pytest.mark.parametrize("stacked", [False, True])
+def test_one_dim_states_pairs_cancel(op_type: str, stacked: bool) -> None:
+    before = tp.one_dim_states(op_type, steps=3, stacked=stacked)
     after = rewrite(before)
     counts = _counts(after)
     states = 2 if op_type == "LSTM" else 1
-    # one Unsqueeze for x, one per state at the first step; Squeeze: y per step + final h/c
-    assert counts["Unsqueeze"] == 1 + states
-    assert counts["Squeeze"] == 3 + states - (op_type == "LSTM")  # the last c is unread
+    # Unsqueeze: x, and each state at the first step only; the pairs between steps (and
+    # between stacked layers) cancel
+    assert counts["Unsqueeze"] == 1 + states, counts
+    # Squeeze: y (per step, or between layers and at the end) and the final h (c is unread)
+    assert counts["Squeeze"] == 4, counts
+    assert len(after.graph.node) < len(before.graph.node)
     assert_equivalent(before, after, zero=False)  # batch is 1 by construction
 
 

@@ -417,26 +417,38 @@ def hand_built_bidirectional(
 
 
 def one_dim_states(
-    op_type: str = "GRU", *, steps: int = 3, input_size: int = 3, hidden: int = 4
+    op_type: str = "GRU",
+    *,
+    steps: int = 3,
+    stacked: bool = False,
+    input_size: int = 3,
+    hidden: int = 4,
 ) -> onnx.ModelProto:
     """An unbatched cell run ``steps`` times on ``x [seq, I]`` with a 1-D state ``h [H]``:
     each node is ``Unsqueeze(x, 1)``, ``Unsqueeze(h, [0, 1])`` in, ``Squeeze(Y_h, [0, 1])``
-    out (the state output and the next step's input), ``Squeeze(Y, [1, 2])`` for y."""
+    out (the state output and the next step's input), ``Squeeze(Y, [1, 2])`` for y.
+    ``stacked``: layers instead of steps, each reading ``Unsqueeze(Squeeze(Y, [1, 2]), 1)``
+    of the one before (``y`` is the last layer's)."""
     g = _Graph(seed=1)
     x = g.input("x", ["seq", input_size])
     h = g.input("h", [hidden])
     c = g.input("c", [hidden]) if op_type == "LSTM" else ""
     batched = g.one("Unsqueeze", x, g.ints(1))
+    width = input_size
     ys = []
     for _ in range(steps):
         states = {"initial_h": g.one("Unsqueeze", h, g.ints(0, 1))}
         if c:
             states["initial_c"] = g.one("Unsqueeze", c, g.ints(0, 1))
-        outs = g.rnn(op_type, batched, input_size, hidden, **states)
+        outs = g.rnn(op_type, batched, width, hidden, **states)
         ys.append(g.one("Squeeze", outs[0], g.ints(1, 2)))
         h = g.one("Squeeze", outs[1], g.ints(0, 1))
         if c:
             c = g.one("Squeeze", outs[2], g.ints(0, 1))
+        if stacked:
+            batched, width = g.one("Unsqueeze", ys.pop(), g.ints(1)), hidden
+    if stacked:
+        ys = [g.one("Squeeze", batched, g.ints(1))]
     g.output(g.one("Concat", *ys, axis=-1), "y", 2)
     g.output(h, "h_n", 1)
     return g.model("one_dim_states")
