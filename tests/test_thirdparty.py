@@ -346,3 +346,22 @@ def test_rewritten_forms_leave_no_hazard(model) -> None:
     after = rnn_rewrite_rules.rewrite(before)
     hazards = diagnostics.find_hazards(ir.serde.deserialize_model(after))
     assert not [h for h in hazards if h.kind in kinds], hazards
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+@pytest.mark.parametrize("sequence_lens", [False, True])
+def test_forward_and_reverse_node_pair_is_one_node(op_type: str, sequence_lens: bool) -> None:
+    """A converter's forward + ``direction="reverse"`` pair on one x: sequence_lens shared
+    is fine here (both nodes honour it the way a bidirectional node does)."""
+    before = tp.hand_built_bidirectional(
+        op_type, reverse_node=True, sequence_lens=sequence_lens, states=True
+    )
+    after = rewrite(before)
+    (node,) = rnn_nodes(after)
+    assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
+    assert bool(node.input[4]) == sequence_lens
+    assert_equivalent(before, after)
+    if sequence_lens:  # lengths below seq: the padding is where a Slice would differ
+        feeds = tp.thirdparty_inputs(before, 3, 5, rng=4)
+        feeds["sequence_lens"] = np.array([5, 2, 3], dtype=np.int32)
+        assert _ort.max_abs_diff(_ort.run(before, feeds), _ort.run(after, feeds)) <= 1e-5

@@ -8,15 +8,19 @@ by the same Slice, both concatenated:
 * ``Concat(Yf, rev(Yb), axis=1)``: ``[seq, 2, batch, H]``, the bidirectional ``Y``;
 * ``Concat(Squeeze(Yf, 1), rev(Squeeze(Yb, 1)), axis=-1)``: ``[seq, batch, 2H]``
   (the reversal may sit before or after the Squeeze);
-* ``rev(Yb)`` (or ``rev(Squeeze(Yb, 1))``) alone: one reverse-direction layer.
+* ``rev(Yb)`` (or ``rev(Squeeze(Yb, 1))``) alone: one reverse-direction layer;
+* ``Yb`` of a ``direction="reverse"`` node on ``x`` in place of ``rev(Yb)`` (a converter's
+  pair, or the reverse rule's result on a hand-built half), ``sequence_lens`` shared.
 
-Condition: both nodes are the same op with the same attributes (``direction`` forward,
-``layout`` 0) and hidden size, the reversed node reads exactly the Slice of the
-forward node's ``x``; each Slice is a full reversal of axis 0 (start ``-1``, end at or
-below ``-2**62``, step ``-1``: every length an axis can have); no ``sequence_lens`` (a
-``reverse`` node reverses each sequence within its length, the Slice the padded tensor);
-both or neither have initial states and peepholes; ``Y_h``/``Y_c`` and every
-intermediate value have no other reader; activations, when given, are given for both.
+Condition: both nodes are the same op with the same attributes (``layout`` 0) and
+hidden size; the reversed node reads exactly the Slice of the forward node's ``x`` (a
+reverse node reads ``x`` itself); each Slice is a full reversal of axis 0 (start ``-1``,
+end at or below ``-2**62``, step ``-1``: every length an axis can have); no
+``sequence_lens`` on a Slice-reversed half (a ``reverse`` node reverses each sequence
+within its length, the Slice the padded tensor), the same ``sequence_lens`` value on a
+forward/reverse pair; both or neither have initial states and peepholes; ``Y_h``/``Y_c``
+and every intermediate value have no other reader; activations, when given, are given
+for both.
 
 Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W``,
 ``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
@@ -117,14 +121,18 @@ def _axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
     return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
 
 
-def _node_reason(node: ir.Node) -> str | None:
+def _direction(node: ir.Node) -> str:
+    attr = node.attributes.get("direction")
+    return "forward" if attr is None else attr.as_string()
+
+
+def _node_reason(node: ir.Node, direction: str = "forward", sliced: bool = True) -> str | None:
     """Why ``node`` cannot be one direction of a merged node (None: it can)."""
-    direction = node.attributes.get("direction")
-    if direction is not None and direction.as_string() != "forward":
-        return "the RNN is not a forward one"
+    if _direction(node) != direction:
+        return f"the RNN is not a {direction} one"
     if node.attributes.get_int("layout", 0) != 0:
         return "layout=1 RNN"
-    if len(node.inputs) > 4 and node.inputs[4] is not None:
+    if sliced and _input(node, 4) is not None:
         return "sequence_lens is present: the Slice reverses the padding too"
     for output in node.outputs[1:]:
         if output.uses() or output.is_graph_output():
@@ -140,13 +148,18 @@ def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
     return {k: v for k, v in node.attributes.items() if k != "direction"}
 
 
-def _pair_reason(forward: ir.Node, backward: ir.Node, prover: ShapeProver) -> str | None:
+def _pair_reason(forward_half: _Half, backward_half: _Half, prover: ShapeProver) -> str | None:
+    forward, backward = forward_half.node, backward_half.node
+    sliced = backward_half.reversed
+    reason = _node_reason(forward, "forward", sliced=False) or _node_reason(
+        backward, "forward" if sliced else "reverse", sliced=sliced
+    )
+    if reason is not None:
+        return reason
     if (forward.domain, forward.op_type) != (backward.domain, backward.op_type):
         return "the two halves are different ops"
-    for node in (forward, backward):
-        reason = _node_reason(node)
-        if reason is not None:
-            return reason
+    if _input(forward, 4) is not _input(backward, 4):
+        return "the halves have different sequence_lens"
     facts = [rnn_facts(n, prover) for n in (forward, backward)]
     for fact in facts:
         if isinstance(fact, str):
@@ -206,6 +219,9 @@ def _emit(op, graph, forward: ir.Node, backward: ir.Node | None, x: ir.Value) ->
         inputs = [x]
         for index in range(1, max(len(forward.inputs), len(backward.inputs))):
             pair = [_input(forward, index), _input(backward, index)]
+            if index == 4:  # sequence_lens: the same value (checked), shared
+                inputs.append(pair[0])
+                continue
             if index == 3 and (pair[0] is None) != (pair[1] is None):
                 pair = [_bias_or_zeros(op, graph, forward, backward, i) for i in (0, 1)]
             present = [v for v in pair if v is not None]
@@ -250,7 +266,8 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
                 return check_result.fail(half, value)
             halves.append(half)
         forward, backward = halves
-        if forward.reversed or not backward.reversed:
+        backward_node_reverse = _direction(backward.node) == "reverse"
+        if forward.reversed or backward.reversed == backward_node_reverse:
             return check_result.fail("not a forward half followed by a reversed half")
         if forward.squeezed != backward.squeezed:
             return check_result.fail("only one half is squeezed")
@@ -259,17 +276,23 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             return check_result.fail("the halves are not concatenated on the feature axis")
         if not forward.squeezed and axis not in (1, -3):
             return check_result.fail("the halves are not concatenated on the direction axis")
-        reason = _pair_reason(forward.node, backward.node, prover)
+        reason = _pair_reason(forward, backward, prover)
         if reason is not None:
             return check_result.fail(reason, backward.node)
         x = forward.node.inputs[0]
-        reversed_x = backward.node.inputs[0]
-        slice_node = None if reversed_x is None else reversed_x.producer()
-        if x is None or slice_node is None or slice_node.inputs[0] is not x:
-            return check_result.fail("the second RNN does not read the reversed input of the first")
-        reason = is_reversal(slice_node, prover)
-        if reason is not None:
-            return check_result.fail(reason, slice_node)
+        if backward_node_reverse:  # a reverse node (or a merged reversed half) on x itself
+            if x is None or backward.node.inputs[0] is not x:
+                return check_result.fail("the reverse RNN does not read the forward RNN's input")
+        else:
+            reversed_x = backward.node.inputs[0]
+            slice_node = None if reversed_x is None else reversed_x.producer()
+            if x is None or slice_node is None or slice_node.inputs[0] is not x:
+                return check_result.fail(
+                    "the second RNN does not read the reversed input of the first"
+                )
+            reason = is_reversal(slice_node, prover)
+            if reason is not None:
+                return check_result.fail(reason, slice_node)
         facts = rnn_facts(forward.node, prover)
         assert not isinstance(facts, str)
         self._plan = (forward, backward, x, 2 * facts.hidden_size)
@@ -297,10 +320,6 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         prover = ShapeProver()
         root = context.root
         out = root.outputs[0]
-        if len(out.uses()) == 1 and out.uses()[0].node.op_type == "Concat":
-            reader = out.uses()[0].node
-            if len(reader.inputs) == 2 and not out.is_graph_output():
-                return check_result.fail("part of a Concat: the bidirectional rule's", reader)
         half = _half(out, prover)
         if isinstance(half, str):
             return check_result.fail(half, out)

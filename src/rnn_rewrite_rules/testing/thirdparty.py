@@ -363,6 +363,8 @@ def hand_built_bidirectional(
     halves: str = "both",
     concat: str = "sequence",
     states: bool = False,
+    reverse_node: bool = False,
+    sequence_lens: bool = False,
     near_miss: str | None = None,
     input_size: int = 3,
     hidden: int = 4,
@@ -374,6 +376,8 @@ def hand_built_bidirectional(
     (``Concat(Squeeze(Yf, 1), Squeeze(Yb, 1), axis=-1)``, ``[seq, batch, 2H]``) or
     ``directions`` (``Concat(Yf, Yb, axis=1)``, ``[seq, 2, batch, H]``). ``states``:
     initial states are graph inputs ``h0``/``c0`` of ``[1, batch, H]`` per half.
+    ``reverse_node``: the second half is a ``direction="reverse"`` node on ``x`` (no
+    Slices); with ``sequence_lens`` both nodes read one ``sequence_lens`` input.
     Near misses: ``sequence_lens`` (a ``sequence_lens`` input on both nodes: reversing
     the padded tensor is not what ``direction="reverse"`` does), ``partial`` (the input
     Slice ends at -1000: a full reversal up to 999 steps only), ``unreversed_output``
@@ -382,7 +386,7 @@ def hand_built_bidirectional(
     g = _Graph()
     x = g.input("x", ["seq", "batch", input_size])
     lens = ""
-    if near_miss == "sequence_lens":
+    if near_miss == "sequence_lens" or sequence_lens:
         lens = g.input("sequence_lens", ["batch"], TensorProto.INT32)
     elif near_miss not in (None, "partial", "unreversed_output", "state_read"):
         raise ValueError(near_miss)
@@ -393,13 +397,17 @@ def hand_built_bidirectional(
         names = ("h", "c") if op_type == "LSTM" else ("h",)
         return {f"initial_{n}": g.input(f"{n}0_{tag}", [1, "batch", hidden]) for n in names}
 
-    reversed_x = _reverse(g, x, end=-1000 if near_miss == "partial" else INT64_MIN)
-    backward = g.rnn(op_type, reversed_x, input_size, hidden, sequence_lens=lens,
-                     **state_inputs("b"))  # fmt: skip
+    if reverse_node:
+        backward = g.rnn(op_type, x, input_size, hidden, direction="reverse",
+                         sequence_lens=lens, **state_inputs("b"))  # fmt: skip
+    else:
+        reversed_x = _reverse(g, x, end=-1000 if near_miss == "partial" else INT64_MIN)
+        backward = g.rnn(op_type, reversed_x, input_size, hidden, sequence_lens=lens,
+                         **state_inputs("b"))  # fmt: skip
     yb = backward[0]
     if concat == "sequence":
         yb = g.one("Squeeze", yb, g.ints(1))
-    if near_miss != "unreversed_output":
+    if near_miss != "unreversed_output" and not reverse_node:
         yb = _reverse(g, yb)
     if halves == "reverse":
         g.output(yb, "y", 3 if concat == "sequence" else 4)
