@@ -33,7 +33,7 @@ import onnx_ir as ir
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules.rules import families
-from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, thirdparty
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.unrolled import (
     UnrolledCellConfig,
@@ -124,6 +124,24 @@ FIGURES: tuple[Figure, ...] = (
         lambda: build_exporter_model(
             ExporterSpec(direction="bidirectional", batch_first=True, outputs=("y",))
         ),
+    ),
+    Figure(
+        "initial_state_paddle",
+        "initial_state",
+        "Paddle2ONNX 2-layer bidirectional LSTM: Tile, Transpose, per-layer Slices",
+        lambda: thirdparty.paddle_states("LSTM", num_layers=2, hidden=3),
+    ),
+    Figure(
+        "bidirectional_hand_built",
+        "bidirectional",
+        "hand-built bidirectional GRU: two forward GRUs, Slice reversals, Concat",
+        lambda: thirdparty.hand_built_bidirectional("GRU", hidden=3),
+    ),
+    Figure(
+        "fold_if_rank_checks",
+        "fold_if",
+        "rank checks in If around a GRU (torch's unbatched-input support)",
+        lambda: thirdparty.rank_checks("GRU", hidden=3),
     ),
     Figure(
         "unused_outputs_torchscript",
@@ -262,14 +280,26 @@ class _Side:
     colour: dict[int, str]  # id(node) -> fill colour
 
 
+def _signature(node: ir.Node) -> tuple:
+    """A node is the same node after the rewrite when this is equal: a rewritten node keeps
+    its name, so inputs and attributes tell; outputs only count where they are used (the
+    cleanup drops trailing unused RNN outputs whatever the family)."""
+    inputs = tuple(None if v is None else v.name for v in node.inputs)
+    attributes = tuple(sorted((k, str(v)) for k, v in node.attributes.items()))
+    used = tuple(i for i, v in enumerate(node.outputs) if v.uses() or v.is_graph_output())
+    return (node.name, node.op_type, inputs, attributes, used)
+
+
 def _regions(before: ir.Model, after: ir.Model) -> tuple[_Side, _Side]:
     """Removed/added nodes, plus the unchanged nodes next to them and unchanged RNNs."""
     before_nodes = [n for n in before.graph if not _is_constant_node(n)]
     after_nodes = [n for n in after.graph if not _is_constant_node(n)]
     before_names = {n.name for n in before_nodes}
     after_names = {n.name for n in after_nodes}
-    removed = [n for n in before_nodes if n.name not in after_names]
-    added = [n for n in after_nodes if n.name not in before_names]
+    before_keys = {_signature(n) for n in before_nodes}
+    after_keys = {_signature(n) for n in after_nodes}
+    removed = [n for n in before_nodes if _signature(n) not in after_keys]
+    added = [n for n in after_nodes if _signature(n) not in before_keys]
 
     def neighbours(nodes: list[ir.Node]) -> set[str]:
         names = set()

@@ -1,4 +1,4 @@
-"""The output comparisons: ``_verify._diff`` (``--verify``) and ``_ort.max_abs_diff`` (tests).
+"""The output comparisons: ``runtime.diff`` (``--verify``) and ``runtime.max_abs_diff`` (tests).
 
 Written for mutation testing (docs/mutation.md): each case fails when one branch of the
 comparison is changed.

@@ -232,6 +232,30 @@ def test_shape_start_end_and_size(shape, start, end) -> None:
     check(_model(nodes, [_input("x", shape)], ["s", "n", "ss"]), {"x": _feed(shape)}, ort=True)
 
 
+@given(
+    shape=shapes,
+    data=st.data(),
+    op=st.sampled_from(["ReduceMean", "ReduceSum", "ReduceMax", "ArgMax"]),
+    opset=st.sampled_from([11, 13, 18]),
+    keepdims=st.sampled_from([0, 1, None]),
+)
+def test_reductions(shape, data, op, opset, keepdims) -> None:
+    """Axes as attribute or input (by op and opset), none (every axis), keepdims either way."""
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), max_size=rank, unique=True))
+    attrs = {} if keepdims is None else {"keepdims": keepdims}
+    inputs, inits = ["x"], []
+    if op == "ArgMax":
+        attrs["axis"] = axes[0] if axes else 0
+    elif axes and (opset >= 18 or (op == "ReduceSum" and opset >= 13)):
+        inits.append(_const("axes", axes))
+        inputs.append("axes")
+    elif axes:
+        attrs["axes"] = axes
+    nodes = [helper.make_node(op, inputs, ["r"], **attrs)]
+    check(_model(nodes, [_input("x", shape)], ["r"], inits, opset=opset), {"x": _feed(shape)})
+
+
 @given(shape=shapes, data=st.data(), opset=st.sampled_from([11, 13, 18]))
 def test_squeeze_unsqueeze(shape, data, opset) -> None:
     """Both the attribute (opset < 13) and the input form; unit axes declared static."""

@@ -12,7 +12,12 @@ import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules._compat import check_onnxscript
-from rnn_rewrite_rules.passes import EmptyUnusedRnnOutputsPass, RemoveUnusedSubgraphInitializersPass
+from rnn_rewrite_rules.passes import (
+    EmptyUnusedRnnOutputsPass,
+    InitializerInfoFromTensorPass,
+    RemoveUnusedSubgraphInitializersPass,
+    UniqueRewrittenNodeNamesPass,
+)
 from rnn_rewrite_rules.rules import families, select_rules
 
 __all__ = ["BadOptions", "UnknownRule", "rewrite", "rules", "select"]
@@ -111,15 +116,30 @@ def rewrite(
         )
     check_onnxscript()
     if isinstance(model, onnx.ModelProto):
-        return ir.serde.serialize_model(
-            rewrite(ir.serde.deserialize_model(model), names, portable=portable)
-        )
+        ir_model = ir.serde.deserialize_model(model)
+        fired = _rewrite(ir_model, names, portable=portable)
+        result = ir.serde.serialize_model(ir_model)
+        if not fired:
+            untouched = ir.serde.deserialize_model(model)
+            InitializerInfoFromTensorPass()(untouched)
+            if ir.serde.serialize_model(untouched) == result:
+                result = onnx.ModelProto()
+                result.CopyFrom(model)  # nothing changed: byte for byte the model given
+        return result
+    _rewrite(model, names, portable=portable)
+    return model
+
+
+def _rewrite(model: ir.Model, names: Sequence[str] | None, *, portable: bool) -> bool:
+    """Rewrite ``model`` in place and clean up; True when a rule fired."""
     rule_set = rules(names, portable=portable)
+    fired = False
     for _ in range(_MAX_ROUNDS):
         if not rule_set.apply_to_model(model):
             break
+        fired = True
     cleanup(model)
-    return model
+    return fired
 
 
 def cleanup(model: ir.Model) -> None:
@@ -132,5 +152,7 @@ def cleanup(model: ir.Model) -> None:
             common_passes.RemoveUnusedOpsetsPass(),
             # after every NameFixPass: unused RNN outputs named "" (see unused_outputs)
             EmptyUnusedRnnOutputsPass(),
+            InitializerInfoFromTensorPass(),
+            UniqueRewrittenNodeNamesPass(),
         ]
     )(model)

@@ -5,6 +5,8 @@
 * ``runtime-weight-prep``: ``W``/``R``/``B`` are computed at run time from initializers;
   ONNX Runtime folds them at session creation (slow load) or recomputes them every call.
 * ``layout-1``: ``layout=1`` RNNs, which ONNX Runtime's CPU kernels reject.
+* ``unproven-zero-state``, ``hand-built-direction``, ``runtime-rank-check``: exporter
+  forms the rules rewrite where they can prove them (see :func:`exporter_form_hazards`).
 * ``frozen-axis``: an axis declared dynamic at a graph input but frozen to a constant
   inside, e.g. ``Reshape(Transpose(Y), [3, -1, 32])`` while the input declares ``seq``
   (torch's exporter does this silently): other sizes fail or give wrong shapes.
@@ -27,7 +29,15 @@ from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
 
-KINDS = ("runtime-shape-chain", "runtime-weight-prep", "layout-1", "frozen-axis")
+KINDS = (
+    "runtime-shape-chain",
+    "runtime-weight-prep",
+    "layout-1",
+    "frozen-axis",
+    "unproven-zero-state",
+    "hand-built-direction",
+    "runtime-rank-check",
+)
 
 #: Ops that move a tensor's data without changing what its axes mean to a shape reader.
 _PASS_THROUGH = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Cast"}
@@ -301,7 +311,7 @@ def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -
 def rnn_hazards(node: ir.Node) -> list[Hazard]:
     """The hazards of one RNN node that need no shape inference (all but frozen axes)."""
     hazards = (check(node) for check in (_layout, _weight_preparation, _shape_chain))
-    return [hazard for hazard in hazards if hazard is not None]
+    return [hazard for hazard in hazards if hazard is not None] + exporter_form_hazards(node)
 
 
 def find_hazards(model: ir.Model) -> list[Hazard]:
@@ -319,3 +329,150 @@ def find_hazards(model: ir.Model) -> list[Hazard]:
                 hazards.extend(_frozen_initial_state(node, prover, symbols))
     order = {kind: index for index, kind in enumerate(KINDS)}
     return sorted(hazards, key=lambda h: order[h.kind])
+
+
+# ---------------------------------------------------------------- exporter forms (issue 13)
+# Forms third-party exporters write that a family rewrites when the shape prover proves
+# it equivalent; the hazard names each one whether or not that proof succeeds, so a form
+# left alone is still reported (with the family's reason in the report).
+
+
+def exporter_form_hazards(rnn: ir.Node) -> list[Hazard]:
+    """Zero-looking states, hand-built directions and If rank checks around ``rnn``."""
+    found = [_unproven_zero_state(rnn), _hand_built_direction(rnn), *_rank_checks(rnn)]
+    return [hazard for hazard in found if hazard is not None]
+
+
+#: Producers of a state tensor filled at run time (zeros_like, Expand(0), Tile, x * 0).
+_STATE_FILLS = {"ConstantOfShape", "Expand", "Tile", "Mul"}
+
+
+def _unproven_zero_state(rnn: ir.Node) -> Hazard | None:
+    """A state computed at run time that looks zero-filled but is not proven zeros of
+    shape ``[D, batch of X, H]`` (batch from an unrelated input, ``x * 0`` of a tensor
+    that may be inf/NaN): the runtime computes it every call."""
+    from rnn_rewrite_rules.rules.initial_state import state_reason  # rules import us lazily
+    from rnn_rewrite_rules.shape.values import is_all_zeros
+
+    indices = (5, 6) if rnn.op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,)
+    prover = ShapeProver()
+    for index in indices:
+        state = rnn.inputs[index] if index < len(rnn.inputs) else None
+        if state is None or state.is_graph_input() or _is_constant(state):
+            continue  # a constant of the wrong batch is a frozen axis, reported as such
+        fills = _fill_nodes(state)
+        if not fills:
+            continue
+        name = "initial_c" if index == 6 else "initial_h"
+        if not is_all_zeros(state):
+            why = "it is not provably zeros (x * 0 is NaN where x is inf or NaN)"
+        else:
+            why = state_reason(rnn, state, prover)
+            if why is None or not _batch_known(rnn, prover):
+                continue  # proven (dropped), or X's own batch is unknown (a frozen axis?)
+        return Hazard(
+            "unproven-zero-state",
+            describe_node(rnn),
+            f"{name} is filled at run time by {_summary(fills)} but cannot be dropped: {why}",
+        )
+    return None
+
+
+def _batch_known(rnn: ir.Node, prover: ShapeProver) -> bool:
+    """X's batch is a number or a graph input's size (not lost in an unproven Reshape)."""
+    layout = rnn.attributes.get_int("layout", 0)
+    batch = prover.dim(rnn.inputs[0] if rnn.inputs else None, 0 if layout == 1 else 1)
+    if batch is None:
+        return False
+    return all(s.value.is_graph_input() for monomial, _ in batch.terms for s in monomial)
+
+
+def _fill_nodes(value: ir.Value, depth: int = 6) -> list[ir.Node]:
+    """The fill ops among the pass-through/Slice/Concat producers of ``value``."""
+    found: list[ir.Node] = []
+    stack = [(value, 0)]
+    while stack:
+        current, hops = stack.pop()
+        node = current.producer()
+        if node is None or hops > depth:
+            continue
+        if node.op_type in _STATE_FILLS:
+            found.append(node)
+        elif node.op_type in _PASS_THROUGH | {"Slice", "Concat"}:
+            stack.extend((v, hops + 1) for v in node.inputs[:1] if v is not None)
+            if node.op_type == "Concat":
+                stack.extend((v, hops + 1) for v in node.inputs[1:] if v is not None)
+    return found
+
+
+def _reversed_input(value: ir.Value | None) -> ir.Node | None:
+    """The Slice with a negative step on axis 0 that produces ``value``, if any."""
+    node = None if value is None else value.producer()
+    if node is None or node.op_type != "Slice" or len(node.inputs) < 5:
+        return None
+    steps = node.inputs[4]
+    array = None if steps is None else ir.convenience.get_const_tensor(steps)
+    if array is None or not (array.numpy() < 0).any():
+        return None
+    return node
+
+
+def _hand_built_direction(rnn: ir.Node) -> Hazard | None:
+    """An RNN reading its input reversed by a Slice: a hand-built reverse half."""
+    reverse = _reversed_input(rnn.inputs[0] if rnn.inputs else None)
+    if reverse is None:
+        return None
+    return Hazard(
+        "hand-built-direction",
+        describe_node(rnn),
+        f"reads its input reversed by {describe_node(reverse)}: a hand-built reverse or "
+        "bidirectional half (one node with direction='reverse'/'bidirectional' does both "
+        "reversals in the kernel)",
+    )
+
+
+def _rank_checks(rnn: ir.Node) -> Iterator[Hazard]:
+    """If nodes choosing on a shape around ``rnn``: one producing X (through pass-through
+    ops), or one whose condition reads the shape of an output."""
+    value = rnn.inputs[0] if rnn.inputs else None
+    for _ in range(8):
+        node = None if value is None else value.producer()
+        if node is None:
+            break
+        if node.op_type == "If":
+            yield Hazard(
+                "runtime-rank-check",
+                describe_node(rnn),
+                f"its input is chosen at run time by {describe_node(node)} (a rank check)",
+            )
+            break
+        if node.op_type not in _PASS_THROUGH:
+            break
+        value = node.inputs[0]
+    for _, consumer in _derived_values(rnn):
+        if consumer.op_type != "Shape":
+            continue
+        for node in _shape_readers(consumer):
+            if node.op_type == "If":
+                yield Hazard(
+                    "runtime-rank-check",
+                    describe_node(rnn),
+                    f"{describe_node(node)} branches on its output's shape at run time",
+                )
+
+
+def _shape_readers(shape: ir.Node) -> Iterator[ir.Node]:
+    """Nodes reached from a Shape node through shape arithmetic (and Size, Not)."""
+    stack = [shape]
+    seen = {shape}
+    while stack:
+        node = stack.pop()
+        for value in node.outputs:
+            for use in value.uses():
+                consumer = use.node
+                if consumer in seen:
+                    continue
+                seen.add(consumer)
+                yield consumer
+                if consumer.op_type in _SHAPE_ARITHMETIC | {"Size", "Not", "Greater", "Less"}:
+                    stack.append(consumer)

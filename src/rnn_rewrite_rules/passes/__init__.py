@@ -7,12 +7,16 @@ from rnn_rewrite_rules.passes.empty_unused_rnn_outputs import (
     EmptyUnusedRnnOutputsPass,
     empty_unused_rnn_outputs,
 )
+from rnn_rewrite_rules.passes.initializer_info_from_tensor import InitializerInfoFromTensorPass
 from rnn_rewrite_rules.passes.remove_unused_subgraph_initializers import (
     RemoveUnusedSubgraphInitializersPass,
 )
+from rnn_rewrite_rules.passes.unique_rewritten_node_names import UniqueRewrittenNodeNamesPass
 
 __all__ = [
     "EmptyUnusedRnnOutputsPass",
+    "InitializerInfoFromTensorPass",
     "RemoveUnusedSubgraphInitializersPass",
+    "UniqueRewrittenNodeNamesPass",
     "empty_unused_rnn_outputs",
 ]

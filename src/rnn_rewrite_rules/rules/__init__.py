@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules import (
+    bidirectional,
+    fold_if,
     initial_state,
     layer_glue,
     layer_output,
@@ -27,6 +29,8 @@ __all__ = ["FAMILIES", "RuleFamily", "families", "fixed_by", "select_rules"]
 FAMILIES: tuple[RuleFamily, ...] = (
     weight_folding.FAMILY,
     reroll.FAMILY,
+    fold_if.FAMILY,
+    bidirectional.FAMILY,
     initial_state.FAMILY,
     layer_output.FAMILY,
     layer_glue.FAMILY,

@@ -15,7 +15,7 @@ from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import RNN_OPS
 
-__all__ = ["RnnNodeRule", "copy_rnn_node", "rnn_node_rules"]
+__all__ = ["RnnNodeRule", "copy_rnn_node", "keep_identity", "rnn_node_rules"]
 
 _MAX_OUTPUTS = {"LSTM": 3, "GRU": 2, "RNN": 2, "DynamicQuantizeLSTM": 3}
 
@@ -71,9 +71,27 @@ def copy_rnn_node(
         inputs[index] = value
     while inputs and inputs[-1] is None:
         inputs.pop()
-    return emit_node(
+    result = emit_node(
         op, node.op_type, inputs, node.attributes, domain=node.domain, num_outputs=num_outputs
     )
+    keep_identity(result[0].producer(), node)
+    return result
+
+
+def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
+    """Give the node a rewrite emits in place of ``old`` its name, doc string and metadata.
+
+    Set before the rewriter inserts the node, so the graph's name authority keeps the name
+    (it names only unnamed nodes); ``--check`` and the report then show the original name.
+    """
+    if new is None:
+        return
+    if old.name:
+        new.name = old.name
+    if old.doc_string:
+        new.doc_string = old.doc_string
+    for key, value in old.metadata_props.items():
+        new.metadata_props.setdefault(key, value)
 
 
 def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:

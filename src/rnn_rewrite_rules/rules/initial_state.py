@@ -113,5 +113,5 @@ FAMILY = RuleFamily(
     # ``initial_h`` when the batch axis is symbolic, though ONNX defines the missing state as
     # zeros; ``portable=True`` leaves the exporter's zero states in place for such runtimes.
     portable=False,
-    fixes=(),
+    fixes=("unproven-zero-state",),
 )

@@ -35,6 +35,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
 
 __all__ = ["FAMILY", "CollapseRnnGlue", "rules"]
@@ -227,6 +228,41 @@ def _cost(perm: list[int] | None, second: tuple[str, list[int]]) -> int:
     return (perm is not None) + bool(second[0])
 
 
+def _only_shape_readers(value: ir.Value, others: int) -> bool:
+    """``value`` has ``others`` readers that are not ``Shape`` nodes (only its shape is read
+    by the rest: a Reshape target computed from the tensor's own shape)."""
+    count = sum(not (u.node.domain == "" and u.node.op_type == "Shape") for u in value.uses())
+    return count == others
+
+
+def _dying(chain: list[ir.Node]) -> set[ir.Node]:
+    """The nodes that die when the chain's last output is replaced: the chain's and those
+    of its computed Reshape targets whose every reader dies (a fixpoint)."""
+    candidates: list[ir.Node] = list(chain)
+    for node in chain:
+        if node.op_type != "Reshape" or len(node.inputs) < 2:
+            continue
+        stack = [node.inputs[1]]
+        while stack and len(candidates) < 64:
+            value = stack.pop()
+            producer = None if value is None else value.producer()
+            if producer is None or producer in candidates:
+                continue
+            candidates.append(producer)
+            stack.extend(producer.inputs)
+    dying = {chain[-1]}
+    changed = True
+    while changed:
+        changed = False
+        for node in candidates:
+            if node in dying or any(out.is_graph_output() for out in node.outputs):
+                continue
+            if all(use.node in dying for out in node.outputs for use in out.uses()):
+                dying.add(node)
+                changed = True
+    return dying
+
+
 class CollapseRnnGlue(RewriteRuleClassBase):
     """Chain of Transpose/Squeeze/Unsqueeze/Reshape from Y -> at most Transpose + one reshape."""
 
@@ -243,10 +279,13 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         root = context.root
         out = root.outputs[0]
         readers = out.uses()
-        if len(readers) == 1 and not out.is_graph_output():
-            reader = readers[0].node
-            if reader.domain == "" and reader.op_type in _GLUE_OPS and readers[0].idx == 0:
-                return check_result.fail("the chain goes on: rewritten at its last node", out)
+        next_glue = [
+            use
+            for use in readers
+            if use.node.domain == "" and use.node.op_type in _GLUE_OPS and use.idx == 0
+        ]
+        if len(next_glue) == 1 and not out.is_graph_output() and _only_shape_readers(out, 1):
+            return check_result.fail("the chain goes on: rewritten at its last node", out)
         chain = [root]
         value = x
         while True:
@@ -257,7 +296,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
                 producer is None
                 or producer.domain != ""
                 or producer.op_type not in _GLUE_OPS
-                or len(value.uses()) != 1
+                or not _only_shape_readers(value, 1)
                 or value.is_graph_output()
                 or len(chain) >= _MAX_CHAIN
             ):
@@ -281,16 +320,19 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         assert dims is not None and len(dims) == rank
         sizes = list(dims)
         groups: list[Group] = [() if sizes[a] == ONE else (a,) for a in range(rank)]
+        dying = _dying(chain)
         old_cost = 0
         for node in chain:
             result = _step(node, groups, sizes, prover)
             if isinstance(result, str):
                 return check_result.fail(result, node)
             groups = result
+            if node not in dying:
+                continue  # another reader (a Shape that lives on) keeps it
             old_cost += 1
             if node.op_type == "Reshape":
                 target = node.inputs[1]
-                if const_array(target) is None and len(target.uses()) == 1:
+                if const_array(target) is None and target.producer() in dying:
                     old_cost += 1  # its runtime target computation dies with it
         plan = _realize(sizes, groups)
         if plan is None:
@@ -310,6 +352,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         self._main_graph = context.graph_or_function is context.model.graph
         self._graph = context.graph_or_function
         self._keep_name = keep_name
+        self._root = root
         return check_result
 
     def rewrite(self, op, x: ir.Value, **_):
@@ -330,6 +373,8 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             )
         if current is y and self._keep_name:
             current = op.Identity(y)
+        if current is not y:
+            keep_identity(current.producer(), self._root)
         return current
 
 

@@ -26,6 +26,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 from rnn_rewrite_rules._rnn import opset_version, rnn_facts
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
 __all__ = ["FAMILY", "RnnOutputToSequence", "rules"]
@@ -96,6 +97,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         self._opset = opset
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
+        self._root = context.root
         return check_result
 
     @staticmethod
@@ -106,9 +108,13 @@ class RnnOutputToSequence(RewriteRuleClassBase):
     def rewrite(self, op, y: ir.Value, transposed: ir.Value, **_):
         if self._num_directions == 1:
             if self._opset >= 13:
-                return op.Squeeze(y, self._constant(op, [1]))
-            return op.Squeeze(y, axes=[1])
-        return op.Reshape(transposed, self._constant(op, [0, 0, self._width]))
+                result = op.Squeeze(y, self._constant(op, [1]))
+            else:
+                result = op.Squeeze(y, axes=[1])
+        else:
+            result = op.Reshape(transposed, self._constant(op, [0, 0, self._width]))
+        keep_identity(result.producer(), self._root)
+        return result
 
     def _constant(self, op, values: list[int]) -> ir.Value:
         return int64_constant(op, self._graph, values, as_node=not self._main_graph)

@@ -32,7 +32,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleSet
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, rnn_node_rules
+from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, keep_identity, rnn_node_rules
 from rnn_rewrite_rules.rules.unused_outputs import is_unused
 
 __all__ = ["FAMILY", "LayoutToTimeMajor", "rules"]
@@ -73,6 +73,7 @@ class LayoutToTimeMajor(RnnNodeRule):
         outputs = emit_node(
             op, node.op_type, inputs, attributes, domain=node.domain, num_outputs=keep
         )
+        keep_identity(outputs[0].producer(), node)
         result = []
         for index, old in enumerate(node.outputs):
             if index not in self._used:

@@ -355,6 +355,40 @@ def _split(node: ir.Node, ins: Inputs) -> list[Fact]:
     return facts
 
 
+@_register(
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
+)  # fmt: skip
+def _reduce(node: ir.Node, ins: Inputs) -> list[Fact]:
+    """Reduced axes become 1 (``keepdims``, the default) or go; axes from the attribute
+    (ReduceSum before opset 13, the others before 18, ArgMax/ArgMin's ``axis``) or input 1;
+    no axes: every axis, or none with ``noop_with_empty_axes``."""
+    data = _fact(ins, 0)
+    if data.dims is None:
+        return [UNKNOWN]
+    keep = node.attributes.get_int("keepdims", 1)
+    if node.op_type in ("ArgMax", "ArgMin"):
+        axes: list[int] | None = [node.attributes.get_int("axis", 0)]
+    elif "axes" in node.attributes:
+        axes = list(node.attributes["axes"].as_ints())
+    elif _present(ins, 1):
+        axes = _fact(ins, 1).ints()
+        if axes is None:
+            return [UNKNOWN if not keep else Fact((None,) * len(data.dims))]
+    else:
+        axes = []
+    if not axes:
+        if node.attributes.get_int("noop_with_empty_axes", 0):
+            return [_same(data)]
+        axes = list(range(len(data.dims)))
+    norm = semantics.normalize_axes(axes, len(data.dims))
+    if norm is None:
+        return [UNKNOWN]
+    if keep:
+        return [Fact(tuple(ONE if i in norm else d for i, d in enumerate(data.dims)))]
+    return [Fact(tuple(d for i, d in enumerate(data.dims) if i not in norm))]
+
+
 # ---------------------------------------------------------------- arithmetic
 
 

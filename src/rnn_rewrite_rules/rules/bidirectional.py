@@ -1,0 +1,364 @@
+"""Merge a bidirectional layer built by hand from forward RNNs into one ONNX RNN node.
+
+Pattern (converters without a ``direction`` attribute, hand-written graphs): a forward
+``LSTM``/``GRU``/``RNN`` on ``x`` and another on ``Slice(x, starts=[-1],
+ends=[INT64_MIN], axes=[0], steps=[-1])`` (time reversed), whose ``Y`` is reversed back
+by the same Slice, both concatenated:
+
+* ``Concat(Yf, rev(Yb), axis=1)``: ``[seq, 2, batch, H]``, the bidirectional ``Y``;
+* ``Concat(Squeeze(Yf, 1), rev(Squeeze(Yb, 1)), axis=-1)``: ``[seq, batch, 2H]``
+  (the reversal may sit before or after the Squeeze);
+* ``rev(Yb)`` (or ``rev(Squeeze(Yb, 1))``) alone: one reverse-direction layer;
+* ``Yb`` of a ``direction="reverse"`` node on ``x`` in place of ``rev(Yb)`` (a converter's
+  pair, or the reverse rule's result on a hand-built half), ``sequence_lens`` shared.
+
+Condition: both nodes are the same op with the same attributes (``layout`` 0) and
+hidden size; the reversed node reads exactly the Slice of the forward node's ``x`` (a
+reverse node reads ``x`` itself); each Slice is a full reversal of axis 0 (start ``-1``,
+end at or below ``-2**62``, step ``-1``: every length an axis can have); no
+``sequence_lens`` on a Slice-reversed half (a ``reverse`` node reverses each sequence
+within its length, the Slice the padded tensor), the same ``sequence_lens`` value on a
+forward/reverse pair; both or neither have initial states and peepholes; ``Y_h``/``Y_c``
+and every intermediate value have no other reader; activations, when given, are given
+for both.
+
+Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W``,
+``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
+``Concat``; a missing ``B`` is zeros), states concatenated, then
+``Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, 2H])`` for the ``[seq, batch, 2H]`` form;
+or the one node with ``direction="reverse"`` reading ``x``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+
+from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
+from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.shape import ShapeProver
+
+__all__ = ["FAMILY", "MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal", "rules"]
+
+#: An end at or below this reverses an axis of any length a tensor can have.
+_FULL_END = -(2**62)
+_STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+_PEEPHOLE = 7
+_MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
+
+
+def is_reversal(node: ir.Node | None, prover: ShapeProver) -> str | None:
+    """None when ``node`` is a Slice reversing axis 0 entirely, else why not."""
+    if node is None or node.domain != "" or node.op_type != "Slice":
+        return "not a Slice"
+    if len(node.inputs) < 5 or node.inputs[4] is None:
+        return "the Slice has no steps (step 1)"
+    starts, ends, steps = (prover.ints(node.inputs[i]) for i in (1, 2, 4))
+    axes = prover.ints(node.inputs[3]) if node.inputs[3] is not None else [0]
+    if None in (starts, ends, steps, axes) or len(starts) != 1:  # type: ignore[arg-type]
+        return "the Slice's bounds are not constant or not one axis"
+    rank = prover.rank(node.inputs[0])
+    axis = axes[0] + (rank or 0) if axes[0] < 0 else axes[0]  # type: ignore[index]
+    if axis != 0 or steps != [-1]:
+        return "the Slice does not step backwards over axis 0"
+    if starts[0] != -1 and starts[0] < 2**62:  # type: ignore[index]
+        return f"the Slice starts at {starts[0]}, not at the last element"  # type: ignore[index]
+    if ends[0] > _FULL_END:  # type: ignore[index]
+        return f"the Slice ends at {ends[0]}: not a full reversal"  # type: ignore[index]
+    return None
+
+
+@dataclasses.dataclass
+class _Half:
+    node: ir.Node
+    reversed: bool
+    squeezed: bool
+
+
+def _only_reader(value: ir.Value) -> bool:
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+def _half(value: ir.Value, prover: ShapeProver) -> _Half | str:
+    """Follow ``value`` back through one reversal and one ``Squeeze(axes=[1])`` to a Y."""
+    reversed_, squeezed = False, False
+    while True:
+        node = value.producer()
+        if node is None:
+            return "the concatenated value is not computed from an RNN's Y"
+        if node.domain == "" and node.op_type == "Slice" and not reversed_:
+            reason = is_reversal(node, prover)
+            if reason is not None:
+                return reason
+            reversed_ = True
+        elif node.domain == "" and node.op_type == "Squeeze" and not squeezed:
+            axes = _axes(node, prover)
+            if axes not in ([1], [-3]):
+                return "the Squeeze does not remove the direction axis"
+            squeezed = True
+        else:
+            if isinstance(rnn_facts(node, prover), str) or node.domain != "":
+                return f"{node.op_type} between the RNN and the Concat"
+            if value is not node.outputs[0]:
+                return "the value is not the RNN's Y"
+            return _Half(node, reversed_, squeezed)
+        source = node.inputs[0]
+        if source is None or not _only_reader(source):
+            return "an intermediate value has another reader"
+        value = source
+
+
+def _axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
+    attr = node.attributes.get("axes")
+    if attr is not None:
+        return list(attr.as_ints())
+    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
+
+
+def _direction(node: ir.Node) -> str:
+    attr = node.attributes.get("direction")
+    return "forward" if attr is None else attr.as_string()
+
+
+def _node_reason(node: ir.Node, direction: str = "forward", sliced: bool = True) -> str | None:
+    """Why ``node`` cannot be one direction of a merged node (None: it can)."""
+    if _direction(node) != direction:
+        return f"the RNN is not a {direction} one"
+    if node.attributes.get_int("layout", 0) != 0:
+        return "layout=1 RNN"
+    if sliced and _input(node, 4) is not None:
+        return "sequence_lens is present: the Slice reverses the padding too"
+    for output in node.outputs[1:]:
+        if output.uses() or output.is_graph_output():
+            return "Y_h or Y_c is read"
+    return None
+
+
+def _input(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
+    return {k: v for k, v in node.attributes.items() if k != "direction"}
+
+
+def _pair_reason(forward_half: _Half, backward_half: _Half, prover: ShapeProver) -> str | None:
+    forward, backward = forward_half.node, backward_half.node
+    sliced = backward_half.reversed
+    reason = _node_reason(forward, "forward", sliced=False) or _node_reason(
+        backward, "forward" if sliced else "reverse", sliced=sliced
+    )
+    if reason is not None:
+        return reason
+    if (forward.domain, forward.op_type) != (backward.domain, backward.op_type):
+        return "the two halves are different ops"
+    if _input(forward, 4) is not _input(backward, 4):
+        return "the halves have different sequence_lens"
+    facts = [rnn_facts(n, prover) for n in (forward, backward)]
+    for fact in facts:
+        if isinstance(fact, str):
+            return fact
+    if facts[0].hidden_size != facts[1].hidden_size:  # type: ignore[union-attr]
+        return "the two halves have different hidden sizes"
+    a, b = _attributes(forward), _attributes(backward)
+    if set(a) != set(b):
+        return "the two halves have different attributes"
+    for name in a:
+        if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
+            return f"the two halves differ in {name}"
+    for index in (*_STATES[forward.op_type], _PEEPHOLE):
+        if (_input(forward, index) is None) != (_input(backward, index) is None):
+            return "only one half has an initial state or peepholes"
+    return None
+
+
+def _stack(op, graph, values: list[ir.Value | None], hint: str) -> ir.Value | None:
+    """``Concat(values, axis=0)``: one new constant when all are constants."""
+    if all(v is None for v in values):
+        return None
+    arrays = [const_array(v) for v in values]
+    if all(a is not None for a in arrays):
+        stacked = np.concatenate(arrays, axis=0)  # type: ignore[arg-type]
+        tensor = ir.tensor(stacked)
+        if not isinstance(graph, ir.Graph):
+            return op.Constant(value=tensor)
+        base = f"{hint}_bidirectional"
+        name, index = base, 0
+        while name in graph.initializers:
+            index += 1
+            name = f"{base}_{index}"
+        return op.initializer(tensor, name)
+    return op.Concat(*values, axis=0)
+
+
+def _merged_attributes(forward: ir.Node, backward: ir.Node, direction: str) -> dict:
+    attrs: dict = {}
+    for name, attr in _attributes(forward).items():
+        if name in _MERGED_ATTRIBUTES and backward is not forward:
+            other = backward.attributes[name]
+            attrs[name] = list(attr.value) + list(other.value)
+        else:
+            attrs[name] = attr
+    attrs["direction"] = direction
+    return attrs
+
+
+def _emit(op, graph, forward: ir.Node, backward: ir.Node | None, x: ir.Value) -> ir.Value:
+    """The merged node (``backward`` None: ``forward`` as a reverse node); returns Y."""
+    if backward is None:
+        inputs = [x, *forward.inputs[1:]]
+        attrs = _merged_attributes(forward, forward, "reverse")
+        node = forward
+    else:
+        inputs = [x]
+        for index in range(1, max(len(forward.inputs), len(backward.inputs))):
+            pair = [_input(forward, index), _input(backward, index)]
+            if index == 4:  # sequence_lens: the same value (checked), shared
+                inputs.append(pair[0])
+                continue
+            if index == 3 and (pair[0] is None) != (pair[1] is None):
+                pair = [_bias_or_zeros(op, graph, forward, backward, i) for i in (0, 1)]
+            present = [v for v in pair if v is not None]
+            hint = (present[0].name or "input") if present else ""
+            inputs.append(_stack(op, graph, pair, hint))
+        attrs = _merged_attributes(forward, backward, "bidirectional")
+        node = forward
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    (y,) = emit_node(op, node.op_type, inputs, attrs, domain=node.domain, num_outputs=1)
+    keep_identity(y.producer(), node)
+    return y
+
+
+def _bias_or_zeros(op, graph, forward: ir.Node, backward: ir.Node, which: int) -> ir.Value:
+    node = (forward, backward)[which]
+    bias = _input(node, 3)
+    if bias is not None:
+        return bias
+    other = _input((forward, backward)[1 - which], 3)
+    array = const_array(other)
+    if array is not None:
+        return op.Constant(value=ir.tensor(np.zeros_like(array)))
+    return op.Mul(other, op.Constant(value=ir.tensor(np.zeros((), np.float32))))
+
+
+class MergeHandBuiltBidirectional(RewriteRuleClassBase):
+    """Concat(RNN(x), rev(RNN(rev(x)))) -> RNN(x, direction="bidirectional")."""
+
+    def pattern(self, op, a, b):
+        return op.Concat(a, b, _allow_other_attributes=True)
+
+    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
+        check_result = MatchResult()
+        prover = ShapeProver()
+        halves = []
+        for value in (a, b):
+            if not _only_reader(value):
+                return check_result.fail("a concatenated value has another reader", value)
+            half = _half(value, prover)
+            if isinstance(half, str):
+                return check_result.fail(half, value)
+            halves.append(half)
+        forward, backward = halves
+        backward_node_reverse = _direction(backward.node) == "reverse"
+        if forward.reversed or backward.reversed == backward_node_reverse:
+            return check_result.fail("not a forward half followed by a reversed half")
+        if forward.squeezed != backward.squeezed:
+            return check_result.fail("only one half is squeezed")
+        axis = context.root.attributes.get_int("axis", 0)
+        if forward.squeezed and axis not in (2, -1):
+            return check_result.fail("the halves are not concatenated on the feature axis")
+        if not forward.squeezed and axis not in (1, -3):
+            return check_result.fail("the halves are not concatenated on the direction axis")
+        reason = _pair_reason(forward, backward, prover)
+        if reason is not None:
+            return check_result.fail(reason, backward.node)
+        x = forward.node.inputs[0]
+        if backward_node_reverse:  # a reverse node (or a merged reversed half) on x itself
+            if x is None or backward.node.inputs[0] is not x:
+                return check_result.fail("the reverse RNN does not read the forward RNN's input")
+        else:
+            reversed_x = backward.node.inputs[0]
+            slice_node = None if reversed_x is None else reversed_x.producer()
+            if x is None or slice_node is None or slice_node.inputs[0] is not x:
+                return check_result.fail(
+                    "the second RNN does not read the reversed input of the first"
+                )
+            reason = is_reversal(slice_node, prover)
+            if reason is not None:
+                return check_result.fail(reason, slice_node)
+        facts = rnn_facts(forward.node, prover)
+        assert not isinstance(facts, str)
+        self._plan = (forward, backward, x, 2 * facts.hidden_size)
+        self._graph = context.graph_or_function
+        self._main_graph = context.graph_or_function is context.model.graph
+        return check_result
+
+    def rewrite(self, op, a: ir.Value, **_):
+        forward, backward, x, width = self._plan
+        y = _emit(op, self._graph, forward.node, backward.node, x)
+        if not forward.squeezed:
+            return y
+        target = int64_constant(op, self._graph, [0, 0, width], as_node=not self._main_graph)
+        return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), target)
+
+
+class MergeHandBuiltReverse(RewriteRuleClassBase):
+    """rev(RNN(rev(x))) -> RNN(x, direction="reverse")."""
+
+    def pattern(self, op, y, starts, ends, axes, steps):
+        return op.Slice(y, starts, ends, axes, steps)
+
+    def check(self, context, y: ir.Value, **_) -> MatchResult:
+        check_result = MatchResult()
+        prover = ShapeProver()
+        root = context.root
+        out = root.outputs[0]
+        half = _half(out, prover)
+        if isinstance(half, str):
+            return check_result.fail(half, out)
+        if not half.reversed:
+            return check_result.fail("not reversed")
+        reason = _node_reason(half.node)
+        if reason is not None:
+            return check_result.fail(reason, half.node)
+        reversed_x = half.node.inputs[0]
+        slice_node = None if reversed_x is None else reversed_x.producer()
+        if slice_node is None or (reason := is_reversal(slice_node, prover)) is not None:
+            return check_result.fail(reason or "the RNN does not read a reversed input", half.node)
+        self._plan = (half, slice_node.inputs[0])
+        self._graph = context.graph_or_function
+        self._main_graph = context.graph_or_function is context.model.graph
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, context.root)
+        self._opset = opset
+        return check_result
+
+    def rewrite(self, op, y: ir.Value, **_):
+        half, x = self._plan
+        result = _emit(op, self._graph, half.node, None, x)
+        if half.squeezed:
+            if self._opset < 13:
+                return op.Squeeze(result, axes=[1])
+            axes = int64_constant(op, self._graph, [1], as_node=not self._main_graph)
+            result = op.Squeeze(result, axes)
+        return result
+
+
+rules = RewriteRuleSet([MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule()])
+
+FAMILY = RuleFamily(
+    name="bidirectional",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+    portable=True,
+    fixes=("hand-built-direction",),
+)

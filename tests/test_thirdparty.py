@@ -1,0 +1,377 @@
+"""Third-party exporter forms (issue 13): what fires, what is refused and why, and that
+every rewrite equals the original at several sizes (ONNX Runtime), batch 0 included
+(``onnx.reference``: ORT aborts on LSTM/GRU with batch 0)."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import diagnostics, runtime
+from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules.testing import thirdparty as tp
+from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
+from tests.exporter_support import all_nodes, all_op_counts, rnn_nodes
+
+#: (batch, seq), pairwise different and different from nothing the builders fix.
+SIZES = ((1, 1), (3, 5), (6, 2))
+
+
+def _reference(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray] | Exception:
+    try:
+        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+    except Exception as error:  # the original may fail at this size: so must the rewrite
+        return error
+
+
+def assert_equivalent(before: onnx.ModelProto, after: onnx.ModelProto, *, zero: bool = True):
+    for seed, (batch, seq) in enumerate(SIZES):
+        feeds = tp.thirdparty_inputs(before, batch, seq, rng=seed)
+        diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+        assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
+    if not zero:
+        return
+    if not any(n.op_type == "GRU" for n in all_nodes(before.graph)):
+        # seq 0: ORT runs LSTM/RNN there (it aborts only on GRU), onnx.reference does not
+        feeds = tp.thirdparty_inputs(before, 2, 0, rng=8)
+        try:
+            expected = runtime.run(before, feeds)
+        except Exception:  # TorchScript's Reshape [0, 0, -1] fails at 0 (see below)
+            expected = None
+        if expected is not None:
+            assert runtime.max_abs_diff(expected, runtime.run(after, feeds)) <= 1e-5, "seq=0"
+    feeds = tp.thirdparty_inputs(before, 0, 4, rng=9)
+    expected, actual = _reference(before, feeds), _reference(after, feeds)
+    # where the original fails (neither ORT nor onnx.reference infers Reshape's -1 next to
+    # a 0 size, which TorchScript's [0, 0, -1] asks for), a rewrite with constant targets
+    # (layer_output's [0, 0, D*H]) runs
+    if not isinstance(expected, Exception):
+        assert not isinstance(actual, Exception), actual
+        assert runtime.max_abs_diff(expected, actual) <= 1e-5
+
+
+def rewrite(model: onnx.ModelProto, families=None) -> onnx.ModelProto:
+    after = rnn_rewrite_rules.rewrite(model, families)
+    onnx.checker.check_model(after)
+    again = rnn_rewrite_rules.rewrite(after, families)
+    assert again.graph == after.graph, "rewriting twice differs from once"
+    return after
+
+
+def reasons(model: onnx.ModelProto, families=None) -> list[str]:
+    """Every failed condition of the rules on ``model`` (nothing is rewritten)."""
+    ir_model = ir.serde.deserialize_model(model)
+    tracer = _RecordingTracer()
+    rnn_rewrite_rules.rules(families).apply_to_model(ir_model, tracer=tracer)
+    return [str(match.reason) for _, _, match, _ in tracer.failures]
+
+
+def _states(model: onnx.ModelProto) -> list[str]:
+    return [name for n in rnn_nodes(model) for name in n.input[5:7] if name]
+
+
+def _counts(model: onnx.ModelProto) -> collections.Counter[str]:
+    return all_op_counts(model)
+
+
+# ---------------------------------------------------------------- zero initial states
+
+ZERO_STATE_BUILDERS = {
+    "torchscript_gru": lambda: tp.torchscript_batch_first("GRU"),
+    "torchscript_lstm_bi": lambda: tp.torchscript_batch_first("LSTM", direction="bidirectional"),
+    "torchscript_lstm_1layer": lambda: tp.torchscript_batch_first("LSTM", num_layers=1),
+    "embedding": lambda: tp.embedding_tagger(),
+    "embedding_ids": lambda: tp.embedding_tagger(batch_source="ids"),
+    "embedding_x": lambda: tp.embedding_tagger(batch_source="transposed", direction="forward"),
+    "quantized": lambda: tp.embedding_tagger(quantized=True),
+    "quantized_dequantized": lambda: tp.embedding_tagger(
+        quantized=True, batch_source="dequantized"
+    ),
+    "quantized_transpose_first": lambda: tp.embedding_tagger(quantized=True, transpose_first=True),
+    "paddle_lstm": lambda: tp.paddle_states("LSTM"),
+    "paddle_gru_forward": lambda: tp.paddle_states("GRU", direction="forward", num_layers=3),
+    "zeros_like": lambda: tp.zeros_like_state("zeros_like"),
+    "expand_shape_of": lambda: tp.zeros_like_state("expand"),
+    "finite_times_zero": lambda: tp.zeros_like_state("mul_finite", "LSTM"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_STATE_BUILDERS))
+def test_zero_states_are_dropped(name: str) -> None:
+    before = ZERO_STATE_BUILDERS[name]()
+    assert _states(before)
+    after = rewrite(before)
+    assert not _states(after)
+    counts = _counts(after)
+    for op in ("Shape", "ConstantOfShape", "Tile", "Expand", "Mul", "Cast"):
+        assert not counts[op], counts  # the state's computation died with it
+    quantized = any(n.op_type == "DynamicQuantizeLSTM" for n in rnn_nodes(before))
+    # onnx.reference has no DequantizeLinear-14 kernel nor DynamicQuantizeLSTM
+    assert_equivalent(before, after, zero=not quantized)
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (
+            lambda: tp.torchscript_batch_first("GRU", near_miss="unrelated_batch"),
+            "is not provably [D, batch of X, H]",
+        ),
+        (
+            lambda: tp.zeros_like_state("mul_reduction"),
+            "no initial state is a provable all-zero tensor",
+        ),
+    ],
+    ids=["batch_of_an_unrelated_input", "reduction_times_zero"],
+)
+def test_zero_state_near_misses(model, reason: str) -> None:
+    before = model()
+    assert any(reason in r for r in reasons(before, ["initial_state"])), reasons(before)
+    after = rewrite(before)
+    assert _states(after) == _states(before)
+    assert_equivalent(before, after)
+
+
+def test_reduction_times_zero_is_nan_for_an_infinite_input() -> None:
+    """Why ``t * 0`` for a reduction ``t`` of the input stays: 0 * inf is NaN."""
+    model = tp.zeros_like_state("mul_reduction")
+    feeds = tp.thirdparty_inputs(model, 2, 3)
+    feeds["x"][0, 0, 0] = np.inf
+    (y,) = runtime.run(model, feeds)
+    assert np.isnan(y).any()
+
+
+# ---------------------------------------------------------------- hand-built directions
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("concat", ["sequence", "directions"])
+@pytest.mark.parametrize("states", [False, True])
+def test_hand_built_bidirectional_is_one_node(op_type, concat, states) -> None:
+    before = tp.hand_built_bidirectional(op_type, concat=concat, states=states)
+    after = rewrite(before)
+    (node,) = rnn_nodes(after)
+    direction = {a.name: a.s for a in node.attribute}["direction"]
+    assert direction == b"bidirectional"
+    assert not _counts(after)["Slice"]
+    assert len(after.graph.node) < len(before.graph.node)
+    assert node.name == rnn_nodes(before)[1].name  # the forward half's name
+    assert_equivalent(before, after)
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("concat", ["sequence", "directions"])
+def test_reversed_half_alone_is_a_reverse_node(op_type, concat) -> None:
+    before = tp.hand_built_bidirectional(op_type, halves="reverse", concat=concat)
+    after = rewrite(before)
+    (node,) = rnn_nodes(after)
+    assert {a.name: a.s for a in node.attribute}["direction"] == b"reverse"
+    assert not _counts(after)["Slice"]
+    assert_equivalent(before, after)
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "reason"),
+    [
+        ("sequence_lens", "sequence_lens is present"),
+        ("partial", "ends at -1000: not a full reversal"),
+        ("unreversed_output", "not a forward half followed by a reversed half"),
+        ("state_read", "Y_h or Y_c is read"),
+    ],
+)
+def test_hand_built_near_misses(near_miss: str, reason: str) -> None:
+    before = tp.hand_built_bidirectional("LSTM", near_miss=near_miss)
+    found = reasons(before, ["bidirectional"])
+    assert any(reason in r for r in found), found
+    after = rewrite(before, ["bidirectional"])
+    assert len(rnn_nodes(after)) == 2
+    assert_equivalent(before, after)
+
+
+def test_sequence_lens_reversal_differs() -> None:
+    """Why ``sequence_lens`` blocks the merge: a reverse node reverses within each length."""
+    model = tp.hand_built_bidirectional("GRU", halves="reverse", near_miss="sequence_lens")
+    feeds = tp.thirdparty_inputs(model, 2, 4)
+    feeds["sequence_lens"] = np.array([4, 2], dtype=np.int32)
+    ir_model = ir.serde.deserialize_model(model)
+    (node,) = [n for n in ir_model.graph if n.op_type == "GRU"]
+    node.attributes["direction"] = ir.AttrString("direction", "reverse")
+    node.replace_input_with(0, ir_model.graph.inputs[0])
+    merged = ir.serde.serialize_model(ir_model)
+    (a,), (b,) = runtime.run(model, feeds), runtime.run(merged, feeds)
+    assert np.abs(a - b).max() > 1e-3
+
+
+# ---------------------------------------------------------------- glue and shape checks
+
+
+@pytest.mark.parametrize("op_type", ["GRU", "LSTM"])
+@pytest.mark.parametrize("stacked", [False, True])
+def test_one_dim_states_pairs_cancel(op_type: str, stacked: bool) -> None:
+    before = tp.one_dim_states(op_type, steps=3, stacked=stacked)
+    after = rewrite(before)
+    counts = _counts(after)
+    states = 2 if op_type == "LSTM" else 1
+    # Unsqueeze: x, and each state at the first step only; the pairs between steps (and
+    # between stacked layers) cancel
+    assert counts["Unsqueeze"] == 1 + states, counts
+    # Squeeze: y (per step, or between layers and at the end) and the final h (c is unread)
+    assert counts["Squeeze"] == 4, counts
+    assert len(after.graph.node) < len(before.graph.node)
+    assert_equivalent(before, after, zero=False)  # batch is 1 by construction
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_computed_reshape_target_becomes_constant(direction: str) -> None:
+    before = tp.computed_reshape("LSTM", direction=direction)
+    after = rewrite(before)
+    counts = _counts(after)
+    assert not counts["Shape"] and not counts["Concat"] and not counts["Gather"], counts
+    assert len(after.graph.node) <= 4
+    assert_equivalent(before, after)
+
+
+@pytest.mark.parametrize("op_type", ["GRU", "LSTM", "RNN"])
+def test_rank_checks_fold(op_type: str) -> None:
+    before = tp.rank_checks(op_type)
+    after = rewrite(before)
+    counts = _counts(after)
+    assert not counts["If"] and not counts["Size"] and not counts["Not"], counts
+    assert counts["Squeeze"] == 2  # Y's and the branch that runs: Squeeze(Y_h, 0)
+    assert_equivalent(before, after)
+    folded = rewrite(before, ["fold_if"])
+    assert "single_squeeze" in {n.name for n in folded.graph.node}  # inlined with its name
+
+
+def test_rank_check_on_a_runtime_size_stays() -> None:
+    before = tp.rank_checks("GRU", near_miss="runtime_condition")
+    found = reasons(before, ["fold_if"])
+    assert any("the If condition is not provable" in r for r in found), found
+    after = rewrite(before)
+    assert _counts(after)["If"] == 1  # the first (rank) check still folds
+    assert_equivalent(before, after)
+
+
+# ---------------------------------------------------------------- rules that stay quiet
+
+
+def _named(model: onnx.ModelProto) -> onnx.ModelProto:
+    for index, node in enumerate(all_nodes(model.graph)):
+        node.name = f"{node.op_type}_{index}"
+        node.doc_string = f"doc of {node.op_type}_{index}"
+    return model
+
+
+def test_rewritten_rnn_nodes_keep_name_and_doc_string() -> None:
+    spec = ExporterSpec(
+        op_type="LSTM", initial_state="constant_of_shape", num_layers=2, wrap="if", style="plain"
+    )
+    before = _named(build_exporter_model(spec))
+    after = rewrite(before)
+    assert not _states(after)  # the zero states were dropped: the nodes were re-emitted
+    old = [(n.name, n.doc_string) for n in rnn_nodes(before)]
+    new = [(n.name, n.doc_string) for n in rnn_nodes(after)]
+    assert new == old
+    names = [n.name for n in all_nodes(after.graph) if n.name]
+    assert len(names) == len(set(names)), collections.Counter(names).most_common(3)
+
+
+def test_untouched_model_is_returned_unchanged() -> None:
+    """No rule applies (states are graph inputs, Y is a graph output): same bytes, and
+    no value_info appears for the initializers."""
+    g = tp._Graph()
+    x = g.input("x", ["seq", "batch", 3])
+    h0 = g.input("h0", [1, "batch", 4])
+    y, h = g.rnn("GRU", x, 3, 4, initial_h=h0)
+    for value, dims in ((y, ["s", 1, "b", 4]), (h, [1, "b", 4])):
+        g.outputs.append(onnx.helper.make_tensor_value_info(value, onnx.TensorProto.FLOAT, dims))
+    model = g.model("untouched")
+    after = rnn_rewrite_rules.rewrite(model)
+    assert after.SerializeToString() == model.SerializeToString()
+    assert not after.graph.value_info
+
+
+def test_rewrite_adds_no_initializer_value_info() -> None:
+    before = tp.torchscript_batch_first("GRU")
+    after = rewrite(before)
+    initializers = {t.name for t in after.graph.initializer}
+    assert not [v.name for v in after.graph.value_info if v.name in initializers]
+
+
+# ---------------------------------------------------------------- --check names what stays
+
+
+@pytest.mark.parametrize(
+    ("model", "kind", "text"),
+    [
+        (
+            lambda: tp.torchscript_batch_first("GRU", near_miss="unrelated_batch"),
+            "unproven-zero-state",
+            "not provably [D, batch of X, H]",
+        ),
+        (
+            lambda: tp.zeros_like_state("mul_reduction"),
+            "unproven-zero-state",
+            "not provably zeros",
+        ),
+        (
+            lambda: tp.hand_built_bidirectional(near_miss="sequence_lens"),
+            "hand-built-direction",
+            "reversed by Slice",
+        ),
+        (
+            lambda: tp.rank_checks(near_miss="runtime_condition"),
+            "runtime-rank-check",
+            "branches on its output's shape",
+        ),
+    ],
+    ids=["unrelated_batch", "reduction_times_zero", "sequence_lens", "runtime_condition"],
+)
+def test_forms_left_alone_are_hazards(model, kind: str, text: str) -> None:
+    before = model()
+    after = rnn_rewrite_rules.rewrite(before)
+    hazards = diagnostics.find_hazards(ir.serde.deserialize_model(after))
+    assert any(h.kind == kind and text in h.message for h in hazards), hazards
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda: tp.hand_built_bidirectional(),
+        lambda: tp.rank_checks(),
+        lambda: tp.torchscript_batch_first("LSTM"),
+        lambda: tp.zeros_like_state("zeros_like"),
+    ],
+    ids=["bidirectional", "rank_checks", "torchscript_states", "zeros_like"],
+)
+def test_rewritten_forms_leave_no_hazard(model) -> None:
+    before = model()
+    kinds = ("unproven-zero-state", "hand-built-direction", "runtime-rank-check")
+    after = rnn_rewrite_rules.rewrite(before)
+    hazards = diagnostics.find_hazards(ir.serde.deserialize_model(after))
+    assert not [h for h in hazards if h.kind in kinds], hazards
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+@pytest.mark.parametrize("sequence_lens", [False, True])
+def test_forward_and_reverse_node_pair_is_one_node(op_type: str, sequence_lens: bool) -> None:
+    """A converter's forward + ``direction="reverse"`` pair on one x: sequence_lens shared
+    is fine here (both nodes honour it the way a bidirectional node does)."""
+    before = tp.hand_built_bidirectional(
+        op_type, reverse_node=True, sequence_lens=sequence_lens, states=True
+    )
+    after = rewrite(before)
+    (node,) = rnn_nodes(after)
+    assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
+    assert bool(node.input[4]) == sequence_lens
+    assert_equivalent(before, after)
+    if sequence_lens:  # lengths below seq: the padding is where a Slice would differ
+        feeds = tp.thirdparty_inputs(before, 3, 5, rng=4)
+        feeds["sequence_lens"] = np.array([5, 2, 3], dtype=np.int32)
+        assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) <= 1e-5
