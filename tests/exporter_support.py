@@ -7,10 +7,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules.initial_state import explicit_zero_form
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, exporter_inputs
 from tests.support import apply
 
@@ -83,3 +85,37 @@ def assert_spec_equivalent(
 def apply_family(names: Sequence[str], model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     """One pass of the named families' rules, dead nodes removed, checked."""
     return apply(rnn_rewrite_rules.rules(list(names)), model)
+
+
+def _state_inputs(node: onnx.NodeProto) -> list[str]:
+    states = node.input[5:7] if node.op_type in ("LSTM", "DynamicQuantizeLSTM") else node.input[5:6]
+    return [name for name in states if name]
+
+
+def assert_target_form(
+    model: onnx.ModelProto, target: str, before: onnx.ModelProto | None = None
+) -> None:
+    """Every RNN state is gone (onnxruntime) or explicit zeros shared per form (portable),
+    as many states as ``before`` had (when given)."""
+    if target == "onnxruntime":
+        assert all(not _state_inputs(n) for n in rnn_nodes(model))
+        return
+    if before is not None:
+        count = sum(len(_state_inputs(n)) for n in rnn_nodes(before))
+        assert sum(len(_state_inputs(n)) for n in rnn_nodes(model)) == count, "a state dropped"
+    ir_model = ir.serde.deserialize_model(model)
+    for graph in (ir_model.graph, *ir_model.graph.subgraphs()):
+        forms: dict = collections.defaultdict(set)
+        for node in graph:
+            if node.op_type not in RNN_OP_TYPES:
+                continue
+            for index in (5, 6) if node.op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,):
+                state = node.inputs[index] if index < len(node.inputs) else None
+                if state is None:
+                    assert before is not None, f"{node.name}: state {index} dropped"
+                    continue
+                form = explicit_zero_form(state)
+                assert form is not None, f"{node.name}: state {index} is not explicit zeros"
+                forms[form].add(state)
+        # one ConstantOfShape per (type, shape) form in each graph
+        assert all(len(values) == 1 for values in forms.values()), forms

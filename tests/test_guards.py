@@ -54,7 +54,9 @@ def test_zeros_times_a_finite_tensor_is_dropped() -> None:
         helper.make_node("Gather", ["sf", "one"], ["g"]),
         helper.make_node("Mul", ["zeros", "g"], ["h0"]),
     ]
-    assert not _has_state(rnn_rewrite_rules.rewrite(_lstm_model(nodes), ["initial_state"]))
+    assert not _has_state(
+        rnn_rewrite_rules.rewrite(_lstm_model(nodes), ["initial_state"], target="onnxruntime")
+    )
 
 
 def test_zeros_times_an_input_reduction_is_not_zeros() -> None:
@@ -64,7 +66,7 @@ def test_zeros_times_an_input_reduction_is_not_zeros() -> None:
         helper.make_node("Mul", ["zeros", "m"], ["h0"]),
     ]
     model = _lstm_model(nodes)
-    assert _has_state(rnn_rewrite_rules.rewrite(model, ["initial_state"]))
+    assert _has_state(rnn_rewrite_rules.rewrite(model, ["initial_state"], target="onnxruntime"))
     reasons = refusal_reasons(initial_state.FAMILY.rules, model)
     assert any("no initial state is a provable all-zero tensor" in r for r in reasons), reasons
 
@@ -74,7 +76,7 @@ def test_graph_input_state_is_not_zeros_even_with_the_right_shape() -> None:
     passes, so only the zeros guard keeps the caller's state."""
     h0 = helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, BATCH, H])
     model = _lstm_model([], [h0])
-    assert _has_state(rnn_rewrite_rules.rewrite(model, ["initial_state"]))
+    assert _has_state(rnn_rewrite_rules.rewrite(model, ["initial_state"], target="onnxruntime"))
     reasons = refusal_reasons(initial_state.FAMILY.rules, model)
     assert any("no initial state is a provable all-zero tensor" in r for r in reasons), reasons
 

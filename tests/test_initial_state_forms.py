@@ -1,4 +1,5 @@
-"""initial_state: zero states as every exporter builds them are dropped; near misses are not."""
+"""initial_state: zero states as every exporter builds them become one shared explicit zero
+state (target ``portable``) or are dropped (target ``onnxruntime``); near misses are left."""
 
 from __future__ import annotations
 
@@ -21,14 +22,22 @@ from rnn_rewrite_rules.testing.exporters import (
 )
 from tests.exporter_support import (
     all_op_counts,
-    apply_family,
     assert_spec_equivalent,
+    assert_target_form,
     rnn_nodes,
 )
 from tests.support import apply
 
 FAMILY = ["initial_state"]
+TARGETS = ["portable", "onnxruntime"]
 _SHAPE_OPS = ("Shape", "ConstantOfShape", "Expand", "Gather", "Tile", "Mul")
+#: What the exporter's zero-state work may leave behind in the portable form.
+_PORTABLE_OPS = ("Expand", "Tile", "Mul", "Slice", "Unsqueeze")
+
+
+def _apply(model: onnx.ModelProto, target: str) -> tuple[onnx.ModelProto, int]:
+    """One pass of the family's rules for ``target``, dead nodes removed, checked."""
+    return apply(rnn_rewrite_rules.rules(FAMILY, target=target), model)
 
 
 def _state_inputs(node: onnx.NodeProto) -> list[str]:
@@ -57,7 +66,10 @@ def _spec(form: str, **fields) -> ExporterSpec:
         ("plain", 21, 3, "reverse", False),
     ],
 )
-def test_zero_forms_are_dropped(form, op_type, style, opset, layers, direction, batch_first):
+@pytest.mark.parametrize("target", TARGETS)
+def test_zero_forms_are_replaced(
+    form, op_type, style, opset, layers, direction, batch_first, target
+):
     spec = _spec(
         form,
         op_type=op_type,
@@ -68,35 +80,41 @@ def test_zero_forms_are_dropped(form, op_type, style, opset, layers, direction, 
         batch_first=batch_first,
     )
     before = build_exporter_model(spec)
-    after = rnn_rewrite_rules.rewrite(before, FAMILY)
+    after = rnn_rewrite_rules.rewrite(before, FAMILY, target=target)
     onnx.checker.check_model(after, full_check=True)
-    nodes = rnn_nodes(after)
-    assert len(nodes) == layers
-    assert all(not _state_inputs(n) for n in nodes), [list(n.input) for n in nodes]
+    assert len(rnn_nodes(after)) == layers
+    assert_target_form(after, target, before)
     counts = all_op_counts(after)
-    assert not any(counts[op] for op in _SHAPE_OPS), counts  # the zero-state work died
+    if target == "onnxruntime":
+        assert not any(counts[op] for op in _SHAPE_OPS), counts  # the zero-state work died
+    else:
+        assert not any(counts[op] for op in _PORTABLE_OPS), counts
+        assert counts["ConstantOfShape"] == 1, counts  # one D and H for every layer
+        assert counts["Shape"] <= 1, counts
     assert_spec_equivalent(before, after, spec)
 
 
 @pytest.mark.parametrize("form", ["constant_of_shape", "expand", "keras", "mul"])
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
-def test_zero_forms_of_layout1_nodes(form, op_type) -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_zero_forms_of_layout1_nodes(form, op_type, target) -> None:
     """States [batch, D, H]: proven against X's batch axis 0; run by the reference evaluator."""
     spec = _spec(form, op_type=op_type, style="plain", layout=1, opset=14, num_layers=2)
     before = build_exporter_model(spec)
-    after, count = apply_family(FAMILY, before)
+    after, count = _apply(before, target)
     assert count == 2
-    assert all(not _state_inputs(n) for n in rnn_nodes(after))
+    assert_target_form(after, target, before)
     assert_spec_equivalent(before, after, spec, after_engine="reference")
 
 
 @pytest.mark.parametrize("form", NEAR_MISS_STATE_FORMS)
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
 @pytest.mark.parametrize("layers", [1, 2])
-def test_near_misses_are_left_alone(form, op_type, layers) -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_near_misses_are_left_alone(form, op_type, layers, target) -> None:
     spec = _spec(form, op_type=op_type, num_layers=layers, direction="bidirectional")
     before = build_exporter_model(spec)
-    after, count = apply_family(FAMILY, before)
+    after, count = _apply(before, target)
     assert count == 0
     assert all(_state_inputs(n) for n in rnn_nodes(after))
     assert_spec_equivalent(before, after, spec)
@@ -110,7 +128,7 @@ def test_mul_of_an_input_by_zero_is_not_zeros() -> None:
     feeds["h0"][0, 0, 0] = np.inf
     y, _ = runtime.run(model, feeds)
     assert np.isnan(y).any()
-    assert apply_family(FAMILY, model)[1] == 0
+    assert all(_apply(model, target)[1] == 0 for target in TARGETS)
 
 
 def test_wrong_shape_zero_constant_freezes_the_batch() -> None:
@@ -120,14 +138,16 @@ def test_wrong_shape_zero_constant_freezes_the_batch() -> None:
     runtime.run(model, exporter_inputs(spec, 1, 3))
     with pytest.raises(Exception, match=r"initial_h|shape|dimension"):
         runtime.run(model, exporter_inputs(spec, 3, 3))
-    assert apply_family(FAMILY, model)[1] == 0
+    assert all(_apply(model, target)[1] == 0 for target in TARGETS)
 
 
-def test_zero_constant_of_the_static_batch_is_dropped_other_static_batch_is_not() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_zero_constant_of_the_static_batch_is_replaced_other_static_batch_is_not(target) -> None:
     spec = _spec("zero_constant", op_type="LSTM", static_batch=2)
     before = build_exporter_model(spec)
-    after, count = apply_family(FAMILY, before)
+    after, count = _apply(before, target)
     assert count == 1
+    assert_target_form(after, target, before)
     assert_spec_equivalent(before, after, spec)
     # the same zeros [1, 2, H] fed to a model whose input declares batch 4: wrong shape
     other = onnx.ModelProto()
@@ -141,10 +161,12 @@ def test_zero_constant_of_the_static_batch_is_dropped_other_static_batch_is_not(
             for o in before.graph.output
         ]
     )
-    assert apply(rnn_rewrite_rules.rules(FAMILY), other, check=False)[1] == 0
+    rules = rnn_rewrite_rules.rules(FAMILY, target=target)
+    assert apply(rules, other, check=False)[1] == 0
 
 
-def test_zeros_of_a_different_tensors_batch_are_left_alone() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_zeros_of_a_different_tensors_batch_are_left_alone(target) -> None:
     """ConstantOfShape([1, Shape(other)[0], H]) for an RNN reading x: batch not provably x's."""
     model = onnx.parser.parse_model(
         """
@@ -160,7 +182,7 @@ def test_zeros_of_a_different_tensors_batch_are_left_alone() -> None:
         }
         """
     )
-    assert apply_family(FAMILY, model)[1] == 0
+    assert _apply(model, target)[1] == 0
     # the same graph reading x's batch is proven
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
@@ -168,25 +190,27 @@ def test_zeros_of_a_different_tensors_batch_are_left_alone() -> None:
     shape_node.input[0] = "x"
     for attr in shape_node.attribute:
         attr.i = {"start": 1, "end": 2}[attr.name]
-    after, count = apply_family(FAMILY, fixed)
-    assert count == 1 and not _state_inputs(rnn_nodes(after)[0])
+    after, count = _apply(fixed, target)
+    assert count == (1 if target == "onnxruntime" else 0)  # portable: already explicit
+    assert_target_form(after, target, fixed)
 
 
-def test_dynamic_quantize_lstm_zero_states() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_dynamic_quantize_lstm_zero_states(target) -> None:
     before = quantized_lstm_model(direction="bidirectional", outputs=("y", "h"))
-    after, count = apply_family(FAMILY, before)
+    after, count = _apply(before, target)
     assert count == 1
-    (node,) = rnn_nodes(after)
-    assert not node.input[5] and not node.input[6]
+    assert_target_form(after, target, before)
     spec = ExporterSpec(input_size=4, hidden_size=5, direction="bidirectional")
     assert_spec_equivalent(before, after, spec, atol=1e-6)
 
 
-def test_idempotent() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_idempotent(target) -> None:
     spec = _spec("constant_of_shape", op_type="LSTM", num_layers=3, style="torchscript")
-    once, count = apply_family(FAMILY, build_exporter_model(spec))
+    once, count = _apply(build_exporter_model(spec), target)
     assert count == 3
-    twice, count = apply(rnn_rewrite_rules.rules(FAMILY), once)
+    twice, count = _apply(once, target)
     assert count == 0 and twice.graph == once.graph
 
 
@@ -195,15 +219,16 @@ def test_idempotent() -> None:
         initial_state=st.sampled_from([*ZERO_STATE_FORMS, *NEAR_MISS_STATE_FORMS]),
         static_batch=st.sampled_from([None, 2]),
         wrap=st.sampled_from([None, None, "if", "scan"]),
-    )
+    ),
+    target=st.sampled_from(TARGETS),
 )
-def test_property_zero_forms_dropped_near_misses_kept(spec: ExporterSpec) -> None:
+def test_property_zero_forms_replaced_near_misses_kept(spec: ExporterSpec, target: str) -> None:
     before = build_exporter_model(spec)
-    after = rnn_rewrite_rules.rewrite(before)
+    after = rnn_rewrite_rules.rewrite(before, target=target)
     onnx.checker.check_model(after, full_check=True)
     nodes = rnn_nodes(after)
     if spec.initial_state in ZERO_STATE_FORMS:
-        assert all(not _state_inputs(n) for n in nodes)
+        assert_target_form(after, target, before)
     else:
         assert all(_state_inputs(n) for n in nodes)
     assert_spec_equivalent(before, after, spec, sizes=((2, 3), (1, 1), (3, 2)))

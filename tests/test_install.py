@@ -47,7 +47,8 @@ def test_default_paths_apply_our_rules_only_when_installed(path) -> None:
     assert op_counts(without)["Shape"] > 0  # onnxscript alone keeps the runtime chains
     rnn_rewrite_rules.install()
     with_rules = path(model)
-    assert op_counts(with_rules)["Shape"] == 0
+    # one Shape is left: the batch size the shared zero state reads (the portable form)
+    assert op_counts(with_rules)["Shape"] == op_counts(with_rules)["ConstantOfShape"] == 1
     assert op_counts(with_rules)["Mul"] == 0
     assert_equivalent(model, with_rules, CFG)
     rnn_rewrite_rules.uninstall()
@@ -92,20 +93,58 @@ def test_install_rejects_unknown_names() -> None:
 def test_rules_for_explicit_rewrite() -> None:
     model = build_torchlib_model(CFG)
     after = onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=rnn_rewrite_rules.rules())
-    assert op_counts(after)["Shape"] == 0
+    assert op_counts(after)["Shape"] == op_counts(after)["ConstantOfShape"] == 1
+    assert op_counts(after)["Mul"] == op_counts(after)["Slice"] == 0
+    minimal = onnxscript.rewriter.rewrite(
+        model, pattern_rewrite_rules=rnn_rewrite_rules.rules(target="onnxruntime")
+    )
+    assert op_counts(minimal)["Shape"] == 0
     assert_equivalent(model, after, CFG)
 
 
-def test_portable_leaves_out_the_zero_state_rules() -> None:
-    """What tract cannot run (RNNs without initial_h, symbolic batch) is not emitted."""
+def test_default_target_keeps_explicit_zero_states() -> None:
+    """The default (portable) output: no RNN loses its initial_h (tract rejects those), the
+    runtime zeros become one shared ConstantOfShape; target="onnxruntime" drops them."""
     cfg = RnnConfig(num_layers=2, hidden_size=8)  # torchlib's runtime zero states
     model = build_torchlib_model(cfg)
-    portable = rnn_rewrite_rules.rewrite(model, portable=True)
+    portable = rnn_rewrite_rules.rewrite(model)
     rnns = [n for n in portable.graph.node if n.op_type == "LSTM"]
-    assert all(len(n.input) > 5 and n.input[5] for n in rnns)  # initial_h kept
+    assert all(len(n.input) > 6 and n.input[5] for n in rnns)  # initial_h kept
+    assert len({n.input[5] for n in rnns} | {n.input[6] for n in rnns}) == 1  # shared
     assert op_counts(portable)["Mul"] == 0  # the layer chains are still gone
+    assert op_counts(portable)["ConstantOfShape"] == 1
     assert_equivalent(model, portable, cfg)
-    rnn_rewrite_rules.install(portable=True)
+    minimal = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    assert all(len(n.input) <= 5 for n in minimal.graph.node if n.op_type == "LSTM")
+    assert_equivalent(model, minimal, cfg)
+    rnn_rewrite_rules.install()
     names = {r.name or "" for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES}
     assert not any(name.startswith("DropZeroInitialState") for name in names)
+    assert any(name.startswith("ShareZeroInitialState") for name in names)
     assert any(name.startswith("FoldRnnWeights") for name in names)
+    rnn_rewrite_rules.install(target="onnxruntime")
+    names = {r.name or "" for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES}
+    assert any(name.startswith("DropZeroInitialState") for name in names)
+    assert not any(name.startswith("ShareZeroInitialState") for name in names)
+
+
+@pytest.mark.parametrize(("portable", "target"), [(True, "portable"), (False, "onnxruntime")])
+def test_portable_flag_is_a_deprecated_alias(portable, target) -> None:
+    model = build_torchlib_model(CFG)
+    with pytest.warns(DeprecationWarning, match=f"target={target!r}"):
+        old = rnn_rewrite_rules.rewrite(model, portable=portable)
+    assert old == rnn_rewrite_rules.rewrite(model, target=target)
+    with pytest.warns(DeprecationWarning):
+        rnn_rewrite_rules.install(portable=portable)
+    expected = {r.name for r in rnn_rewrite_rules.rules(target=target)}
+    names = {r.name for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES}
+    assert {n for n in names if "ZeroInitialState" in (n or "")} == {
+        n for n in expected if "ZeroInitialState" in n
+    }
+
+
+def test_unknown_or_contradicting_target_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown target .tract.*portable, onnxruntime"):
+        rnn_rewrite_rules.rules(target="tract")
+    with pytest.raises(ValueError, match="contradicts"), pytest.warns(DeprecationWarning):
+        rnn_rewrite_rules.rules(target="onnxruntime", portable=True)

@@ -141,14 +141,14 @@ def test_only_the_zero_states_are_dropped() -> None:
         inputs=(h0,),
         constants={"c0": _zeros(1, BATCH, H)},
     )
-    after = rnn_rewrite_rules.rewrite(model, ["initial_state"])
+    after = rnn_rewrite_rules.rewrite(model, ["initial_state"], target="onnxruntime")
     assert list(after.graph.node[0].input) == ["x", "w", "r", "", "", "h0"]
 
 
 def test_both_zero_states_are_dropped() -> None:
     constants = {"h0": _zeros(1, BATCH, H), "c0": _zeros(1, BATCH, H)}
     model = _model([_lstm("h0", "c0")], x_shape=["seq", BATCH, INPUT], constants=constants)
-    after = rnn_rewrite_rules.rewrite(model, ["initial_state"])
+    after = rnn_rewrite_rules.rewrite(model, ["initial_state"], target="onnxruntime")
     assert list(after.graph.node[0].input) == ["x", "w", "r"]
 
 
@@ -160,7 +160,7 @@ def test_layout_one_state_is_batch_first() -> None:
 
     x_shape = [BATCH + 1, "seq", INPUT]
     good = _model([node("h0")], x_shape=x_shape, constants={"h0": _zeros(BATCH + 1, 1, H)}, gates=3)
-    after = rnn_rewrite_rules.rewrite(good, ["initial_state"])
+    after = rnn_rewrite_rules.rewrite(good, ["initial_state"], target="onnxruntime")
     assert list(after.graph.node[0].input) == ["x", "w", "r"]
     bad = _model([node("h0")], x_shape=x_shape, constants={"h0": _zeros(1, BATCH + 1, H)}, gates=3)
     _assert_refused(

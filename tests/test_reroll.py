@@ -75,20 +75,21 @@ def test_all_families_shrink_the_graph_and_agree(cfg: UnrolledRnnConfig) -> None
 
 
 def test_zero_state_is_kept_for_initial_state_and_weights_are_stored_once() -> None:
-    """reroll keeps the zero h0: initial_state drops it, except under ``portable=True``
-    (tract 0.23.9 panics on an RNN without initial_h when the batch is symbolic)."""
+    """reroll keeps the zero h0: initial_state makes it an explicit shared zero state (the
+    default, portable target) or drops it (``target="onnxruntime"``; tract 0.23.9 panics on
+    an RNN without initial_h when the batch is symbolic)."""
     cfg = UnrolledRnnConfig(num_layers=2)
     model = build_unrolled_rnn(cfg)
 
     def rnn_nodes(result):
         return [n for n in result.graph.node if n.op_type == "RNN"]
 
-    for names, portable, has_h0 in (
-        (["reroll"], False, True),
-        (None, True, True),
-        (None, False, False),
+    for names, target, has_h0 in (
+        (["reroll"], "onnxruntime", True),
+        (None, "portable", True),
+        (None, "onnxruntime", False),
     ):
-        nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model, names, portable=portable))
+        nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model, names, target=target))
         assert len(nodes) == 2
         assert all((len(n.input) > 5 and n.input[5] != "") == has_h0 for n in nodes)
     nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model))

@@ -17,7 +17,7 @@ from rnn_rewrite_rules import diagnostics, runtime
 from rnn_rewrite_rules._report import _RecordingTracer
 from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
-from tests.exporter_support import all_nodes, all_op_counts, rnn_nodes
+from tests.exporter_support import all_nodes, all_op_counts, assert_target_form, rnn_nodes
 
 #: (batch, seq), pairwise different and different from nothing the builders fix.
 SIZES = ((1, 1), (3, 5), (6, 2))
@@ -56,10 +56,10 @@ def assert_equivalent(before: onnx.ModelProto, after: onnx.ModelProto, *, zero: 
         assert runtime.max_abs_diff(expected, actual) <= 1e-5
 
 
-def rewrite(model: onnx.ModelProto, families=None) -> onnx.ModelProto:
-    after = rnn_rewrite_rules.rewrite(model, families)
+def rewrite(model: onnx.ModelProto, families=None, target: str = "portable") -> onnx.ModelProto:
+    after = rnn_rewrite_rules.rewrite(model, families, target=target)
     onnx.checker.check_model(after)
-    again = rnn_rewrite_rules.rewrite(after, families)
+    again = rnn_rewrite_rules.rewrite(after, families, target=target)
     assert again.graph == after.graph, "rewriting twice differs from once"
     return after
 
@@ -102,14 +102,19 @@ ZERO_STATE_BUILDERS = {
 }
 
 
+@pytest.mark.parametrize("target", ["portable", "onnxruntime"])
 @pytest.mark.parametrize("name", sorted(ZERO_STATE_BUILDERS))
-def test_zero_states_are_dropped(name: str) -> None:
+def test_zero_states_are_replaced(name: str, target: str) -> None:
+    """portable: one explicit shared zero state per shape; onnxruntime: none."""
     before = ZERO_STATE_BUILDERS[name]()
     assert _states(before)
-    after = rewrite(before)
-    assert not _states(after)
+    after = rewrite(before, target=target)
+    assert_target_form(after, target, before)
     counts = _counts(after)
-    for op in ("Shape", "ConstantOfShape", "Tile", "Expand", "Mul", "Cast"):
+    gone = ("Tile", "Expand", "Mul") + (
+        ("Shape", "ConstantOfShape", "Cast") if target == "onnxruntime" else ()
+    )
+    for op in gone:
         assert not counts[op], counts  # the state's computation died with it
     quantized = any(n.op_type == "DynamicQuantizeLSTM" for n in rnn_nodes(before))
     # onnx.reference has no DequantizeLinear-14 kernel nor DynamicQuantizeLSTM
@@ -274,7 +279,9 @@ def test_rewritten_rnn_nodes_keep_name_and_doc_string() -> None:
     )
     before = _named(build_exporter_model(spec))
     after = rewrite(before)
-    assert not _states(after)  # the zero states were dropped: the nodes were re-emitted
+    # the zero states were replaced (the nodes were re-emitted), in each branch
+    assert_target_form(after, "portable", before)
+    assert _states(after) != _states(before)
     old = [(n.name, n.doc_string) for n in rnn_nodes(before)]
     new = [(n.name, n.doc_string) for n in rnn_nodes(after)]
     assert new == old

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -18,9 +19,9 @@ from rnn_rewrite_rules.passes import (
     RemoveUnusedSubgraphInitializersPass,
     UniqueRewrittenNodeNamesPass,
 )
-from rnn_rewrite_rules.rules import families, select_rules
+from rnn_rewrite_rules.rules import DEFAULT_TARGET, TARGETS, families, select_rules
 
-__all__ = ["BadOptions", "UnknownRule", "rewrite", "rules", "select"]
+__all__ = ["BadOptions", "UnknownRule", "resolve_target", "rewrite", "rules", "select"]
 
 _Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
 _MAX_ROUNDS = 4
@@ -44,19 +45,46 @@ class UnknownRule(KeyError):
         )
 
 
+def resolve_target(target: str | None, portable: bool | None = None) -> str:
+    """The target that ``target`` and the deprecated ``portable`` flag ask for.
+
+    ``portable=True`` is the default target now (``"portable"``); ``portable=False`` asked
+    for the old default, the ONNX Runtime-only form (``"onnxruntime"``). Either warns.
+
+    Raises:
+        BadOptions: ``target`` is unknown, or contradicts ``portable``.
+    """
+    if target is not None and target not in TARGETS:
+        raise BadOptions(f"unknown target {target!r} (targets: {', '.join(TARGETS)})")
+    if portable is None:
+        return target or DEFAULT_TARGET
+    implied = "portable" if portable else "onnxruntime"
+    warnings.warn(
+        f"portable={portable} is deprecated: the portable form is the default now; "
+        f"pass target={implied!r} instead",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if target is not None and target != implied:
+        raise BadOptions(f"portable={portable} contradicts target={target!r}")
+    return implied
+
+
 def select(
     names: Sequence[str] | str | None,
     *,
-    portable: bool = False,
+    target: str = DEFAULT_TARGET,
     installed_only: bool = False,
 ) -> list[RewriteRule]:
-    """The rules named: a string is one name, None all (see ``select_rules``).
+    """The rules named for ``target``: a string is one name, None all (see ``select_rules``).
 
     Raises:
         UnknownRule: a name is neither a family nor a rule.
-        BadOptions: ``names`` is empty.
+        BadOptions: ``names`` is empty or ``target`` unknown.
         TypeError: a name is not a string.
     """
+    if target not in TARGETS:
+        raise BadOptions(f"unknown target {target!r} (targets: {', '.join(TARGETS)})")
     if isinstance(names, str):
         names = [names]
     if names is not None:
@@ -70,33 +98,47 @@ def select(
                 f"(families: {', '.join(families())})"
             )
     try:
-        return select_rules(names, installed_only=installed_only, portable=portable)
+        return select_rules(names, installed_only=installed_only, target=target)
     except KeyError as error:
         raise UnknownRule(error.args[0]) from None
 
 
-def rules(names: Sequence[str] | str | None = None, *, portable: bool = False) -> RewriteRuleSet:
+def rules(
+    names: Sequence[str] | str | None = None,
+    *,
+    target: str | None = None,
+    portable: bool | None = None,
+) -> RewriteRuleSet:
     """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
 
     Args:
         names: family or rule names (see ``rnn-rewrite --list-rules``), a string for one;
             all by default.
-        portable: leave out what runtimes other than ONNX Runtime reject (tract 0.23.9
-            panics on RNNs without ``initial_h`` when the batch is symbolic).
+        target: ``"portable"`` (default): the output runs wherever the original runs
+            (ONNX Runtime, tract, OpenVINO, ``onnx.reference``); ``"onnxruntime"``: the
+            smallest graph, which tract rejects (zero initial states dropped). See
+            ``rnn_rewrite_rules.rules.TARGETS``.
+        portable: deprecated: ``True`` is ``target="portable"``, ``False``
+            ``target="onnxruntime"``.
 
     Raises:
         UnknownRule: a name is neither a family nor a rule (a ``KeyError``).
-        BadOptions: ``names`` is empty (a ``ValueError``).
+        BadOptions: ``names`` is empty, or the target unknown (a ``ValueError``).
     """
-    return RewriteRuleSet(select(names, portable=portable))
+    return RewriteRuleSet(select(names, target=resolve_target(target, portable)))
 
 
 def rewrite(
-    model: _Model, names: Sequence[str] | str | None = None, *, portable: bool = False
+    model: _Model,
+    names: Sequence[str] | str | None = None,
+    *,
+    target: str | None = None,
+    portable: bool | None = None,
 ) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
+    ``names``, ``target`` and ``portable`` are as in :func:`rules`.
 
     Raises:
         TypeError: ``model`` is neither an ``onnx.ModelProto`` nor an ``onnx_ir.Model``.
@@ -115,9 +157,10 @@ def rewrite(
             f"not {type(model).__name__}{hint}"
         )
     check_onnxscript()
+    target = resolve_target(target, portable)
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        fired = _rewrite(ir_model, names, portable=portable)
+        fired = _rewrite(ir_model, names, target=target)
         result = ir.serde.serialize_model(ir_model)
         if not fired:
             untouched = ir.serde.deserialize_model(model)
@@ -126,13 +169,13 @@ def rewrite(
                 result = onnx.ModelProto()
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
         return result
-    _rewrite(model, names, portable=portable)
+    _rewrite(model, names, target=target)
     return model
 
 
-def _rewrite(model: ir.Model, names: Sequence[str] | None, *, portable: bool) -> bool:
+def _rewrite(model: ir.Model, names: Sequence[str] | str | None, *, target: str) -> bool:
     """Rewrite ``model`` in place and clean up; True when a rule fired."""
-    rule_set = rules(names, portable=portable)
+    rule_set = RewriteRuleSet(select(names, target=target))
     fired = False
     for _ in range(_MAX_ROUNDS):
         if not rule_set.apply_to_model(model):

@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules import _io, runtime
 from rnn_rewrite_rules._rewrite_file import RewriteOptions, rewrite_file
+from rnn_rewrite_rules.rules import DEFAULT_TARGET
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 
 __all__ = ["SEED", "run"]
@@ -21,7 +22,7 @@ SEED = RnnConfig(input_size=256, hidden_size=256, num_layers=4, batch_first=True
 def run(
     rules: Sequence[str] | None = None,
     *,
-    portable: bool = False,
+    target: str = DEFAULT_TARGET,
     batch: int = 5,
     seq: int = 1,
     repeat: int = 50,
@@ -49,7 +50,7 @@ def run(
         before_path, after_path = Path(scratch) / "seed.onnx", Path(scratch) / "rewritten.onnx"
         before_path.write_bytes(proto.SerializeToString())
         report = rewrite_file(
-            before_path, after_path, RewriteOptions(rules=rules, portable=portable, verify=True)
+            before_path, after_path, RewriteOptions(rules=rules, target=target, verify=True)
         )
         before, after = before_path.read_bytes(), after_path.read_bytes()
     lines += report.lines(header=False)

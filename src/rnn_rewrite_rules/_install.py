@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules import _compat
-from rnn_rewrite_rules._api import select
+from rnn_rewrite_rules._api import resolve_target, select
 
 __all__ = ["install", "installed", "is_installed", "uninstall"]
 
@@ -28,15 +28,20 @@ _lock = threading.Lock()
 _ours: tuple[RewriteRule, ...] = ()
 
 
-def install(names: Sequence[str] | str | None = None, *, portable: bool = False) -> None:
+def install(
+    names: Sequence[str] | str | None = None,
+    *,
+    target: str | None = None,
+    portable: bool | None = None,
+) -> None:
     """Add our rules to onnxscript's default rules (idempotent).
 
     Args:
         names: families or rule names (a string is one name); by default every family marked
             ``INSTALL_BY_DEFAULT`` (all but ``layout``, which changes the layout
             attribute a user may rely on).
-        portable: leave out what runtimes other than ONNX Runtime reject (see
-            :func:`rnn_rewrite_rules.rules`).
+        target, portable: as in :func:`rnn_rewrite_rules.rules` (default ``"portable"``:
+            the output runs wherever the original runs).
 
     Raises:
         rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
@@ -44,8 +49,9 @@ def install(names: Sequence[str] | str | None = None, *, portable: bool = False)
     """
     global _ours
     _compat.check_onnxscript()
+    target = resolve_target(target, portable)
     with _lock:
-        rules = tuple(select(names, installed_only=True, portable=portable))
+        rules = tuple(select(names, installed_only=True, target=target))
         current = [r for r in _compat.default_rewrite_rules() if r not in _ours]
         _ours = rules
         _compat.set_default_rewrite_rules((*rules, *current))
@@ -69,11 +75,16 @@ def is_installed() -> bool:
 
 
 @contextlib.contextmanager
-def installed(names: Sequence[str] | None = None, *, portable: bool = False) -> Iterator[None]:
+def installed(
+    names: Sequence[str] | str | None = None,
+    *,
+    target: str | None = None,
+    portable: bool | None = None,
+) -> Iterator[None]:
     """Install for the duration of a ``with`` block, restoring the previous state after."""
     was_installed = is_installed()
     previous = _ours
-    install(names, portable=portable)
+    install(names, target=resolve_target(target, portable))
     try:
         yield
     finally:

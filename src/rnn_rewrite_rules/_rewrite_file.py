@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
 from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
-from rnn_rewrite_rules.rules import families, fixed_by
+from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, fixed_by
 
 __all__ = [
     "BadOptions",
@@ -96,8 +96,9 @@ class RewriteOptions:
 
     #: Family or rule names (a string is one name); None for all.
     rules: Sequence[str] | str | None = None
-    #: Leave out what runtimes other than ONNX Runtime reject.
-    portable: bool = False
+    #: What the result must run on: ``"portable"`` (everywhere the input runs) or
+    #: ``"onnxruntime"`` (see ``rnn_rewrite_rules.rules.TARGETS``).
+    target: str = DEFAULT_TARGET
     #: Allow ``dst`` to be ``src`` (replaced only once the new file is complete).
     in_place: bool = False
     #: Also find the RNN hazards, before and after.
@@ -173,7 +174,7 @@ def rule_families() -> dict[str, str]:
     return {
         _report.rule_name(rule): family.name
         for family in families().values()
-        for rule in family.rules
+        for rule in family.all_rules
     }
 
 
@@ -270,7 +271,7 @@ def rewrite_file(
     options = options or RewriteOptions()
     progress = options.progress or _NoProgress()
     _check_options(options)
-    rules = select(options.rules, portable=options.portable)
+    rules = select(options.rules, target=options.target)
     if options.verify:
         runtime.require_onnxruntime()
     source = Path(src)

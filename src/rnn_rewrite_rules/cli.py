@@ -127,12 +127,7 @@ def _parser() -> argparse.ArgumentParser:
         help="families or rules to apply (default: all, see --list-rules)",
     )
     parser.add_argument("--list-rules", action="store_true", help="list families and rules")
-    parser.add_argument(
-        "--portable",
-        action="store_true",
-        help="leave out rules whose output runtimes other than ONNX Runtime reject "
-        "(tract 0.23.9: RNNs without initial_h and a symbolic batch)",
-    )
+    _add_target(parser)
     parser.add_argument(
         "--verify",
         action="store_true",
@@ -175,8 +170,25 @@ def _demo_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--save-seed", metavar="PATH", help="also write the model built, to try the command on"
     )
-    parser.set_defaults(portable=False)
+    _add_target(parser)
     return parser
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    from rnn_rewrite_rules.rules import DEFAULT_TARGET, TARGETS
+
+    parser.add_argument(
+        "--target",
+        choices=list(TARGETS),
+        default=None,
+        help=f"what the result must run on (default {DEFAULT_TARGET}): "
+        + "; ".join(f"{name}: {text}" for name, text in TARGETS.items()),
+    )
+    parser.add_argument(
+        "--portable",
+        action="store_true",
+        help="deprecated: the portable form is the default now (--target portable)",
+    )
 
 
 def _error(message: str) -> None:
@@ -192,11 +204,26 @@ def _names(values: Sequence[str] | None) -> list[str] | None:
     return names
 
 
-def _select(values: Sequence[str] | None, portable: bool = False) -> None:
+def _target(args: argparse.Namespace) -> str:
+    """``--target``, with the deprecated ``--portable`` as its alias."""
+    from rnn_rewrite_rules.rules import DEFAULT_TARGET
+
+    if args.portable:
+        if args.target not in (None, "portable"):
+            raise _Fail(ExitCode.USAGE, f"--portable contradicts --target {args.target}")
+        print(
+            f"{PROG}: warning: --portable is deprecated: the portable form is the default "
+            "now (--target portable)",
+            file=sys.stderr,
+        )
+    return args.target or DEFAULT_TARGET
+
+
+def _select(values: Sequence[str] | None, target: str) -> None:
     """Fail early (before any file is read) on an unknown rule name."""
     from rnn_rewrite_rules._rewrite_file import select
 
-    select(_names(values), portable=portable)
+    select(_names(values), target=target)
 
 
 def _list_rules() -> int:
@@ -304,7 +331,7 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
         raise _Fail(ExitCode.USAGE, str(error)) from None
     return RewriteOptions(
         rules=_names(args.rules),
-        portable=args.portable,
+        target=_target(args),
         in_place=args.in_place,
         hazards=args.check,
         verify=args.verify,
@@ -335,7 +362,7 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 def _run(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules._rewrite_file import rewrite_file
 
-    _select(args.rules, args.portable)
+    _select(args.rules, _target(args))
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
@@ -354,13 +381,14 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules import _demo as _demo_module
 
-    _select(args.rules, args.portable)
+    target = _target(args)
+    _select(args.rules, target)
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
     _print(
         _demo_module.run(
             _names(args.rules),
-            portable=args.portable,
+            target=target,
             batch=args.batch,
             seq=args.seq,
             repeat=args.repeat,

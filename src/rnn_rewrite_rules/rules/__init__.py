@@ -23,7 +23,24 @@ from rnn_rewrite_rules.rules import (
 )
 from rnn_rewrite_rules.rules._family import RuleFamily
 
-__all__ = ["FAMILIES", "RuleFamily", "families", "fixed_by", "select_rules"]
+__all__ = [
+    "DEFAULT_TARGET",
+    "FAMILIES",
+    "TARGETS",
+    "RuleFamily",
+    "families",
+    "fixed_by",
+    "select_rules",
+]
+
+#: What the rewritten model must run on -> what that target's output is.
+TARGETS: dict[str, str] = {
+    "portable": "runs wherever the original runs (ONNX Runtime, tract, OpenVINO, "
+    "onnx.reference): zero initial states become one shared ConstantOfShape",
+    "onnxruntime": "the smallest graph for ONNX Runtime: zero initial states are dropped "
+    "(tract rejects an RNN without initial_h when the batch is symbolic)",
+}
+DEFAULT_TARGET = "portable"
 
 #: Every family, in application order.
 FAMILIES: tuple[RuleFamily, ...] = (
@@ -57,28 +74,29 @@ def select_rules(
     names: Iterable[str] | None = None,
     *,
     installed_only: bool = False,
-    portable: bool = False,
+    target: str = DEFAULT_TARGET,
 ) -> list[RewriteRule]:
     """Rules by family or rule name (all families when ``names`` is None).
 
-    ``installed_only`` keeps the families ``install()`` adds by default; ``portable``
-    drops the families whose output a runtime other than ONNX Runtime rejects (see
-    ``docs/benchmarks.md``: tract and dropped zero states), also when named.
+    ``installed_only`` keeps the families ``install()`` adds by default; a family gives
+    its rules for ``target`` (see :data:`TARGETS`); a rule named gives that rule.
 
     Raises:
         KeyError: a name is neither a family nor a rule.
+        ValueError: ``target`` is not one of :data:`TARGETS`.
     """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r} (targets: {', '.join(TARGETS)})")
     available = families()
     if names is None:
         names = [f.name for f in FAMILIES if f.install_by_default or not installed_only]
-    by_rule = {rule.name: (family, rule) for family in FAMILIES for rule in family.rules}
+    by_rule = {rule.name: rule for family in FAMILIES for rule in family.all_rules}
     selected: list[RewriteRule] = []
     for name in names:
         if name in available:
-            chosen = [(available[name], rule) for rule in available[name].rules]
+            selected.extend(available[name].rules_for(target))
         elif name in by_rule:
-            chosen = [by_rule[name]]
+            selected.append(by_rule[name])
         else:
             raise KeyError(name)
-        selected.extend(rule for family, rule in chosen if family.portable or not portable)
     return list(dict.fromkeys(selected))

@@ -1,4 +1,7 @@
-"""Drop initial states that are provably all zeros (the ONNX default) and their shape work.
+"""Zero initial states made explicit and shared, or dropped (target ``onnxruntime``).
+
+A provably-zero initial state becomes one shared explicit zero state per shape (target
+``portable``, the default) or no state at all (target ``onnxruntime``).
 
 Pattern: an ``LSTM``/``GRU``/``RNN``/``DynamicQuantizeLSTM`` node whose ``initial_h``
 (input 5) or ``initial_c`` (input 6, LSTM) is zeros built at run time or stored, as
@@ -21,18 +24,37 @@ Condition, both proven from constants and the graph's structure only:
    (layout 1: ``[batch, D, H]``) with ``batch`` the same size as ``X``'s at every size
    (the same symbol, or the number a graph input declares). A zero constant
    ``[D, 1, H]`` fed to a model with a dynamic batch fails at run time for other
-   batches; dropping it would hide that frozen axis, so it is left alone.
+   batches; replacing it would hide that frozen axis, so it is left alone.
 
-Replacement: the same RNN node with that input empty (ONNX defines a missing state as
-zeros), which lets the ``Shape``/``Concat``/``ConstantOfShape``/``Slice`` chain die.
+Replacement, by target:
+
+* ``ShareZeroInitialState`` (``portable``): the state becomes
+  ``ConstantOfShape(Concat([D], Shape(src, start=a, end=a + 1), [H]))`` (before opset 15
+  ``Gather(Shape(src), [a])``) of the state's element type, ``src``'s axis ``a`` being
+  where the prover found the batch size (a graph input's axis for every layer of a
+  stack), or a constant shape when the batch is static.
+  One such node serves every later node of the graph with the same shape and type, and a
+  state already in this form is left alone. tract 0.23.9 panics on an RNN without
+  ``initial_h`` when the batch is symbolic and mis-runs torchlib's per-layer ``Slice`` of
+  a stacked zero tensor; this form runs in ONNX Runtime, tract, OpenVINO and
+  ``onnx.reference``.
+* ``DropZeroInitialState`` (``onnxruntime``): the input is left empty (ONNX defines a
+  missing state as zeros), which saves those three small nodes per call (about 1-2 us at
+  seq 1 in ONNX Runtime, see ``docs/benchmarks.md``); tract rejects the result.
+
+Either way the exporter's ``Shape``/``Concat``/``Expand``/``Slice`` chain dies.
 """
 
 from __future__ import annotations
 
+from typing import Union
+
+import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
+from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -41,11 +63,17 @@ from rnn_rewrite_rules.shape.values import is_all_zeros, is_finite
 __all__ = [
     "FAMILY",
     "DropZeroInitialState",
+    "ShareZeroInitialState",
+    "explicit_zero_form",
     "is_all_zeros",
     "is_finite",
-    "rules",
     "state_reason",
 ]
+
+#: One size of an explicit zero state's shape: a constant, or axis ``a`` of value ``src``.
+Piece = Union[int, tuple[ir.Value, int]]  # noqa: UP007 (Python 3.10 evaluates aliases)
+#: (element type, one piece per axis): what :func:`explicit_zero_form` recognises.
+ZeroForm = tuple[ir.DataType, tuple[Piece, ...]]
 
 
 def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> str | None:
@@ -76,8 +104,9 @@ def _state_indices(op_type: str) -> tuple[int, ...]:
     return (5, 6) if op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,)
 
 
-class DropZeroInitialState(RnnNodeRule):
-    """RNN(..., initial_h=zeros, initial_c=zeros) -> RNN(..., "", "")."""
+class _ZeroStateRule(RnnNodeRule):
+    """The condition both targets share: which initial states are provable zeros of the
+    shape the node requires. Sets ``self._zero_states`` (input indices)."""
 
     def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
@@ -89,29 +118,225 @@ class DropZeroInitialState(RnnNodeRule):
         if not zeros:
             return check_result.fail("no initial state is a provable all-zero tensor")
         prover = ShapeProver()
-        self._zero_states = []
         for i in zeros:
             reason = state_reason(node, inputs[i], prover)
             if reason is not None:
                 return check_result.fail(reason, inputs[i])
-            self._zero_states.append(i)
-        return check_result
+        self._zero_states = zeros
+        return self.check_target(context, node, prover)
+
+    def check_target(self, context, node: ir.Node, prover: ShapeProver) -> MatchResult:
+        return MatchResult()
+
+
+class DropZeroInitialState(_ZeroStateRule):
+    """RNN(..., initial_h=zeros, initial_c=zeros) -> RNN(..., "", "")."""
 
     def rewrite(self, op, out0: ir.Value, **_):
         node = self.node(out0)
         return copy_rnn_node(op, node, self.num_outputs, dict.fromkeys(self._zero_states))
 
 
-rules = RewriteRuleSet(rnn_node_rules(DropZeroInitialState))
+class ShareZeroInitialState(_ZeroStateRule):
+    """RNN(..., initial_h=zeros, initial_c=zeros) ->
+    RNN(..., z, z) with z = ConstantOfShape(Concat([D], Shape(src)[a], [H])), shared."""
+
+    def check_target(self, context, node: ir.Node, prover: ShapeProver) -> MatchResult:
+        check_result = MatchResult()
+        self._zero_states = [
+            i for i in self._zero_states if explicit_zero_form(node.inputs[i]) is None
+        ]
+        if not self._zero_states:
+            return check_result.fail(
+                "the zero states already are an explicit ConstantOfShape of the batch size"
+            )
+        dtype = _state_type(node, node.inputs[self._zero_states[0]])
+        if dtype is None:
+            return check_result.fail("cannot prove the initial state's element type")
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return check_result.fail(opset, node)
+        facts = rnn_facts(node, prover)
+        assert not isinstance(facts, str)  # proven by state_reason
+        x = node.inputs[0]
+        batch_axis = 0 if facts.layout == 1 else 1
+        batch = prover.dim(x, batch_axis)
+        assert batch is not None and x is not None  # proven by state_reason
+        piece = _batch_piece(batch, x, batch_axis, context)
+        if opset < 9:
+            return check_result.fail(f"opset {opset} has no ConstantOfShape")
+        d, h = facts.num_directions, facts.hidden_size
+        pieces = (piece, d, h) if facts.layout == 1 else (d, piece, h)
+        self._form: ZeroForm = (dtype, pieces)
+        self._opset = opset
+        self._graph = context.graph_or_function
+        self._main_graph = context.graph_or_function is context.model.graph
+        return check_result
+
+    def rewrite(self, op, out0: ir.Value, **_):
+        node = self.node(out0)
+        zeros = self._existing(node) or self._emit(op)
+        return copy_rnn_node(op, node, self.num_outputs, dict.fromkeys(self._zero_states, zeros))
+
+    def _existing(self, node: ir.Node) -> ir.Value | None:
+        """An explicit zero state of the same form defined before ``node`` in its graph."""
+        for earlier in self._graph:
+            if earlier is node:
+                return None
+            if (earlier.op_type, earlier.domain) == ("ConstantOfShape", "") and (
+                explicit_zero_form(earlier.outputs[0]) == self._form
+            ):
+                return earlier.outputs[0]
+        return None
+
+    def _emit(self, op) -> ir.Value:
+        self._constants: dict[tuple[int, ...], ir.Value] = {}
+        dtype, pieces = self._form
+        parts: list[ir.Value] = []
+        constant: list[int] = []
+        for piece in pieces:
+            if isinstance(piece, int):
+                constant.append(piece)
+                continue
+            if constant:
+                parts.append(self._ints(op, constant))
+                constant = []
+            source, axis = piece
+            if self._opset >= 15:
+                parts.append(op.Shape(source, start=axis, end=axis + 1))
+            else:  # Shape has no start/end before opset 15
+                parts.append(op.Gather(op.Shape(source), self._ints(op, [axis]), axis=0))
+        if constant:
+            parts.append(self._ints(op, constant))
+        shape = parts[0] if len(parts) == 1 else op.Concat(*parts, axis=0)
+        fill = ir.tensor(np.zeros(1, dtype=dtype.numpy()))
+        return op.ConstantOfShape(shape, value=fill)
+
+    def _ints(self, op, values: list[int]) -> ir.Value:
+        """One constant per content in a rewrite (the rewriter adds initializers at the end)."""
+        key = tuple(values)
+        if key not in self._constants:
+            self._constants[key] = int64_constant(
+                op, self._graph, values, as_node=not self._main_graph
+            )
+        return self._constants[key]
+
+
+def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> Piece:
+    """The batch size as a constant, or the (value, axis) to read it from at run time: the
+    axis the prover traced it to when visible here (shared by every layer), else ``X``'s."""
+    if batch.value is not None:
+        return batch.value
+    symbol = batch.symbol
+    visible = (context.graph_or_function, context.model.graph)
+    if symbol is not None and symbol.value.graph in visible:
+        return symbol.value, symbol.axis
+    return x, axis
+
+
+def _state_type(node: ir.Node, state: ir.Value) -> ir.DataType | None:
+    """The element type ``T`` of ``node``'s states, from a constant or declared input of
+    type ``T`` (``X``, ``W``, ``R``; ``DynamicQuantizeLSTM``'s ``W``/``R`` are int8), or from
+    the zero state's own constants."""
+    quantized = node.op_type == "DynamicQuantizeLSTM"
+    for value in node.inputs[:1] if quantized else node.inputs[:3]:
+        if value is None:
+            continue
+        tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
+        if tensor is not None:
+            return tensor.dtype
+        if value.is_graph_input() and value.dtype is not None:
+            return value.dtype
+    return _zero_type(state)
+
+
+def _zero_type(value: ir.Value | None, depth: int = 0) -> ir.DataType | None:
+    """The element type of a zero chain, read from its constants and casts."""
+    if value is None or depth > 16 or value.is_graph_input():
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    if tensor is not None:
+        return tensor.dtype
+    node = value.producer()
+    if node is None or node.domain != "" or not node.inputs:
+        return None
+    if node.op_type == "ConstantOfShape":
+        attr = node.attributes.get("value")
+        return ir.DataType.FLOAT if attr is None else attr.as_tensor().dtype
+    if node.op_type == "Cast":
+        return ir.DataType(node.attributes.get_int("to", 0))
+    if node.op_type == "DequantizeLinear":
+        scale = node.inputs[1] if len(node.inputs) > 1 else None
+        return _zero_type(scale, depth + 1)
+    return _zero_type(node.inputs[0], depth + 1)
+
+
+def explicit_zero_form(value: ir.Value | None) -> ZeroForm | None:
+    """(element type, shape pieces) when ``value`` is ``ConstantOfShape`` of zero with a
+    constant shape or a ``Concat`` of int64 constants and one-axis ``Shape`` reads (see
+    ``_shape_read``), else None."""
+    node = None if value is None else value.producer()
+    if node is None or node.op_type != "ConstantOfShape" or node.domain != "" or not node.inputs:
+        return None
+    assert value is not None
+    if not is_all_zeros(value):
+        return None
+    dtype = _zero_type(value)
+    shape = node.inputs[0]
+    array = const_array(shape)
+    if dtype is None or shape is None:
+        return None
+    if array is not None:
+        return dtype, tuple(int(v) for v in array.reshape(-1))
+    concat = shape.producer()
+    if concat is None or concat.op_type != "Concat" or concat.domain != "":
+        return None
+    if concat.attributes.get_int("axis", 0) != 0:
+        return None
+    pieces: list[Piece] = []
+    for part in concat.inputs:
+        array = const_array(part)
+        if array is not None and array.ndim == 1 and array.dtype == np.int64:
+            pieces.extend(int(v) for v in array)
+            continue
+        read = _shape_read(part)
+        if read is None:
+            return None
+        pieces.append(read)
+    return dtype, tuple(pieces)
+
+
+def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """(src, a) when ``value`` is ``Shape(src, start=a, end=a+1)`` or
+    ``Gather(Shape(src), [a])`` (a 1-D constant index, axis 0), a >= 0."""
+    node = None if value is None else value.producer()
+    if node is None or node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return None
+    if node.op_type == "Shape":
+        start = node.attributes.get_int("start", 0)
+        end = node.attributes.get_int("end", -1) if "end" in node.attributes else None
+        return (node.inputs[0], start) if start >= 0 and end == start + 1 else None
+    if node.op_type != "Gather" or len(node.inputs) != 2 or node.attributes.get_int("axis", 0):
+        return None
+    inner = node.inputs[0].producer()
+    if inner is None or (inner.op_type, inner.domain) != ("Shape", "") or inner.attributes:
+        return None
+    index = const_array(node.inputs[1])
+    if index is None or index.shape != (1,) or index[0] < 0:
+        return None
+    return inner.inputs[0], int(index[0])
+
+
+share_rules = RewriteRuleSet(rnn_node_rules(ShareZeroInitialState))
+drop_rules = RewriteRuleSet(rnn_node_rules(DropZeroInitialState))
 
 FAMILY = RuleFamily(
     name="initial_state",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    rule_set=share_rules,
     install_by_default=True,
     # tract 0.23.9 panics (``UndeterminedSymbol("batch")``) on an LSTM/GRU without
-    # ``initial_h`` when the batch axis is symbolic, though ONNX defines the missing state as
-    # zeros; ``portable=True`` leaves the exporter's zero states in place for such runtimes.
-    portable=False,
+    # ``initial_h`` when the batch axis is symbolic: dropping is for ONNX Runtime only.
+    target_rule_sets={"onnxruntime": drop_rules},
     fixes=("unproven-zero-state",),
 )

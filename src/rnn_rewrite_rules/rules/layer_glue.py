@@ -385,6 +385,5 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     rule_set=rules,
     install_by_default=True,
-    portable=True,
     fixes=("runtime-shape-chain",),
 )

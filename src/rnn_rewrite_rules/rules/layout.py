@@ -92,6 +92,5 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     rule_set=rules,
     install_by_default=False,
-    portable=True,
     fixes=("layout-1",),
 )

@@ -386,7 +386,7 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         if proof is None:
             return "cannot prove h_0 is [1, batch, H]"
         guard_batch = not proof
-        # zero states stay: the (non-portable) initial_state family drops them
+        # zero states stay: the initial_state family shares or drops them (by target)
     slice_x = static_size(prover, source.x, 0) != len(steps)
     return _Plan(
         steps,
@@ -545,6 +545,5 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     rule_set=rules,
     install_by_default=True,
-    portable=True,
     fixes=(),
 )

@@ -455,7 +455,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
     c0_ok = c0 is not None and (_state_ok(prover, c0, x, hidden) or _folded_zero(prover, c0, x))
     if op_type == "LSTM" and not c0_ok:
         return "cannot prove c_0 is [batch of X, H]"
-    # zero states stay: the (non-portable) initial_state family drops them
+    # zero states stay: the initial_state family shares or drops them (by target)
     if first.h_linear is None and h0 is not None:
         return "the folded first step needs h_0 = 0"
     order = _GATE_ORDER[op_type]

@@ -67,6 +67,13 @@ class Dim:
         return None
 
     @property
+    def symbol(self) -> Sym | None:
+        """The symbol when the polynomial is exactly one symbol (coefficient 1), else None."""
+        if len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0][0]
+        return None
+
+    @property
     def is_const(self) -> bool:
         return self.value is not None
 

@@ -1,0 +1,251 @@
+"""The default rewrite runs wherever the original runs: ONNX Runtime, tract, OpenVINO and
+``onnx.reference``, with the original's outputs, at several sizes of each dynamic axis.
+
+The models: every benchmark model's structure (``benchmarks/models.py``, built without
+torch), and the builders of every exporter style (torchlib, TorchScript, tf2onnx/keras,
+Paddle, hand-built, unrolled ``nn.RNN`` and cell loops). For each runtime and size where
+the original runs, the rewrite must run and agree; where the original fails, nothing is
+asked. tract runs in a child process (a panic aborts the process); OpenVINO compiles with
+``INFERENCE_PRECISION_HINT=f32`` (its default precision differs by about 3e-3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import tempfile
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import pytest
+from benchmarks import measure
+from benchmarks.models import FULL_MATRIX, ModelSpec
+from onnx.reference import ReferenceEvaluator
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.testing import build_torchlib_model, random_inputs
+from rnn_rewrite_rules.testing import thirdparty as tp
+from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model, exporter_inputs
+from rnn_rewrite_rules.testing.unrolled import (
+    UnrolledCellConfig,
+    UnrolledRnnConfig,
+    build_unrolled_cell,
+    build_unrolled_rnn,
+    cell_inputs,
+    rnn_inputs,
+)
+
+ov = pytest.importorskip("openvino", reason="openvino (part of the test extra) is not installed")
+pytest.importorskip("tract", reason="tract (part of the test extra) is not installed")
+
+pytestmark = pytest.mark.tract
+
+Feeds = dict[str, np.ndarray]
+#: (batch, seq): every dynamic axis takes at least two sizes, none the builders' defaults.
+SIZES = ((1, 1), (3, 5), (2, 7))
+ATOL = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    #: (batch, seq, rng) -> feeds; a model with a fixed sequence ignores seq.
+    feeds: Callable[[int, int, int], Feeds]
+
+
+def _benchmark_case(spec: ModelSpec) -> Case:
+    if spec.op_type == "RNN":  # torch unrolls nn.RNN: the unrolled builder
+        cfg = UnrolledRnnConfig(
+            input_size=spec.input_size,
+            hidden_size=spec.hidden_size,
+            num_layers=spec.num_layers,
+            bidirectional=spec.bidirectional,
+            batch_first=spec.batch_first,
+            seq=3,
+            transpose_node=spec.hidden_size >= 91,
+        )
+        return Case(
+            spec.name,
+            functools.partial(build_unrolled_rnn, cfg),
+            lambda b, s, r: rnn_inputs(cfg, b, None, r),
+        )
+    cfg = spec.rnn_config()
+    return Case(
+        spec.name,
+        functools.partial(build_torchlib_model, cfg),
+        lambda b, s, r: random_inputs(cfg, b, s, rng=r),
+    )
+
+
+def _benchmark_cases() -> list[Case]:
+    """One per model structure of the benchmark matrix (its seq variants share a graph)."""
+    seen: dict[tuple, ModelSpec] = {}
+    for spec in FULL_MATRIX:
+        key = dataclasses.astuple(dataclasses.replace(spec, name="", seq=0, batch=0))
+        seen.setdefault(key, spec)
+    return [_benchmark_case(spec) for spec in seen.values()]
+
+
+def _exporter_case(**fields) -> Case:
+    spec = ExporterSpec(**fields)
+    name = "-".join(str(v) for v in fields.values())
+    return Case(
+        f"exporter-{name}",
+        functools.partial(build_exporter_model, spec),
+        lambda b, s, r: exporter_inputs(spec, b, s, r),
+    )
+
+
+def _thirdparty_case(builder: Callable[[], onnx.ModelProto]) -> Case:
+    model = builder()
+    return Case(
+        f"thirdparty-{builder.__name__}",
+        lambda: model,
+        lambda b, s, r: tp.thirdparty_inputs(model, b, s, rng=r),
+    )
+
+
+def _cell_case(cfg: UnrolledCellConfig) -> Case:
+    return Case(
+        f"cells-{cfg.op_type}-{cfg.initial_state}",
+        functools.partial(build_unrolled_cell, cfg),
+        lambda b, s, r: cell_inputs(cfg, b, None, r),
+    )
+
+
+CASES: list[Case] = [
+    *_benchmark_cases(),
+    *(
+        _exporter_case(style=style, op_type=op, initial_state=state, num_layers=2, opset=opset)
+        for style, opset in (("torchscript", 14), ("tf2onnx", 13), ("plain", 17))
+        for op in ("LSTM", "GRU", "RNN")
+        for state in ("absent", "constant_of_shape", "expand", "keras")
+    ),
+    _exporter_case(
+        style="torchscript",
+        op_type="LSTM",
+        initial_state="constant_of_shape",
+        num_layers=2,
+        direction="bidirectional",
+        batch_first=True,
+    ),
+    _exporter_case(style="tf2onnx", op_type="GRU", initial_state="keras", wrap="if"),
+    *(
+        _thirdparty_case(builder)
+        for builder in (
+            tp.torchscript_batch_first,
+            tp.embedding_tagger,
+            tp.paddle_states,
+            tp.zeros_like_state,
+            tp.hand_built_bidirectional,
+            tp.one_dim_states,
+            tp.computed_reshape,
+        )
+    ),
+    *(
+        _cell_case(UnrolledCellConfig(op_type=op, initial_state=state))
+        for op in ("LSTM", "GRU")
+        for state in ("zeros", "constant_of_shape")
+    ),
+    Case(
+        "rnn-unrolled-bidirectional",
+        functools.partial(build_unrolled_rnn, UnrolledRnnConfig(num_layers=2, bidirectional=True)),
+        lambda b, s, r: rnn_inputs(UnrolledRnnConfig(num_layers=2, bidirectional=True), b, None, r),
+    ),
+]
+
+
+# --- runtimes: each returns the outputs, or the exception that stopped it ----------------
+
+
+def _ort(model: onnx.ModelProto, feeds: Feeds) -> list[np.ndarray] | Exception:
+    try:
+        return runtime.run(model, feeds)
+    except Exception as error:
+        return error
+
+
+def _reference(model: onnx.ModelProto, feeds: Feeds) -> list[np.ndarray] | Exception:
+    try:
+        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+    except Exception as error:
+        return error
+
+
+def _openvino(model: onnx.ModelProto, feeds: Feeds) -> list[np.ndarray] | Exception:
+    core = ov.Core()
+    try:
+        compiled = core.compile_model(
+            core.read_model(model.SerializeToString(), b""),
+            "CPU",
+            {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1},
+        )
+        result = compiled.create_infer_request().infer(
+            {name: value for name, value in feeds.items()}
+        )
+        return [np.asarray(result[output]) for output in compiled.outputs]
+    except Exception as error:
+        return error
+
+
+def _tract(models: list[onnx.ModelProto], feeds: list[Feeds]) -> list[list]:
+    """Per model, per feed: the outputs or an Exception (one child process for all)."""
+    with tempfile.TemporaryDirectory(prefix="portability-") as tmp:
+        paths, prefixes, files = [], [], []
+        for index, model in enumerate(models):
+            paths.append(os.path.join(tmp, f"m{index}.onnx"))
+            prefixes.append(os.path.join(tmp, f"m{index}-"))
+            onnx.save(model, paths[-1])
+        for index, feed in enumerate(feeds):
+            files.append(os.path.join(tmp, f"f{index}.npz"))
+            np.savez(files[-1], **feed)
+        probes = measure.tract_probe(paths, list(feeds[0]), files, prefixes, timeout=600)
+    return [
+        [out if out is not None else RuntimeError(probe.error) for out in probe.outputs]
+        for probe in probes
+    ]
+
+
+def _compare(runtime_name: str, size, expected, actual) -> str | None:
+    """None when fine; what went wrong otherwise (nothing is asked where the original fails)."""
+    if isinstance(expected, Exception):
+        return None
+    if isinstance(actual, Exception):
+        return f"{runtime_name} at {size}: the original runs, the rewrite fails: {actual}"
+    if [a.shape for a in actual] != [e.shape for e in expected]:
+        return f"{runtime_name} at {size}: shapes {[a.shape for a in actual]} != " + str(
+            [e.shape for e in expected]
+        )
+    diff = runtime.max_abs_diff(expected, actual)
+    if not diff <= ATOL:
+        return f"{runtime_name} at {size}: outputs differ by {diff}"
+    return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_default_rewrite_runs_wherever_the_original_runs(case: Case) -> None:
+    original = case.build()
+    rewritten = rnn_rewrite_rules.rewrite(original)
+    feeds = [case.feeds(batch, seq, index) for index, (batch, seq) in enumerate(SIZES)]
+    problems: list[str] = []
+    ran = {"onnxruntime": 0, "openvino": 0, "tract": 0, "reference": 0}
+    for name, run in (("onnxruntime", _ort), ("openvino", _openvino), ("reference", _reference)):
+        for size, feed in zip(SIZES, feeds, strict=True):
+            expected = run(original, feed)
+            ran[name] += not isinstance(expected, Exception)
+            problem = _compare(name, size, expected, run(rewritten, feed))
+            if problem:
+                problems.append(problem)
+    before, after = _tract([original, rewritten], feeds)
+    for size, expected, actual in zip(SIZES, before, after, strict=True):
+        ran["tract"] += not isinstance(expected, Exception)
+        problem = _compare("tract", size, expected, actual)
+        if problem:
+            problems.append(problem)
+    assert not problems, "\n".join(problems)
+    assert ran["onnxruntime"] == len(SIZES), ran  # every builder model runs in ORT
+    assert ran["openvino"] + ran["tract"] > 0, ran  # a second runtime had something to check

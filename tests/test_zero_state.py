@@ -1,0 +1,236 @@
+"""initial_state, target ``portable``: the explicit shared zero state and its guards.
+
+The exporter forms and their equivalence are in ``test_initial_state_forms.py``; here are
+the choices of the replacement (where the batch size is read, which node is shared) and
+the refusals that only this target has.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import initial_state
+from tests.reasons import refusal_reasons
+from tests.support import apply
+
+H, INPUT = 3, 4
+RULES = initial_state.FAMILY.rules_for("portable")
+
+
+def _weights(name: str, input_size: int, hidden: int, gates: int = 3) -> list[onnx.TensorProto]:
+    rng = np.random.default_rng(len(name))
+    return [
+        numpy_helper.from_array(
+            rng.standard_normal((1, gates * hidden, size)).astype(np.float32), f"{name}_{part}"
+        )
+        for part, size in (("w", input_size), ("r", hidden))
+    ]
+
+
+def _zero_state(x: str, out: str, hidden: int, opset_shape_attrs: bool = True) -> list:
+    """TorchScript's form: ConstantOfShape(Concat([1], Unsqueeze(Gather(Shape(x), 1)), [H]))."""
+    return [
+        helper.make_node("Shape", [x], [f"{out}_shape"]),
+        helper.make_node("Gather", [f"{out}_shape", "one_scalar"], [f"{out}_b"], axis=0),
+        helper.make_node("Unsqueeze", [f"{out}_b", "axes0"], [f"{out}_b1"]),
+        helper.make_node("Concat", ["one", f"{out}_b1", f"h{hidden}"], [f"{out}_dims"], axis=0),
+        helper.make_node("ConstantOfShape", [f"{out}_dims"], [out]),
+    ]
+
+
+def _stack(hiddens: tuple[int, ...], *, x_nodes: tuple = (), x: str = "x") -> onnx.ModelProto:
+    """GRU layers, each with its own runtime zero state, chained through Squeeze."""
+    nodes, inits = list(x_nodes), []
+    source, size = x, INPUT
+    for layer, hidden in enumerate(hiddens):
+        nodes += _zero_state(source, f"h0_{layer}", hidden)
+        nodes.append(
+            helper.make_node(
+                "GRU",
+                [source, f"l{layer}_w", f"l{layer}_r", "", "", f"h0_{layer}"],
+                [f"y{layer}"],
+                hidden_size=hidden,
+                name=f"gru{layer}",
+            )
+        )
+        nodes.append(helper.make_node("Squeeze", [f"y{layer}", "axes1"], [f"seq{layer}"]))
+        inits += _weights(f"l{layer}", size, hidden)
+        source, size = f"seq{layer}", hidden
+    consts = {"one_scalar": np.array(1), "axes0": [0], "axes1": [1], "one": [1]}
+    consts.update({f"h{h}": [h] for h in hiddens})
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
+    graph = helper.make_graph(
+        nodes,
+        "stack",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", INPUT])],
+        [helper.make_tensor_value_info(source, TensorProto.FLOAT, [None] * 3)],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _feeds(batch: int, seq: int, features: int = INPUT) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(batch * 10 + seq)
+    return {"x": rng.standard_normal((seq, batch, features)).astype(np.float32)}
+
+
+def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def _assert_equivalent(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    """Equal in ORT at (1, 1) and (3, 5); at batch 0 in onnx.reference (ORT aborts the
+    process on a GRU with batch or seq 0; onnx.reference fails at seq 0 too)."""
+    for batch, seq in ((1, 1), (3, 5)):
+        feeds = _feeds(batch, seq)
+        assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) < 1e-6
+    for batch, seq in ((0, 2),):
+        feeds = _feeds(batch, seq)
+        expected, actual = _reference(before, feeds), _reference(after, feeds)
+        assert [a.shape for a in actual] == [e.shape for e in expected]
+        assert runtime.max_abs_diff(expected, actual) < 1e-6
+
+
+def _counts(model: onnx.ModelProto) -> collections.Counter[str]:
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+def test_one_zero_state_per_hidden_size_read_from_the_graph_input() -> None:
+    """Four layers, hidden 3, 3, 5, 3: two ConstantOfShape, both reading x's batch axis."""
+    before = _stack((3, 3, 5, 3))
+    after, count = apply(RULES, before)
+    assert count == 4
+    counts = _counts(after)
+    assert counts["ConstantOfShape"] == 2 and counts["Gather"] == 0, counts
+    shapes = [n for n in after.graph.node if n.op_type == "Shape"]
+    assert [n.input[0] for n in shapes] == ["x"] * len(shapes)
+    grus = {n.name: n for n in after.graph.node if n.op_type == "GRU"}
+    assert grus["gru0"].input[5] == grus["gru1"].input[5] == grus["gru3"].input[5]
+    assert grus["gru2"].input[5] != grus["gru0"].input[5]
+    _assert_equivalent(before, after)
+
+
+def test_a_batch_that_is_no_single_axis_is_read_from_x() -> None:
+    """x doubled along the batch axis: the batch is 2 * batch, read from the layer's own X."""
+    doubled = helper.make_node("Concat", ["x0", "x0"], ["x"], axis=1)
+    before = _stack((3,), x_nodes=(doubled,))
+    before.graph.input[0].name = "x0"
+    after, count = apply(RULES, before)
+    assert count == 1
+    (shape,) = [n for n in after.graph.node if n.op_type == "Shape"]
+    assert shape.input[0] == "x"
+    for batch, seq in ((1, 2), (3, 4)):
+        feeds = {"x0": _feeds(batch, seq)["x"]}
+        assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) < 1e-6
+
+
+def test_already_explicit_zero_state_is_left_alone() -> None:
+    once, _ = apply(RULES, _stack((3, 3)))
+    assert "the zero states already are an explicit ConstantOfShape of the batch size" in (
+        refusal_reasons(RULES, once)
+    )
+    assert apply(RULES, once)[1] == 0
+
+
+def test_onnxruntime_target_drops_the_explicit_form() -> None:
+    """The portable output rewritten for ONNX Runtime loses its states: both targets agree."""
+    portable = rnn_rewrite_rules.rewrite(_stack((3, 3)))
+    minimal = rnn_rewrite_rules.rewrite(portable, target="onnxruntime")
+    assert all(len(n.input) <= 5 for n in minimal.graph.node if n.op_type == "GRU")
+    assert _counts(minimal)["ConstantOfShape"] == 0
+    _assert_equivalent(portable, minimal)
+
+
+def test_opset_8_has_no_constant_of_shape() -> None:
+    """A zero initializer at opset 8: the portable form cannot be written; dropping can."""
+    rng = np.random.default_rng(0)
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H)],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 2, INPUT])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
+            [
+                numpy_helper.from_array(rng.standard_normal((1, 3 * H, INPUT), np.float32), "w"),
+                numpy_helper.from_array(rng.standard_normal((1, 3 * H, H), np.float32), "r"),
+                numpy_helper.from_array(np.zeros((1, 2, H), np.float32), "h0"),
+            ],
+        ),
+        opset_imports=[helper.make_opsetid("", 8)],
+    )
+    model.ir_version = 4
+    assert "opset 8 has no ConstantOfShape" in refusal_reasons(RULES, model)
+    assert apply(RULES, model)[1] == 0
+    assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
+
+
+def test_state_type_unknown_is_refused() -> None:
+    """Nothing typed to read T from: X and W computed, the zeros dequantized by a computed
+    scale. A ConstantOfShape of a guessed type would not type-check."""
+    nodes = [
+        helper.make_node("Relu", ["x_in"], ["x"]),
+        helper.make_node("Relu", ["w_in"], ["w"]),
+        helper.make_node("Relu", ["r_in"], ["r"]),
+        helper.make_node("Relu", ["scale_in"], ["scale"]),
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one_scalar"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+        helper.make_node("Concat", ["one", "b1", "h"], ["dims"], axis=0),
+        helper.make_node(
+            "ConstantOfShape",
+            ["dims"],
+            ["q"],
+            value=helper.make_tensor("value", TensorProto.INT8, [1], [0]),
+        ),
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["h0"]),
+        helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["seq", "batch", INPUT]),
+        helper.make_tensor_value_info("w_in", TensorProto.FLOAT, [1, 3 * H, INPUT]),
+        helper.make_tensor_value_info("r_in", TensorProto.FLOAT, [1, 3 * H, H]),
+        helper.make_tensor_value_info("scale_in", TensorProto.FLOAT, []),
+    ]
+    consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], "h": [H]}
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            inputs,
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
+            [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 9
+    assert "cannot prove the initial state's element type" in refusal_reasons(RULES, model)
+    assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
+
+
+@pytest.mark.parametrize("opset", [11, 14, 15, 21])
+def test_batch_read_by_the_opset_s_form(opset: int) -> None:
+    """Shape with start/end from opset 15, Gather(Shape, [axis]) before; both recognised."""
+    before = _stack((3, 3))
+    before.opset_import[0].version = opset
+    if opset < 13:  # Squeeze and Unsqueeze take attributes
+        for node in before.graph.node:
+            if node.op_type in ("Squeeze", "Unsqueeze"):
+                axes = {"axes0": [0], "axes1": [1]}[node.input[1]]
+                del node.input[1]
+                node.attribute.append(helper.make_attribute("axes", axes))
+    after, count = apply(RULES, before)
+    assert count == 2
+    counts = _counts(after)
+    assert counts["Gather"] == (1 if opset < 15 else 0) and counts["ConstantOfShape"] == 1
+    assert apply(RULES, after)[1] == 0  # recognised as explicit: rewriting twice is once
+    _assert_equivalent(before, after)
