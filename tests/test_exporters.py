@@ -28,6 +28,7 @@ from tests.exporter_support import (
     all_nodes,
     all_op_counts,
     assert_spec_equivalent,
+    assert_target_form,
     rnn_nodes,
 )
 
@@ -59,11 +60,17 @@ def test_rules_reach_if_loop_and_scan_bodies(wrap: str, constant_weights: bool) 
     inner = _subgraph_nodes(after)
     assert {n.op_type for n in inner} >= {"LSTM"}
     counts = all_op_counts(after)
-    assert not counts["Shape"] and not counts["ConstantOfShape"], counts
-    for node in rnn_nodes(after):
-        assert not node.input[5:], list(node.input)  # zero states dropped
-    # tf2onnx glue Transpose(2,1,0,3) -> Squeeze(1) -> Transpose(1,0,2) is one Squeeze a layer
     per_stack = 2 if wrap == "if" else 1
+    # one shared zero state per stack (in its subgraph), explicit for tract
+    assert counts["Shape"] == counts["ConstantOfShape"] == per_stack, counts
+    assert_target_form(after, "portable", before)
+    minimal = rnn_rewrite_rules.rewrite(before, target="onnxruntime")
+    counts_minimal = all_op_counts(minimal)
+    assert not counts_minimal["Shape"] and not counts_minimal["ConstantOfShape"], counts_minimal
+    for node in rnn_nodes(minimal):
+        assert not node.input[5:], list(node.input)  # zero states dropped
+    assert_spec_equivalent(before, minimal, spec)
+    # tf2onnx glue Transpose(2,1,0,3) -> Squeeze(1) -> Transpose(1,0,2) is one Squeeze a layer
     assert counts["Squeeze"] == 2 * per_stack and counts["Transpose"] == 0, counts
     assert_spec_equivalent(before, after, spec)
 
@@ -136,7 +143,9 @@ def test_torchlib_rules_with_constant_weights_and_in_branches(where: str) -> Non
     after = rnn_rewrite_rules.rewrite(before)
     onnx.checker.check_model(after, full_check=True)
     counts = all_op_counts(after)
-    assert not counts["Shape"] and not counts["Expand"] and not counts["Mul"], counts
+    assert not counts["Expand"] and not counts["Mul"] and not counts["Slice"], counts
+    assert counts["Shape"] == counts["ConstantOfShape"] == (2 if where == "if_branches" else 1)
+    assert_target_form(after, "portable", before)
     _torchlib_equivalent(before, after, cfg)
 
 

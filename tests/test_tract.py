@@ -56,14 +56,14 @@ def _in_tract(
 
 
 def _assert_same_in_tract(
-    cfg: RnnConfig, run_sizes: Sequence[tuple[int, int]], *, portable: bool = False
+    cfg: RnnConfig, run_sizes: Sequence[tuple[int, int]], *, target: str = "portable"
 ) -> int:
     """Where tract runs the original, it runs the rewritten model with the same outputs.
 
     Returns on how many sizes tract ran the original.
     """
     original = build_torchlib_model(cfg)
-    rewritten = rnn_rewrite_rules.rewrite(original, portable=portable)
+    rewritten = rnn_rewrite_rules.rewrite(original, target=target)
     feeds = [random_inputs(cfg, b, s, rng=i) for i, (b, s) in enumerate(run_sizes)]
     before, after = _in_tract([original, rewritten], feeds)
     compared = 0
@@ -106,15 +106,16 @@ _ZERO_STATE_CONFIGS = [
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="portability bug: the initial_state rules drop torchlib's zero states, and tract "
-    "0.23.9 panics (UndeterminedSymbol('batch'), onnx/src/ops/rec/common.rs:189) on an "
-    "LSTM/GRU without initial_h when the batch axis is symbolic; see docs/benchmarks.md",
+    reason="why the default is the portable target: target='onnxruntime' drops torchlib's "
+    "zero states, and tract 0.23.9 panics (UndeterminedSymbol('batch'), "
+    "onnx/src/ops/rec/common.rs:189) on an LSTM/GRU without initial_h when the batch axis "
+    "is symbolic; see docs/benchmarks.md",
 )
 @pytest.mark.parametrize(
     "cfg", _ZERO_STATE_CONFIGS, ids=["lstm", "lstm-batch-first", "gru", "gru2-bidirectional"]
 )
 def test_dropped_zero_states_run_in_tract(cfg: RnnConfig) -> None:
-    compared = _assert_same_in_tract(cfg, [(1, 1), (3, 5), (7, 2)])
+    compared = _assert_same_in_tract(cfg, [(1, 1), (3, 5), (7, 2)], target="onnxruntime")
     assert compared, "tract ran the original at no size: pick a config it runs"
 
 
@@ -122,8 +123,8 @@ def test_dropped_zero_states_run_in_tract(cfg: RnnConfig) -> None:
     "cfg", _ZERO_STATE_CONFIGS, ids=["lstm", "lstm-batch-first", "gru", "gru2-bidirectional"]
 )
 def test_portable_rewrite_runs_in_tract(cfg: RnnConfig) -> None:
-    """``portable=True`` keeps the exporter's zero states: tract runs what it ran before."""
-    compared = _assert_same_in_tract(cfg, [(1, 1), (3, 5), (7, 2)], portable=True)
+    """The default (portable) target shares one explicit zero state: tract runs it."""
+    compared = _assert_same_in_tract(cfg, [(1, 1), (3, 5), (7, 2)])
     assert compared, "tract ran the original at no size: pick a config it runs"
 
 

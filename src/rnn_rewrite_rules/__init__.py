@@ -19,7 +19,7 @@ import sys
 import types
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Exported name -> the module that defines it.
 _EXPORTS = {
