@@ -273,3 +273,13 @@ def test_the_default_rewrite_runs_wherever_the_original_runs(case: Case) -> None
         assert ran["onnxruntime"] == len(SIZES), ran
     others = ran["openvino"] + ran["tract"] + (0 if case.ort_runs else ran["reference"])
     assert others > 0, ran  # a second runtime had something to check
+
+
+def test_zero_state_benchmark_runs(capsys) -> None:
+    """``python -m benchmarks.zero_state --quick``: both targets agree and a ratio prints."""
+    from benchmarks import zero_state
+
+    assert zero_state.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("lstm2x64")]
+    assert len(rows) == 4 and all(("onnxruntime" in r) != ("openvino" in r) for r in rows)

@@ -1,0 +1,117 @@
+"""What dropping zero initial states buys over one shared explicit zero state (issue 15).
+
+For small stacks at seq 1 (where per-call overhead dominates) and at seq 16, times the two
+targets' outputs side by side, interleaved, in ONNX Runtime and OpenVINO at one thread:
+``portable`` (one ``ConstantOfShape`` zero state shared by all layers) and
+``onnxruntime`` (no state input). Each repeat takes the best of ``--rounds`` rounds; the
+ratio portable / onnxruntime is printed per repeat, then its median and range (the
+spread: the machine is shared, so a ratio inside it is noise).
+
+    python -m benchmarks.zero_state [--repeats 3] [--rounds 11]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
+
+CONFIGS = {
+    "lstm2x64": RnnConfig(op_type="LSTM", num_layers=2, hidden_size=64, input_size=32),
+    "gru3x32bi": RnnConfig(
+        op_type="GRU", num_layers=3, hidden_size=32, input_size=16, bidirectional=True
+    ),
+    "lstm4x128": RnnConfig(op_type="LSTM", num_layers=4, hidden_size=128, input_size=64),
+}
+SIZES = ((1, 1), (4, 16))  # (batch, seq)
+
+
+def _ort(model) -> Callable:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    return lambda feeds: session.run(None, feeds)
+
+
+def _openvino(model) -> Callable:
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(
+        core.read_model(model.SerializeToString(), b""),
+        "CPU",
+        {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"},
+    )
+    request = compiled.create_infer_request()
+    return lambda feeds: request.infer(feeds)
+
+
+def _best(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
+    """Seconds per call, best of ``rounds``, the calls interleaved within each round."""
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(rounds):
+        for key, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(n):
+                call()
+            best[key] = min(best[key], (time.perf_counter() - start) / n)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--calls", type=int, default=1000, help="calls per round at seq 1")
+    parser.add_argument("--quick", action="store_true", help="one model, a few calls (a smoke run)")
+    args = parser.parse_args(argv)
+    configs = dict(list(CONFIGS.items())[:1]) if args.quick else CONFIGS
+    if args.quick:
+        args.repeats, args.rounds, args.calls = 1, 1, 10
+    runtimes = {"onnxruntime": _ort, "openvino": _openvino}
+    print("ratio = latency(portable) / latency(onnxruntime target), one thread")
+    print(f"{'model':10} {'batch x seq':11} {'runtime':12} {'best us':>16} ratios (median, range)")
+    for name, cfg in configs.items():
+        original = build_torchlib_model(cfg)
+        models = {
+            target: rnn_rewrite_rules.rewrite(original, target=target)
+            for target in ("portable", "onnxruntime")
+        }
+        for batch, seq in SIZES:
+            feeds = random_inputs(cfg, batch, seq, rng=0)
+            n = args.calls if seq == 1 else max(args.calls // 10, 10)
+            for runtime, make in runtimes.items():
+                runs = {target: make(model) for target, model in models.items()}
+                outputs = [np.asarray(run(feeds)[0]) for run in runs.values()]
+                assert np.allclose(*outputs, atol=1e-5), "the two targets disagree"
+                ratios, bests = [], []
+                for _ in range(args.repeats):
+                    best = _best(
+                        {t: (lambda r=r, f=feeds: r(f)) for t, r in runs.items()}, n, args.rounds
+                    )
+                    ratios.append(best["portable"] / best["onnxruntime"])
+                    bests.append(best)
+                portable = min(b["portable"] for b in bests) * 1e6
+                minimal = min(b["onnxruntime"] for b in bests) * 1e6
+                print(
+                    f"{name:10} {f'{batch} x {seq}':11} {runtime:12} "
+                    f"{portable:7.1f} / {minimal:6.1f} "
+                    + " ".join(f"{r:.3f}" for r in ratios)
+                    + f"  ({statistics.median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f})",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
