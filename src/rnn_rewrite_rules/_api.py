@@ -12,7 +12,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
-from rnn_rewrite_rules._compat import check_onnxscript
+from rnn_rewrite_rules._compat import check_onnxscript, release_match_state
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
     InitializerInfoFromTensorPass,
@@ -181,6 +181,7 @@ def _rewrite(model: ir.Model, names: Sequence[str] | str | None, *, target: str)
         if not rule_set.apply_to_model(model):
             break
         fired = True
+    release_match_state(rule_set.rules)
     cleanup(model)
     return fired
 

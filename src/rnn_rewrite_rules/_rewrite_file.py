@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import gc
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
 from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
+from rnn_rewrite_rules._compat import release_match_state
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, fixed_by
 
 __all__ = [
@@ -220,6 +222,7 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
     current[0].done()
     explain = progress.task("explaining what was not rewritten")
     unimproved = _report.unimproved_rnns(model, rules, rule_families())
+    release_match_state(rules)  # the module-level rules would keep the model alive
     explain.done()
     return Report(Path(), None, before, _report.model_stats(model), fired, unimproved, len(rules))
 
@@ -232,8 +235,8 @@ def _run_verify(
     options: RewriteOptions,
     progress: Progress,
 ) -> _verify.VerifyResult:
-    runs = len(_verify.plan_runs(specs, options.shapes, **plan))
-    task = progress.task("verifying in ONNX Runtime", runs)
+    runs = len(_verify.plan_runs(specs, options.shapes, known=plan["known"]))
+    task = progress.task("verifying in ONNX Runtime", 2 * runs)  # the original, the result
     result = _verify.verify(
         before,
         after,
@@ -283,7 +286,7 @@ def rewrite_file(
     plan = {"known": _verify.weight_fixed_sizes(model), "zero_unsafe": _verify.zero_unsafe(model)}
     if options.verify:
         try:
-            _verify.plan_runs(specs, options.shapes, **plan)
+            _verify.plan_runs(specs, options.shapes, known=plan["known"])
         except ValueError as error:
             raise BadOptions(str(error)) from None
     with contextlib.ExitStack() as stack:
@@ -311,6 +314,8 @@ def rewrite_file(
         writing.done()
         if target is not None:
             _check_result(staging.model_path, source, report.warnings)
+        del model, loaded  # the folded weights: verify loads one model at a time from disk
+        gc.collect()
         if options.verify:
             report.verify = _run_verify(
                 str(source), str(staging.model_path), specs, plan, options, progress

@@ -14,14 +14,27 @@ equivalent ``layout=0`` model made by the ``layout`` rules alone, run in ONNX Ru
 When it rejects the original otherwise but loads the result, the reference outputs come
 from ``onnx.reference`` (a partial check, said so); when it loads neither (an IR version
 too new, say), there is nothing to compare: :class:`CannotVerify`.
+
+Memory: one model is loaded at a time (the original without graph optimizations, whose
+constant folding copies the weights), so a big model's check peaks near what running it
+takes. Sizes of 0 on LSTM/GRU models, on which ONNX Runtime aborts the process, run in
+child processes: a size the original aborts on is noted, not compared.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
+import os
+import pickle
 import re
+import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -297,31 +310,18 @@ def plan_runs(
     overrides: Mapping[str, tuple[int, ...]],
     *,
     known: Known | None = None,
-    zero_unsafe: bool = False,
 ) -> list[dict[str, tuple[int, ...]]]:
     """Input shapes for each run; each dynamic axis takes a different size in each run.
 
     Args:
         known: sizes the model's weights fix (see :func:`weight_fixed_sizes`).
-        zero_unsafe: the model has LSTM/GRU nodes, on which ONNX Runtime aborts the
-            process at batch 0 (GRU also at sequence length 0): refuse size 0.
 
     Raises:
-        ValueError: an override names nothing, contradicts a static dim, is too large
-            or is 0 where ``zero_unsafe`` (a usage error).
+        ValueError: an override names nothing, contradicts a static dim or is too large
+            (a usage error).
         CannotVerify: an input has no declared rank and no override.
     """
-    plans = _Planner(specs, overrides, known or {}).plans()
-    if zero_unsafe:
-        for plan in plans:
-            for name, shape in plan.items():
-                if 0 in shape:
-                    raise ValueError(
-                        f"--shape: input {name!r} has a size 0 ({_format_shape(shape)}); "
-                        "ONNX Runtime aborts the process on LSTM/GRU with batch 0 (GRU also "
-                        "with sequence length 0), so --verify runs sizes of at least 1"
-                    )
-    return plans
+    return _Planner(specs, overrides, known or {}).plans()
 
 
 def make_feeds(
@@ -400,7 +400,8 @@ class VerifyResult:
 
 
 def zero_unsafe(model: ir.Model) -> bool:
-    """Whether ONNX Runtime aborts the process on some size 0 of this model (LSTM/GRU)."""
+    """Whether ONNX Runtime may abort the process on a size 0 of this model (LSTM/GRU):
+    :func:`verify` runs such sizes in child processes."""
     return any(
         node.op_type in ("LSTM", "GRU") and node.domain in ("", "ai.onnx")
         for node in model.graph.all_nodes()
@@ -433,10 +434,11 @@ def _time_major_equivalent(before: Source) -> bytes | None:
 
 def _reference(
     before: Source, after: Source, result: VerifyResult
-) -> tuple[runtime.Runner, runtime.Runner | None]:
-    """The runner for the reference outputs (and the candidate's, if loaded already)."""
+) -> tuple[runtime.Runner, Source | None]:
+    """The runner for the reference outputs, and what a child process loads to run it
+    (None: run it in this process)."""
     try:
-        return runtime.ort_runner(before), None
+        return runtime.ort_runner(before, optimize=False, arena=False), before
     except Exception as error:
         rejected = runtime.short_error(error)
     try:
@@ -445,7 +447,7 @@ def _reference(
         equivalent = None
     if equivalent is not None:
         try:
-            reference = runtime.ort_runner(equivalent)
+            reference = runtime.ort_runner(equivalent, optimize=False, arena=False)
         except Exception:
             pass
         else:
@@ -453,9 +455,10 @@ def _reference(
                 "ONNX Runtime rejects the original's layout=1 RNNs; reference outputs from an "
                 "equivalent layout=0 model (the layout rules alone) in ONNX Runtime"
             )
-            return reference, None
+            return reference, equivalent
     try:
-        candidate = runtime.ort_runner(after)
+        # released at once: only whether it loads matters here
+        runtime.ort_runner(after, arena=False)
     except Exception:
         raise CannotVerify(
             f"ONNX Runtime {runtime.require_onnxruntime()} does not load the original model "
@@ -472,7 +475,206 @@ def _reference(
         f"ONNX Runtime rejects the original model ({rejected}); reference outputs from "
         "onnx.reference: a partial check (it ignores sequence_lens and clip on RNNs)"
     )
-    return reference, candidate
+    return reference, None
+
+
+class _Aborted(Exception):
+    """ONNX Runtime ended the child process running a model (it aborts on LSTM/GRU batch 0)."""
+
+
+#: A child process: load a model in ONNX Runtime, run it twice on the pickled feeds, pickle
+#: both outputs (or the error) into the file named by ``argv[1]``.
+_CHILD = """
+import pickle, sys
+from rnn_rewrite_rules import runtime
+source, optimize, feeds = pickle.load(sys.stdin.buffer)
+try:
+    runner = runtime.ort_runner(source, optimize=optimize, arena=False)
+    outcome = ("ok", [list(runner.run(feeds)) for _ in range(2)])
+except Exception as error:
+    outcome = ("error", runtime.short_error(error))
+with open(sys.argv[1], "wb") as out:
+    pickle.dump(outcome, out)
+"""
+
+
+def _run_in_child(
+    source: Source, feeds: Mapping[str, np.ndarray], *, optimize: bool
+) -> tuple[list[np.ndarray], set[int]]:
+    """Run ``source`` twice on ``feeds`` in ONNX Runtime in a child process: the outputs
+    and the indices of those the two runs disagree on (at size 0, ONNX Runtime's LSTM
+    leaves ``Y_h`` and ``Y_c`` uninitialized).
+
+    Raises:
+        _Aborted: the child died (ONNX Runtime aborted it).
+        RuntimeError: ONNX Runtime raised an error (its text).
+    """
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory(prefix="rnn-rewrite-verify-") as scratch:
+        out = Path(scratch) / "outputs.pickle"
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(out)],
+            input=pickle.dumps((source, optimize, dict(feeds))),
+            capture_output=True,
+            env=env,
+            check=False,
+        )
+        if not out.exists():
+            if done.returncode < 0:
+                raise _Aborted(f"killed by {signal.Signals(-done.returncode).name}")
+            last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+            raise _Aborted(f"exit code {done.returncode}: {last[0][:200]}")
+        status, value = pickle.loads(out.read_bytes())
+    if status != "ok":
+        raise RuntimeError(value)
+    first, second = ([np.asarray(o) for o in run] for run in value)
+    unstable = {
+        index
+        for index, (a, b) in enumerate(zip(first, second, strict=True))
+        if a.shape != b.shape or runtime.diff(a, b) != 0
+    }
+    return first, unstable
+
+
+@dataclasses.dataclass
+class _Case:
+    """One run: the sizes, the inputs and the reference outputs (None: the original aborts)."""
+
+    plan: dict[str, tuple[int, ...]]
+    feeds: dict[str, np.ndarray]
+    expected: list[np.ndarray] | None
+    in_child: bool
+    aborted: str = ""
+    #: Outputs two runs of the original disagree on (ONNX Runtime leaves them undefined).
+    undefined: set[int] = dataclasses.field(default_factory=set)
+
+
+def _has_zero(plan: Mapping[str, tuple[int, ...]]) -> bool:
+    return any(0 in shape for shape in plan.values())
+
+
+def _reference_runs(
+    planner: _Planner,
+    specs: Sequence[InputSpec],
+    reference: runtime.Runner,
+    child_source: Source | None,
+    *,
+    zero_unsafe: bool,
+    seed: int,
+    result: VerifyResult,
+    on_run: Callable[[], None] | None,
+) -> list[_Case]:
+    """Run the reference on each run's sizes (retrying sizes it rejects)."""
+    rng = np.random.default_rng(seed)
+    defaults = planner.plans()
+    cases: list[_Case] = []
+    tried: list[dict] = []
+    for run in range(planner.runs):
+        tries = [defaults[run]] if run < len(defaults) else []
+        tries += planner.alternatives(run)
+        rejected: list[tuple[dict, str]] = []
+        for plan in tries:
+            if plan in tried or any(plan == p for p, _ in rejected):
+                continue
+            feeds = make_feeds(specs, plan, rng)
+            in_child = zero_unsafe and child_source is not None and _has_zero(plan)
+            undefined: set[int] = set()
+            try:
+                if in_child:
+                    expected, undefined = _run_in_child(child_source, feeds, optimize=False)
+                else:
+                    expected = reference.run(feeds)
+            except _Aborted as error:
+                cases.append(_Case(plan, feeds, None, in_child, str(error)))
+                break
+            except Exception as error:
+                rejected.append((plan, runtime.short_error(error)))
+                continue
+            expected = [np.asarray(e) for e in expected]
+            cases.append(_Case(plan, feeds, expected, in_child, undefined=undefined))
+            break
+        else:
+            if not rejected:  # every size is fixed: nothing else to try
+                break
+            plan, error = rejected[0]
+            others = f" (and {len(rejected) - 1} other sizes)" if len(rejected) > 1 else ""
+            raise CannotVerify(
+                f"the original model fails on {format_plan(plan)}{others} in {reference.name}: "
+                f"{error} (a frozen axis? see --check; or fix sizes with --shape)"
+            )
+        tried.append(cases[-1].plan)
+        if rejected:
+            result.notes.append(
+                f"the original rejects {format_plan(rejected[0][0])} ({rejected[0][1]}); "
+                f"compared {format_plan(cases[-1].plan)} instead"
+            )
+        if on_run is not None:
+            on_run()
+    if cases and all(case.expected is None for case in cases):
+        raise CannotVerify(
+            f"ONNX Runtime aborts on the original model at every size given "
+            f"({'; '.join(format_plan(case.plan) for case in cases)}): give sizes other than 0"
+        )
+    return cases
+
+
+def _compare(
+    case: _Case,
+    candidate: runtime.Runner,
+    after: Source,
+    output_names: list[str],
+    result: VerifyResult,
+) -> None:
+    """Run the result on ``case`` and record the differences (or the failure)."""
+    undefined = set(case.undefined)
+    try:
+        if case.in_child:
+            actual, unstable = _run_in_child(after, case.feeds, optimize=True)
+            undefined |= unstable
+        else:
+            actual = candidate.run(case.feeds)
+    except _Aborted as error:
+        if case.expected is None:
+            result.notes.append(
+                f"ONNX Runtime aborts on both models at {format_plan(case.plan)} (not compared)"
+            )
+        else:
+            result.failure = (
+                f"ONNX Runtime aborts on the rewritten model at {format_plan(case.plan)} "
+                f"({error}), not on the original"
+            )
+        return
+    except Exception as error:
+        result.failure = (
+            f"the rewritten model fails on {format_plan(case.plan)}: {runtime.short_error(error)}"
+        )
+        return
+    if case.expected is None:
+        result.notes.append(
+            f"ONNX Runtime aborts on the original model at {format_plan(case.plan)} "
+            f"({case.aborted}); the result runs there (not compared)"
+        )
+        return
+    result.runs.append(case.plan)
+    if undefined:
+        names = ", ".join(output_names[index] for index in sorted(undefined))
+        result.notes.append(
+            f"ONNX Runtime gives different values for {names} on two identical runs at "
+            f"{format_plan(case.plan)} (left undefined at this size): compared shapes only"
+        )
+    for index, (name, e, a) in enumerate(zip(output_names, case.expected, actual, strict=True)):
+        e, a = np.asarray(e), np.asarray(a)
+        if index in undefined and e.shape == a.shape:
+            result.max_diff.setdefault(name, 0.0)
+            continue
+        if e.shape != a.shape:
+            result.failure = (
+                f"run {len(result.runs)}: output {name!r} has shape {a.shape}, expected {e.shape}"
+            )
+            return
+        result.max_diff[name] = max(result.max_diff.get(name, 0.0), runtime.diff(e, a))
 
 
 def verify(
@@ -489,8 +691,16 @@ def verify(
 ) -> VerifyResult:
     """Run ``before`` and ``after`` (paths or serialized models) on the same random inputs.
 
-    A run whose sizes the original rejects is retried with other sizes of the axes no
-    ``--shape`` and no weight fixes; the result lists the sizes compared.
+    The original runs first, without ONNX Runtime's graph optimizations (whose constant
+    folding would hold extra copies of the weights), and its session is released before
+    the result's loads (with the default optimizations, as a user runs it): at most one
+    model is in memory at a time. A run whose sizes the original rejects is retried with
+    other sizes of the axes no ``--shape`` and no weight fixes; the result lists the sizes
+    compared. With ``zero_unsafe`` (LSTM/GRU: ONNX Runtime aborts the process on batch
+    0), sizes with a 0 run in child processes; where the original aborts, the run is
+    noted and not compared.
+
+    ``on_run`` is called twice per run: once the original ran, once the result ran.
 
     Raises:
         OnnxRuntimeMissing: onnxruntime is not installed.
@@ -499,72 +709,39 @@ def verify(
     """
     require_onnxruntime()
     overrides = overrides or {}
-    plan_runs(specs, overrides, known=known, zero_unsafe=zero_unsafe)  # the usage errors
     planner = _Planner(specs, overrides, known or {})
+    planner.plans()  # the usage errors (sizes too large), before loading anything
     result = VerifyResult(tolerance, seed, [], {})
     if planner.weight_fixed:
         result.notes.append(f"sizes the weights fix: {', '.join(planner.weight_fixed)}")
-    reference, candidate = _reference(before, after, result)
-    if candidate is None:
-        try:
-            candidate = runtime.ort_runner(after)
-        except Exception as error:
-            result.failure = (
-                f"the rewritten model does not load in ONNX Runtime: {runtime.short_error(error)}"
-            )
-            return result
-    if candidate.output_names != reference.output_names:
+    reference, child_source = _reference(before, after, result)
+    output_names = reference.output_names
+    cases = _reference_runs(
+        planner,
+        specs,
+        reference,
+        child_source,
+        zero_unsafe=zero_unsafe,
+        seed=seed,
+        result=result,
+        on_run=on_run,
+    )
+    del reference  # its session and weights, before the result's are loaded
+    gc.collect()
+    try:
+        candidate = runtime.ort_runner(after, arena=False)
+    except Exception as error:
         result.failure = (
-            f"outputs differ: {reference.output_names} before, {candidate.output_names} after"
+            f"the rewritten model does not load in ONNX Runtime: {runtime.short_error(error)}"
         )
         return result
-    rng = np.random.default_rng(seed)
-    defaults = planner.plans()
-    for run in range(planner.runs):
-        tries = [defaults[run]] if run < len(defaults) else []
-        tries += planner.alternatives(run)
-        rejected: list[tuple[dict, str]] = []
-        for plan in tries:
-            if plan in result.runs or any(plan == p for p, _ in rejected):
-                continue
-            feeds = make_feeds(specs, plan, rng)
-            try:
-                expected = reference.run(feeds)
-            except Exception as error:
-                rejected.append((plan, runtime.short_error(error)))
-                continue
-            break
-        else:
-            if not rejected:  # every size is fixed: nothing else to try
-                break
-            plan, error = rejected[0]
-            others = f" (and {len(rejected) - 1} other sizes)" if len(rejected) > 1 else ""
-            raise CannotVerify(
-                f"the original model fails on {format_plan(plan)}{others} in {reference.name}: "
-                f"{error} (a frozen axis? see --check; or fix sizes with --shape)"
-            )
-        if rejected:
-            result.notes.append(
-                f"the original rejects {format_plan(rejected[0][0])} ({rejected[0][1]}); "
-                f"compared {format_plan(plan)} instead"
-            )
-        result.runs.append(plan)
-        try:
-            actual = candidate.run(feeds)
-        except Exception as error:
-            result.failure = (
-                f"the rewritten model fails on {format_plan(plan)}: {runtime.short_error(error)}"
-            )
+    if candidate.output_names != output_names:
+        result.failure = f"outputs differ: {output_names} before, {candidate.output_names} after"
+        return result
+    for case in cases:
+        _compare(case, candidate, after, output_names, result)
+        if result.failure:
             return result
-        for name, e, a in zip(reference.output_names, expected, actual, strict=True):
-            e, a = np.asarray(e), np.asarray(a)
-            if e.shape != a.shape:
-                result.failure = (
-                    f"run {len(result.runs)}: output {name!r} has shape {a.shape}, "
-                    f"expected {e.shape}"
-                )
-                return result
-            result.max_diff[name] = max(result.max_diff.get(name, 0.0), runtime.diff(e, a))
         if on_run is not None:
             on_run()
     return result

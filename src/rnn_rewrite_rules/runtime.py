@@ -65,11 +65,21 @@ def require_onnxruntime() -> str:
     return onnxruntime.__version__
 
 
-def session(model: Source, *, optimize: bool = True, threads: int = 1, log_level: int = 3):
-    """A CPU ``InferenceSession``; ``optimize=False`` disables every graph optimization."""
+def session(
+    model: Source,
+    *,
+    optimize: bool = True,
+    threads: int = 1,
+    log_level: int = 3,
+    arena: bool = True,
+):
+    """A CPU ``InferenceSession``; ``optimize=False`` disables every graph optimization,
+    ``arena=False`` ONNX Runtime's memory arena (which keeps a session's peak memory after
+    the session is released)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    options.enable_cpu_mem_arena = arena
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = log_level
@@ -96,9 +106,9 @@ class Runner:
     output_names: list[str]
 
 
-def ort_runner(model: Source, *, optimize: bool = True) -> Runner:
+def ort_runner(model: Source, *, optimize: bool = True, arena: bool = True) -> Runner:
     """ONNX Runtime, one thread, silent (callers report failures once)."""
-    loaded = session(model, optimize=optimize, log_level=4)
+    loaded = session(model, optimize=optimize, log_level=4, arena=arena)
     names = [o.name for o in loaded.get_outputs()]
     return Runner("onnxruntime", lambda feeds: loaded.run(None, dict(feeds)), names)
 
