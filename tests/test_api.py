@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import onnx
+import onnx_ir as ir
 import pytest
 
 import rnn_rewrite_rules
@@ -81,3 +84,14 @@ def test_rewrite_file_raises_with_the_report(tmp_path) -> None:
         rewrite_file(tmp_path / "in.onnx", tmp_path / "out.onnx", RewriteOptions(verify=True))
     assert not error.value.report.written and not error.value.report.verify.ok
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_the_rules_do_not_keep_the_last_model_alive() -> None:
+    """The rules are module-level objects; what they kept from their last match (the
+    matcher's graph, a check's nodes) would keep the model and its folded weights alive."""
+    model = ir.serde.deserialize_model(build_torchlib_model(RnnConfig(num_layers=2)))
+    rnn_rewrite_rules.rewrite(model)
+    graph = weakref.ref(model.graph)
+    del model
+    gc.collect()
+    assert graph() is None

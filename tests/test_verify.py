@@ -191,12 +191,72 @@ def test_layout1_is_compared_with_a_layout0_model_in_ort(models, tmp_path) -> No
     assert runtime.max_abs_diff(expected, actual) < 1e-5
 
 
-@pytest.mark.parametrize("shape", ["input=0,3,8", "batch=0,2"])
-def test_size_0_is_refused_where_ort_aborts(models, tmp_path, shape) -> None:
-    args = ["--verify", "--shape", shape]
+def test_size_0_where_ort_aborts_runs_in_a_child_and_is_noted(models, tmp_path) -> None:
+    """ONNX Runtime aborts the process on an LSTM with batch 0: --verify survives it."""
+    args = ["--verify", "--shape", "batch=0,2"]
     proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
-    assert_one_line_error(proc, ExitCode.USAGE, "size 0", "aborts")
+    assert proc.returncode == 0, proc.stderr
+    assert "ONNX Runtime aborts on both models at input=0x3x8 (not compared)" in proc.stdout
+    assert runs(proc.stdout) == ["input=2x6x8"] and "verify: 1 run," in proc.stdout
+    assert (tmp_path / "out.onnx").exists()
+
+
+def test_only_sizes_ort_aborts_on_cannot_be_verified(models, tmp_path) -> None:
+    args = ["--verify", "--shape", "input=0,3,8"]
+    proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert_one_line_error(
+        proc, ExitCode.CANNOT_VERIFY, "aborts on the original model", "input=0x3x8"
+    )
     assert not (tmp_path / "out.onnx").exists()
+
+
+def _fake_children(monkeypatch, *, abort: str = "", unstable: set[int] | None = None) -> list:
+    """``_run_in_child`` in process: the model named ``abort`` aborts, ``unstable`` outputs
+    of the result disagree between runs. Returns the sources run."""
+    seen = []
+
+    def fake(source, feeds, *, optimize):
+        seen.append(source)
+        if source == abort:
+            raise _verify._Aborted("killed by SIGABRT")
+        outputs = runtime.run(source, feeds, optimize=optimize)
+        return outputs, (unstable or set()) if optimize else set()
+
+    monkeypatch.setattr(_verify, "_run_in_child", fake)
+    return seen
+
+
+def _verify_small(models, tmp_path, shapes: dict) -> _verify.VerifyResult:
+    after = tmp_path / "after.onnx"
+    onnx.save(rnn_rewrite_rules.rewrite(onnx.load(models / "small.onnx")), after)
+    specs = _verify.input_specs(ir.load(models / "small.onnx"))
+    return _verify.verify(
+        str(models / "small.onnx"), str(after), specs, overrides=shapes, zero_unsafe=True
+    )
+
+
+def test_a_result_aborting_where_the_original_runs_fails(models, tmp_path, monkeypatch) -> None:
+    seen = _fake_children(monkeypatch, abort=str(tmp_path / "after.onnx"))
+    result = _verify_small(models, tmp_path, {"seq": (0, 2)})
+    assert not result.ok and "aborts on the rewritten model at input=2x0x8" in result.failure
+    assert seen == [str(models / "small.onnx"), str(tmp_path / "after.onnx")]  # size 0 only
+
+
+def test_outputs_ort_leaves_undefined_are_compared_by_shape(models, tmp_path, monkeypatch):
+    _fake_children(monkeypatch, unstable={2})
+    result = _verify_small(models, tmp_path, {"seq": (0, 2)})
+    assert result.ok and result.runs[0]["input"] == (2, 0, 8) and len(result.runs) == 2
+    assert any("different values for c_n on two identical runs" in n for n in result.notes)
+
+
+def test_a_child_that_dies_is_reported_as_aborted(models) -> None:
+    feeds = {"input": np.zeros((0, 3, 8), np.float32)}  # batch 0: ORT aborts the child
+    with pytest.raises(_verify._Aborted, match="SIGABRT"):
+        _verify._run_in_child(str(models / "small.onnx"), feeds, optimize=False)
+    feeds = {"input": np.ones((2, 3, 8), np.float32)}
+    outputs, unstable = _verify._run_in_child(str(models / "small.onnx"), feeds, optimize=False)
+    expected = runtime.run(str(models / "small.onnx"), feeds)
+    assert runtime.max_abs_diff(expected, outputs) == 0 and unstable == set()
 
 
 def test_size_0_runs_where_ort_does_not_abort(models, tmp_path) -> None:
