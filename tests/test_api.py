@@ -12,7 +12,6 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import Report, RewriteOptions, rewrite_file
-from rnn_rewrite_rules._rewrite_file import VerifyFailed
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from tests.support import assert_equivalent, op_counts
@@ -80,10 +79,31 @@ def test_rewrite_file_raises_with_the_report(tmp_path) -> None:
     model.graph.node.append(helper.make_node("RandomUniformLike", ["input"], ["noise"]))
     model.graph.output.append(helper.make_tensor_value_info("noise", TensorProto.FLOAT, None))
     onnx.save(model, tmp_path / "in.onnx")
-    with pytest.raises(VerifyFailed) as error:
+    with pytest.raises(rnn_rewrite_rules.VerifyFailed) as error:
         rewrite_file(tmp_path / "in.onnx", tmp_path / "out.onnx", RewriteOptions(verify=True))
     assert not error.value.report.written and not error.value.report.verify.ok
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_the_errors_rewrite_file_raises_are_exported(tmp_path) -> None:
+    """Callers catch them by the package's names (the command maps them to exit codes)."""
+    package = rnn_rewrite_rules
+    assert all(getattr(package, name) is not None for name in package.__all__)
+    with pytest.raises(package.ModelIOError, match="no such file"):
+        rewrite_file(tmp_path / "missing.onnx", None)
+    onnx.save(build_torchlib_model(SMALL), tmp_path / "in.onnx")
+    with pytest.raises(package.BadOptions, match="add --verify"):
+        rewrite_file(tmp_path / "in.onnx", None, RewriteOptions(shapes={"batch": (2,)}))
+    with pytest.raises(package.UnknownRule):
+        rewrite_file(tmp_path / "in.onnx", None, RewriteOptions(rules="nope"))
+    model = build_torchlib_model(SMALL)
+    model.ir_version = onnx.IR_VERSION  # newer than ONNX Runtime loads
+    onnx.save(model, tmp_path / "new.onnx")
+    with pytest.raises(package.CannotVerify, match="does not load"):
+        rewrite_file(tmp_path / "new.onnx", tmp_path / "out.onnx", RewriteOptions(verify=True))
+    assert issubclass(package.OnnxRuntimeMissing, Exception)
+    assert issubclass(package.InvalidResult, Exception)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx", "new.onnx"]
 
 
 def test_the_rules_do_not_keep_the_last_model_alive() -> None:

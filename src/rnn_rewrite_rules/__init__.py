@@ -8,6 +8,13 @@ Three ways in:
   ``onnxscript.optimizer.optimize()``;
 * :func:`rewrite_file` for models on disk, or the ``rnn-rewrite`` command built on it.
 
+Errors (each names what to do): :class:`UnknownRule` (a ``KeyError``) and
+:class:`BadOptions` (a ``ValueError``) for names and options; :class:`ModelIOError` (its
+subclasses in ``rnn_rewrite_rules._io`` say which) for a file that cannot be read or
+written; :class:`OnnxRuntimeMissing`, :class:`CannotVerify` and :class:`VerifyFailed`
+(its ``report`` says how the outputs differ) for ``verify=True``; :class:`InvalidResult`
+when the result fails the ONNX checker. :func:`rewrite_file` writes nothing when it raises.
+
 The names are imported on first use, so that the command starts (and handles Ctrl-C)
 before onnx and onnxscript are loaded.
 """
@@ -23,8 +30,15 @@ __version__ = "0.2.0"
 
 #: Exported name -> the module that defines it.
 _EXPORTS = {
+    "BadOptions": "_api",
+    "CannotVerify": "_rewrite_file",
+    "InvalidResult": "_rewrite_file",
+    "ModelIOError": "_io",
+    "OnnxRuntimeMissing": "_rewrite_file",
     "Report": "_rewrite_file",
     "RewriteOptions": "_rewrite_file",
+    "UnknownRule": "_api",
+    "VerifyFailed": "_rewrite_file",
     "install": "_install",
     "installed": "_install",
     "is_installed": "_install",
@@ -35,8 +49,15 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BadOptions",
+    "CannotVerify",
+    "InvalidResult",
+    "ModelIOError",
+    "OnnxRuntimeMissing",
     "Report",
     "RewriteOptions",
+    "UnknownRule",
+    "VerifyFailed",
     "__version__",
     "install",
     "installed",
@@ -48,9 +69,18 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from rnn_rewrite_rules._api import rewrite, rules
+    from rnn_rewrite_rules._api import BadOptions, UnknownRule, rewrite, rules
     from rnn_rewrite_rules._install import install, installed, is_installed, uninstall
-    from rnn_rewrite_rules._rewrite_file import Report, RewriteOptions, rewrite_file
+    from rnn_rewrite_rules._io import ModelIOError
+    from rnn_rewrite_rules._rewrite_file import (
+        CannotVerify,
+        InvalidResult,
+        OnnxRuntimeMissing,
+        Report,
+        RewriteOptions,
+        VerifyFailed,
+        rewrite_file,
+    )
 
 
 def __getattr__(name: str) -> object:

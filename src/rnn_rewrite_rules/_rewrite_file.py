@@ -261,13 +261,18 @@ def rewrite_file(
     ``dst`` may be ``src`` with ``options.in_place``. The file appears only once complete,
     checked and (with ``options.verify``) verified.
 
-    Raises:
+    With ``options.verify``, the rewritten model is released before the comparison, which
+    loads one model at a time in ONNX Runtime (see :func:`rnn_rewrite_rules._verify.verify`):
+    the peak memory stays near what running the original takes.
+
+    Raises (all exported by ``rnn_rewrite_rules``; nothing is written when one is raised):
         BadOptions: contradictory options (``--shape`` without ``--verify``, say).
         UnknownRule: ``options.rules`` names something that does not exist.
         OnnxRuntimeMissing: ``options.verify`` without onnxruntime.
         ModelIOError: the input cannot be read or the output cannot be written (a subclass
             of :class:`rnn_rewrite_rules._io.ModelIOError` says which).
-        CannotVerify: the original model does not run on the chosen inputs.
+        CannotVerify: ONNX Runtime loads neither model, or the original does not run on
+            any sizes tried (or aborts on every size given).
         VerifyFailed: the outputs differ (its ``report`` says how).
         InvalidResult: the result fails the ONNX checker and the input does not.
     """
