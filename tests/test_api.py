@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import weakref
 from pathlib import Path
 
@@ -115,3 +118,56 @@ def test_the_rules_do_not_keep_the_last_model_alive() -> None:
     del model
     gc.collect()
     assert graph() is None
+
+
+_PEAK_OF_REWRITE = """
+import gc, sys
+import onnx
+import rnn_rewrite_rules
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+
+rnn_rewrite_rules.rewrite(build_torchlib_model(RnnConfig()))  # imports and rules, first
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+model = onnx.load(sys.argv[1])
+gc.collect()
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")  # the peak (VmHWM) starts again from here
+result = rnn_rewrite_rules.rewrite(model)
+print((status("VmHWM") - before) / model.ByteSize())
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux /proc only")
+def test_rewriting_a_model_proto_holds_one_copy_of_the_weights_besides_it(tmp_path) -> None:
+    """rewrite(ModelProto) builds the result while dropping each folded tensor it copied:
+    besides the model given, the peak is the result and little more (a 53 MB model:
+    measured 1.40x its size, 2.13x when the result was serialized from the whole rewritten
+    model). Big models on disk: rewrite_file or the command (one copy at most)."""
+    cfg = RnnConfig(input_size=640, hidden_size=640, num_layers=4)
+    model = build_torchlib_model(cfg)
+    onnx.save(model, tmp_path / "big.onnx")
+    env = {**os.environ, "PYTHONPATH": str(Path(rnn_rewrite_rules.__file__).parent.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_REWRITE, str(tmp_path / "big.onnx")],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert float(out.stdout.strip().splitlines()[-1]) <= 1.75, out.stdout
+
+
+def test_the_rewritten_proto_is_what_serializing_the_rewritten_ir_model_gives() -> None:
+    model = build_torchlib_model(RnnConfig(input_size=8, hidden_size=320, num_layers=2))
+    expected = ir.serde.serialize_model(
+        rnn_rewrite_rules.rewrite(ir.serde.deserialize_model(model))
+    )
+    assert rnn_rewrite_rules.rewrite(model) == expected
+    unchanged = rnn_rewrite_rules.rewrite(expected)  # nothing fires: the very same bytes
+    assert unchanged.SerializeToString() == expected.SerializeToString()

@@ -232,6 +232,64 @@ def _streamable(tensor: ir.TensorProtocol | None) -> bool:
     )
 
 
+def _serialize_placeholders(
+    model: ir.Model, *, restore: bool = True
+) -> tuple[onnx.ModelProto, list[ir.TensorProtocol]]:
+    """``model`` serialized with each big initializer of the main graph an external
+    placeholder at location ``"\0stream/<index>"``, and those tensors by index.
+    ``restore=False`` leaves the placeholders in ``model`` (which then no longer holds the
+    tensors)."""
+    streamed = [v for v in model.graph.initializers.values() if _streamable(v.const_value)]
+    sources = [v.const_value for v in streamed]
+    try:
+        for index, (value, tensor) in enumerate(zip(streamed, sources, strict=True)):
+            assert tensor is not None
+            value.const_value = ir.ExternalTensor(
+                f"\0stream/{index}",
+                0,
+                tensor.nbytes,
+                tensor.dtype,
+                shape=tensor.shape,
+                name=value.name or "",
+                doc_string=tensor.doc_string,
+                metadata_props=dict(tensor.metadata_props),
+            )
+        proto = ir.serde.serialize_model(model)
+    finally:
+        if restore:
+            for value, tensor in zip(streamed, sources, strict=True):
+                value.const_value = tensor
+    return proto, sources  # type: ignore[return-value]
+
+
+def _stream_index(tensor_proto: onnx.TensorProto) -> int | None:
+    location = next((e.value for e in tensor_proto.external_data if e.key == "location"), "")
+    return int(location.split("/")[1]) if location.startswith("\0stream/") else None
+
+
+def serialize_releasing(model: ir.Model) -> onnx.ModelProto:
+    """``ir.serde.serialize_model(model)``, but each big initializer of the main graph is
+    dropped from ``model`` once copied into the proto, so that the two hold one copy of
+    the weights between them, not two. ``model`` is not usable afterwards."""
+    proto, sources = _serialize_placeholders(model, restore=False)
+    for tensor_proto in proto.graph.initializer:
+        index = _stream_index(tensor_proto)
+        if index is None:
+            continue
+        del tensor_proto.external_data[:]
+        tensor_proto.ClearField("data_location")
+        tensor_proto.raw_data = sources[index].tobytes()
+        release(sources[index])
+        sources[index] = None  # type: ignore[call-overload]
+    return proto
+
+
+def structure(model: ir.Model) -> onnx.ModelProto:
+    """``model`` serialized without the bytes of its big main-graph initializers (their
+    name, type and shape stay): equal for two models that differ at most in those bytes."""
+    return _serialize_placeholders(model)[0]
+
+
 def save_embedded(
     model: ir.Model,
     path: str | os.PathLike,
@@ -251,34 +309,14 @@ def save_embedded(
         ir.external_data.load_to_model(model)
         ir.save(model, path)
         return
-    graph = model.graph
-    streamed = [v for v in graph.initializers.values() if _streamable(v.const_value)]
-    originals = {v: v.const_value for v in streamed}
-    try:
-        for index, value in enumerate(streamed):
-            tensor = originals[value]
-            assert tensor is not None
-            value.const_value = ir.ExternalTensor(
-                f"\0stream/{index}",
-                0,
-                tensor.nbytes,
-                tensor.dtype,
-                shape=tensor.shape,
-                name=value.name or "",
-                doc_string=tensor.doc_string,
-                metadata_props=dict(tensor.metadata_props),
-            )
-        proto = ir.serde.serialize_model(model)
-    finally:
-        for value, tensor in originals.items():
-            value.const_value = tensor
+    proto, sources = _serialize_placeholders(model)
     entries: list[bytes | tuple[bytes, ir.TensorProtocol]] = []
     for tensor_proto in proto.graph.initializer:
-        location = next((e.value for e in tensor_proto.external_data if e.key == "location"), "")
-        if not location.startswith("\0stream/"):
+        index = _stream_index(tensor_proto)
+        if index is None:
             entries.append(tensor_proto.SerializeToString())
             continue
-        source = originals[streamed[int(location.split("/")[1])]]
+        source = sources[index]
         del tensor_proto.external_data[:]
         tensor_proto.ClearField("data_location")
         entries.append((tensor_proto.SerializeToString(), source))
@@ -299,7 +337,7 @@ def save_embedded(
     def field_length(entry) -> int:
         return len(_encode_varint(_GRAPH_INITIALIZER << 3 | _LEN)) + _len_of(message_length(entry))
 
-    total = len(streamed)
+    total = len(sources)
     graph_length = len(graph_rest) + sum(field_length(e) for e in entries)
     written = 0
     with open(path, "wb") as file:
