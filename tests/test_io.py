@@ -135,6 +135,20 @@ def test_output_on_the_inputs_data_file_is_refused(work) -> None:
     assert (work / "external.onnx.data").read_bytes() == before
 
 
+def test_no_empty_data_file_when_every_tensor_is_small(work) -> None:
+    """An external-data input whose folded tensors all fall under the threshold: the
+    result embeds them and no empty ``out.onnx.<run>.data`` is left next to it."""
+    tiny = RnnConfig(input_size=4, hidden_size=4, num_layers=2)  # W and R: 256 bytes
+    model = build_torchlib_model(tiny)
+    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    onnx.save(copy, work / "tiny.onnx", save_as_external_data=True, size_threshold=0)
+    proc = run(work / "tiny.onnx", "-o", work / "out.onnx", "--quiet", cwd=work)
+    assert proc.returncode == 0, proc.stderr
+    assert not [p.name for p in work.iterdir() if p.name.startswith("out.onnx.")]
+    assert data_files(work / "out.onnx") == set()
+    assert_equivalent(model, onnx.load(work / "out.onnx"), tiny)
+
+
 def test_concurrent_writers_pair_their_own_files(work) -> None:
     """Two runs with different rules write the same output; the survivor is consistent."""
     out = work / "out.onnx"

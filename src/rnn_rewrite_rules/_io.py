@@ -506,6 +506,10 @@ class Staging:
                     size_threshold_bytes=EXTERNAL_THRESHOLD_BYTES,
                     callback=_lazy_io.progress_callback(on_tensor),
                 )
+                data = self._dir / self._data_name
+                if data.exists() and data.stat().st_size == 0:  # every tensor was small
+                    data.unlink()
+                    self._data_name = None
             else:
                 self._data_name = None
                 # streamed: never a second copy of every tensor in memory
