@@ -116,8 +116,9 @@ def release_match_state(rules: Iterable[RewriteRule]) -> None:
     """Drop what ``rules`` keep from their last match (each is set again by the next one).
 
     The matcher of a rule keeps the last graph it matched in, and a rule class may keep
-    its check's graph or nodes: the module-level rules would keep the last model
-    rewritten, and every weight folded into it, alive after the rewrite returns.
+    its check's graph, nodes or values (also in a tuple or dict): the module-level rules
+    would keep the last model rewritten, and every weight folded into it, alive after the
+    rewrite returns. An attribute that is, or holds, such an object is set to None.
     """
     for rule in rules:
         owners = (
@@ -127,8 +128,21 @@ def release_match_state(rules: Iterable[RewriteRule]) -> None:
         )
         for owner in owners:
             for name, value in list(getattr(owner, "__dict__", {}).items()):
-                if isinstance(value, _MATCH_STATE):
+                if _holds_match_state(value):
                     setattr(owner, name, None)
+
+
+def _holds_match_state(value: object, depth: int = 0) -> bool:
+    """Whether ``value`` is, or a container (nested up to three deep) holds, graph state."""
+    if isinstance(value, _MATCH_STATE):
+        return True
+    if depth >= 3:
+        return False
+    if isinstance(value, dict):
+        value = [*value.keys(), *value.values()]
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(_holds_match_state(item, depth + 1) for item in value)
+    return False
 
 
 def emit_node(
