@@ -35,6 +35,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import opset_version, rnn_facts
+from rnn_rewrite_rules.rules._bidirectional_states import state_rules
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._pair import (
@@ -208,7 +209,9 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         return result
 
 
-rules = RewriteRuleSet([MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule()])
+rules = RewriteRuleSet(
+    [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
+)
 
 FAMILY = RuleFamily(
     name="bidirectional",
