@@ -474,3 +474,14 @@ def test_concat_of_a_whole_split_is_its_input() -> None:
             "w": rng.standard_normal((1, batch, 3)).astype(np.float32),
         }
         assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) == 0
+
+
+@pytest.mark.parametrize("opset", [17, 18])  # Split: equal halves / num_outputs=2
+def test_merge_alone_leaves_a_valid_split(opset: int) -> None:
+    before = tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True)
+    before.opset_import[0].version = opset
+    after = rewrite(before, ["MergeForwardReverse[GRU/2]"])
+    onnx.checker.check_model(after, full_check=True)
+    counts = _counts(after)
+    assert counts["GRU"] == counts["Split"] == 1 and counts["Concat"] == 1, counts
+    assert_equivalent(before, after, seq_zero=False)  # GRU: ORT aborts at seq 0
