@@ -485,3 +485,43 @@ def test_merge_alone_leaves_a_valid_split(opset: int) -> None:
     counts = _counts(after)
     assert counts["GRU"] == counts["Split"] == 1 and counts["Concat"] == 1, counts
     assert_equivalent(before, after, seq_zero=False)  # GRU: ORT aborts at seq 0
+
+
+def _expanded_pair(same_source: bool) -> onnx.ModelProto:
+    """A GRU pair on ``Expand(x, [1, batch of a, 1])`` each, computed twice; the reverse
+    half's target from ``b`` instead of ``a`` when not ``same_source``."""
+    g = tp._Graph()
+    x = g.input("x", ["seq", "batch", 3])
+    sources = [g.input(name, [1, "batch", 4]) for name in ("a", "b")]
+
+    def expand(source: str) -> str:
+        batch = g.one("Slice", g.one("Shape", source), g.ints(1), g.ints(2))
+        return g.one("Expand", x, g.one("Concat", g.ints(1), batch, g.ints(1), axis=0))
+
+    forward = g.rnn("GRU", expand(sources[0]), 3, 4)
+    backward = g.rnn("GRU", expand(sources[0 if same_source else 1]), 3, 4, direction="reverse")
+    ys = [g.one("Squeeze", half[0], g.ints(1)) for half in (forward, backward)]
+    g.output(g.one("Concat", *ys, axis=-1), "y", 3)
+    g.output(g.one("Concat", forward[1], backward[1], axis=0), "h_n", 3)
+    g.output(g.one("Add", *sources), "ab", 3)  # a and b are read
+    return g.model("expanded_pair")
+
+
+def test_pair_on_provably_equal_expands_is_one_node() -> None:
+    before = _expanded_pair(same_source=True)
+    after = rewrite(before, ["bidirectional"])
+    (node,) = rnn_nodes(after)
+    assert _direction(node) == b"bidirectional"
+    assert _counts(after)["Expand"] == 1
+    assert_equivalent(before, after, seq_zero=False)
+
+
+def test_pair_on_expands_of_two_batches_is_left_alone() -> None:
+    """``a`` and ``b`` both declare ``batch``, which ONNX does not enforce: x expanded to
+    the batch of ``b`` is not provably x expanded to the batch of ``a``."""
+    before = _expanded_pair(same_source=False)
+    found = reasons(before, ["bidirectional"])
+    assert any("the reverse RNN does not read the forward RNN's input" in r for r in found)
+    after = rewrite(before, ["bidirectional"])
+    assert len(rnn_nodes(after)) == 2
+    assert_equivalent(before, after, seq_zero=False)
