@@ -426,6 +426,9 @@ def test_pair_with_concatenated_states_is_one_node(op_type, concat, states) -> N
         ("state_also_read", "Y_h is read by something other than one Concat of the pair"),
         ("state_axis", "the Y_h Concat is on axis 2, not the direction axis 0"),
         ("state_first", "the Y_h Concat comes before the Y Concat"),
+        ("state_read", "Y_h is read by something other than one Concat of the pair"),
+        ("state_two_concats", "the halves' Y_h are not read by one Concat"),
+        ("y_sequence_axis", "the halves are not concatenated on the feature axis"),
     ],
 )
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU"])

@@ -125,9 +125,7 @@ def state_reason(
     outputs = [v.is_graph_output() for v in (forward, reverse)]
     if not any(outputs) and not any(uses):
         return None
-    if any(outputs):
-        return f"a half's {name} is a graph output"
-    if [len(u) for u in uses] != [1, 1]:
+    if any(outputs) or [len(u) for u in uses] != [1, 1]:
         return f"a half's {name} is read by something other than one Concat of the pair"
     (concat, index), (other, other_index) = uses[0][0], uses[1][0]
     if concat is not other or concat.domain != "" or concat.op_type != "Concat":

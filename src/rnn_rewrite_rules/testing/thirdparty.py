@@ -387,7 +387,9 @@ def hand_built_bidirectional(
     ``c_n`` of ``Y_c`` for an LSTM) after ``y``, as a converter's pair writes them. Its near
     misses: ``state_reversed`` (``Concat(Y_h_r, Y_h_f)``), ``state_also_read`` (``Y_h_f``
     is also read by an ``Abs``, output ``h_abs``), ``state_axis`` (the Concat is on axis
-    2: ``[1, batch, 2H]``), ``state_first`` (the states' Concat comes before ``y``'s).
+    2: ``[1, batch, 2H]``), ``state_first`` (the states' Concat comes before ``y``'s),
+    ``state_two_concats`` (``h_f = Concat(Y_h_f)`` and ``h_r = Concat(Y_h_r)``),
+    ``y_sequence_axis`` (``y`` concatenates the halves on axis 0: ``[2 seq, batch, H]``).
     """
     g = _Graph()
     x = g.input("x", ["seq", "batch", input_size])
@@ -429,7 +431,7 @@ def hand_built_bidirectional(
     yf = forward[0]
     if concat == "sequence":
         yf = g.one("Squeeze", yf, g.ints(1))
-        g.output(g.one("Concat", yf, yb, axis=-1), "y", 3)
+        g.output(g.one("Concat", yf, yb, axis=0 if near_miss == "y_sequence_axis" else -1), "y", 3)
     else:
         g.output(g.one("Concat", yf, yb, axis=1), "y", 4)
     if state_concat and near_miss != "state_first":
@@ -437,13 +439,24 @@ def hand_built_bidirectional(
     return g.model("hand_built_bidirectional")
 
 
-_STATE_MISSES = ("state_reversed", "state_also_read", "state_axis", "state_first")
+_STATE_MISSES = (
+    "state_reversed",
+    "state_also_read",
+    "state_axis",
+    "state_first",
+    "state_two_concats",
+    "y_sequence_axis",
+)
 
 
 def _concat_states(
     g: _Graph, op_type: str, forward: list[str], backward: list[str], near_miss: str | None
 ) -> None:
     """``h_n`` (and ``c_n``): the halves' final states concatenated, forward first."""
+    if near_miss == "state_two_concats":
+        g.output(g.one("Concat", forward[1], axis=0), "h_f", 3)
+        g.output(g.one("Concat", backward[1], axis=0), "h_r", 3)
+        return
     for index, name in ((1, "h_n"), (2, "c_n"))[: 2 if op_type == "LSTM" else 1]:
         pair = [forward[index], backward[index]]
         if near_miss == "state_reversed":
