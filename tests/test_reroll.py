@@ -226,3 +226,62 @@ def test_family_is_installed_by_default() -> None:
     assert family.install_by_default
     names = list(families())
     assert names.index("reroll") < names.index("initial_state")
+
+
+BIDIRECTIONAL = [
+    UnrolledRnnConfig(bidirectional=True),
+    UnrolledRnnConfig(num_layers=2, bidirectional=True),
+    UnrolledRnnConfig(bidirectional=True, initial_state="input"),
+    UnrolledRnnConfig(bidirectional=True, initial_state="input", nonlinearity="relu"),
+    UnrolledRnnConfig(num_layers=2, bidirectional=True, initial_state="input", batch_first=True),
+    UnrolledRnnConfig(num_layers=3, bidirectional=True, bias=False, seq=2),
+]
+
+
+def _reference(model: onnx.ModelProto, feeds) -> list[np.ndarray]:
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+@pytest.mark.parametrize("cfg", BIDIRECTIONAL, ids=str)
+def test_bidirectional_layers_end_as_one_node_each(cfg: UnrolledRnnConfig) -> None:
+    """reroll's forward and reverse node per layer read one x and h_n concatenates their
+    Y_h: the bidirectional family merges them (OpenVINO 2026.4 miscomputes the pair)."""
+    model = build_unrolled_rnn(cfg)
+    result = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(result, full_check=True)
+    nodes = [n for n in result.graph.node if n.op_type == "RNN"]
+    assert len(nodes) == cfg.num_layers
+    for node in nodes:
+        assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
+    assert op_counts(result)["Split"] == 0
+    _assert_same(model, result, cfg)  # batch 0 included
+    if cfg.nonlinearity == "relu":
+        return  # onnx.reference's RNN knows Tanh only ("Unknown activation function 'Relu'")
+    feeds = rnn_inputs(cfg, 0, rng=5)
+    assert runtime.max_abs_diff(_reference(model, feeds), _reference(result, feeds)) <= 1e-5
+    if cfg.initial_state == "input":  # h0 of batch 1 broadcasts against x (ONNX semantics)
+        feeds = rnn_inputs(cfg, 3, rng=6)
+        feeds["h0"] = feeds["h0"][:, :1]
+        assert runtime.max_abs_diff(_reference(model, feeds), _reference(result, feeds)) <= 1e-5
+
+
+@pytest.mark.parametrize("initial_state", ["zeros", "input"])
+def test_openvino_runs_the_merged_bidirectional_rnn_like_the_original(initial_state) -> None:
+    ov = pytest.importorskip("openvino")
+    cfg = UnrolledRnnConfig(num_layers=2, bidirectional=True, initial_state=initial_state)
+    model = build_unrolled_rnn(cfg)
+    result = rnn_rewrite_rules.rewrite(model)
+    core = ov.Core()
+
+    def run_openvino(m: onnx.ModelProto, feeds) -> list[np.ndarray]:
+        compiled = core.compile_model(
+            core.read_model(m.SerializeToString(), b""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+        )
+        outputs = compiled.create_infer_request().infer(feeds)
+        return [np.asarray(outputs[o]) for o in compiled.outputs]
+
+    for batch in (1, 3, 7):
+        feeds = rnn_inputs(cfg, batch, rng=batch)
+        expected = runtime.run(model, feeds)
+        assert runtime.max_abs_diff(expected, run_openvino(model, feeds)) <= 1e-5
+        assert runtime.max_abs_diff(expected, run_openvino(result, feeds)) <= 1e-5, batch

@@ -30,14 +30,18 @@ def _reference(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray] | Except
         return error
 
 
-def assert_equivalent(before: onnx.ModelProto, after: onnx.ModelProto, *, zero: bool = True):
+def assert_equivalent(
+    before: onnx.ModelProto, after: onnx.ModelProto, *, zero: bool = True, seq_zero: bool = True
+):
+    """``seq_zero=False``: no ORT run at seq 0 (ORT 1.31 leaves an LSTM's Y_h/Y_c
+    uninitialized there, up to 3e38 on the original too; onnx.reference fails at seq 0)."""
     for seed, (batch, seq) in enumerate(SIZES):
         feeds = tp.thirdparty_inputs(before, batch, seq, rng=seed)
         diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
         assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
     if not zero:
         return
-    if not any(n.op_type == "GRU" for n in all_nodes(before.graph)):
+    if seq_zero and not any(n.op_type == "GRU" for n in all_nodes(before.graph)):
         # seq 0: ORT runs LSTM/RNN there (it aborts only on GRU), onnx.reference does not
         feeds = tp.thirdparty_inputs(before, 2, 0, rng=8)
         try:
@@ -382,3 +386,145 @@ def test_forward_and_reverse_node_pair_is_one_node(op_type: str, sequence_lens: 
         feeds = tp.thirdparty_inputs(before, 3, 5, rng=4)
         feeds["sequence_lens"] = np.array([5, 2, 3], dtype=np.int32)
         assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) <= 1e-5
+
+
+# ---------------------------------------------------------------- pairs with read states
+
+
+def _direction(node: onnx.NodeProto) -> bytes:
+    return {a.name: a.s for a in node.attribute}.get("direction", b"forward")
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("concat", ["sequence", "directions"])
+@pytest.mark.parametrize("states", [False, True])
+def test_pair_with_concatenated_states_is_one_node(op_type, concat, states) -> None:
+    """A converter's forward + reverse pair whose ``Y_h`` (``Y_c``) are concatenated:
+    that Concat is the merged node's ``Y_h``, no Split or Concat is left."""
+    before = tp.hand_built_bidirectional(
+        op_type, reverse_node=True, state_concat=True, concat=concat, states=states
+    )
+    for families in (["bidirectional"], None):
+        after = rewrite(before, families)
+        (node,) = rnn_nodes(after)
+        assert _direction(node) == b"bidirectional"
+        counts = _counts(after)
+        stacked = (2 if op_type == "LSTM" else 1) if states else 0  # initial states
+        assert not counts["Split"] and counts["Concat"] == stacked, counts
+        read = {o.name for o in after.graph.output}
+        producer = {o: n for n in after.graph.node for o in n.output}
+        for index, name in enumerate(("h_n", "c_n")[: 2 if op_type == "LSTM" else 1], 1):
+            assert producer[name].input[0] == node.output[index]  # Identity(Y_h) of the node
+        assert {"y", "h_n"} <= read
+        assert_equivalent(before, after, seq_zero=op_type != "LSTM")
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "reason"),
+    [
+        ("state_reversed", "does not read the forward Y_h right before the reverse Y_h"),
+        ("state_also_read", "Y_h is read by something other than one Concat of the pair"),
+        ("state_axis", "the Y_h Concat is on axis 2, not the direction axis 0"),
+        ("state_first", "the Y_h Concat comes before the Y Concat"),
+        ("state_read", "Y_h is read by something other than one Concat of the pair"),
+        ("state_two_concats", "the halves' Y_h are not read by one Concat"),
+        ("y_sequence_axis", "the halves are not concatenated on the feature axis"),
+    ],
+)
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_pair_with_concatenated_states_near_misses(op_type: str, near_miss: str, reason: str):
+    before = tp.hand_built_bidirectional(op_type, reverse_node=True, near_miss=near_miss)
+    found = reasons(before, ["bidirectional"])
+    assert any(reason in r for r in found), found
+    after = rewrite(before)
+    assert [_direction(n) for n in rnn_nodes(after)] == [b"reverse", b"forward"]
+    assert not _counts(after)["Split"]
+    assert_equivalent(before, after, seq_zero=op_type != "LSTM")
+
+
+def test_reversed_state_concat_differs() -> None:
+    """Why the order matters: ``Concat(Y_h_r, Y_h_f)`` is not the bidirectional ``Y_h``."""
+    good = tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True)
+    swapped = tp.hand_built_bidirectional("GRU", reverse_node=True, near_miss="state_reversed")
+    feeds = tp.thirdparty_inputs(good, 2, 3)
+    assert runtime.max_abs_diff(runtime.run(good, feeds), runtime.run(swapped, feeds)) > 1e-3
+
+
+def test_concat_of_a_whole_split_is_its_input() -> None:
+    """ConcatWholeSplit alone: only a whole Split in order on its own axis folds."""
+    text = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[2, B, 3] v, float[1, B, 3] w) => (float[3, B, 3] a, float[2, B, 3] b,
+                                              float[1, B, 6] c, float[2, B, 3] d) {
+        s0, s1 = Split <axis = 0, num_outputs = 2> (v)
+        a = Concat <axis = 0> (w, s0, s1)
+        b = Concat <axis = -3> (s0, s1)
+        c = Concat <axis = 2> (s0, s1)
+        d = Concat <axis = 0> (s1, s0)
+    }
+    """
+    before = onnx.parser.parse_model(text)
+    after = rnn_rewrite_rules.rewrite(before, ["ConcatWholeSplit"])
+    onnx.checker.check_model(after)
+    producer = {o: n for n in after.graph.node for o in n.output}
+    assert list(producer["a"].input) == ["w", "v"]
+    assert producer["b"].op_type == "Identity" and producer["b"].input == ["v"]
+    assert producer["c"].op_type == producer["d"].op_type == "Concat"
+    rng = np.random.default_rng(0)
+    for batch in (0, 1, 4):
+        feeds = {
+            "v": rng.standard_normal((2, batch, 3)).astype(np.float32),
+            "w": rng.standard_normal((1, batch, 3)).astype(np.float32),
+        }
+        assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) == 0
+
+
+@pytest.mark.parametrize("opset", [17, 18])  # Split: equal halves / num_outputs=2
+def test_merge_alone_leaves_a_valid_split(opset: int) -> None:
+    before = tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True)
+    before.opset_import[0].version = opset
+    after = rewrite(before, ["MergeForwardReverse[GRU/2]"])
+    onnx.checker.check_model(after, full_check=True)
+    counts = _counts(after)
+    assert counts["GRU"] == counts["Split"] == 1 and counts["Concat"] == 1, counts
+    assert_equivalent(before, after, seq_zero=False)  # GRU: ORT aborts at seq 0
+
+
+def _expanded_pair(same_source: bool) -> onnx.ModelProto:
+    """A GRU pair on ``Expand(x, [1, batch of a, 1])`` each, computed twice; the reverse
+    half's target from ``b`` instead of ``a`` when not ``same_source``."""
+    g = tp._Graph()
+    x = g.input("x", ["seq", "batch", 3])
+    sources = [g.input(name, [1, "batch", 4]) for name in ("a", "b")]
+
+    def expand(source: str) -> str:
+        batch = g.one("Slice", g.one("Shape", source), g.ints(1), g.ints(2))
+        return g.one("Expand", x, g.one("Concat", g.ints(1), batch, g.ints(1), axis=0))
+
+    forward = g.rnn("GRU", expand(sources[0]), 3, 4)
+    backward = g.rnn("GRU", expand(sources[0 if same_source else 1]), 3, 4, direction="reverse")
+    ys = [g.one("Squeeze", half[0], g.ints(1)) for half in (forward, backward)]
+    g.output(g.one("Concat", *ys, axis=-1), "y", 3)
+    g.output(g.one("Concat", forward[1], backward[1], axis=0), "h_n", 3)
+    g.output(g.one("Add", *sources), "ab", 3)  # a and b are read
+    return g.model("expanded_pair")
+
+
+def test_pair_on_provably_equal_expands_is_one_node() -> None:
+    before = _expanded_pair(same_source=True)
+    after = rewrite(before, ["bidirectional"])
+    (node,) = rnn_nodes(after)
+    assert _direction(node) == b"bidirectional"
+    assert _counts(after)["Expand"] == 1
+    assert_equivalent(before, after, seq_zero=False)
+
+
+def test_pair_on_expands_of_two_batches_is_left_alone() -> None:
+    """``a`` and ``b`` both declare ``batch``, which ONNX does not enforce: x expanded to
+    the batch of ``b`` is not provably x expanded to the batch of ``a``."""
+    before = _expanded_pair(same_source=False)
+    found = reasons(before, ["bidirectional"])
+    assert any("the reverse RNN does not read the forward RNN's input" in r for r in found)
+    after = rewrite(before, ["bidirectional"])
+    assert len(rnn_nodes(after)) == 2
+    assert_equivalent(before, after, seq_zero=False)

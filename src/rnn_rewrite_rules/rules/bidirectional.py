@@ -31,26 +31,28 @@ or the one node with ``direction="reverse"`` reading ``x``.
 
 from __future__ import annotations
 
-import dataclasses
-
-import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
+from rnn_rewrite_rules._rnn import opset_version, rnn_facts
+from rnn_rewrite_rules.rules._bidirectional_states import state_rules
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.rules._pair import (
+    Half,
+    direction,
+    emit_merged,
+    node_reason,
+    only_reader,
+    pair_reason,
+    squeeze_axes,
+)
 from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = ["FAMILY", "MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal", "rules"]
 
 #: An end at or below this reverses an axis of any length a tensor can have.
 _FULL_END = -(2**62)
-_STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
-_PEEPHOLE = 7
-_MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
 
 
 def is_reversal(node: ir.Node | None, prover: ShapeProver) -> str | None:
@@ -74,18 +76,7 @@ def is_reversal(node: ir.Node | None, prover: ShapeProver) -> str | None:
     return None
 
 
-@dataclasses.dataclass
-class _Half:
-    node: ir.Node
-    reversed: bool
-    squeezed: bool
-
-
-def _only_reader(value: ir.Value) -> bool:
-    return len(value.uses()) == 1 and not value.is_graph_output()
-
-
-def _half(value: ir.Value, prover: ShapeProver) -> _Half | str:
+def _half(value: ir.Value, prover: ShapeProver) -> Half | str:
     """Follow ``value`` back through one reversal and one ``Squeeze(axes=[1])`` to a Y."""
     reversed_, squeezed = False, False
     while True:
@@ -98,7 +89,7 @@ def _half(value: ir.Value, prover: ShapeProver) -> _Half | str:
                 return reason
             reversed_ = True
         elif node.domain == "" and node.op_type == "Squeeze" and not squeezed:
-            axes = _axes(node, prover)
+            axes = squeeze_axes(node, prover)
             if axes not in ([1], [-3]):
                 return "the Squeeze does not remove the direction axis"
             squeezed = True
@@ -107,145 +98,11 @@ def _half(value: ir.Value, prover: ShapeProver) -> _Half | str:
                 return f"{node.op_type} between the RNN and the Concat"
             if value is not node.outputs[0]:
                 return "the value is not the RNN's Y"
-            return _Half(node, reversed_, squeezed)
+            return Half(node, reversed_, squeezed)
         source = node.inputs[0]
-        if source is None or not _only_reader(source):
+        if source is None or not only_reader(source):
             return "an intermediate value has another reader"
         value = source
-
-
-def _axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return list(attr.as_ints())
-    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
-
-
-def _direction(node: ir.Node) -> str:
-    attr = node.attributes.get("direction")
-    return "forward" if attr is None else attr.as_string()
-
-
-def _node_reason(node: ir.Node, direction: str = "forward", sliced: bool = True) -> str | None:
-    """Why ``node`` cannot be one direction of a merged node (None: it can)."""
-    if _direction(node) != direction:
-        return f"the RNN is not a {direction} one"
-    if node.attributes.get_int("layout", 0) != 0:
-        return "layout=1 RNN"
-    if sliced and _input(node, 4) is not None:
-        return "sequence_lens is present: the Slice reverses the padding too"
-    for output in node.outputs[1:]:
-        if output.uses() or output.is_graph_output():
-            return "Y_h or Y_c is read"
-    return None
-
-
-def _input(node: ir.Node, index: int) -> ir.Value | None:
-    return node.inputs[index] if index < len(node.inputs) else None
-
-
-def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
-    return {k: v for k, v in node.attributes.items() if k != "direction"}
-
-
-def _pair_reason(forward_half: _Half, backward_half: _Half, prover: ShapeProver) -> str | None:
-    forward, backward = forward_half.node, backward_half.node
-    sliced = backward_half.reversed
-    reason = _node_reason(forward, "forward", sliced=False) or _node_reason(
-        backward, "forward" if sliced else "reverse", sliced=sliced
-    )
-    if reason is not None:
-        return reason
-    if (forward.domain, forward.op_type) != (backward.domain, backward.op_type):
-        return "the two halves are different ops"
-    if _input(forward, 4) is not _input(backward, 4):
-        return "the halves have different sequence_lens"
-    facts = [rnn_facts(n, prover) for n in (forward, backward)]
-    for fact in facts:
-        if isinstance(fact, str):
-            return fact
-    if facts[0].hidden_size != facts[1].hidden_size:  # type: ignore[union-attr]
-        return "the two halves have different hidden sizes"
-    a, b = _attributes(forward), _attributes(backward)
-    if set(a) != set(b):
-        return "the two halves have different attributes"
-    for name in a:
-        if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
-            return f"the two halves differ in {name}"
-    for index in (*_STATES[forward.op_type], _PEEPHOLE):
-        if (_input(forward, index) is None) != (_input(backward, index) is None):
-            return "only one half has an initial state or peepholes"
-    return None
-
-
-def _stack(op, graph, values: list[ir.Value | None], hint: str) -> ir.Value | None:
-    """``Concat(values, axis=0)``: one new constant when all are constants."""
-    if all(v is None for v in values):
-        return None
-    arrays = [const_array(v) for v in values]
-    if all(a is not None for a in arrays):
-        stacked = np.concatenate(arrays, axis=0)  # type: ignore[arg-type]
-        tensor = ir.tensor(stacked)
-        if not isinstance(graph, ir.Graph):
-            return op.Constant(value=tensor)
-        base = f"{hint}_bidirectional"
-        name, index = base, 0
-        while name in graph.initializers:
-            index += 1
-            name = f"{base}_{index}"
-        return op.initializer(tensor, name)
-    return op.Concat(*values, axis=0)
-
-
-def _merged_attributes(forward: ir.Node, backward: ir.Node, direction: str) -> dict:
-    attrs: dict = {}
-    for name, attr in _attributes(forward).items():
-        if name in _MERGED_ATTRIBUTES and backward is not forward:
-            other = backward.attributes[name]
-            attrs[name] = list(attr.value) + list(other.value)
-        else:
-            attrs[name] = attr
-    attrs["direction"] = direction
-    return attrs
-
-
-def _emit(op, graph, forward: ir.Node, backward: ir.Node | None, x: ir.Value) -> ir.Value:
-    """The merged node (``backward`` None: ``forward`` as a reverse node); returns Y."""
-    if backward is None:
-        inputs = [x, *forward.inputs[1:]]
-        attrs = _merged_attributes(forward, forward, "reverse")
-        node = forward
-    else:
-        inputs = [x]
-        for index in range(1, max(len(forward.inputs), len(backward.inputs))):
-            pair = [_input(forward, index), _input(backward, index)]
-            if index == 4:  # sequence_lens: the same value (checked), shared
-                inputs.append(pair[0])
-                continue
-            if index == 3 and (pair[0] is None) != (pair[1] is None):
-                pair = [_bias_or_zeros(op, graph, forward, backward, i) for i in (0, 1)]
-            present = [v for v in pair if v is not None]
-            hint = (present[0].name or "input") if present else ""
-            inputs.append(_stack(op, graph, pair, hint))
-        attrs = _merged_attributes(forward, backward, "bidirectional")
-        node = forward
-    while inputs and inputs[-1] is None:
-        inputs.pop()
-    (y,) = emit_node(op, node.op_type, inputs, attrs, domain=node.domain, num_outputs=1)
-    keep_identity(y.producer(), node)
-    return y
-
-
-def _bias_or_zeros(op, graph, forward: ir.Node, backward: ir.Node, which: int) -> ir.Value:
-    node = (forward, backward)[which]
-    bias = _input(node, 3)
-    if bias is not None:
-        return bias
-    other = _input((forward, backward)[1 - which], 3)
-    array = const_array(other)
-    if array is not None:
-        return op.Constant(value=ir.tensor(np.zeros_like(array)))
-    return op.Mul(other, op.Constant(value=ir.tensor(np.zeros((), np.float32))))
 
 
 class MergeHandBuiltBidirectional(RewriteRuleClassBase):
@@ -259,14 +116,14 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         prover = ShapeProver()
         halves = []
         for value in (a, b):
-            if not _only_reader(value):
+            if not only_reader(value):
                 return check_result.fail("a concatenated value has another reader", value)
             half = _half(value, prover)
             if isinstance(half, str):
                 return check_result.fail(half, value)
             halves.append(half)
         forward, backward = halves
-        backward_node_reverse = _direction(backward.node) == "reverse"
+        backward_node_reverse = direction(backward.node) == "reverse"
         if forward.reversed or backward.reversed == backward_node_reverse:
             return check_result.fail("not a forward half followed by a reversed half")
         if forward.squeezed != backward.squeezed:
@@ -276,7 +133,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             return check_result.fail("the halves are not concatenated on the feature axis")
         if not forward.squeezed and axis not in (1, -3):
             return check_result.fail("the halves are not concatenated on the direction axis")
-        reason = _pair_reason(forward, backward, prover)
+        reason = pair_reason(forward, backward, prover)
         if reason is not None:
             return check_result.fail(reason, backward.node)
         x = forward.node.inputs[0]
@@ -302,7 +159,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
 
     def rewrite(self, op, a: ir.Value, **_):
         forward, backward, x, width = self._plan
-        y = _emit(op, self._graph, forward.node, backward.node, x)
+        y = emit_merged(op, self._graph, forward.node, backward.node, x)[0]
         if not forward.squeezed:
             return y
         target = int64_constant(op, self._graph, [0, 0, width], as_node=not self._main_graph)
@@ -325,7 +182,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
             return check_result.fail(half, out)
         if not half.reversed:
             return check_result.fail("not reversed")
-        reason = _node_reason(half.node)
+        reason = node_reason(half.node)
         if reason is not None:
             return check_result.fail(reason, half.node)
         reversed_x = half.node.inputs[0]
@@ -343,7 +200,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
 
     def rewrite(self, op, y: ir.Value, **_):
         half, x = self._plan
-        result = _emit(op, self._graph, half.node, None, x)
+        result = emit_merged(op, self._graph, half.node, None, x)[0]
         if half.squeezed:
             if self._opset < 13:
                 return op.Squeeze(result, axes=[1])
@@ -352,7 +209,9 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         return result
 
 
-rules = RewriteRuleSet([MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule()])
+rules = RewriteRuleSet(
+    [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
+)
 
 FAMILY = RuleFamily(
     name="bidirectional",

@@ -365,6 +365,7 @@ def hand_built_bidirectional(
     states: bool = False,
     reverse_node: bool = False,
     sequence_lens: bool = False,
+    state_concat: bool = False,
     near_miss: str | None = None,
     input_size: int = 3,
     hidden: int = 4,
@@ -382,14 +383,24 @@ def hand_built_bidirectional(
     the padded tensor is not what ``direction="reverse"`` does), ``partial`` (the input
     Slice ends at -1000: a full reversal up to 999 steps only), ``unreversed_output``
     (the output is not reversed back), ``state_read`` (the forward half's ``Y_h`` is read).
+    ``state_concat`` (with ``reverse_node``): ``h_n = Concat(Y_h_f, Y_h_r, axis=0)`` (and
+    ``c_n`` of ``Y_c`` for an LSTM) after ``y``, as a converter's pair writes them. Its near
+    misses: ``state_reversed`` (``Concat(Y_h_r, Y_h_f)``), ``state_also_read`` (``Y_h_f``
+    is also read by an ``Abs``, output ``h_abs``), ``state_axis`` (the Concat is on axis
+    2: ``[1, batch, 2H]``), ``state_first`` (the states' Concat comes before ``y``'s),
+    ``state_two_concats`` (``h_f = Concat(Y_h_f)`` and ``h_r = Concat(Y_h_r)``),
+    ``y_sequence_axis`` (``y`` concatenates the halves on axis 0: ``[2 seq, batch, H]``).
     """
     g = _Graph()
     x = g.input("x", ["seq", "batch", input_size])
     lens = ""
     if near_miss == "sequence_lens" or sequence_lens:
         lens = g.input("sequence_lens", ["batch"], TensorProto.INT32)
-    elif near_miss not in (None, "partial", "unreversed_output", "state_read"):
+    elif near_miss not in (None, "partial", "unreversed_output", "state_read", *_STATE_MISSES):
         raise ValueError(near_miss)
+    if (near_miss in _STATE_MISSES or state_concat) and not reverse_node:
+        raise ValueError("state_concat and its near misses need reverse_node=True")
+    state_concat = state_concat or near_miss in _STATE_MISSES
 
     def state_inputs(tag: str) -> dict[str, str]:
         if not states:
@@ -415,13 +426,45 @@ def hand_built_bidirectional(
     forward = g.rnn(op_type, x, input_size, hidden, sequence_lens=lens, **state_inputs("f"))
     if near_miss == "state_read":
         g.output(forward[1], "h_n", 3)
+    if state_concat and near_miss == "state_first":
+        _concat_states(g, op_type, forward, backward, near_miss)
     yf = forward[0]
     if concat == "sequence":
         yf = g.one("Squeeze", yf, g.ints(1))
-        g.output(g.one("Concat", yf, yb, axis=-1), "y", 3)
+        g.output(g.one("Concat", yf, yb, axis=0 if near_miss == "y_sequence_axis" else -1), "y", 3)
     else:
         g.output(g.one("Concat", yf, yb, axis=1), "y", 4)
+    if state_concat and near_miss != "state_first":
+        _concat_states(g, op_type, forward, backward, near_miss)
     return g.model("hand_built_bidirectional")
+
+
+_STATE_MISSES = (
+    "state_reversed",
+    "state_also_read",
+    "state_axis",
+    "state_first",
+    "state_two_concats",
+    "y_sequence_axis",
+)
+
+
+def _concat_states(
+    g: _Graph, op_type: str, forward: list[str], backward: list[str], near_miss: str | None
+) -> None:
+    """``h_n`` (and ``c_n``): the halves' final states concatenated, forward first."""
+    if near_miss == "state_two_concats":
+        g.output(g.one("Concat", forward[1], axis=0), "h_f", 3)
+        g.output(g.one("Concat", backward[1], axis=0), "h_r", 3)
+        return
+    for index, name in ((1, "h_n"), (2, "c_n"))[: 2 if op_type == "LSTM" else 1]:
+        pair = [forward[index], backward[index]]
+        if near_miss == "state_reversed":
+            pair.reverse()
+        axis = 2 if near_miss == "state_axis" else 0
+        g.output(g.one("Concat", *pair, axis=axis), name, 3)
+    if near_miss == "state_also_read":
+        g.output(g.one("Abs", forward[1]), "h_abs", 3)
 
 
 def one_dim_states(

@@ -1,0 +1,194 @@
+"""Two one-direction RNN nodes that are one bidirectional layer: the proof and the merged node.
+
+Shared by the ``bidirectional`` family's rules (``bidirectional``, ``_bidirectional_states``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._rnn import const_array, rnn_facts
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.shape import ShapeProver
+
+__all__ = [
+    "STATES",
+    "Half",
+    "direction",
+    "emit_merged",
+    "input_at",
+    "node_reason",
+    "only_reader",
+    "pair_reason",
+    "squeeze_axes",
+]
+
+#: The initial-state inputs of each op (initial_h, initial_c).
+STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+_PEEPHOLE = 7
+_MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
+
+
+@dataclasses.dataclass
+class Half:
+    """One direction: its node, whether its input and Y are time-reversed by a Slice, and
+    whether its Y is squeezed to ``[seq, batch, H]`` before the Concat."""
+
+    node: ir.Node
+    reversed: bool
+    squeezed: bool
+
+
+def only_reader(value: ir.Value) -> bool:
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+def squeeze_axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
+    """The axes of a Squeeze (attribute before opset 13, input after), None if unknown."""
+    attr = node.attributes.get("axes")
+    if attr is not None:
+        return list(attr.as_ints())
+    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
+
+
+def direction(node: ir.Node) -> str:
+    attr = node.attributes.get("direction")
+    return "forward" if attr is None else attr.as_string()
+
+
+def input_at(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def node_reason(
+    node: ir.Node, wanted: str = "forward", sliced: bool = True, *, states_read: bool = False
+) -> str | None:
+    """Why ``node`` cannot be one direction of a merged node (None: it can).
+
+    ``states_read``: the caller proves what reads ``Y_h``/``Y_c`` itself.
+    """
+    if direction(node) != wanted:
+        return f"the RNN is not a {wanted} one"
+    if node.attributes.get_int("layout", 0) != 0:
+        return "layout=1 RNN"
+    if sliced and input_at(node, 4) is not None:
+        return "sequence_lens is present: the Slice reverses the padding too"
+    if not states_read:
+        for output in node.outputs[1:]:
+            if output.uses() or output.is_graph_output():
+                return "Y_h or Y_c is read"
+    return None
+
+
+def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
+    return {k: v for k, v in node.attributes.items() if k != "direction"}
+
+
+def pair_reason(
+    forward_half: Half, backward_half: Half, prover: ShapeProver, *, states_read: bool = False
+) -> str | None:
+    """Why the two halves are not one bidirectional layer (None: they are)."""
+    forward, backward = forward_half.node, backward_half.node
+    sliced = backward_half.reversed
+    reason = node_reason(forward, "forward", sliced=False, states_read=states_read)
+    reason = reason or node_reason(
+        backward, "forward" if sliced else "reverse", sliced=sliced, states_read=states_read
+    )
+    if reason is not None:
+        return reason
+    if (forward.domain, forward.op_type) != (backward.domain, backward.op_type):
+        return "the two halves are different ops"
+    if input_at(forward, 4) is not input_at(backward, 4):
+        return "the halves have different sequence_lens"
+    facts = [rnn_facts(n, prover) for n in (forward, backward)]
+    for fact in facts:
+        if isinstance(fact, str):
+            return fact
+    if facts[0].hidden_size != facts[1].hidden_size:  # type: ignore[union-attr]
+        return "the two halves have different hidden sizes"
+    a, b = _attributes(forward), _attributes(backward)
+    if set(a) != set(b):
+        return "the two halves have different attributes"
+    for name in a:
+        if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
+            return f"the two halves differ in {name}"
+    for index in (*STATES[forward.op_type], _PEEPHOLE):
+        if (input_at(forward, index) is None) != (input_at(backward, index) is None):
+            return "only one half has an initial state or peepholes"
+    return None
+
+
+def _stack(op, graph, values: list[ir.Value | None], hint: str) -> ir.Value | None:
+    """``Concat(values, axis=0)``: one new constant when all are constants."""
+    if all(v is None for v in values):
+        return None
+    arrays = [const_array(v) for v in values]
+    if all(a is not None for a in arrays):
+        stacked = np.concatenate(arrays, axis=0)  # type: ignore[arg-type]
+        tensor = ir.tensor(stacked)
+        if not isinstance(graph, ir.Graph):
+            return op.Constant(value=tensor)
+        base = f"{hint}_bidirectional"
+        name, index = base, 0
+        while name in graph.initializers:
+            index += 1
+            name = f"{base}_{index}"
+        return op.initializer(tensor, name)
+    return op.Concat(*values, axis=0)
+
+
+def _merged_attributes(forward: ir.Node, backward: ir.Node, wanted: str) -> dict:
+    attrs: dict = {}
+    for name, attr in _attributes(forward).items():
+        if name in _MERGED_ATTRIBUTES and backward is not forward:
+            other = backward.attributes[name]
+            attrs[name] = list(attr.value) + list(other.value)
+        else:
+            attrs[name] = attr
+    attrs["direction"] = wanted
+    return attrs
+
+
+def emit_merged(
+    op, graph, forward: ir.Node, backward: ir.Node | None, x: ir.Value, num_outputs: int = 1
+) -> list[ir.Value]:
+    """The merged node (``backward`` None: ``forward`` as a reverse node); its outputs."""
+    if backward is None:
+        inputs = [x, *forward.inputs[1:]]
+        attrs = _merged_attributes(forward, forward, "reverse")
+    else:
+        inputs = [x]
+        for index in range(1, max(len(forward.inputs), len(backward.inputs))):
+            pair = [input_at(forward, index), input_at(backward, index)]
+            if index == 4:  # sequence_lens: the same value (checked), shared
+                inputs.append(pair[0])
+                continue
+            if index == 3 and (pair[0] is None) != (pair[1] is None):
+                pair = [_bias_or_zeros(op, forward, backward, i) for i in (0, 1)]
+            present = [v for v in pair if v is not None]
+            hint = (present[0].name or "input") if present else ""
+            inputs.append(_stack(op, graph, pair, hint))
+        attrs = _merged_attributes(forward, backward, "bidirectional")
+    while inputs and inputs[-1] is None:
+        inputs.pop()
+    outputs = emit_node(
+        op, forward.op_type, inputs, attrs, domain=forward.domain, num_outputs=num_outputs
+    )
+    keep_identity(outputs[0].producer(), forward)
+    return outputs
+
+
+def _bias_or_zeros(op, forward: ir.Node, backward: ir.Node, which: int) -> ir.Value:
+    node = (forward, backward)[which]
+    bias = input_at(node, 3)
+    if bias is not None:
+        return bias
+    other = input_at((forward, backward)[1 - which], 3)
+    array = const_array(other)
+    if array is not None:
+        return op.Constant(value=ir.tensor(np.zeros_like(array)))
+    return op.Mul(other, op.Constant(value=ir.tensor(np.zeros((), np.float32))))
