@@ -1,8 +1,10 @@
-"""What the table reports about one variant: graph facts, correctness, ORT and tract timings."""
+"""What the table reports about one variant: graph facts, correctness, ORT, OpenVINO and tract
+timings."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -23,8 +25,13 @@ __all__ = [
     "TractProbe",
     "analyze",
     "compare",
+    "openvino_available",
     "ort_latencies",
     "ort_session_times",
+    "ov_compile_times",
+    "ov_latencies",
+    "ov_run",
+    "reference_run",
     "tract_available",
     "tract_probe",
     "tract_timing",
@@ -154,6 +161,96 @@ def ort_latencies(
                 continue
             calls[(key, optimize)] = lambda s=session: s.run(None, dict(feeds))
     return interleaved(calls, budget=budget, min_rounds=min_rounds, max_rounds=max_rounds)
+
+
+# ---------------------------------------------------------------- OpenVINO
+
+#: One CPU thread, one stream, float32 throughout (the default precision hint lets
+#: OpenVINO compute in lower precision, about 3e-3 off).
+OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+
+
+def openvino_available() -> bool:
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@functools.cache
+def _ov_core():
+    import openvino as ov
+
+    return ov.Core()
+
+
+def _ov_compile(serialized: bytes):
+    core = _ov_core()
+    return core.compile_model(core.read_model(serialized, b""), "CPU", OV_CONFIG)
+
+
+def _ov_caller(serialized: bytes, feeds: Mapping[str, np.ndarray]):
+    """A callable running the compiled model once and returning the outputs in graph order."""
+    compiled = _ov_compile(serialized)
+    request = compiled.create_infer_request()
+    feeds = dict(feeds)
+
+    def call() -> list[np.ndarray]:
+        result = request.infer(feeds)
+        return [np.array(result[output]) for output in compiled.outputs]
+
+    return call
+
+
+def _error_text(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def ov_run(serialized: bytes, feeds: Mapping[str, np.ndarray]):
+    """OpenVINO's outputs, or the error's text."""
+    try:
+        return _ov_caller(serialized, feeds)()
+    except Exception as error:
+        return _error_text(error)
+
+
+def ov_compile_times(models: Mapping[str, bytes], repeats: int) -> dict[str, float]:
+    """Best ``read_model`` + ``compile_model`` seconds per variant, interleaved."""
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for key, serialized in models.items():
+            start = time.perf_counter()
+            _ov_compile(serialized)
+            best[key] = min(best.get(key, math.inf), time.perf_counter() - start)
+    return best
+
+
+def ov_latencies(
+    models: Mapping[str, bytes],
+    feeds: Mapping[str, np.ndarray],
+    *,
+    budget: float,
+    min_rounds: int,
+    max_rounds: int,
+) -> dict[str, tuple[float, float, int, float]]:
+    """Best per-call seconds per variant (models known to run), all interleaved."""
+    calls = {key: _ov_caller(serialized, feeds) for key, serialized in models.items()}
+    return interleaved(calls, budget=budget, min_rounds=min_rounds, max_rounds=max_rounds)
+
+
+# ---------------------------------------------------------------- onnx.reference
+
+
+def reference_run(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]):
+    """``onnx.reference``'s outputs, or the error's text."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, dict(feeds))]
+    except Exception as error:
+        return _error_text(error)
 
 
 # ---------------------------------------------------------------- tract

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 __all__ = ["environment", "write"]
 
 #: Our variants, and the tools they are compared with.
-OURS = ("ours", "ours+optimize", "ours-portable")
+OURS = ("ours", "ours+optimize", "ours-onnxruntime")
 TOOLS = ("onnxscript", "onnxsim", "onnxslim", "ort-offline")
 #: A latency ratio is "within noise" of another when at most this much larger.
 NOISE = 0.05
@@ -30,6 +30,7 @@ _PACKAGES = (
     "onnxsim",
     "onnxslim",
     "tract",
+    "openvino",
     "torch",
     "numpy",
 )
@@ -175,7 +176,14 @@ def _environment_section(results: dict) -> list[str]:
         f"{settings['session_repeats']} interleaved creations. tract (no input facts set, so the "
         "symbolic axes stay symbolic) runs in a child process, because a tract panic aborts its "
         f"process; its load time is the best of {settings['tract_load_repeats']} loads "
-        "(`load().into_model().into_runnable()`). Dynamic axes are checked by running each "
+        "(`load().into_model().into_runnable()`). OpenVINO on CPU with "
+        "`INFERENCE_NUM_THREADS=1, NUM_STREAMS=1, INFERENCE_PRECISION_HINT=f32`: compile "
+        "time (`read_model` + `compile_model`) is the best of "
+        f"{settings.get('ov_compile_repeats', '–')} interleaved compiles, latency "
+        "(`InferRequest.infer`) is timed like ONNX Runtime's, in its own interleaved "
+        f"rounds (about {settings.get('ov_budget', 0):.0f} s per model); a variant whose "
+        "OpenVINO outputs are wrong is reported as wrong and not timed. Dynamic axes are "
+        "checked by running each "
         "variant at a size other than the export's on that axis (and checking the input "
         "still declares it symbolic); a variant that fails there or gives other outputs "
         "than PyTorch freezes the axis. Max abs diff is against PyTorch, at the benchmark "
@@ -198,6 +206,8 @@ def _seed_section(results: dict) -> list[str]:
         ("ORT latency, ORT_DISABLE_ALL", "ort_noopt_s"),
         ("ORT session creation, default optimizations", "session_opt_s"),
         ("ORT session creation, ORT_DISABLE_ALL", "session_noopt_s"),
+        ("OpenVINO compile", "ov_compile_s"),
+        ("OpenVINO latency", "ov_s"),
         ("tract load", "tract_load_s"),
         ("tract latency", "tract_s"),
     ]
@@ -355,7 +365,6 @@ def _tract_section(results: dict) -> list[str]:
     names = [v for v in results["variants"]]
     matrix = []
     regressions = []
-    whatifs = []
     errors: dict[str, dict[str, list[str]]] = {}
     for model in results["models"]:
         rows = _row_map(model)
@@ -364,9 +373,6 @@ def _tract_section(results: dict) -> list[str]:
         cells = [model["model"]]
         for name, row in rows.items():
             runs = row.get("tract_diff") is not None and row["tract_diff"] <= ATOL
-            if row.get("whatif"):
-                whatifs.append((model["model"], runs, row, original))
-                continue
             if runs:
                 continue
             error = row.get("tract_error") or (
@@ -413,8 +419,10 @@ def _tract_section(results: dict) -> list[str]:
         lines += [
             'Cause of the `UndeterminedSymbol("batch")` panics: those outputs have '
             "`LSTM`/`GRU` nodes without `initial_h` (`initial_c`), which ONNX defines as "
-            "zeros; ours drop torchlib's runtime zero states (`initial_state` rules), "
-            "onnxsim folds them away too. tract 0.23.9 builds the missing zeros from the "
+            "zeros; ours-onnxruntime drops torchlib's runtime zero states (`initial_state` "
+            "rules, target `onnxruntime`), onnxsim folds them away too; our default target "
+            "(`portable`) keeps one shared explicit zero state instead. tract 0.23.9 builds "
+            "the missing zeros from the "
             "symbolic batch when it prepares the model and panics, aborting the process. "
             "The other error, `Clashing resolution for expression` in a `Scan`, is tract's "
             "handling of torchlib's runtime zero state (an `Expand` of a runtime shape, "
@@ -422,40 +430,154 @@ def _tract_section(results: dict) -> list[str]:
             "the same models with states given as graph inputs (`tests/test_tract.py`).",
             "",
         ]
-    if whatifs:
-        ran = [m for m, runs, _, _ in whatifs if runs]
-        lines += [
-            "What-if (not a rule; `benchmarks/portable.py`): our output with one shared "
-            "`ConstantOfShape(Concat([D], Shape(input)[batch], [H]))` as every layer's "
-            f"initial state (3 extra nodes). tract runs it on {len(ran)} of "
-            f"{len(whatifs)} models where it could not run ours:",
-            "",
-            *_table(
-                [
-                    "model",
-                    "tract runs it",
-                    "tract load / original",
-                    "tract latency / original",
-                    "nodes",
-                    "axes kept in tract",
-                    "error",
-                ],
-                [
-                    [
-                        model,
-                        "yes" if runs else "**no**",
-                        _x(_ratio(row.get("tract_load_s"), original.get("tract_load_s"))),
-                        _x(_ratio(row.get("tract_s"), original.get("tract_s"))),
-                        str(row.get("nodes", "–")),
-                        _axes(row.get("tract_axes_kept")) if runs else "–",
-                        _normalized_error(row.get("tract_error") or "")[:160],
-                    ]
-                    for model, runs, row, original in whatifs
-                ],
-            ),
-            "",
-        ]
     return lines
+
+
+# ---------------------------------------------------------------- portability
+
+#: Runtime -> (label, the row's diff key, error key, crash key or None).
+RUNTIMES = {
+    "onnxruntime": ("max_abs_diff", "ort_error", None),
+    "tract": ("tract_diff", "tract_error", "tract_crashed"),
+    "openvino": ("ov_diff", "ov_error", None),
+    "onnx.reference": ("reference_diff", "reference_error", None),
+}
+
+
+def outcome(row: dict, runtime: str) -> str | None:
+    """``runs``, ``crash``, ``fails``, ``wrong``, or None where the runtime was not measured."""
+    diff_key, error_key, crash_key = RUNTIMES[runtime]
+    if row.get("nodes") is None or diff_key not in row:
+        return None
+    if crash_key and row.get(crash_key):
+        return "crash"
+    diff = row.get(diff_key)
+    if diff is not None and diff <= ATOL:
+        return "runs"
+    return "fails" if row.get(error_key) else "wrong"
+
+
+def _count_cell(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    if not total:
+        return "–"
+    parts = [f"{counts['runs']}/{total} run"]
+    for kind, label in (("crash", "crash"), ("fails", "fail"), ("wrong", "wrong")):
+        if counts[kind]:
+            parts.append(f"**{counts[kind]} {label}**")
+    return ", ".join(parts)
+
+
+def _targets_note(results: dict) -> list[str]:
+    targets = results.get("targets")
+    if not targets:
+        return []
+    default = results.get("default_target", "portable")
+    which = {
+        name: next((v for v in results["variants"] if v == f"ours-{name}"), "ours")
+        if name != default
+        else "ours"
+        for name in targets
+    }
+    return [
+        "What each target of `rnn_rewrite_rules.rewrite(model, target=...)` produces "
+        "(`rules.TARGETS`): "
+        + "; ".join(
+            f"**{name}**{' (the default)' if name == default else ''}, variant "
+            f"{which[name]}: {text}"
+            for name, text in targets.items()
+        )
+        + ".",
+        "",
+    ]
+
+
+def _portability_section(results: dict) -> list[str]:
+    runtimes = [r for r in RUNTIMES if _measured(results, r)]
+    names = list(results["variants"])
+    table = []
+    for name in names:
+        cells = [name]
+        for runtime in runtimes:
+            counts = dict.fromkeys(("runs", "crash", "fails", "wrong"), 0)
+            for model in results["models"]:
+                found = outcome(_row_map(model).get(name, {}), runtime)
+                if found:
+                    counts[found] += 1
+            cells.append(_count_cell(counts))
+        failed = sum(1 for m in results["models"] if _row_map(m).get(name, {}).get("nodes") is None)
+        cells.append(str(failed) if failed else "–")
+        table.append(cells)
+    wrong = [
+        f"{model['model']} ({name} in {runtime})"
+        for model in results["models"]
+        for name, row in _row_map(model).items()
+        for runtime in runtimes
+        if outcome(row, runtime) == "wrong"
+    ]
+    lines = [
+        "## Portability",
+        "",
+        f"Over the {len(results['models'])} benchmark models, at the benchmark size: a "
+        "variant *runs* in a runtime when it loads there with its symbolic axes and gives "
+        f"PyTorch's outputs (<= {ATOL:g}; ONNX Runtime: with and without optimizations); "
+        "*crash*: the runtime killed its process (a tract panic); *fail*: it raised an "
+        "error; *wrong*: it ran and gave other outputs. A model the runtime cannot run "
+        "in its original form counts against every variant too (compare with the "
+        "original's row). Tool failed: the tool itself raised on that many models.",
+        "",
+        *_table(["variant", *runtimes, "tool failed"], table),
+        "",
+        *_targets_note(results),
+    ]
+    if wrong:
+        lines += ["Wrong outputs: " + "; ".join(wrong) + ".", ""]
+    return lines
+
+
+def _measured(results: dict, runtime: str) -> bool:
+    key = RUNTIMES[runtime][0]
+    return any(key in row for model in results["models"] for row in model["variants"])
+
+
+def _spread(row: dict, key: str) -> float | None:
+    return row.get(key.removesuffix("_s") + "_spread")
+
+
+def _target_compare_section(results: dict) -> list[str]:
+    """ours (target portable) / ours-onnxruntime, per model and runtime."""
+    if "ours-onnxruntime" not in results["variants"] or "ours" not in results["variants"]:
+        return []
+    metrics = [
+        ("ORT", "ort_opt_s"),
+        ("ORT_DISABLE_ALL", "ort_noopt_s"),
+        ("OpenVINO", "ov_s"),
+        ("tract", "tract_s"),
+        ("ORT session", "session_opt_s"),
+        ("OpenVINO compile", "ov_compile_s"),
+    ]
+    table = []
+    for model in results["models"]:
+        rows = _row_map(model)
+        ours, minimal = rows.get("ours", {}), rows.get("ours-onnxruntime", {})
+        cells = [model["model"], f"{ours.get('nodes', '–')} / {minimal.get('nodes', '–')}"]
+        for _, key in metrics:
+            ratio = _ratio(ours.get(key), minimal.get(key))
+            spreads = [x for x in (_spread(ours, key), _spread(minimal, key)) if x is not None]
+            noise = f" ±{max(spreads):.0%}" if spreads else ""
+            cells.append(_x(ratio) + (noise if ratio is not None else ""))
+        table.append(cells)
+    return [
+        "## Targets: portable (ours) vs onnxruntime (ours-onnxruntime)",
+        "",
+        "Ratios ours / ours-onnxruntime (below 1: the default portable form is faster), "
+        "measured in the same interleaved rounds; ± is the larger of the two rows' "
+        "spreads of the best over three interleaved thirds of the rounds. – where either "
+        "does not run.",
+        "",
+        *_table(["model", "nodes", *(label for label, _ in metrics)], table),
+        "",
+    ]
 
 
 def _overhead_section(results: dict) -> list[str]:
@@ -524,6 +646,8 @@ def _model_sections(results: dict) -> list[str]:
         "ORT_DISABLE_ALL (ratio)",
         "session opt / no-opt",
         "tool time",
+        "OpenVINO compile (ratio)",
+        "OpenVINO latency (ratio)",
         "tract load (ratio)",
         "tract latency (ratio)",
     ]
@@ -552,6 +676,17 @@ def _model_sections(results: dict) -> list[str]:
             kept = row.get("tract_axes_kept")
             if kept and row.get("tract_s") is not None and not all(kept.values()):
                 tract_cell += "; " + _axes(kept)
+            ov_compile = row.get("ov_compile_s")
+            ov_cell = _time(row.get("ov_s"))
+            if row.get("ov_s") is not None:
+                ov_cell += f" ({_x(_ratio(row['ov_s'], base.get('ov_s')))})"
+            elif outcome(row, "openvino") == "fails":
+                ov_cell = "fails"
+            elif outcome(row, "openvino") == "wrong":
+                ov_cell = f"**wrong** ({_diff(row.get('ov_diff'))})"
+            ov_kept = row.get("ov_axes_kept")
+            if ov_kept and outcome(row, "openvino") == "runs" and not all(ov_kept.values()):
+                ov_cell += "; " + _axes(ov_kept)
             table.append(
                 [
                     name,
@@ -566,6 +701,10 @@ def _model_sections(results: dict) -> list[str]:
                     f"({_x(_ratio(row.get('ort_noopt_s'), base.get('ort_noopt_s')))})",
                     f"{_time(row.get('session_opt_s'))} / {_time(row.get('session_noopt_s'))}",
                     _time(row["tool_s"]) if name != "original" else "–",
+                    f"{_time(ov_compile)} ({_x(_ratio(ov_compile, base.get('ov_compile_s')))})"
+                    if ov_compile is not None
+                    else "–",
+                    ov_cell,
                     f"{_time(tract_load)} ({_x(_ratio(tract_load, base.get('tract_load_s')))})"
                     if tract_load is not None
                     else "–",
@@ -578,7 +717,7 @@ def _model_sections(results: dict) -> list[str]:
 
 
 def chart(results: dict, path: pathlib.Path) -> None:
-    """Latency ratios to the original: ORT default, ORT_DISABLE_ALL, tract."""
+    """Latency ratios to the original: ORT default, ORT_DISABLE_ALL, OpenVINO, tract."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -587,11 +726,12 @@ def chart(results: dict, path: pathlib.Path) -> None:
     panels = [
         ("ort_opt_s", "ONNX Runtime, default optimizations"),
         ("ort_noopt_s", "ONNX Runtime, ORT_DISABLE_ALL"),
+        ("ov_s", "OpenVINO"),
         ("tract_s", "tract"),
     ]
     names = [m["model"] for m in results["models"]]
     shown = [v for v in results["variants"] if v != "original"]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 1.1 * len(names) + 3), 11))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 1.1 * len(names) + 3), 14))
     width = 0.8 / max(len(shown), 1)
     for ax, (key, title) in zip(axes, panels, strict=True):
         for index, variant in enumerate(shown):
@@ -640,6 +780,8 @@ def write(results: dict, out_dir: pathlib.Path) -> None:
         *_environment_section(results),
         *_seed_section(results),
         *_target_section(results),
+        *_portability_section(results),
+        *_target_compare_section(results),
         *_tract_section(results),
         *_overhead_section(results),
         *_model_sections(results),

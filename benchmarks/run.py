@@ -9,7 +9,8 @@ For every model and variant: node count, runtime Shape chain, folded weights, dy
 (checked by running at other sizes), max abs diff vs PyTorch, ONNX Runtime latency at one
 thread with default optimizations and with ORT_DISABLE_ALL (interleaved rounds, best of N,
 as ratios to the original), session creation time, the tool's own time, and the same in
-tract (load time, per-call latency) when it is installed. Then our overhead inside
+OpenVINO (compile time, per-call latency, one thread) and tract (load time, per-call
+latency) when they are installed; whether onnx.reference runs it. Then our overhead inside
 ``onnxscript.optimizer.optimize()`` on a large model without RNNs.
 """
 
@@ -28,7 +29,8 @@ import time
 import numpy as np
 import onnx
 
-from benchmarks import measure, models, overhead, portable, report, variants
+from benchmarks import measure, models, overhead, report, variants
+from rnn_rewrite_rules.rules import DEFAULT_TARGET, TARGETS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -39,10 +41,12 @@ class Settings:
 
     ort_budget: float = 12.0
     tract_budget: float = 8.0
+    ov_budget: float = 8.0
     min_rounds: int = 7
     max_rounds: int = 40
     session_repeats: int = 3
     tract_load_repeats: int = 3
+    ov_compile_repeats: int = 3
     overhead_nodes: int = 5000
     overhead_repeats: int = 1
     tract_timeout: float = 300.0
@@ -52,10 +56,12 @@ class Settings:
         return cls(
             ort_budget=0.2,
             tract_budget=0.2,
+            ov_budget=0.2,
             min_rounds=2,
             max_rounds=5,
             session_repeats=1,
             tract_load_repeats=1,
+            ov_compile_repeats=1,
             overhead_nodes=300,
             overhead_repeats=1,
             tract_timeout=120.0,
@@ -77,6 +83,7 @@ def bench_model(
     settings: Settings,
     workdir: str,
     use_tract: bool,
+    use_openvino: bool,
     log,
 ) -> dict:
     """Every measurement of one model, as a JSON-able dict."""
@@ -102,10 +109,12 @@ def bench_model(
     for name, blob in serialized.items():
         row = rows[name]
         diffs = []
+        row["ort_error"] = ""
         for optimize in (True, False):
             outputs = measure.ort_run(blob, prepared.feeds, optimize)
             if isinstance(outputs, str):
                 row["error"] = row["error"] or outputs
+                row["ort_error"] = row["ort_error"] or outputs
                 diffs.append(math.inf)
             else:
                 diffs.append(measure.compare(outputs, prepared.expected))
@@ -115,6 +124,9 @@ def bench_model(
             outputs = measure.ort_run(blob, feeds, True)
             runs = not isinstance(outputs, str) and measure.compare(outputs, expected) <= 1e-4
             row["axes_kept"][axis] = bool(runs and row["symbolic_axes"][axis])
+        reference = measure.reference_run(onnx.load_from_string(blob), prepared.feeds)
+        row["reference_error"] = reference if isinstance(reference, str) else ""
+        row["reference_diff"] = _finite(measure.compare(reference, prepared.expected))
 
     log("    ORT session creation ...")
     sessions = measure.ort_session_times(serialized, settings.session_repeats)
@@ -136,6 +148,8 @@ def bench_model(
         rows[name][f"{prefix}_rounds"] = rounds
         rows[name][f"{prefix}_spread"] = spread
 
+    if use_openvino:
+        _bench_openvino(prepared, rows, serialized, settings, log)
     if use_tract:
         _bench_tract(prepared, rows, paths, settings, workdir, log)
     return {
@@ -146,6 +160,41 @@ def bench_model(
         "export_s": prepared.export_seconds,
         "variants": list(rows.values()),
     }
+
+
+def _bench_openvino(prepared, rows, serialized, settings, log) -> None:
+    """OpenVINO: outputs vs PyTorch (and at other sizes), then compile time and latency of
+    the variants whose outputs are right."""
+    runnable = {}
+    for name, blob in serialized.items():
+        row = rows[name]
+        outputs = measure.ov_run(blob, prepared.feeds)
+        row["ov_error"] = outputs if isinstance(outputs, str) else ""
+        row["ov_diff"] = _finite(measure.compare(outputs, prepared.expected))
+        row["ov_axes_kept"] = {}
+        for axis, (feeds, expected) in prepared.other.items():
+            other = measure.ov_run(blob, feeds)
+            runs = measure.compare(other, expected) <= 1e-4
+            row["ov_axes_kept"][axis] = bool(runs and row["symbolic_axes"][axis])
+        if row["ov_diff"] is not None and row["ov_diff"] <= measure.ATOL:
+            runnable[name] = blob  # a wrong output is reported as wrong, not timed
+    if not runnable:
+        return
+    log(f"    OpenVINO compile and latency ({len(runnable)} variants) ...")
+    for name, seconds in measure.ov_compile_times(runnable, settings.ov_compile_repeats).items():
+        rows[name]["ov_compile_s"] = seconds
+    latencies = measure.ov_latencies(
+        runnable,
+        prepared.feeds,
+        budget=settings.ov_budget,
+        min_rounds=settings.min_rounds,
+        max_rounds=settings.max_rounds,
+    )
+    for name, (best, median, rounds, spread) in latencies.items():
+        rows[name]["ov_s"] = best
+        rows[name]["ov_median_s"] = median
+        rows[name]["ov_rounds"] = rounds
+        rows[name]["ov_spread"] = spread
 
 
 def _record_tract_probe(row: dict, probe, prepared) -> None:
@@ -185,9 +234,6 @@ def _bench_tract(prepared, rows, paths, settings, workdir, log) -> None:
         _record_tract_probe(row, probe, prepared)
         if probe.outputs[0] is not None:
             runnable[name] = paths[name]
-    whatif = _portable_whatif(prepared, rows, paths, feed_files, settings, workdir)
-    if whatif:
-        runnable[WHATIF] = whatif
     if not runnable:
         return
     log(f"    tract timing ({len(runnable)} variants) ...")
@@ -215,42 +261,6 @@ def _bench_tract(prepared, rows, paths, settings, workdir, log) -> None:
         rows[name]["tract_spread"] = spread
 
 
-#: The what-if row of the tract section (see benchmarks/portable.py).
-WHATIF = "ours, explicit zero states (what-if)"
-
-
-def _portable_whatif(prepared, rows, paths, feed_files, settings, workdir) -> str | None:
-    """When tract cannot run our output, does it run it with explicit zero states?"""
-    ours = rows.get("ours", {})
-    if "ours" not in paths or ours.get("tract_diff") is not None:
-        return None
-    if "batch" not in prepared.dynamic_axes:
-        return None
-    model = portable.explicit_zero_states(onnx.load(paths["ours"]), prepared.dynamic_axes["batch"])
-    if model is None:
-        return None
-    path = os.path.join(workdir, f"{prepared.spec.name}-whatif.onnx")
-    onnx.save(model, path)
-    (probe,) = measure.tract_probe(
-        [path],
-        list(prepared.feeds),
-        feed_files,
-        [os.path.join(workdir, f"{prepared.spec.name}-whatif-tract-")],
-        settings.tract_timeout,
-    )
-    facts = measure.analyze(model, prepared.dynamic_axes)
-    row = {"variant": WHATIF, "whatif": True, "tool_s": None, "error": ""}
-    row.update(dataclasses.asdict(facts))
-    row["max_abs_diff"] = _finite(
-        measure.compare(
-            measure.ort_run(model.SerializeToString(), prepared.feeds, True), prepared.expected
-        )
-    )
-    _record_tract_probe(row, probe, prepared)
-    rows[WHATIF] = row
-    return path if probe.outputs[0] is not None else None
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run", description=__doc__.split("\n")[0]
@@ -268,6 +278,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="torch exports (auto: the builder where the export freezes an axis)",
     )
     parser.add_argument("--no-tract", action="store_true", help="skip the tract runtime")
+    parser.add_argument("--no-openvino", action="store_true", help="skip the OpenVINO runtime")
     parser.add_argument("--no-overhead", action="store_true", help="skip the optimize() overhead")
     parser.add_argument("--out-dir", type=pathlib.Path, help="write benchmarks.md/.png/.json here")
     parser.add_argument("--from-json", type=pathlib.Path, help="only re-render these results")
@@ -299,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     use_tract = not args.no_tract and measure.tract_available()
     if not args.no_tract and not use_tract:
         log("tract is not installed: its columns stay empty (pip install tract)")
+    use_openvino = not args.no_openvino and measure.openvino_available()
+    if not args.no_openvino and not use_openvino:
+        log("openvino is not installed: its columns stay empty (pip install openvino)")
     started = time.perf_counter()
     results = {
         "environment": report.environment(),
@@ -307,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "settings": dataclasses.asdict(settings),
         "variants": {name: variants.VARIANTS[name][1] for name in names},
+        "targets": dict(TARGETS),
+        "default_target": DEFAULT_TARGET,
         "tract": use_tract,
+        "openvino": use_openvino,
         "models": [],
     }
     with tempfile.TemporaryDirectory(prefix="rnn-bench-") as workdir:
@@ -316,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             prepared = models.prepare(spec, args.source)
             log(f"  {prepared.source} {prepared.note} {len(prepared.model.graph.node)} nodes")
             results["models"].append(
-                bench_model(prepared, names, settings, workdir, use_tract, log)
+                bench_model(prepared, names, settings, workdir, use_tract, use_openvino, log)
             )
     if not args.no_overhead:
         log(f"optimize() overhead on a {settings.overhead_nodes}-node model ...")

@@ -48,10 +48,10 @@ def _ours(model: onnx.ModelProto) -> onnx.ModelProto:
     return rnn_rewrite_rules.rewrite(model)
 
 
-def _ours_portable(model: onnx.ModelProto) -> onnx.ModelProto:
+def _ours_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
     import rnn_rewrite_rules
 
-    return rnn_rewrite_rules.rewrite(model, portable=True)
+    return rnn_rewrite_rules.rewrite(model, target="onnxruntime")
 
 
 def _ours_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -108,14 +108,14 @@ def _ort_offline(model: onnx.ModelProto) -> onnx.ModelProto:
 #: name -> (tool, description for the docs).
 VARIANTS: dict[str, tuple[Callable[[onnx.ModelProto], onnx.ModelProto], str]] = {
     "original": (_original, "the model as exported"),
-    "ours": (_ours, "`rnn_rewrite_rules.rewrite(model)`"),
+    "ours": (_ours, "`rnn_rewrite_rules.rewrite(model)` (default target `portable`)"),
     "ours+optimize": (
         _ours_optimize,
         "`onnxscript.optimizer.optimize(model)` inside `rnn_rewrite_rules.installed()`",
     ),
-    "ours-portable": (
-        _ours_portable,
-        "`rnn_rewrite_rules.rewrite(model, portable=True)` (keeps zero states, for tract)",
+    "ours-onnxruntime": (
+        _ours_onnxruntime,
+        '`rnn_rewrite_rules.rewrite(model, target="onnxruntime")` (zero states dropped)',
     ),
     "onnxscript": (_onnxscript, "`onnxscript.optimizer.optimize(model)`, defaults"),
     "onnxsim": (_onnxsim, "`onnxsim.simplify(model)`, defaults"),
@@ -127,7 +127,7 @@ VARIANTS: dict[str, tuple[Callable[[onnx.ModelProto], onnx.ModelProto], str]] = 
 }
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
 #: Variants that are our rules (the rest are the tools we compare against).
-OURS = ("ours", "ours+optimize", "ours-portable")
+OURS = ("ours", "ours+optimize", "ours-onnxruntime")
 
 
 def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
