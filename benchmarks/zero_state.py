@@ -13,23 +13,47 @@ spread: the machine is shared, so a ratio inside it is noise).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
+import onnx
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
+from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn, rnn_inputs
 
-CONFIGS = {
-    "lstm2x64": RnnConfig(op_type="LSTM", num_layers=2, hidden_size=64, input_size=32),
-    "gru3x32bi": RnnConfig(
-        op_type="GRU", num_layers=3, hidden_size=32, input_size=16, bidirectional=True
+Builder = Callable[[], tuple[onnx.ModelProto, Callable[[int, int], dict[str, np.ndarray]]]]
+
+
+def _torchlib(cfg: RnnConfig) -> Builder:
+    return lambda: (build_torchlib_model(cfg), lambda b, s: random_inputs(cfg, b, s, rng=0))
+
+
+def _unrolled(cfg: UnrolledRnnConfig) -> Builder:
+    """torch's unrolled ``nn.RNN`` (rerolled by our rules): the sequence length is fixed."""
+
+    def build():
+        model = build_unrolled_rnn(dataclasses.replace(cfg, seq=1))
+        return model, lambda b, s: rnn_inputs(dataclasses.replace(cfg, seq=1), b, None, 0)
+
+    return build
+
+
+CONFIGS: dict[str, Builder] = {
+    "lstm2x64": _torchlib(RnnConfig(num_layers=2, hidden_size=64, input_size=32)),
+    "gru3x32bi": _torchlib(
+        RnnConfig(op_type="GRU", num_layers=3, hidden_size=32, input_size=16, bidirectional=True)
     ),
-    "lstm4x128": RnnConfig(op_type="LSTM", num_layers=4, hidden_size=128, input_size=64),
+    "lstm4x128": _torchlib(RnnConfig(num_layers=4, hidden_size=128, input_size=64)),
+    # a plain RNN: ONNX Runtime multiplies a given initial_h by R even when it is zeros
+    "rnn2x512": _unrolled(
+        UnrolledRnnConfig(num_layers=2, hidden_size=512, input_size=512, transpose_node=True)
+    ),
 }
-SIZES = ((1, 1), (4, 16))  # (batch, seq)
+SIZES = ((1, 1), (4, 16))  # (batch, seq); the unrolled nn.RNN runs seq 1 only
 
 
 def _ort(model) -> Callable:
@@ -81,14 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     runtimes = {"onnxruntime": _ort, "openvino": _openvino}
     print("ratio = latency(portable) / latency(onnxruntime target), one thread")
     print(f"{'model':10} {'batch x seq':11} {'runtime':12} {'best us':>16} ratios (median, range)")
-    for name, cfg in configs.items():
-        original = build_torchlib_model(cfg)
+    for name, build in configs.items():
+        original, make_feeds = build()
         models = {
             target: rnn_rewrite_rules.rewrite(original, target=target)
             for target in ("portable", "onnxruntime")
         }
         for batch, seq in SIZES:
-            feeds = random_inputs(cfg, batch, seq, rng=0)
+            if name.startswith("rnn") and seq != 1:
+                continue
+            feeds = make_feeds(batch, seq)
             n = args.calls if seq == 1 else max(args.calls // 10, 10)
             for runtime, make in runtimes.items():
                 runs = {target: make(model) for target, model in models.items()}
