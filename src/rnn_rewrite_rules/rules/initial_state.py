@@ -67,6 +67,7 @@ __all__ = [
     "explicit_zero_form",
     "is_all_zeros",
     "is_finite",
+    "rules",
     "state_reason",
 ]
 
@@ -329,6 +330,8 @@ def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
 
 share_rules = RewriteRuleSet(rnn_node_rules(ShareZeroInitialState))
 drop_rules = RewriteRuleSet(rnn_node_rules(DropZeroInitialState))
+#: The default (portable) target's rules.
+rules = share_rules
 
 FAMILY = RuleFamily(
     name="initial_state",
