@@ -39,15 +39,6 @@ _INT_TYPES = frozenset(
 )
 
 
-def _register(*op_types: str, domain: str = "") -> Callable[[Transfer], Transfer]:
-    def decorate(function: Transfer) -> Transfer:
-        for op_type in op_types:
-            TRANSFER[(domain, op_type)] = function
-        return function
-
-    return decorate
-
-
 def _fact(ins: Inputs, index: int) -> Fact:
     fact = ins[index] if index < len(ins) else None
     return UNKNOWN if fact is None else fact
@@ -72,12 +63,6 @@ def _same(fact: Fact) -> Fact:
 # ---------------------------------------------------------------- data movement
 
 
-@_register(
-    "Identity", "Relu", "Tanh", "Sigmoid", "Neg", "Abs", "Exp", "Log", "Sqrt", "Erf",
-    "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Sin", "Cos", "Softplus", "Softsign",
-    "Elu", "Selu", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu", "Clip", "Softmax",
-    "LogSoftmax", "IsNaN", "IsInf",
-)  # fmt: skip
 def _elementwise_unary(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if node.op_type == "Identity":
@@ -87,12 +72,10 @@ def _elementwise_unary(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [_same(data)]
 
 
-@_register("Dropout", "LayerNormalization", "BatchNormalization", "InstanceNormalization")
 def _first_output_same(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [_same(_fact(ins, 0))]
 
 
-@_register("Cast", "CastLike")
 def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if node.op_type == "Cast":
@@ -102,17 +85,14 @@ def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [_same(data)]
 
 
-@_register("DequantizeLinear", "QuantizeLinear")
 def _quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [_same(_fact(ins, 0))]
 
 
-@_register("DynamicQuantizeLinear")
 def _dynamic_quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [_same(_fact(ins, 0)), Fact(()), Fact(())]
 
 
-@_register("Transpose")
 def _transpose(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if data.dims is None:
@@ -126,7 +106,6 @@ def _transpose(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(tuple(data.dims[p] for p in perm), elements)]
 
 
-@_register("Reshape")
 def _reshape(node: ir.Node, ins: Inputs) -> list[Fact]:
     data, target = _fact(ins, 0), _fact(ins, 1)
     if node.op_type == "Reshape" and not _present(ins, 1):  # Reshape-1: shape attribute
@@ -144,7 +123,6 @@ def _reshape(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(out, elements)]
 
 
-@_register("Flatten")
 def _flatten(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if data.dims is None or None in data.dims:
@@ -156,7 +134,6 @@ def _flatten(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact((product(data.dims[:axis]), product(data.dims[axis:])))]  # type: ignore[arg-type]
 
 
-@_register("Squeeze", "Unsqueeze")
 def _squeeze(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     axes = _ints(node, "axes", ins, 1)
@@ -184,7 +161,6 @@ def _squeeze(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(out, elements if len(out) <= 1 else None)]
 
 
-@_register("Concat")
 def _concat(node: ir.Node, ins: Inputs) -> list[Fact]:
     parts = [_fact(ins, i) for i in range(len(ins))]
     ranks = {p.rank for p in parts if p.rank is not None}
@@ -210,7 +186,6 @@ def _concat(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(tuple(dims), elements)]
 
 
-@_register("Slice")
 def _slice(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if data.dims is None:
@@ -243,7 +218,6 @@ def _slice(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(tuple(dims), elements)]
 
 
-@_register("Gather")
 def _gather(node: ir.Node, ins: Inputs) -> list[Fact]:
     data, indices = _fact(ins, 0), _fact(ins, 1)
     if data.dims is None or indices.dims is None:
@@ -262,7 +236,6 @@ def _gather(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(dims, elements)]
 
 
-@_register("Shape")
 def _shape(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if data.dims is None:
@@ -274,7 +247,6 @@ def _shape(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact.vector(data.dims[start:end])]
 
 
-@_register("Size")
 def _size(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if data.dims is None or None in data.dims:
@@ -282,7 +254,6 @@ def _size(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact.scalar(product(data.dims))]  # type: ignore[arg-type]
 
 
-@_register("ConstantOfShape")
 def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
     shape = _fact(ins, 0)
     if shape.elements is None:
@@ -299,7 +270,6 @@ def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(dims, elements)]
 
 
-@_register("Expand")
 def _expand(node: ir.Node, ins: Inputs) -> list[Fact]:
     data, shape = _fact(ins, 0), _fact(ins, 1)
     if shape.elements is None or data.dims is None:
@@ -310,7 +280,6 @@ def _expand(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(semantics.broadcast(data.dims, shape.elements))]  # type: ignore[arg-type]
 
 
-@_register("Tile")
 def _tile(node: ir.Node, ins: Inputs) -> list[Fact]:
     data, repeats = _fact(ins, 0), _fact(ins, 1)
     if data.dims is None or repeats.elements is None:
@@ -324,7 +293,6 @@ def _tile(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(dims)]
 
 
-@_register("Split")
 def _split(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     count = len(node.outputs)
@@ -355,10 +323,6 @@ def _split(node: ir.Node, ins: Inputs) -> list[Fact]:
     return facts
 
 
-@_register(
-    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
-)  # fmt: skip
 def _reduce(node: ir.Node, ins: Inputs) -> list[Fact]:
     """Reduced axes become 1 (``keepdims``, the default) or go; axes from the attribute
     (ReduceSum before opset 13, the others before 18, ArgMax/ArgMin's ``axis``) or input 1;
@@ -443,10 +407,6 @@ def _broadcast_dims(parts: list[Fact]) -> tuple[Dim | None, ...] | None:
     return semantics.broadcast(*[p.dims for p in parts])  # type: ignore[misc]
 
 
-@_register(
-    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Equal", "Less", "Greater",
-    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "PRelu", "BitShift", "Sum", "Mean",
-)  # fmt: skip
 def _elementwise(node: ir.Node, ins: Inputs) -> list[Fact]:
     parts = [_fact(ins, i) for i in range(len(ins))]
     dims = _broadcast_dims(parts)
@@ -456,7 +416,6 @@ def _elementwise(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(dims, elements)]
 
 
-@_register("Not")
 def _not(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     elements = None
@@ -468,7 +427,6 @@ def _not(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(data.dims, elements)]
 
 
-@_register("Where")
 def _where(node: ir.Node, ins: Inputs) -> list[Fact]:
     cond, a, b = (_fact(ins, i) for i in range(3))
     dims = _broadcast_dims([cond, a, b])
@@ -482,7 +440,6 @@ def _where(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(dims)]
 
 
-@_register("MatMul", "MatMulInteger")
 def _matmul(node: ir.Node, ins: Inputs) -> list[Fact]:
     a, b = _fact(ins, 0), _fact(ins, 1)
     if a.dims is None or b.dims is None or not a.dims or not b.dims:
@@ -506,7 +463,6 @@ def _matmul(node: ir.Node, ins: Inputs) -> list[Fact]:
     return [Fact(tuple(dims))]
 
 
-@_register("Gemm")
 def _gemm(node: ir.Node, ins: Inputs) -> list[Fact]:
     a, b = _fact(ins, 0), _fact(ins, 1)
     if a.rank != 2 or b.rank != 2:
@@ -571,6 +527,47 @@ def rnn_output_facts(node: ir.Node, ins: Inputs) -> list[Fact]:
         y, state = Fact((a0, a1, d, h)), Fact((a0, d, h))
     return [y, state, state]
 
+
+# Registered from a table, not a decorator: mutmut does not mutate decorated functions.
+_TRANSFERS: dict[Transfer, str] = {
+    _elementwise_unary: (
+        "Identity Relu Tanh Sigmoid Neg Abs Exp Log Sqrt Erf Reciprocal Floor Ceil Round "
+        "Sign Sin Cos Softplus Softsign Elu Selu LeakyRelu HardSigmoid HardSwish Gelu Clip "
+        "Softmax LogSoftmax IsNaN IsInf"
+    ),
+    _first_output_same: "Dropout LayerNormalization BatchNormalization InstanceNormalization",
+    _cast: "Cast CastLike",
+    _quantize: "DequantizeLinear QuantizeLinear",
+    _dynamic_quantize: "DynamicQuantizeLinear",
+    _transpose: "Transpose",
+    _reshape: "Reshape",
+    _flatten: "Flatten",
+    _squeeze: "Squeeze Unsqueeze",
+    _concat: "Concat",
+    _slice: "Slice",
+    _gather: "Gather",
+    _shape: "Shape",
+    _size: "Size",
+    _constant_of_shape: "ConstantOfShape",
+    _expand: "Expand",
+    _tile: "Tile",
+    _split: "Split",
+    _reduce: (
+        "ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum "
+        "ReduceLogSumExp ReduceSumSquare ArgMax ArgMin"
+    ),
+    _elementwise: (
+        "Add Sub Mul Div Pow Mod Max Min Equal Less Greater LessOrEqual GreaterOrEqual And "
+        "Or Xor PRelu BitShift Sum Mean"
+    ),
+    _not: "Not",
+    _where: "Where",
+    _matmul: "MatMul MatMulInteger",
+    _gemm: "Gemm",
+}
+for _function, _op_types in _TRANSFERS.items():
+    for _op_type in _op_types.split():
+        TRANSFER[("", _op_type)] = _function
 
 for _domain, _op_type in RNN_OPS:
     TRANSFER[(_domain, _op_type)] = rnn_output_facts
