@@ -338,8 +338,8 @@ def test_dead_rnn_is_refused_by_both_rules() -> None:
     nodes = [_gru(["y", "y_h"], layout=1), helper.make_node("Identity", ["x"], ["out"])]
     model = _model(nodes, x_shape=[BATCH, "seq", INPUT], outputs=("out",), gates=3)
     reason = "no output is used: the node is dead code"
-    assert any(reason in r for r in refusal_reasons(unused_outputs.FAMILY.rules, model))
-    assert any(reason in r for r in refusal_reasons(layout.FAMILY.rules, model))
+    assert reason in refusal_reasons(unused_outputs.FAMILY.rules, model)
+    assert reason in refusal_reasons(layout.FAMILY.rules, model)
 
 
 def test_layout_zero_is_refused() -> None:
@@ -355,3 +355,28 @@ def test_layout_of_an_op_without_the_attribute_is_refused() -> None:
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     reasons = refusal_reasons(layout.FAMILY.rules, model)
     assert any("DynamicQuantizeLSTM has no layout attribute" in r for r in reasons), reasons
+
+
+def test_layout_absent_is_layout_zero() -> None:
+    """No ``layout`` attribute is layout 0: refused (reasons first: a check reading it as 1
+    would make the full rewrite loop)."""
+    model = _model([_gru(["y"])], gates=3)
+    assert "layout is already 0" in refusal_reasons(layout.FAMILY.rules, model)
+    _assert_refused(layout.FAMILY, model, "layout is already 0")
+
+
+def test_layout_refused_when_the_weights_disagree_with_the_direction() -> None:
+    model = _model([_gru(["y"], layout=1)], x_shape=[BATCH, "seq", INPUT], directions=2, gates=3)
+    _assert_refused(
+        layout.FAMILY, model, "direction 'forward' disagrees with a weight of 2 directions"
+    )
+
+
+def test_layout_rewrite_keeps_the_node_name() -> None:
+    node = _gru(["y"], layout=1)
+    node.name = "encoder_gru"
+    model = _model([node], x_shape=[BATCH, "seq", INPUT], gates=3)
+    after = rnn_rewrite_rules.rewrite(model, ["layout"])
+    (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    assert gru.name == "encoder_gru"
+    assert all(a.name != "layout" for a in gru.attribute)

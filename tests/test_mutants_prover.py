@@ -1,0 +1,231 @@
+"""What the shape prover proves, exactly: the sizes, elements and unknowns of small graphs.
+
+Written from mutation testing (docs/mutation.md). ``test_shape_prover.py`` checks that
+every fact the prover states holds at run time (soundness); these pin down that it
+states them (a prover that answered "unknown" everywhere would pass those), and where
+it must not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS
+
+FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def _graph(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto] = (),  # type: ignore[assignment]
+    constants: dict[str, np.ndarray] | None = None,
+    outputs: tuple[str, ...] = ("out",),
+) -> dict[str, ir.Value]:
+    """The model's values by name (inputs, initializers, node outputs)."""
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        list(inputs),
+        [helper.make_empty_tensor_value_info(name) for name in outputs],
+        [numpy_helper.from_array(a, n) for n, a in (constants or {}).items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    ir_graph = ir.serde.deserialize_model(model).graph
+    values = {v.name: v for v in ir_graph.inputs}
+    values.update(ir_graph.initializers)
+    values.update({v.name: v for node in ir_graph for v in node.outputs})
+    return values
+
+
+def _c(*sizes: int) -> tuple[Dim, ...]:
+    return tuple(Dim.const(s) for s in sizes)
+
+
+def test_declared_input_sizes_and_symbols() -> None:
+    v = _graph([], [helper.make_tensor_value_info("x", FLOAT, ["seq", 4])])
+    x, prover = v["x"], ShapeProver()
+    assert prover.dims(x) == (Dim.sym(x, 0), Dim.const(4))
+    assert prover.rank(x) == 2
+    assert prover.dim(x, -1) == Dim.const(4) and prover.dim(x, -2) == Dim.sym(x, 0)
+    assert prover.dim(x, 1) == Dim.const(4) and prover.dim(x, 0) == Dim.sym(x, 0)
+    assert prover.dim(x, 2) is None and prover.dim(x, -3) is None
+    assert prover.elements(x) is None and prover.vector(x) is None and prover.ints(x) is None
+
+
+def test_input_without_a_shape_has_no_rank() -> None:
+    v = _graph([], [helper.make_tensor_value_info("x", FLOAT, None)])
+    prover = ShapeProver()
+    assert prover.dims(v["x"]) is None and prover.rank(v["x"]) is None
+    assert prover.dim(v["x"], 0) is None
+    assert prover.fact(None).dims is None and prover.dims(None) is None
+
+
+def test_integer_constants_carry_their_elements() -> None:
+    constants = {
+        "vec": np.array([2, 0, 5], np.int64),
+        "scalar": np.array(7, np.int64),
+        "flags": np.array([True, False]),
+        "floats": np.array([1.5, 2.0], np.float32),
+        "matrix": np.zeros((2, 2), np.int64),
+        "largest": np.arange(MAX_ELEMENTS, dtype=np.int64),
+        "too_large": np.arange(MAX_ELEMENTS + 1, dtype=np.int64),
+    }
+    v, prover = _graph([], constants=constants), ShapeProver()
+    assert prover.dims(v["vec"]) == _c(3)
+    assert prover.elements(v["vec"]) == _c(2, 0, 5) == prover.vector(v["vec"])
+    assert prover.ints(v["vec"]) == [2, 0, 5]
+    assert prover.dims(v["scalar"]) == ()
+    assert prover.elements(v["scalar"]) == _c(7) and prover.ints(v["scalar"]) == [7]
+    assert prover.vector(v["scalar"]) is None  # rank 0: not a Reshape target
+    assert prover.elements(v["flags"]) == _c(1, 0)
+    assert prover.dims(v["floats"]) == _c(2) and prover.elements(v["floats"]) is None
+    assert prover.dims(v["matrix"]) == _c(2, 2) and prover.elements(v["matrix"]) is None
+    assert prover.ints(v["largest"]) == list(range(MAX_ELEMENTS))
+    assert prover.dims(v["too_large"]) == _c(MAX_ELEMENTS + 1)
+    assert prover.elements(v["too_large"]) is None
+
+
+def test_constant_node_carries_its_elements() -> None:
+    node = helper.make_node("Constant", [], ["out"], value_ints=[4, -1])
+    v = _graph([node])
+    assert ShapeProver().fact(v["out"]).elements == _c(4, -1)
+
+
+def test_an_initializer_that_is_also_an_input_is_only_its_declared_shape() -> None:
+    """The caller may feed another value: its content is not a fact, its shape is."""
+    x = helper.make_tensor_value_info("x", INT64, [3])
+    v = _graph([], [x], constants={"x": np.array([1, 2, 3], np.int64)})
+    prover = ShapeProver()
+    assert prover.dims(v["x"]) == _c(3) and prover.elements(v["x"]) is None
+
+
+def test_unknown_ops_and_outputs_past_the_transfer_are_unknown() -> None:
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),  # no transfer function
+        helper.make_node("Relu", ["x"], ["custom"], domain="my.domain"),
+        helper.make_node("Dropout", ["x"], ["out", "mask"]),  # the transfer gives output 0
+    ]
+    v, prover = _graph(nodes, [x]), ShapeProver()
+    assert prover.dims(v["nz"]) is None
+    assert prover.dims(v["custom"]) is None
+    assert prover.dims(v["out"]) == _c(2, 3)
+    assert prover.dims(v["mask"]) is None
+
+
+def test_an_unproven_size_is_named_by_the_output_axis() -> None:
+    a = helper.make_tensor_value_info("a", FLOAT, ["n", 3])
+    b = helper.make_tensor_value_info("b", FLOAT, ["m", 3])
+    nodes = [helper.make_node("Add", ["a", "b"], ["out"]), helper.make_node("Relu", ["out"], ["r"])]
+    v, prover = _graph(nodes, [a, b]), ShapeProver()
+    out = v["out"]
+    assert prover.dims(out) == (Dim.sym(out, 0), Dim.const(3))
+    assert prover.dims(v["r"]) == (Dim.sym(out, 0), Dim.const(3))  # the same size downstream
+
+
+def test_shape_elements_survive_the_anchoring_of_an_unknown_size() -> None:
+    """Concat of a shape and an unknown-length int input: the length is named by the
+    output's axis, the shape's elements stay known."""
+    x = helper.make_tensor_value_info("x", FLOAT, ["seq", 4])
+    tail = helper.make_tensor_value_info("tail", INT64, ["k"])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Concat", ["s", "tail"], ["out"], axis=0),
+    ]
+    v, prover = _graph(nodes, [x, tail]), ShapeProver()
+    assert prover.elements(v["s"]) == (Dim.sym(v["x"], 0), Dim.const(4))
+    fact = prover.fact(v["out"])
+    assert fact.dims == (Dim.const(2) + Dim.sym(v["tail"], 0),)
+
+
+def _if(cond: str, then_shape: list, else_shape: list | None) -> list[onnx.NodeProto]:
+    def branch(name: str, shape: list) -> onnx.GraphProto:
+        const = helper.make_node(
+            "Constant", [], [f"{name}_v"], value_ints=shape
+        )  # an int vector: its elements are facts
+        return helper.make_graph(
+            [const], name, [], [helper.make_empty_tensor_value_info(f"{name}_v")]
+        )
+
+    attrs = {"then_branch": branch("then", then_shape)}
+    if else_shape is not None:
+        attrs["else_branch"] = branch("else", else_shape)
+    return [helper.make_node("If", [cond], ["out"], **attrs)]
+
+
+def test_if_with_a_proven_condition_takes_its_branch() -> None:
+    for cond, expected in ((True, _c(1, 2)), (False, _c(1, 3))):
+        v = _graph(_if("c", [1, 2], [1, 3]), constants={"c": np.array([cond])})
+        fact = ShapeProver().fact(v["out"])
+        assert fact.dims == _c(2) and fact.elements == expected
+
+
+def test_if_with_an_unknown_condition_keeps_what_both_branches_agree_on() -> None:
+    c = helper.make_tensor_value_info("c", BOOL, [])
+    v = _graph(_if("c", [1, 2], [1, 3]), [c])
+    fact = ShapeProver().fact(v["out"])
+    assert fact.dims == _c(2) and fact.elements == (Dim.const(1), None)
+
+
+def test_if_condition_of_two_elements_is_not_a_proven_branch() -> None:
+    v = _graph(_if("c", [1, 2], [1, 3]), constants={"c": np.array([True, True])})
+    assert ShapeProver().fact(v["out"]).elements == (Dim.const(1), None)
+
+
+def test_if_branches_of_other_ranks_or_lengths_agree_on_nothing_more() -> None:
+    c = helper.make_tensor_value_info("c", BOOL, [])
+    v = _graph(_if("c", [1, 2], [1, 2, 3]), [c])
+    fact = ShapeProver().fact(v["out"])
+    assert fact.dims == (Dim.sym(v["out"], 0),) and fact.elements is None
+
+
+def test_if_without_an_else_branch_is_unknown() -> None:
+    v = _graph(_if("c", [1, 2], None), constants={"c": np.array([True])})
+    assert ShapeProver().fact(v["out"]).dims is None
+
+
+def _identity_chain(length: int) -> ir.Value:
+    value = ir.Value(name="x", shape=ir.Shape([5]), type=ir.TensorType(ir.DataType.FLOAT))
+    graph = ir.Graph([value], [], nodes=[], name="g")
+    for _ in range(length):
+        node = ir.Node("", "Identity", [value])
+        graph.append(node)
+        value = node.outputs[0]
+    return value
+
+
+def test_a_query_visits_at_most_twenty_thousand_values() -> None:
+    assert ShapeProver().dims(_identity_chain(20_000)) == _c(5)
+    assert ShapeProver().dims(_identity_chain(20_001)) is None
+
+
+def test_rnn_sizes_from_attributes_and_weights() -> None:
+    constants = {
+        "w": np.zeros((1, 12, 2), np.float32),
+        "r": np.zeros((1, 12, 3), np.float32),
+        "w2": np.zeros((2, 12, 2), np.float32),
+    }
+    nodes = [
+        helper.make_node("LSTM", ["x", "w", "r"], ["y0"]),
+        helper.make_node("LSTM", ["x", "w", "r"], ["y1"], hidden_size=3, layout=1),
+        helper.make_node("LSTM", ["x", "w2", "r"], ["y2"], direction="bidirectional"),
+        helper.make_node("LSTM", ["x", "w", "r"], ["y3"], hidden_size=4),
+        helper.make_node("LSTM", ["x", "w", "r"], ["y4"], direction="sideways"),
+    ]
+    x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2, 2])
+    v, prover = _graph(nodes, [x], constants), ShapeProver()
+
+    def sizes(name: str):
+        return prover.rnn_sizes(v[name].producer())
+
+    assert sizes("y0") == (1, 3, 0)
+    assert sizes("y1") == (1, 3, 1)
+    assert sizes("y2") == "direction 'bidirectional' disagrees with a weight of 1 directions"
+    assert sizes("y3") == "hidden_size=4 disagrees with R's hidden size 3"
+    assert sizes("y4") == "unknown direction 'sideways'"
+    assert prover.dims(v["y0"]) == (Dim.sym(v["x"], 0), Dim.const(1), Dim.const(2), Dim.const(3))
