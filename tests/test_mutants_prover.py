@@ -229,3 +229,19 @@ def test_rnn_sizes_from_attributes_and_weights() -> None:
     assert sizes("y3") == "hidden_size=4 disagrees with R's hidden size 3"
     assert sizes("y4") == "unknown direction 'sideways'"
     assert prover.dims(v["y0"]) == (Dim.sym(v["x"], 0), Dim.const(1), Dim.const(2), Dim.const(3))
+
+
+def test_zeros_of_a_possibly_negative_length_are_unknown_not_an_error() -> None:
+    """ConstantOfShape(Shape(x)[:1] - 1): seq - 1 may be negative, so its size is not
+    proven (this raised AttributeError before)."""
+    x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], end=1),
+        helper.make_node("Sub", ["s", "one"], ["n"]),
+        helper.make_node("ConstantOfShape", ["n"], ["out"]),
+    ]
+    v = _graph(nodes, [x], {"one": np.array([1], np.int64)})
+    prover = ShapeProver()
+    assert prover.elements(v["n"]) == (Dim.sym(v["x"], 0) - 1,)
+    fact = prover.fact(v["out"])
+    assert fact.dims == (Dim.sym(v["out"], 0),) and fact.elements is None

@@ -264,7 +264,8 @@ def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
     fill = 0.0 if attr is None else attr.as_tensor().numpy().reshape(-1)[0].item()
     elements = None
     if len(dims) <= 1 and float(fill).is_integer():
-        count = dims[0].value if dims else 1
+        size = dims[0] if dims else ONE  # None: unknown, or possibly negative
+        count = None if size is None else size.value
         if count is not None and count <= MAX_ELEMENTS:
             elements = (Dim.const(int(fill)),) * count
     return [Fact(dims, elements)]
