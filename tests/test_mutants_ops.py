@@ -364,3 +364,50 @@ def test_matmul_and_gemm() -> None:
     assert one("Gemm", dims(3, 2), dims(S, 3), transA=1, transB=1) == dims(2, S)
     assert one("Gemm", dims(2, 3), dims(3)) == dims(None, None)
     assert one("Gemm", dims(2), dims(3, 4)) == dims(None, None)
+
+
+# ------------------------------------------------------------------ recurrent ops
+
+
+def _rnn(op: str, x: Fact | None, w: Fact, r: Fact, domain: str = "", **attrs) -> list[Fact]:
+    x_value = ir.Value(name="x")
+    attributes = [ir.convenience.convert_attribute(k, v) for k, v in attrs.items()]
+    node = ir.Node(domain, op, [x_value, None, None], attributes, num_outputs=3)
+    return TRANSFER[(domain, op)](node, [x, w, r])
+
+
+def test_rnn_outputs_by_layout() -> None:
+    w, r = dims(1, 12, 2), dims(1, 12, 3)
+    y, h, c_ = _rnn("LSTM", dims(S, T, 2), w, r)
+    assert y == dims(S, 1, T, 3) and h == c_ == dims(1, T, 3)
+    y, h, _ = _rnn("LSTM", dims(S, T, 2), w, r, layout=1)
+    assert y == dims(S, T, 1, 3) and h == dims(S, 1, 3)
+    y, h = _rnn("GRU", dims(S, T, 2), dims(2, 9, 2), dims(2, 9, 3), direction="bidirectional")[:2]
+    assert y == dims(S, 2, T, 3) and h == dims(2, T, 3)
+
+
+def test_rnn_outputs_of_an_x_of_unknown_rank_are_named_by_its_axes() -> None:
+    x_value = ir.Value(name="x")
+    node = ir.Node("", "RNN", [x_value, None, None], [], num_outputs=2)
+    y, h, _ = TRANSFER[("", "RNN")](node, [UNKNOWN, dims(1, 3, 2), dims(1, 3, 3)])
+    seq, batch = Dim.sym(x_value, 0), Dim.sym(x_value, 1)
+    assert y == dims(seq, 1, batch, 3) and h == dims(1, batch, 3)
+
+
+def test_rnn_outputs_unknown_for_a_bad_x_or_sizes() -> None:
+    w, r = dims(1, 12, 2), dims(1, 12, 3)
+    assert _rnn("LSTM", dims(S, 2), w, r) == []
+    assert _rnn("LSTM", dims(S, T, 2), w, r, direction="sideways") == []
+    node = ir.Node("", "LSTM", [], [], num_outputs=3)
+    assert TRANSFER[("", "LSTM")](node, []) == []
+
+
+def test_rnn_hidden_size_of_dynamic_quantize_lstm_is_r_axis_1() -> None:
+    """DynamicQuantizeLSTM's R is [D, H, 4H]: the hidden size is its axis 1."""
+    w, r = dims(1, 2, 12), dims(1, 3, 12)
+    y, _, _ = _rnn("DynamicQuantizeLSTM", dims(S, T, 2), w, r, domain="com.microsoft")
+    assert y == dims(S, 1, T, 3)
+    assert _rnn("LSTM", dims(S, T, 2), dims(1, 12, 2), dims(1, 12, None)) == []
+    y, _, _ = _rnn("LSTM", dims(S, T, 2), dims(1, 12, 2), dims(1, 12, None), hidden_size=3)
+    assert y == dims(S, 1, T, 3)
+    assert _rnn("LSTM", dims(S, T, 2), w, r, hidden_size=0) == []
