@@ -184,6 +184,25 @@ def test_if_branches_of_other_ranks_or_lengths_agree_on_nothing_more() -> None:
     assert fact.dims == (Dim.sym(v["out"], 0),) and fact.elements is None
 
 
+def test_if_branches_of_other_ranks_agree_on_no_rank() -> None:
+    c = helper.make_tensor_value_info("c", BOOL, [])
+    then_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["t"], value_ints=[1, 2])],
+        "then",
+        [],
+        [helper.make_empty_tensor_value_info("t")],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["e"], value_int=1)],
+        "else",
+        [],
+        [helper.make_empty_tensor_value_info("e")],
+    )
+    for then, other in ((then_branch, else_branch), (else_branch, then_branch)):
+        node = helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other)
+        assert ShapeProver().fact(_graph([node], [c])["out"]).dims is None
+
+
 def test_if_without_an_else_branch_is_unknown() -> None:
     v = _graph(_if("c", [1, 2], None), constants={"c": np.array([True])})
     assert ShapeProver().fact(v["out"]).dims is None
