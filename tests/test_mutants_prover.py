@@ -11,9 +11,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape import prover as prover_module
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS
 
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -129,18 +131,22 @@ def test_an_unproven_size_is_named_by_the_output_axis() -> None:
 
 
 def test_shape_elements_survive_the_anchoring_of_an_unknown_size() -> None:
-    """Concat of a shape and an unknown-length int input: the length is named by the
-    output's axis, the shape's elements stay known."""
+    """Reshape(Shape(x), [n // 2]): the target's element is unknown, so the output's length
+    is named by its own axis; its elements are still x's sizes."""
     x = helper.make_tensor_value_info("x", FLOAT, ["seq", 4])
-    tail = helper.make_tensor_value_info("tail", INT64, ["k"])
+    y = helper.make_tensor_value_info("y", FLOAT, ["n"])
     nodes = [
         helper.make_node("Shape", ["x"], ["s"]),
-        helper.make_node("Concat", ["s", "tail"], ["out"], axis=0),
+        helper.make_node("Shape", ["y"], ["n"]),
+        helper.make_node("Div", ["n", "two"], ["target"]),
+        helper.make_node("Reshape", ["s", "target"], ["out"]),
     ]
-    v, prover = _graph(nodes, [x, tail]), ShapeProver()
-    assert prover.elements(v["s"]) == (Dim.sym(v["x"], 0), Dim.const(4))
+    v = _graph(nodes, [x, y], {"two": np.array([2], np.int64)})
+    prover = ShapeProver()
+    assert prover.elements(v["target"]) == (None,)
     fact = prover.fact(v["out"])
-    assert fact.dims == (Dim.const(2) + Dim.sym(v["tail"], 0),)
+    assert fact.dims == (Dim.sym(v["out"], 0),)
+    assert fact.elements == (Dim.sym(v["x"], 0), Dim.const(4))
 
 
 def _if(cond: str, then_shape: list, else_shape: list | None) -> list[onnx.NodeProto]:
@@ -218,9 +224,10 @@ def _identity_chain(length: int) -> ir.Value:
     return value
 
 
-def test_a_query_visits_at_most_twenty_thousand_values() -> None:
-    assert ShapeProver().dims(_identity_chain(20_000)) == _c(5)
-    assert ShapeProver().dims(_identity_chain(20_001)) is None
+def test_a_query_visits_at_most_max_visits_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prover_module, "_MAX_VISITS", 5)
+    assert ShapeProver().dims(_identity_chain(5)) == _c(5)
+    assert ShapeProver().dims(_identity_chain(6)) is None
 
 
 def test_rnn_sizes_from_attributes_and_weights() -> None:
