@@ -49,6 +49,7 @@ def test_arithmetic() -> None:
 
 def test_divide_is_exact_or_none() -> None:
     assert (S * 6).divide(3) == S * 2
+    assert type(Dim.const(6).divide(2).value) is int and str((S * 6).divide(3)) == "2*x[0]"
     assert (S * T * 4 + S * 2).divide(S * 2) == T * 2 + 1
     assert (S * T).divide(T) == S and Dim.const(6).divide(2) == Dim.const(3)
     assert Dim.const(6).divide(Dim.const(-3)) == Dim.const(-2)

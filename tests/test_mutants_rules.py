@@ -380,11 +380,3 @@ def test_layout_rewrite_keeps_the_node_name() -> None:
     (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
     assert gru.name == "encoder_gru"
     assert all(a.name != "layout" for a in gru.attribute)
-
-
-def test_layout_rewrite_drops_trailing_empty_inputs() -> None:
-    node = helper.make_node("GRU", ["x", "w", "r", "", ""], ["y"], hidden_size=H, layout=1)
-    model = _model([node], x_shape=[BATCH, "seq", INPUT], gates=3)
-    after = rnn_rewrite_rules.rewrite(model, ["layout"])
-    (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
-    assert list(gru.input)[1:] == ["w", "r"]
