@@ -214,20 +214,32 @@ def test_if_without_an_else_branch_is_unknown() -> None:
     assert ShapeProver().fact(v["out"]).dims is None
 
 
-def _identity_chain(length: int) -> ir.Value:
+def _identity_chain(length: int) -> list[ir.Value]:
     value = ir.Value(name="x", shape=ir.Shape([5]), type=ir.TensorType(ir.DataType.FLOAT))
     graph = ir.Graph([value], [], nodes=[], name="g")
+    chain = [value]
     for _ in range(length):
-        node = ir.Node("", "Identity", [value])
+        node = ir.Node("", "Identity", [chain[-1]])
         graph.append(node)
-        value = node.outputs[0]
-    return value
+        chain.append(node.outputs[0])
+    return chain
 
 
 def test_a_query_visits_at_most_max_visits_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prover_module, "_MAX_VISITS", 5)
-    assert ShapeProver().dims(_identity_chain(5)) == _c(5)
-    assert ShapeProver().dims(_identity_chain(6)) is None
+    assert ShapeProver().dims(_identity_chain(5)[-1]) == _c(5)
+    chain, prover = _identity_chain(6), ShapeProver()
+    assert prover.dims(chain[-1]) is None
+    assert prover.fact(chain[1]).dims is None  # the value past the bound: unknown, not None
+    assert prover.dims(chain[0]) == _c(5)
+
+
+def test_an_absent_optional_input_is_absent_not_unknown() -> None:
+    """ReduceSum(x, ""): no axes input, so every axis is reduced (an unknown axes input
+    would leave the sizes unknown)."""
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    v = _graph([helper.make_node("ReduceSum", ["x", ""], ["out"])], [x])
+    assert ShapeProver().dims(v["out"]) == _c(1, 1)
 
 
 def test_rnn_sizes_from_attributes_and_weights() -> None:
