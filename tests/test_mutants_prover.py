@@ -232,6 +232,10 @@ def test_a_query_visits_at_most_max_visits_values(monkeypatch: pytest.MonkeyPatc
     assert prover.dims(chain[-1]) is None
     assert prover.fact(chain[1]).dims is None  # the value past the bound: unknown, not None
     assert prover.dims(chain[0]) == _c(5)
+    # past the bound the query goes on: Concat(chain end, x) still has x's rank
+    concat = ir.Node("", "Concat", [chain[-1], chain[0]], [ir.AttrInt64("axis", 0)])
+    chain[-1].producer().graph.append(concat)
+    assert ShapeProver().rank(concat.outputs[0]) == 1
 
 
 def test_an_absent_optional_input_is_absent_not_unknown() -> None:
