@@ -286,6 +286,8 @@ def test_reduce() -> None:
         ("Sub", 6, 3, 3),
         ("Mul", 6, 3, 18),
         ("Div", 7, 2, 3),
+        ("Div", 0, 3, 0),
+        ("Div", 2**62 + 1, 1, 2**62 + 1),  # exact: no float division
         ("Div", 6, 0, None),
         ("Div", -6, 2, None),
         ("Div", 6, -2, None),
