@@ -180,6 +180,7 @@ def test_slice() -> None:
     assert one("Slice", data, starts=[1], ends=[4], axes=[1]) == dims(S, 3)
     assert one("Slice", dims(5, 10), starts=[1, 1], ends=[4, 3]) == dims(3, 2)
     assert one("Slice", data, ends=[4]) == dims(None, None)
+    assert one("Slice", data, starts=[1]) == dims(None, None)
 
 
 def test_gather() -> None:
