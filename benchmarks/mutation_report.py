@@ -30,7 +30,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["Mutant", "load_equivalents", "load_mutants", "main", "render"]
+__all__ = ["Mutant", "load_equivalents", "load_mutants", "main", "render", "stale_equivalents"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -225,6 +225,16 @@ def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> 
     return "\n".join(lines) + "\n"
 
 
+def stale_equivalents(
+    mutants: Sequence[Mutant], equivalents: dict[tuple[str, str], str]
+) -> list[tuple[str, str]]:
+    """Entries that match no surviving mutant of a function whose mutants were run (an
+    entry for a function not run yet cannot be checked, and is kept)."""
+    run = {m.key[0] for m in mutants if m.status != "not run"}
+    survivors = {m.key for m in mutants if m.status == "survived"}
+    return sorted(key for key in equivalents if key[0] in run and key not in survivors)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=pathlib.Path, default=ROOT / "mutants")
@@ -243,13 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in shown:
         m.diff = diffs[m.name]
     equivalents = load_equivalents(args.equivalents)
-    matched = set()
     for m in mutants:
         if m.status == "survived" and m.key in equivalents:
             m.reason = equivalents[m.key]
-            matched.add(m.key)
-    stale = sorted(set(equivalents) - matched)
-    text = render(mutants, stale)
+    text = render(mutants, stale_equivalents(mutants, equivalents))
     temporary = args.out.with_suffix(".md.tmp")
     temporary.write_text(text)
     temporary.replace(args.out)

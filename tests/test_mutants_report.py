@@ -60,6 +60,13 @@ def test_counts_and_equivalents(tmp_path: pathlib.Path) -> None:
     assert "| 2 | `mod.f` | `return x < 1` | `return x <= 1` | x is never 1 |" in text
     assert "| 3 | `mod.f` | `return x < 1` | `return x <= 1` | **not equivalent" in text
     assert "* `pkg.mod.x_g`: `gone`" in text
+    # stale: entries of a function that was run; one of a function not run is kept
+    with_g = [
+        *mutants,
+        mutation_report.Mutant("pkg.mod.x_g__mutmut_1", "src/pkg/mod.py", "killed", 1.0),
+    ]
+    assert mutation_report.stale_equivalents(with_g, table) == [("pkg.mod.x_g", "gone")]
+    assert mutation_report.stale_equivalents(mutants, table) == []
 
 
 def test_methods_read_as_class_dot_name(tmp_path: pathlib.Path) -> None:
