@@ -401,6 +401,7 @@ def test_rnn_outputs_unknown_for_a_bad_x_or_sizes() -> None:
     w, r = dims(1, 12, 2), dims(1, 12, 3)
     assert _rnn("LSTM", dims(S, 2), w, r) == []
     assert _rnn("LSTM", dims(S, T, 2), w, r, direction="sideways") == []
+    assert _rnn("LSTM", dims(S, T, 2), dims(2, 12, 2), r) == []  # W of 2 directions
     node = ir.Node("", "LSTM", [], [], num_outputs=3)
     assert TRANSFER[("", "LSTM")](node, []) == []
 
