@@ -137,6 +137,42 @@ def test_squeeze() -> None:
     assert one("Squeeze", UNKNOWN, vec(0)) == UNKNOWN
 
 
+def test_squeeze_with_empty_axes() -> None:
+    """An empty axes list: ONNX Runtime squeezes every size-1 axis, onnx.reference none
+    (see test_empty_squeeze_axes_split_the_runtimes): proven only where no size can be 1."""
+    three = Fact(c(3), (Dim.const(5), Dim.const(2), S))
+    assert one("Squeeze", three, vec()) == three  # rank 1: its elements stay known
+    assert one("Squeeze", dims(2, 3), vec()) == dims(2, 3)
+    assert one("Squeeze", dims(1, 3), vec()) == UNKNOWN
+    assert one("Squeeze", dims(S, 3), vec()) == UNKNOWN  # S may be 1
+    assert one("Squeeze", dims(None, 3), vec()) == UNKNOWN
+
+
+def test_empty_squeeze_axes_split_the_runtimes() -> None:
+    """Why the prover proves nothing for empty axes where a size may be 1."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph(
+        [helper.make_node("Squeeze", ["x", "axes"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.zeros(0, np.int64), "axes")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    x = np.ones((1, 3), np.float32)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    assert session.run(None, {"x": x})[0].shape == (3,)
+    assert ReferenceEvaluator(model).run(None, {"x": x})[0].shape == (1, 3)
+
+
 def test_concat() -> None:
     assert one("Concat", dims(S, 2), dims(T, 2), axis=0) == dims(S + T, 2)
     assert one("Concat", dims(2, S), dims(2, 3), axis=-1) == dims(2, S + 3)

@@ -154,6 +154,10 @@ def _squeeze(node: ir.Node, ins: Inputs) -> list[Fact]:
         if any(d is None or d.value is None for d in dims):
             return [UNKNOWN]
         axes = [i for i, d in enumerate(dims) if d == ONE]
+    elif not axes and any(d is None or d.value in (None, 1) for d in dims):
+        # empty axes: ONNX Runtime squeezes every size-1 axis, onnx.reference none; the
+        # two agree only when no size can be 1
+        return [UNKNOWN]
     norm = semantics.normalize_axes(axes, len(dims))
     if norm is None or any(dims[a] not in (ONE, None) for a in norm):
         return [UNKNOWN]  # squeezing a size that is not 1 fails at run time
