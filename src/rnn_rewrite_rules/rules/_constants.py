@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["fresh_name", "int64_constant"]
+__all__ = ["cached_ints", "fresh_name", "int64_constant"]
 
 
 def _taken_names(graph: ir.Graph) -> set[str]:
@@ -56,3 +56,19 @@ def int64_constant(
         index += 1
         name = f"{base}_{index}"
     return op.initializer(tensor, fresh_name(graph, name))
+
+
+def cached_ints(
+    op,
+    graph: ir.Graph | ir.Function,
+    cache: dict[tuple[int, ...], ir.Value],
+    values: list[int],
+    *,
+    as_node: bool = False,
+) -> ir.Value:
+    """:func:`int64_constant`, once per value list and rewrite (``cache``): the rewriter adds
+    a rewrite's initializers after it, so a second lookup would not find the first."""
+    key = tuple(values)
+    if key not in cache:
+        cache[key] = int64_constant(op, graph, values, as_node=as_node)
+    return cache[key]

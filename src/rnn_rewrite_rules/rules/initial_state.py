@@ -54,7 +54,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
-from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -214,13 +214,7 @@ class ShareZeroInitialState(_ZeroStateRule):
         return op.ConstantOfShape(shape, value=fill)
 
     def _ints(self, op, values: list[int]) -> ir.Value:
-        """One constant per content in a rewrite (the rewriter adds initializers at the end)."""
-        key = tuple(values)
-        if key not in self._constants:
-            self._constants[key] = int64_constant(
-                op, self._graph, values, as_node=not self._main_graph
-            )
-        return self._constants[key]
+        return cached_ints(op, self._graph, self._constants, values, as_node=not self._main_graph)
 
 
 def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> Piece:

@@ -49,7 +49,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import const_array, opset_version
-from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
@@ -414,16 +414,6 @@ def new_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: str
         index += 1
         name = f"{base}_{index}"
     return op.initializer(tensor, name)
-
-
-def cached_ints(
-    op, graph: ir.Graph | ir.Function, cache: dict[tuple[int, ...], ir.Value], values: list[int]
-) -> ir.Value:
-    """One int64 constant per value list and rewrite: initializers join the graph after it."""
-    key = tuple(values)
-    if key not in cache:
-        cache[key] = int64_constant(op, graph, values)
-    return cache[key]
 
 
 class RerollRnn(RewriteRuleClassBase):

@@ -39,6 +39,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._rnn import const_array, opset_version
 from rnn_rewrite_rules.rules import reroll as _r
+from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
@@ -559,7 +560,7 @@ class RerollCell(RewriteRuleClassBase):
         graph, cache = self._graph, {}
 
         def ints(values: list[int]) -> ir.Value:
-            return _r.cached_ints(op, graph, cache, values)
+            return cached_ints(op, graph, cache, values)
 
         prefix = f"reroll_{plan.steps[-1].h.name or 'cell'}"
         w = _r.new_constant(op, graph, plan.w, f"{prefix}_W")
