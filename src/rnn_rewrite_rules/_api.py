@@ -20,7 +20,7 @@ from rnn_rewrite_rules.passes import (
     RemoveUnusedSubgraphInitializersPass,
     UniqueRewrittenNodeNamesPass,
 )
-from rnn_rewrite_rules.rules import DEFAULT_TARGET, TARGETS, families, select_rules
+from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, select_rules
 
 __all__ = ["BadOptions", "UnknownRule", "resolve_target", "rewrite", "rules", "select"]
 
@@ -52,11 +52,11 @@ def resolve_target(target: str | None, portable: bool | None = None) -> str:
     ``portable=True`` is the default target now (``"portable"``); ``portable=False`` asked
     for the old default, the ONNX Runtime-only form (``"onnxruntime"``). Either warns.
 
+    An unknown ``target`` is left to :func:`select`, which names the valid ones.
+
     Raises:
-        BadOptions: ``target`` is unknown, or contradicts ``portable``.
+        BadOptions: ``target`` contradicts ``portable``.
     """
-    if target is not None and target not in TARGETS:
-        raise BadOptions(f"unknown target {target!r} (targets: {', '.join(TARGETS)})")
     if portable is None:
         return target or DEFAULT_TARGET
     implied = "portable" if portable else "onnxruntime"
@@ -84,8 +84,6 @@ def select(
         BadOptions: ``names`` is empty or ``target`` unknown.
         TypeError: a name is not a string.
     """
-    if target not in TARGETS:
-        raise BadOptions(f"unknown target {target!r} (targets: {', '.join(TARGETS)})")
     if isinstance(names, str):
         names = [names]
     if names is not None:
@@ -102,6 +100,8 @@ def select(
         return select_rules(names, installed_only=installed_only, target=target)
     except KeyError as error:
         raise UnknownRule(error.args[0]) from None
+    except ValueError as error:  # an unknown target
+        raise BadOptions(str(error)) from None
 
 
 def rules(
