@@ -190,7 +190,7 @@ def _ov_compile(serialized: bytes):
     return core.compile_model(core.read_model(serialized, b""), "CPU", OV_CONFIG)
 
 
-def _ov_caller(serialized: bytes, feeds: Mapping[str, np.ndarray]):
+def ov_caller(serialized: bytes, feeds: Mapping[str, np.ndarray]):
     """A callable running the compiled model once and returning the outputs in graph order."""
     compiled = _ov_compile(serialized)
     request = compiled.create_infer_request()
@@ -211,7 +211,7 @@ def _error_text(error: BaseException) -> str:
 def ov_run(serialized: bytes, feeds: Mapping[str, np.ndarray]):
     """OpenVINO's outputs, or the error's text."""
     try:
-        return _ov_caller(serialized, feeds)()
+        return ov_caller(serialized, feeds)()
     except Exception as error:
         return _error_text(error)
 
@@ -236,7 +236,7 @@ def ov_latencies(
     max_rounds: int,
 ) -> dict[str, tuple[float, float, int, float]]:
     """Best per-call seconds per variant (models known to run), all interleaved."""
-    calls = {key: _ov_caller(serialized, feeds) for key, serialized in models.items()}
+    calls = {key: ov_caller(serialized, feeds) for key, serialized in models.items()}
     return interleaved(calls, budget=budget, min_rounds=min_rounds, max_rounds=max_rounds)
 
 

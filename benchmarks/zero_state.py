@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
 import onnx
 
 import rnn_rewrite_rules
+from benchmarks import measure
+from benchmarks.tract_worker import interleaved
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn, rnn_inputs
 
@@ -56,52 +58,24 @@ CONFIGS: dict[str, Builder] = {
 SIZES = ((1, 1), (4, 16))  # (batch, seq); the unrolled nn.RNN runs seq 1 only
 
 
-def _ort(model) -> Callable:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return lambda feeds: session.run(None, feeds)
+def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Callable[[], list]:
+    session = runtime.session(model.SerializeToString(), threads=1)
+    return lambda: session.run(None, feeds)
 
 
-def _openvino(model) -> Callable:
-    import openvino as ov
-
-    core = ov.Core()
-    compiled = core.compile_model(
-        core.read_model(model.SerializeToString(), b""),
-        "CPU",
-        {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"},
-    )
-    request = compiled.create_infer_request()
-    return lambda feeds: request.infer(feeds)
-
-
-def _best(calls: dict[str, Callable[[], object]], n: int, rounds: int) -> dict[str, float]:
-    """Seconds per call, best of ``rounds``, the calls interleaved within each round."""
-    best = dict.fromkeys(calls, float("inf"))
-    for _ in range(rounds):
-        for key, call in calls.items():
-            start = time.perf_counter()
-            for _ in range(n):
-                call()
-            best[key] = min(best[key], (time.perf_counter() - start) / n)
-    return best
+def _openvino(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Callable[[], list]:
+    return measure.ov_caller(model.SerializeToString(), feeds)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--calls", type=int, default=1000, help="calls per round at seq 1")
     parser.add_argument("--quick", action="store_true", help="one model, a few calls (a smoke run)")
     args = parser.parse_args(argv)
     configs = dict(list(CONFIGS.items())[:1]) if args.quick else CONFIGS
     if args.quick:
-        args.repeats, args.rounds, args.calls = 1, 1, 10
+        args.repeats, args.rounds = 1, 1
     runtimes = {"onnxruntime": _ort, "openvino": _openvino}
     print("ratio = latency(portable) / latency(onnxruntime target), one thread")
     print(f"{'model':10} {'batch x seq':11} {'runtime':12} {'best us':>16} ratios (median, range)")
@@ -115,22 +89,22 @@ def main(argv: list[str] | None = None) -> int:
             if name.startswith("rnn") and seq != 1:
                 continue
             feeds = make_feeds(batch, seq)
-            n = args.calls if seq == 1 else max(args.calls // 10, 10)
-            for runtime, make in runtimes.items():
-                runs = {target: make(model) for target, model in models.items()}
-                outputs = [np.asarray(run(feeds)[0]) for run in runs.values()]
+            for runtime_name, make in runtimes.items():
+                calls = {target: make(model, feeds) for target, model in models.items()}
+                outputs = [np.asarray(call()[0]) for call in calls.values()]
                 assert np.allclose(*outputs, atol=1e-5), "the two targets disagree"
                 ratios, bests = [], []
                 for _ in range(args.repeats):
-                    best = _best(
-                        {t: (lambda r=r, f=feeds: r(f)) for t, r in runs.items()}, n, args.rounds
+                    timed = interleaved(
+                        calls, budget=0, min_rounds=args.rounds, max_rounds=args.rounds
                     )
+                    best = {target: result[0] for target, result in timed.items()}
                     ratios.append(best["portable"] / best["onnxruntime"])
                     bests.append(best)
                 portable = min(b["portable"] for b in bests) * 1e6
                 minimal = min(b["onnxruntime"] for b in bests) * 1e6
                 print(
-                    f"{name:10} {f'{batch} x {seq}':11} {runtime:12} "
+                    f"{name:10} {f'{batch} x {seq}':11} {runtime_name:12} "
                     f"{portable:7.1f} / {minimal:6.1f} "
                     + " ".join(f"{r:.3f}" for r in ratios)
                     + f"  ({statistics.median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f})",
