@@ -7,9 +7,11 @@ import collections
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
@@ -104,3 +106,26 @@ def assert_one_line_error(proc, code: int, *fragments: str) -> None:
 def leftovers(directory: Path) -> list[str]:
     """Staging directories a failed or finished write left behind."""
     return sorted(p.name for p in directory.iterdir() if p.name.startswith(".") and p.is_dir())
+
+
+def in_tract(
+    models: Sequence[onnx.ModelProto],
+    feeds: Sequence[dict[str, np.ndarray]],
+    *,
+    timeout: float = 600,
+) -> list:
+    """Each model's outputs in tract on each feed, one ``benchmarks.measure.TractProbe`` per
+    model (one child process for all of them: a tract panic aborts its process)."""
+    from benchmarks import measure
+
+    with tempfile.TemporaryDirectory(prefix="tract-test-") as tmp:
+        paths, prefixes = [], []
+        for index, model in enumerate(models):
+            paths.append(os.path.join(tmp, f"model{index}.onnx"))
+            prefixes.append(os.path.join(tmp, f"model{index}-"))
+            onnx.save(model, paths[-1])
+        feed_files = []
+        for index, feed in enumerate(feeds):
+            feed_files.append(os.path.join(tmp, f"feeds{index}.npz"))
+            np.savez(feed_files[-1], **feed)
+        return measure.tract_probe(paths, list(feeds[0]), feed_files, prefixes, timeout=timeout)

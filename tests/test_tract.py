@@ -9,14 +9,9 @@ aborts the process it runs in (see ``benchmarks/tract_worker.py``).
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from collections.abc import Sequence
 
-import numpy as np
-import onnx
 import pytest
-from benchmarks import measure
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +19,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from tests.strategies import rnn_configs, sizes
+from tests.support import in_tract
 
 pytest.importorskip(
     "tract",
@@ -37,24 +33,6 @@ pytestmark = pytest.mark.tract
 _MAX_EXAMPLES = min(settings().max_examples, 40)
 
 
-def _in_tract(
-    models: Sequence[onnx.ModelProto], feeds: Sequence[dict[str, np.ndarray]]
-) -> list[measure.TractProbe]:
-    """Each model's outputs in tract on each feed (one child process for all of them)."""
-    with tempfile.TemporaryDirectory(prefix="tract-test-") as tmp:
-        paths, prefixes = [], []
-        for index, model in enumerate(models):
-            paths.append(os.path.join(tmp, f"model{index}.onnx"))
-            prefixes.append(os.path.join(tmp, f"model{index}-"))
-            onnx.save(model, paths[-1])
-        feed_files = []
-        for index, feed in enumerate(feeds):
-            feed_files.append(os.path.join(tmp, f"feeds{index}.npz"))
-            np.savez(feed_files[-1], **feed)
-        names = list(feeds[0])
-        return measure.tract_probe(paths, names, feed_files, prefixes, timeout=300)
-
-
 def _assert_same_in_tract(
     cfg: RnnConfig, run_sizes: Sequence[tuple[int, int]], *, target: str = "portable"
 ) -> int:
@@ -65,7 +43,7 @@ def _assert_same_in_tract(
     original = build_torchlib_model(cfg)
     rewritten = rnn_rewrite_rules.rewrite(original, target=target)
     feeds = [random_inputs(cfg, b, s, rng=i) for i, (b, s) in enumerate(run_sizes)]
-    before, after = _in_tract([original, rewritten], feeds)
+    before, after = in_tract([original, rewritten], feeds)
     compared = 0
     for feed, expected, actual in zip(feeds, before.outputs, after.outputs, strict=True):
         if expected is None:  # tract cannot run the original: nothing to keep
@@ -135,6 +113,6 @@ def test_tract_sees_what_onnxruntime_sees_on_rewritten_models(cfg: RnnConfig, da
     rewritten = rnn_rewrite_rules.rewrite(build_torchlib_model(cfg))
     batch, seq = data.draw(st.tuples(st.integers(1, 5), st.integers(1, 5)))
     feeds = random_inputs(cfg, batch, seq)
-    (probe,) = _in_tract([rewritten], [feeds])
+    (probe,) = in_tract([rewritten], [feeds])
     if probe.outputs[0] is not None:
         assert runtime.compare(probe.outputs[0], runtime.run(rewritten, feeds)) <= 1e-4
