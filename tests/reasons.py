@@ -10,12 +10,20 @@ from onnxscript.rewriter import MatchingTracer, MatchStatus, RewriteRule, Rewrit
 
 
 def refusal_reasons(rules: Sequence[RewriteRule], model: onnx.ModelProto) -> list[str]:
-    """Every reason a condition failed while applying ``rules`` once to a copy of ``model``."""
+    """Every reason a condition failed while applying ``rules`` once to a copy of ``model``.
+
+    Each refusal must also name the nodes or values it concerns: onnxscript's tracer shows
+    them next to the reason (``Failure at or around nodes/values``), so a refusal without
+    them is a diagnostic lost.
+    """
     tracer = MatchingTracer()
     RewriteRuleSet(list(rules)).apply_to_model(ir.serde.deserialize_model(model), tracer=tracer)
-    return [
-        str(match.match_result.reason)
+    refusals = [
+        match.match_result
         for matches in tracer.best_matches_map.values()
         for match in matches
         if match.status == MatchStatus.CONDITION_FAILED
     ]
+    unplaced = [str(r.reason) for r in refusals if not r.failure_nodes_and_values]
+    assert not unplaced, f"refusals that name no node or value: {unplaced}"
+    return [str(r.reason) for r in refusals]

@@ -143,6 +143,7 @@ print((status("VmHWM") - before) / model.ByteSize())
 """
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="Linux /proc only")
 def test_rewriting_a_model_proto_holds_one_copy_of_the_weights_besides_it(tmp_path) -> None:
     """rewrite(ModelProto) builds the result while dropping each folded tensor it copied:

@@ -173,7 +173,8 @@ class MergeForwardReverse(RewriteRuleClassBase):
         # the matcher lets a node with fewer outputs than the pattern names through unbound
         names = ["xf", "xr", *self._names("f"), *self._names("r")]
         if any(bindings.get(name) is None for name in names):
-            return MatchResult().fail(f"an RNN node has fewer than {self.num_outputs} outputs")
+            reason = f"an RNN node has fewer than {self.num_outputs} outputs"
+            return MatchResult().fail(reason, context.root)
         xf, xr, f0, r0 = (bindings[name] for name in ("xf", "xr", "f0", "r0"))
         check_result = MatchResult()
         prover = ShapeProver()
@@ -183,14 +184,17 @@ class MergeForwardReverse(RewriteRuleClassBase):
         axis = root.attributes.get_int("axis", 0)
         if self.squeezed:
             if axis not in (2, -1):
-                return check_result.fail("the halves are not concatenated on the feature axis")
+                reason = "the halves are not concatenated on the feature axis"
+                return check_result.fail(reason, root)
             for value in root.inputs:
                 squeeze = value.producer() if value is not None else None
                 assert squeeze is not None
                 if squeeze_axes(squeeze, prover) not in ([1], [-3]):
-                    return check_result.fail("the Squeeze does not remove the direction axis")
+                    reason = "the Squeeze does not remove the direction axis"
+                    return check_result.fail(reason, squeeze)
         elif axis not in (1, -3):
-            return check_result.fail("the halves are not concatenated on the direction axis")
+            reason = "the halves are not concatenated on the direction axis"
+            return check_result.fail(reason, root)
         halves = [Half(node, False, self.squeezed) for node in (forward, backward)]
         reason = pair_reason(*halves, prover, states_read=True)
         if reason is not None:
@@ -274,7 +278,7 @@ class ConcatWholeSplit(RewriteRuleClassBase):
             index += len(outputs)
         if not runs:
             reason = "a Split's outputs are not concatenated whole, in order, on its axis"
-            return check_result.fail(reason if found else "no input is a Split's output")
+            return check_result.fail(reason if found else "no input is a Split's output", root)
         self._plan = (list(root.inputs), runs, root.attributes.get_int("axis", 0))
         return check_result
 

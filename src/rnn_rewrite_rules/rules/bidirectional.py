@@ -125,27 +125,30 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         forward, backward = halves
         backward_node_reverse = direction(backward.node) == "reverse"
         if forward.reversed or backward.reversed == backward_node_reverse:
-            return check_result.fail("not a forward half followed by a reversed half")
+            return check_result.fail("not a forward half followed by a reversed half", b)
         if forward.squeezed != backward.squeezed:
-            return check_result.fail("only one half is squeezed")
+            return check_result.fail("only one half is squeezed", b)
         axis = context.root.attributes.get_int("axis", 0)
         if forward.squeezed and axis not in (2, -1):
-            return check_result.fail("the halves are not concatenated on the feature axis")
+            reason = "the halves are not concatenated on the feature axis"
+            return check_result.fail(reason, context.root)
         if not forward.squeezed and axis not in (1, -3):
-            return check_result.fail("the halves are not concatenated on the direction axis")
+            reason = "the halves are not concatenated on the direction axis"
+            return check_result.fail(reason, context.root)
         reason = pair_reason(forward, backward, prover)
         if reason is not None:
             return check_result.fail(reason, backward.node)
         x = forward.node.inputs[0]
         if backward_node_reverse:  # a reverse node (or a merged reversed half) on x itself
             if x is None or backward.node.inputs[0] is not x:
-                return check_result.fail("the reverse RNN does not read the forward RNN's input")
+                reason = "the reverse RNN does not read the forward RNN's input"
+                return check_result.fail(reason, backward.node)
         else:
             reversed_x = backward.node.inputs[0]
             slice_node = None if reversed_x is None else reversed_x.producer()
             if x is None or slice_node is None or slice_node.inputs[0] is not x:
                 return check_result.fail(
-                    "the second RNN does not read the reversed input of the first"
+                    "the second RNN does not read the reversed input of the first", backward.node
                 )
             reason = is_reversal(slice_node, prover)
             if reason is not None:
@@ -181,7 +184,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         if isinstance(half, str):
             return check_result.fail(half, out)
         if not half.reversed:
-            return check_result.fail("not reversed")
+            return check_result.fail("not reversed", root)
         reason = node_reason(half.node)
         if reason is not None:
             return check_result.fail(reason, half.node)

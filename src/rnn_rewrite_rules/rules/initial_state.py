@@ -117,7 +117,7 @@ class _ZeroStateRule(RnnNodeRule):
         ]
         zeros = [i for i in candidates if is_all_zeros(inputs[i])]
         if not zeros:
-            return check_result.fail("no initial state is a provable all-zero tensor")
+            return check_result.fail("no initial state is a provable all-zero tensor", node)
         prover = ShapeProver()
         for i in zeros:
             reason = state_reason(node, inputs[i], prover)
@@ -149,11 +149,12 @@ class ShareZeroInitialState(_ZeroStateRule):
         ]
         if not self._zero_states:
             return check_result.fail(
-                "the zero states already are an explicit ConstantOfShape of the batch size"
+                "the zero states already are an explicit ConstantOfShape of the batch size", node
             )
-        dtype = _state_type(node, node.inputs[self._zero_states[0]])
+        state = node.inputs[self._zero_states[0]]
+        dtype = _state_type(node, state)
         if dtype is None:
-            return check_result.fail("cannot prove the initial state's element type")
+            return check_result.fail("cannot prove the initial state's element type", state)
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, str):
             return check_result.fail(opset, node)
@@ -165,7 +166,7 @@ class ShareZeroInitialState(_ZeroStateRule):
         assert batch is not None and x is not None  # proven by state_reason
         piece = _batch_piece(batch, x, batch_axis, context)
         if opset < 9:
-            return check_result.fail(f"opset {opset} has no ConstantOfShape")
+            return check_result.fail(f"opset {opset} has no ConstantOfShape", node)
         d, h = facts.num_directions, facts.hidden_size
         pieces = (piece, d, h) if facts.layout == 1 else (d, piece, h)
         self._form: ZeroForm = (dtype, pieces)

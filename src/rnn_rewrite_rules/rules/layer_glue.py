@@ -336,14 +336,16 @@ class CollapseRnnGlue(RewriteRuleClassBase):
                     old_cost += 1  # its runtime target computation dies with it
         plan = _realize(sizes, groups)
         if plan is None:
-            return check_result.fail("no constant-target realization keeps the axes dynamic")
+            reason = "no constant-target realization keeps the axes dynamic"
+            return check_result.fail(reason, context.root)
         perm, second = plan
         new_cost = _cost(perm, second)
         keep_name = out.is_graph_output() or y.is_graph_output() or y.is_graph_input()
         if new_cost == 0 and keep_name:
             new_cost = 1  # an Identity keeps both names
         if new_cost >= old_cost:
-            return check_result.fail(f"already minimal ({old_cost} nodes, best {new_cost})")
+            reason = f"already minimal ({old_cost} nodes, best {new_cost})"
+            return check_result.fail(reason, context.root)
         self._plan = (y, perm, second)
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, str):
