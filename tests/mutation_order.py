@@ -1,18 +1,29 @@
-"""pytest plugin for ``tox -e mutation`` only: run a mutant's tests fastest first.
+"""pytest plugin for ``tox -e mutation`` only: maps and orders the tests mutmut runs.
 
-mutmut runs, per mutant, the tests that reach the mutated function with ``-x``, in no
-particular order. Ordering them by the durations mutmut recorded
-(``mutants/mutmut-stats.json``, the working directory of its runs) lets the short,
-precise unit tests kill a mutant before the slow end-to-end ones start. Loaded through
-``PYTEST_ADDOPTS`` in tox.ini's ``[testenv:mutation]``; the default test run never loads it.
+Loaded through ``PYTEST_ADDOPTS`` in tox.ini's ``[testenv:mutation]``; the default test
+run never loads it.
+
+* **Order.** mutmut runs, per mutant, the tests that reach the mutated function with
+  ``-x``, in no particular order. Ordering them by the durations mutmut recorded
+  (``mutmut-stats.json``, in the working directory of its runs) lets the short, precise
+  unit tests kill a mutant before the slow end-to-end ones start.
+* **Map.** mutmut maps a function to the tests during which it ran. A rule's ``pattern``
+  and ``__init__`` run once, when the module builds its rule at import, so mutmut charges
+  them to whichever test ran first. They decide which subgraphs reach the rule's other
+  methods (``check``, ``rewrite``...), so at the end of mutmut's stats run they are mapped
+  to the tests that reach those methods instead.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 
 import pytest
+
+#: Methods a rule runs when it is built (at import), not when it is applied.
+_BUILT_AT_IMPORT = ("pattern", "__init__")
 
 
 def _durations() -> dict[str, float]:
@@ -28,3 +39,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     durations = _durations()
     if durations:
         items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+
+
+def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
+    """Map each ``pattern``/``__init__`` (mutmut's mangled ``module.xǁClassǁmethod``) to
+    the tests of its class's other methods, in place."""
+    for name in list(tests_by_function):
+        module, _, function = name.rpartition(".")
+        parts = function.split("ǁ")
+        if len(parts) != 3 or parts[2] not in _BUILT_AT_IMPORT:
+            continue
+        prefix = f"{module}.{parts[0]}ǁ{parts[1]}ǁ"
+        siblings = [
+            tests
+            for other, tests in tests_by_function.items()
+            if other.startswith(prefix) and other.rpartition("ǁ")[2] not in _BUILT_AT_IMPORT
+        ]
+        tests_by_function[name] = set().union(tests_by_function[name], *siblings)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats":
+        return
+    from mutmut.state import state  # only a mutmut stats run gets here
+
+    remap_built_at_import(state().tests_by_mangled_function_name)

@@ -92,3 +92,21 @@ def test_the_checked_in_equivalents_parse() -> None:
     path = pathlib.Path(__file__).with_name("mutation_equivalent.toml")
     table = mutation_report.load_equivalents(path)
     assert table and all(reason for reason in table.values())
+
+
+def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> None:
+    from tests.mutation_order import remap_built_at_import
+
+    m = "rnn_rewrite_rules.rules.layer_output"
+    tests = {
+        f"{m}.xǁRuleǁpattern": {"first_test"},
+        f"{m}.xǁRuleǁ__init__": {"first_test"},
+        f"{m}.xǁRuleǁcheck": {"a", "b"},
+        f"{m}.xǁRuleǁrewrite": {"b", "c"},
+        f"{m}.xǁOtherǁcheck": {"d"},
+        f"{m}.x_helper": {"e"},
+    }
+    remap_built_at_import(tests)
+    assert tests[f"{m}.xǁRuleǁpattern"] == {"first_test", "a", "b", "c"}
+    assert tests[f"{m}.xǁRuleǁ__init__"] == {"first_test", "a", "b", "c"}
+    assert tests[f"{m}.xǁOtherǁcheck"] == {"d"} and tests[f"{m}.x_helper"] == {"e"}
