@@ -12,6 +12,10 @@ run never loads it.
   them to whichever test ran first. They decide which subgraphs reach the rule's other
   methods (``check``, ``rewrite``...), so at the end of mutmut's stats run they are mapped
   to the tests that reach those methods instead.
+* **Hangs.** A mutant that makes a test run far past its recorded time (a rule that keeps
+  firing, a loop that never ends) fails that test after ``HANG_FACTOR`` times its recorded
+  duration plus ``HANG_SLACK`` seconds: a kill, found in seconds instead of at mutmut's
+  timeout for the mutant's whole test list.
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
+from collections.abc import Iterator
 
 import pytest
 
 #: Methods a rule runs when it is built (at import), not when it is applied.
 _BUILT_AT_IMPORT = ("pattern", "__init__")
+HANG_FACTOR = 5.0
+HANG_SLACK = 3.0
+
+
+class MutantHang(Exception):
+    """A test ran far past its recorded duration under a mutant."""
 
 
 def _durations() -> dict[str, float]:
@@ -34,11 +46,38 @@ def _durations() -> dict[str, float]:
     return stats.get("duration_by_test", {})
 
 
+_DURATIONS: dict[str, float] = {}
+
+
+def _mutant_under_test() -> bool:
+    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    durations = _durations()
-    if durations:
-        items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
+    _DURATIONS.update(_durations())
+    if _DURATIONS:
+        items.sort(key=lambda item: _DURATIONS.get(item.nodeid, 0.0))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    recorded = _DURATIONS.get(item.nodeid)
+    if recorded is None or not _mutant_under_test():
+        yield
+        return
+    budget = HANG_FACTOR * recorded + HANG_SLACK
+
+    def expired(signum: int, frame: object) -> None:
+        raise MutantHang(f"{item.nodeid} ran past {budget:.1f} s (recorded {recorded:.2f} s)")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
