@@ -12,9 +12,11 @@ from collections.abc import Iterable
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import initial_state, layer_output, layout, unused_outputs
 from tests.reasons import refusal_reasons
 
@@ -191,7 +193,7 @@ def _reshape_model(
             ["y", "y_h"],
             hidden_size=hidden,
             direction=direction,
-            layout=layout_attr,
+            **({"layout": layout_attr} if layout_attr else {}),  # LSTM-14 and later
         ),
         *target_nodes,
         helper.make_node("Transpose", [y], ["t"], perm=[0, 2, 1, 3]),
@@ -311,6 +313,69 @@ def test_bidirectional_other_constant_target_is_rewritten() -> None:
     after = rnn_rewrite_rules.rewrite(model, ["layer_output"])
     targets = [numpy_helper.to_array(i).tolist() for i in after.graph.initializer]
     assert [0, 0, 2 * H] in targets and [0, -1, 2 * H] not in targets
+
+
+def _squeeze_model(opset: int) -> onnx.ModelProto:
+    """A one-direction layer output whose glue becomes a Squeeze; the Reshape carries a
+    name, a doc string and metadata."""
+    model = _reshape_model([], constants=_target([0, 0, H]))
+    reshape = model.graph.node[-1]
+    reshape.name, reshape.doc_string = "glue", "layer 1 input"
+    reshape.metadata_props.add(key="origin", value="exporter")
+    model.opset_import[0].version = opset
+    return model
+
+
+def _run_both(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    x = np.random.default_rng(1).standard_normal((4, BATCH, INPUT)).astype(np.float32)
+    expected, actual = runtime.run(before, {"x": x}), runtime.run(after, {"x": x})
+    assert runtime.max_abs_diff(expected, actual) < 1e-6
+
+
+@pytest.mark.parametrize(("opset", "inputs"), [(12, 1), (13, 2), (14, 2)])
+def test_squeeze_takes_its_axes_the_way_the_opset_reads_them(opset: int, inputs: int) -> None:
+    """Squeeze's axes are an attribute up to opset 12 and an input from opset 13."""
+    model = _squeeze_model(opset)
+    after = rnn_rewrite_rules.rewrite(model, ["layer_output"])
+    (squeeze,) = [n for n in after.graph.node if n.op_type == "Squeeze"]
+    assert len(squeeze.input) == inputs and bool(squeeze.attribute) == (inputs == 1)
+    _run_both(model, after)  # ORT refuses the other form at each opset
+
+
+def test_the_squeeze_keeps_the_reshapes_name_doc_string_and_metadata() -> None:
+    after = rnn_rewrite_rules.rewrite(_squeeze_model(18), ["layer_output"])
+    (squeeze,) = [n for n in after.graph.node if n.op_type == "Squeeze"]
+    assert (squeeze.name, squeeze.doc_string) == ("glue", "layer 1 input")
+    assert {p.key: p.value for p in squeeze.metadata_props}["origin"] == "exporter"
+
+
+def test_a_layer_output_in_a_branch_gets_its_constants_as_nodes() -> None:
+    """A subgraph's constants are Constant nodes: a subgraph initializer's name would
+    have to be unique across the whole model, which the branch cannot see."""
+    inner = _squeeze_model(18).graph
+    branch = helper.make_graph(list(inner.node), "then", [], list(inner.output))
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["other"])],
+        "else",
+        [],
+        [helper.make_empty_tensor_value_info("other")],
+    )
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    model = _model(
+        [helper.make_node("If", ["flag"], ["out"], then_branch=branch, else_branch=other)],
+        inputs=(flag,),
+        outputs=("out",),
+        constants=_target([0, 0, H]),
+    )
+    after = rnn_rewrite_rules.rewrite(model, ["layer_output"])
+    (then,) = [a.g for a in after.graph.node[0].attribute if a.name == "then_branch"]
+    assert "Squeeze" in [n.op_type for n in then.node] and not then.initializer
+    names = {i.name for i in model.graph.initializer}
+    assert {i.name for i in after.graph.initializer} <= names  # none added to the main graph
+    x = np.random.default_rng(1).standard_normal((4, BATCH, INPUT)).astype(np.float32)
+    feeds = {"x": x, "flag": np.array(True)}
+    expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+    assert runtime.max_abs_diff(expected, actual) < 1e-6
 
 
 # unused_outputs and layout -----------------------------------------------------------
