@@ -234,3 +234,85 @@ def test_batch_read_by_the_opset_s_form(opset: int) -> None:
     assert counts["Gather"] == (1 if opset < 15 else 0) and counts["ConstantOfShape"] == 1
     assert apply(RULES, after)[1] == 0  # recognised as explicit: rewriting twice is once
     _assert_equivalent(before, after)
+
+
+def _with_decoys(
+    model: onnx.ModelProto, decoys: dict[str, tuple[int, list[onnx.NodeProto]]]
+) -> None:
+    """Put zero ConstantOfShape nodes (name -> rank, nodes computing ``{name}_dims``) before
+    the first GRU, each a graph output: the shared state must not be one of them."""
+    nodes = []
+    for name, (rank, shape_nodes) in decoys.items():
+        nodes += [*shape_nodes, helper.make_node("ConstantOfShape", [f"{name}_dims"], [name])]
+        output = helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * rank)
+        model.graph.output.append(output)
+    for node in reversed(nodes):
+        model.graph.node.insert(0, node)
+
+
+def _decoy_dims(name: str, middle: list[onnx.NodeProto], read: str) -> list[onnx.NodeProto]:
+    return [*middle, helper.make_node("Concat", ["one", read, f"h{H}"], [f"{name}_dims"], axis=0)]
+
+
+def _state_of(model: onnx.ModelProto) -> str:
+    (gru,) = [n for n in model.graph.node if n.op_type == "GRU"]
+    return gru.input[5]
+
+
+def test_zero_tensors_of_other_shapes_are_not_shared() -> None:
+    """Earlier zeros whose shape reads differ from Shape(x)[1:2] in one detail each: two
+    axes (start=1, end=3), an absent start (end=2: [seq, batch]), a Mul of the whole shape,
+    a graph input. Each stays its own; the GRU gets a new zero state."""
+    model = _stack((H,))
+    model.graph.input.append(helper.make_tensor_value_info("b", TensorProto.INT64, [1]))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "k1"))
+    two_axes = [helper.make_node("Shape", ["x"], ["s13"], start=1, end=3)]
+    no_start = [helper.make_node("Shape", ["x"], ["s02"], end=2)]
+    scaled = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Mul", ["sx", "k1"], ["sx1"]),
+    ]
+    _with_decoys(
+        model,
+        {
+            "two_axes": (4, _decoy_dims("two_axes", two_axes, "s13")),
+            "no_start": (4, _decoy_dims("no_start", no_start, "s02")),
+            "scaled": (5, _decoy_dims("scaled", scaled, "sx1")),
+            "fed": (3, _decoy_dims("fed", [], "b")),
+        },
+    )
+    after, count = apply(RULES, model)
+    assert count == 1
+    assert _state_of(after) not in {"two_axes", "no_start", "scaled", "fed"}
+    for batch, seq in ((1, 1), (3, 5), (2, 4)):
+        feeds = {**_feeds(batch, seq), "b": np.array([batch + 1], np.int64)}
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert runtime.max_abs_diff(expected, actual) < 1e-6
+
+
+def test_a_shape_read_of_another_domain_is_not_shared() -> None:
+    """A custom-domain op named Shape may mean anything: its zeros are not the batch's."""
+    model = _stack((H,))
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    shape = helper.make_node("Shape", ["x"], ["sc"], domain="com.example", start=1, end=2)
+    _with_decoys(model, {"custom": (3, _decoy_dims("custom", [shape], "sc"))})
+    after, count = apply(RULES, model, check=False)  # the checker cannot know com.example
+    assert count == 1 and _state_of(after) != "custom"
+
+
+def test_a_gather_without_axis_is_an_explicit_batch_read() -> None:
+    """Gather(Shape(x), [1]) with axis absent (0) is the opset-14 form already."""
+    model = _stack((H,))
+    model.opset_import[0].version = 14
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "k1"))
+    read = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Gather", ["sx", "k1"], ["b1"]),
+    ]
+    _with_decoys(model, {"state": (3, _decoy_dims("state", read, "b1"))})
+    gru = next(n for n in model.graph.node if n.op_type == "GRU")
+    gru.input[5] = "state"
+    assert "the zero states already are an explicit ConstantOfShape of the batch size" in (
+        refusal_reasons(RULES, model)
+    )
+    assert apply(RULES, model)[1] == 0
