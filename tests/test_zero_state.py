@@ -316,3 +316,55 @@ def test_a_gather_without_axis_is_an_explicit_batch_read() -> None:
         refusal_reasons(RULES, model)
     )
     assert apply(RULES, model)[1] == 0
+
+
+def test_a_static_batch_gives_a_constant_shape() -> None:
+    """x declared [seq, 2, 4]: the state is ConstantOfShape of the constant [1, 2, H]."""
+    model = _stack((H,))
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 2
+    after, count = apply(RULES, model)
+    assert count == 1
+    (zeros,) = [n for n in after.graph.node if n.op_type == "ConstantOfShape"]
+    (dims,) = [i for i in after.graph.initializer if i.name == zeros.input[0]]
+    assert numpy_helper.to_array(dims).tolist() == [1, 2, H]
+    assert _counts(after)["Concat"] == 0
+
+
+def test_the_zero_state_has_the_rnn_s_element_type() -> None:
+    """A float64 GRU gets float64 zeros (ConstantOfShape's default fill is float32)."""
+    model = _stack((H,))
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
+    for init in model.graph.initializer:
+        if init.data_type == TensorProto.FLOAT:
+            wide = numpy_helper.to_array(init).astype(np.float64)
+            init.CopyFrom(numpy_helper.from_array(wide, init.name))
+    zeros = next(n for n in model.graph.node if n.op_type == "ConstantOfShape")
+    fill = numpy_helper.from_array(np.zeros(1, np.float64), "value")
+    zeros.attribute.append(helper.make_attribute("value", fill))
+    after, count = apply(RULES, model)
+    assert count == 1
+    for batch, seq in ((1, 1), (3, 5)):
+        feeds = {"x": _feeds(batch, seq)["x"].astype(np.float64)}
+        expected, actual = _reference(model, feeds), _reference(after, feeds)  # ORT: no double GRU
+        assert actual[0].dtype == np.float64 and runtime.max_abs_diff(expected, actual) < 1e-12
+
+
+def test_a_zero_state_defined_after_the_rnn_is_not_shared() -> None:
+    """Layer 1 already has the explicit form; layer 0, before it, cannot use that node."""
+    model = _stack((H, H))
+    nodes = list(model.graph.node)
+    zeros1 = next(n for n in nodes if n.op_type == "ConstantOfShape" and n.output[0] == "h0_1")
+    read = helper.make_node("Shape", ["x"], ["x_batch"], start=1, end=2)
+    concat = helper.make_node("Concat", ["one", "x_batch", f"h{H}"], ["h0_1_dims"], axis=0)
+    explicit = [read, concat, helper.make_node("ConstantOfShape", ["h0_1_dims"], ["h0_1"])]
+    keep = [n for n in nodes if not n.output[0].startswith("h0_1")]
+    position = keep.index(next(n for n in keep if n.name == "gru1"))
+    del model.graph.node[:]
+    model.graph.node.extend(keep[:position] + explicit + keep[position:])
+    assert zeros1 is not None
+    after, count = apply(RULES, model)  # the checker rejects a use before its definition
+    assert count == 1
+    grus = {n.name: n for n in after.graph.node if n.op_type == "GRU"}
+    assert grus["gru0"].input[5] != "h0_1" and grus["gru1"].input[5] == "h0_1"
+    _assert_equivalent(model, after)
