@@ -174,13 +174,14 @@ def test_opset_8_has_no_constant_of_shape() -> None:
     assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
 
 
-def test_state_type_unknown_is_refused() -> None:
-    """Nothing typed to read T from: X and W computed, the zeros dequantized by a computed
-    scale. A ConstantOfShape of a guessed type would not type-check."""
+def _untyped_state_model(typed: str = "") -> onnx.ModelProto:
+    """X, W and R computed, the zeros dequantized by a computed scale, a computed B; the
+    input named ``typed`` (w, r or bias) is an initializer instead."""
     nodes = [
         helper.make_node("Relu", ["x_in"], ["x"]),
         helper.make_node("Relu", ["w_in"], ["w"]),
         helper.make_node("Relu", ["r_in"], ["r"]),
+        helper.make_node("Relu", ["bias_in"], ["bias"]),
         helper.make_node("Relu", ["scale_in"], ["scale"]),
         helper.make_node("Shape", ["x"], ["s"]),
         helper.make_node("Gather", ["s", "one_scalar"], ["b"], axis=0),
@@ -193,28 +194,56 @@ def test_state_type_unknown_is_refused() -> None:
             value=helper.make_tensor("value", TensorProto.INT8, [1], [0]),
         ),
         helper.make_node("DequantizeLinear", ["q", "scale"], ["h0"]),
-        helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H),
+        helper.make_node("GRU", ["x", "w", "r", "bias", "", "h0"], ["y"], hidden_size=H),
     ]
+    shapes = {"w": [1, 3 * H, INPUT], "r": [1, 3 * H, H], "bias": [1, 6 * H]}
     inputs = [
         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["seq", "batch", INPUT]),
-        helper.make_tensor_value_info("w_in", TensorProto.FLOAT, [1, 3 * H, INPUT]),
-        helper.make_tensor_value_info("r_in", TensorProto.FLOAT, [1, 3 * H, H]),
+        *(
+            helper.make_tensor_value_info(f"{k}_in", TensorProto.FLOAT, v)
+            for k, v in shapes.items()
+        ),
         helper.make_tensor_value_info("scale_in", TensorProto.FLOAT, []),
     ]
     consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], "h": [H]}
+    initializers = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
+    if typed:
+        nodes = [n for n in nodes if n.output[0] != typed]
+        inputs = [i for i in inputs if i.name != f"{typed}_in"]
+        rng = np.random.default_rng(0)
+        array = rng.standard_normal(shapes[typed]).astype(np.float32)
+        initializers.append(numpy_helper.from_array(array, typed))
     model = helper.make_model(
         helper.make_graph(
             nodes,
             "g",
             inputs,
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
-            [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
+            initializers,
         ),
         opset_imports=[helper.make_opsetid("", 17)],
     )
     model.ir_version = 9
+    return model
+
+
+def test_state_type_unknown_is_refused() -> None:
+    """Nothing typed to read T from. A ConstantOfShape of a guessed type would not
+    type-check."""
+    model = _untyped_state_model()
     assert "cannot prove the initial state's element type" in refusal_reasons(RULES, model)
     assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
+
+
+@pytest.mark.parametrize("typed", ["w", "r", "bias"])
+def test_state_type_is_read_from_any_input_of_type_t(typed: str) -> None:
+    """W, R and B have the states' type T: a constant one of them gives it."""
+    model = _untyped_state_model(typed)
+    after, count = apply(RULES, model)
+    assert count == 1
+    zeros = next(n for n in after.graph.node if n.op_type == "ConstantOfShape")
+    (value,) = zeros.attribute
+    assert value.t.data_type == TensorProto.FLOAT
 
 
 @pytest.mark.parametrize("opset", [11, 14, 15, 21])
@@ -368,3 +397,45 @@ def test_a_zero_state_defined_after_the_rnn_is_not_shared() -> None:
     grus = {n.name: n for n in after.graph.node if n.op_type == "GRU"}
     assert grus["gru0"].input[5] != "h0_1" and grus["gru1"].input[5] == "h0_1"
     _assert_equivalent(model, after)
+
+
+def test_constants_are_initializers_in_the_main_graph_and_nodes_in_a_branch() -> None:
+    """[D] and [H] are initializers of the main graph; in an If branch, Constant nodes (a
+    subgraph initializer's name would have to be unique across the model)."""
+    main, count = apply(RULES, _stack((H,)))
+    assert count == 1
+    zeros = next(n for n in main.graph.node if n.op_type == "ConstantOfShape")
+    concat = next(n for n in main.graph.node if n.output[0] == zeros.input[0])
+    names = {i.name for i in main.graph.initializer}
+    constants = [name for name in concat.input if name in names]
+    assert len(constants) == 2 and "Constant" not in _counts(main)
+
+    inner = _stack((H,)).graph
+    branch = helper.make_graph(list(inner.node), "then", [], list(inner.output))
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["x_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [None] * 3)],
+    )
+    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
+    wrapped = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("If", ["flag"], ["out"], then_branch=branch, else_branch=other)],
+            "wrapped",
+            [*inner.input, flag],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, [None] * 3)],
+            list(inner.initializer),
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    wrapped.ir_version = 9
+    after, count = apply(RULES, wrapped)
+    assert count == 1
+    (then,) = [a.g for a in after.graph.node[0].attribute if a.name == "then_branch"]
+    assert not then.initializer and "Constant" in [n.op_type for n in then.node]
+    assert {i.name for i in after.graph.initializer} <= {i.name for i in wrapped.graph.initializer}
+    for batch, seq in ((1, 1), (3, 5)):
+        feeds = {**_feeds(batch, seq), "flag": np.array(True)}
+        expected, actual = runtime.run(wrapped, feeds), runtime.run(after, feeds)
+        assert runtime.max_abs_diff(expected, actual) < 1e-6
