@@ -175,6 +175,27 @@ def test_dequantize_linear_is_zeros_where_x_equals_its_zero_point() -> None:
         assert not is_all_zeros(values[name]), name
 
 
+def test_dequantize_linear_by_a_scale_that_may_be_inf_is_not_zeros() -> None:
+    """(x - zero_point) * scale with x == zero_point is 0 * scale: NaN for an inf scale."""
+    nodes = [
+        helper.make_node("DequantizeLinear", ["q", "scale_input", "zp"], ["fed"]),
+        helper.make_node("DequantizeLinear", ["q", "inf", "zp"], ["infinite"]),
+        helper.make_node("DequantizeLinear", ["q0", "scale_input"], ["fed_no_zp"]),
+        helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["finite"]),
+    ]
+    constants = {
+        "q": np.array([3, 3], np.uint8),
+        "q0": np.zeros(2, np.uint8),
+        "zp": np.array(3, np.uint8),
+        "scale": np.array(0.5, np.float32),
+        "inf": np.array(np.inf, np.float32),
+    }
+    values = _values(nodes, {"scale_input": FLOAT}, constants)
+    assert is_all_zeros(values["finite"])
+    for name in ("fed", "infinite", "fed_no_zp"):
+        assert not is_all_zeros(values[name]), name
+
+
 @pytest.mark.parametrize(("op", "attrs"), CHAIN_OPS, ids=[op for op, _ in CHAIN_OPS])
 def test_zeros_are_followed_through_sixteen_ops_and_no_more(op: str, attrs: dict) -> None:
     values = _values(_chain(op, 17, "z", **attrs), constants={"z": ZEROS})

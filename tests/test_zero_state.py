@@ -174,76 +174,48 @@ def test_opset_8_has_no_constant_of_shape() -> None:
     assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
 
 
-def _untyped_state_model(typed: str = "") -> onnx.ModelProto:
-    """X, W and R computed, the zeros dequantized by a computed scale, a computed B; the
-    input named ``typed`` (w, r or bias) is an initializer instead."""
+def test_zeros_dequantized_by_a_scale_that_may_be_inf_are_no_zero_state() -> None:
+    """DequantizeLinear(q == zero point, scale) is 0 * scale: NaN for an inf scale fed at
+    run time. Neither target may drop or replace it."""
     nodes = [
-        helper.make_node("Relu", ["x_in"], ["x"]),
-        helper.make_node("Relu", ["w_in"], ["w"]),
-        helper.make_node("Relu", ["r_in"], ["r"]),
-        helper.make_node("Relu", ["bias_in"], ["bias"]),
-        helper.make_node("Relu", ["scale_in"], ["scale"]),
-        helper.make_node("Shape", ["x"], ["s"]),
-        helper.make_node("Gather", ["s", "one_scalar"], ["b"], axis=0),
-        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
-        helper.make_node("Concat", ["one", "b1", "h"], ["dims"], axis=0),
+        *_zero_state("x", "q", H)[:-1],
         helper.make_node(
             "ConstantOfShape",
-            ["dims"],
+            ["q_dims"],
             ["q"],
             value=helper.make_tensor("value", TensorProto.INT8, [1], [0]),
         ),
         helper.make_node("DequantizeLinear", ["q", "scale"], ["h0"]),
-        helper.make_node("GRU", ["x", "w", "r", "bias", "", "h0"], ["y"], hidden_size=H),
+        helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H),
     ]
-    shapes = {"w": [1, 3 * H, INPUT], "r": [1, 3 * H, H], "bias": [1, 6 * H]}
-    inputs = [
-        helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["seq", "batch", INPUT]),
-        *(
-            helper.make_tensor_value_info(f"{k}_in", TensorProto.FLOAT, v)
-            for k, v in shapes.items()
-        ),
-        helper.make_tensor_value_info("scale_in", TensorProto.FLOAT, []),
-    ]
-    consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], "h": [H]}
-    initializers = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
-    if typed:
-        nodes = [n for n in nodes if n.output[0] != typed]
-        inputs = [i for i in inputs if i.name != f"{typed}_in"]
-        rng = np.random.default_rng(0)
-        array = rng.standard_normal(shapes[typed]).astype(np.float32)
-        initializers.append(numpy_helper.from_array(array, typed))
+    consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], f"h{H}": [H]}
     model = helper.make_model(
         helper.make_graph(
             nodes,
             "g",
-            inputs,
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", INPUT]),
+                helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+            ],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
-            initializers,
+            [
+                *_weights("l", INPUT, H),
+                *(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()),
+            ],
         ),
         opset_imports=[helper.make_opsetid("", 17)],
     )
+    for node in model.graph.node:
+        node.input[:] = [{"l_w": "w", "l_r": "r"}.get(n, n) for n in node.input]
+    for init in model.graph.initializer:
+        init.name = {"l_w": "w", "l_r": "r"}.get(init.name, init.name)
     model.ir_version = 9
-    return model
-
-
-def test_state_type_unknown_is_refused() -> None:
-    """Nothing typed to read T from. A ConstantOfShape of a guessed type would not
-    type-check."""
-    model = _untyped_state_model()
-    assert "cannot prove the initial state's element type" in refusal_reasons(RULES, model)
-    assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
-
-
-@pytest.mark.parametrize("typed", ["w", "r", "bias"])
-def test_state_type_is_read_from_any_input_of_type_t(typed: str) -> None:
-    """W, R and B have the states' type T: a constant one of them gives it."""
-    model = _untyped_state_model(typed)
-    after, count = apply(RULES, model)
-    assert count == 1
-    zeros = next(n for n in after.graph.node if n.op_type == "ConstantOfShape")
-    (value,) = zeros.attribute
-    assert value.t.data_type == TensorProto.FLOAT
+    for target in ("portable", "onnxruntime"):
+        rules = initial_state.FAMILY.rules_for(target)
+        assert "no initial state is a provable all-zero tensor" in refusal_reasons(rules, model)
+        assert apply(rules, model)[1] == 0
+    feeds = {**_feeds(2, 3), "scale": np.array(np.inf, np.float32)}
+    assert np.isnan(runtime.run(model, feeds)[0]).all()  # what dropping the state would lose
 
 
 @pytest.mark.parametrize("opset", [11, 14, 15, 21])

@@ -232,10 +232,12 @@ def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> Piece:
 
 def _state_type(node: ir.Node, state: ir.Value) -> ir.DataType | None:
     """The element type ``T`` of ``node``'s states, from a constant or declared input of
-    type ``T`` (``X``, ``W``, ``R``, ``B``; ``DynamicQuantizeLSTM``'s ``W``/``R`` are int8),
-    or from the zero state's own constants."""
+    type ``T`` (``X``, ``W``, ``R``; ``DynamicQuantizeLSTM``'s ``W``/``R`` are int8), or from
+    the zero state's own constants: every proven-zero chain ends in a typed leaf (a
+    constant, a ConstantOfShape or a Cast) within the depth that proved it, so the last is
+    a guard for graphs whose types do not check."""
     quantized = node.op_type == "DynamicQuantizeLSTM"
-    for value in node.inputs[:1] if quantized else node.inputs[:4]:
+    for value in node.inputs[:1] if quantized else node.inputs[:3]:
         if value is None:
             continue
         tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)

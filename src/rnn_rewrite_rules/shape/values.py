@@ -63,7 +63,12 @@ def is_all_zeros(value: ir.Value | None, depth: int = 0) -> bool:
 
 
 def _dequantizes_to_zero(node: ir.Node, depth: int) -> bool:
+    """``(x - zero_point) * scale`` is zero where ``x`` equals the zero point and no scale
+    is inf or NaN (``0 * inf`` is NaN)."""
     x = node.inputs[0]
+    scale = node.inputs[1] if len(node.inputs) > 1 else None
+    if not is_finite(scale, depth + 1):
+        return False
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
     if zero_point is None:
         return is_all_zeros(x, depth + 1)
