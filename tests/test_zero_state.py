@@ -411,3 +411,31 @@ def test_constants_are_initializers_in_the_main_graph_and_nodes_in_a_branch() ->
         feeds = {**_feeds(batch, seq), "flag": np.array(True)}
         expected, actual = runtime.run(wrapped, feeds), runtime.run(after, feeds)
         assert runtime.max_abs_diff(expected, actual) < 1e-6
+
+
+def test_the_zeros_own_type_is_read_as_deep_as_they_are_proven() -> None:
+    """X, W and R computed (nothing typed to read T from): the type comes from the zeros,
+    a ConstantOfShape 16 Neg nodes up, as deep as ``is_all_zeros`` proves them."""
+    nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
+    nodes.append(helper.make_node("ConstantOfShape", ["dims"], ["z0"]))
+    nodes += [helper.make_node("Neg", [f"z{i}"], [f"z{i + 1}"]) for i in range(16)]
+    nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", "z16"], ["y"], hidden_size=H))
+    inputs = [
+        helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["seq", 2, INPUT]),
+        helper.make_tensor_value_info("w_in", TensorProto.FLOAT, [1, 3 * H, INPUT]),
+        helper.make_tensor_value_info("r_in", TensorProto.FLOAT, [1, 3 * H, H]),
+    ]
+    dims = numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims")
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            inputs,
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
+            [dims],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 9
+    after, count = apply(RULES, model)
+    assert count == 1 and _state_of(after) == "z0"  # the float zeros themselves, shared
