@@ -261,14 +261,17 @@ def _state_of(model: onnx.ModelProto) -> str:
 
 
 def test_zero_tensors_of_other_shapes_are_not_shared() -> None:
-    """Earlier zeros whose shape reads differ from Shape(x)[1:2] in one detail each: two
-    axes (start=1, end=3), an absent start (end=2: [seq, batch]), a Mul of the whole shape,
-    a graph input. Each stays its own; the GRU gets a new zero state."""
+    """Earlier zeros whose shape differs from Concat([1], Shape(x)[1:2], [H]) in one detail
+    each: two axes (start=1, end=3), an absent start (end=2: [seq, batch]), a Mul of the
+    whole shape, a graph input, a Max instead of the Concat, a graph input as the whole
+    shape. Each stays its own; the GRU gets a new zero state."""
     model = _stack((H,))
     model.graph.input.append(helper.make_tensor_value_info("b", TensorProto.INT64, [1]))
+    model.graph.input.append(helper.make_tensor_value_info("given_dims", TensorProto.INT64, [3]))
     model.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "k1"))
     two_axes = [helper.make_node("Shape", ["x"], ["s13"], start=1, end=3)]
     no_start = [helper.make_node("Shape", ["x"], ["s02"], end=2)]
+    batch = [helper.make_node("Shape", ["x"], ["sb"], start=1, end=2)]
     scaled = [
         helper.make_node("Shape", ["x"], ["sx"]),
         helper.make_node("Mul", ["sx", "k1"], ["sx1"]),
@@ -280,13 +283,16 @@ def test_zero_tensors_of_other_shapes_are_not_shared() -> None:
             "no_start": (4, _decoy_dims("no_start", no_start, "s02")),
             "scaled": (5, _decoy_dims("scaled", scaled, "sx1")),
             "fed": (3, _decoy_dims("fed", [], "b")),
+            "maxed": (1, [*batch, helper.make_node("Max", ["one", "sb", f"h{H}"], ["maxed_dims"])]),
+            "given": (3, []),  # ConstantOfShape(graph input)
         },
     )
     after, count = apply(RULES, model)
     assert count == 1
-    assert _state_of(after) not in {"two_axes", "no_start", "scaled", "fed"}
+    assert _state_of(after) not in {"two_axes", "no_start", "scaled", "fed", "maxed", "given"}
     for batch, seq in ((1, 1), (3, 5), (2, 4)):
         feeds = {**_feeds(batch, seq), "b": np.array([batch + 1], np.int64)}
+        feeds["given_dims"] = np.array([2, batch, 3], np.int64)
         expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
         assert runtime.max_abs_diff(expected, actual) < 1e-6
 
