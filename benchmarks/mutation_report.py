@@ -86,7 +86,12 @@ class Mutant:
 
     @property
     def key(self) -> tuple[str, str]:
-        return self.name.rpartition("__mutmut_")[0], " / ".join(self.mutated_lines)
+        """(mangled function, mutated lines); a mutant that only deletes lines is keyed by
+        what it deletes, ``deleted: <line>``."""
+        text = " / ".join(self.mutated_lines)
+        if not text and self.original_lines:
+            text = "deleted: " + " / ".join(self.original_lines)
+        return self.name.rpartition("__mutmut_")[0], text
 
 
 def _changed(diff: str, sign: str) -> list[str]:

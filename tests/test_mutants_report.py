@@ -110,3 +110,9 @@ def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> 
     assert tests[f"{m}.xǁRuleǁpattern"] == {"first_test", "a", "b", "c"}
     assert tests[f"{m}.xǁRuleǁ__init__"] == {"first_test", "a", "b", "c"}
     assert tests[f"{m}.xǁOtherǁcheck"] == {"d"} and tests[f"{m}.x_helper"] == {"e"}
+
+
+def test_a_mutant_that_only_deletes_is_keyed_by_what_it_deletes() -> None:
+    mutant = mutation_report.Mutant("m.x_f__mutmut_3", "m.py", "survived", None)
+    mutant.diff = "--- a\n+++ b\n     y = f(\n-        x,\n     )\n"
+    assert mutant.key == ("m.x_f", "deleted: x,")

@@ -445,3 +445,27 @@ def test_layout_rewrite_keeps_the_node_name() -> None:
     (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
     assert gru.name == "encoder_gru"
     assert all(a.name != "layout" for a in gru.attribute)
+
+
+# rule names --------------------------------------------------------------------------
+
+
+def test_every_rule_is_selected_by_its_own_name() -> None:
+    """Names are what ``--rules`` and the reports use: one per rule, saying its op."""
+    from rnn_rewrite_rules.rules import FAMILIES, select_rules
+
+    rules = [rule for family in FAMILIES for rule in family.all_rules]
+    for rule in rules:
+        assert select_rules([rule.name]) == [rule], rule.name
+    names = {rule.name for rule in rules}
+    expected = {
+        "DropZeroInitialState[GRU/2]",
+        "ShareZeroInitialState[DynamicQuantizeLSTM/1]",
+        "FoldRnnWeights[RNN/1]",
+        "CollapseRnnGlue[Transpose]",
+        "RerollCell[GRU]",
+        "RerollRnn[Relu]",
+        "FoldProvenIf[3]",
+        "MergeForwardReverseY[RNN/2]",
+    }
+    assert expected <= names, expected - names
