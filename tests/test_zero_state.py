@@ -445,3 +445,68 @@ def test_the_zeros_own_type_is_read_as_deep_as_they_are_proven() -> None:
     model.ir_version = 9
     after, count = apply(RULES, model)
     assert count == 1 and _state_of(after) == "z0"  # the float zeros themselves, shared
+
+
+def _torchscript_dims() -> list[onnx.NodeProto]:
+    """``Concat([1], Unsqueeze(Gather(Shape(x), 1)), [H])``: not the shared form."""
+    return [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one_scalar"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"]),
+        helper.make_node("Concat", ["one", "b1", "hh"], ["dims"], axis=0),
+    ]
+
+
+def _double_zeros(form: str) -> list[onnx.NodeProto]:
+    double = numpy_helper.from_array(np.zeros(1, np.float64), "value")
+    if form == "constant":
+        zeros = numpy_helper.from_array(np.zeros((1, 2, H), np.float64), "value")
+        return [helper.make_node("Constant", [], ["h0"], value=zeros)]
+    if form == "filled":
+        return [
+            *_torchscript_dims(),
+            helper.make_node("ConstantOfShape", ["dims"], ["h0"], value=double),
+        ]
+    integer = numpy_helper.from_array(np.zeros(1, np.int64), "value")
+    return [
+        *_torchscript_dims(),
+        helper.make_node("ConstantOfShape", ["dims"], ["h0_int"], value=integer),
+        helper.make_node("Cast", ["h0_int"], ["h0"], to=TensorProto.DOUBLE),
+    ]
+
+
+@pytest.mark.parametrize("form", ["constant", "filled", "cast"])
+def test_the_zeros_own_type_is_read_from_their_constant_fill_or_cast(form: str) -> None:
+    """X, W and R computed (nothing typed to read T from), float64: the emitted zeros take
+    the type of the old ones, read from a constant, a ConstantOfShape's value or a Cast."""
+    nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
+    nodes += _double_zeros(form)
+    nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H))
+    double = TensorProto.DOUBLE
+    inputs = [
+        helper.make_tensor_value_info("x_in", double, ["seq", 2, INPUT]),
+        helper.make_tensor_value_info("w_in", double, [1, 3 * H, INPUT]),
+        helper.make_tensor_value_info("r_in", double, [1, 3 * H, H]),
+    ]
+    consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], "hh": [H]}
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "g",
+            inputs,
+            [helper.make_tensor_value_info("y", double, [None] * 4)],
+            [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 9
+    after, count = apply(RULES, model)  # the full checker: the state's type must be T
+    assert count == 1
+    rng = np.random.default_rng(3)
+    feeds = {
+        "x_in": rng.standard_normal((3, 2, INPUT)),
+        "w_in": rng.standard_normal((1, 3 * H, INPUT)),
+        "r_in": rng.standard_normal((1, 3 * H, H)),
+    }
+    expected, actual = _reference(model, feeds), _reference(after, feeds)  # ORT: no double GRU
+    assert actual[0].dtype == np.float64 and runtime.max_abs_diff(expected, actual) < 1e-12
