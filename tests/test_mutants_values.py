@@ -300,3 +300,28 @@ def test_mul_counts_toward_the_depth_limit_on_both_sides(zeros_first: bool, long
         nodes = [*chain, helper.make_node("Mul", factors, ["y"])]
         values = _values(nodes, constants={"z": ZEROS, "o": ONES})
         assert is_all_zeros(values["y"]) is proven, length
+
+
+def test_a_dequantized_zero_scale_counts_toward_the_depth_limit() -> None:
+    """The scale's finiteness is proven within the same 16 producers as the zeros: a
+    scale 15 Relu up (16 from the DequantizeLinear) is proven, 16 up is not."""
+    nodes = _chain("Relu", 16, "scale")
+    nodes += [
+        helper.make_node("DequantizeLinear", ["q", "c14", "zp"], ["within"]),
+        helper.make_node("DequantizeLinear", ["q", "c15", "zp"], ["beyond"]),
+    ]
+    constants = {
+        "q": np.array([3, 3], np.uint8),
+        "zp": np.array(3, np.uint8),
+        "scale": np.array(0.5, np.float32),
+    }
+    values = _values(nodes, constants=constants)
+    assert is_all_zeros(values["within"])
+    assert not is_all_zeros(values["beyond"])
+
+
+def test_slice_step_0_is_refused_by_name() -> None:
+    from rnn_rewrite_rules.shape.semantics import clamp_bounds
+
+    with pytest.raises(ValueError, match=r"^Slice step 0$"):
+        clamp_bounds(4, 0, 4, 0)
