@@ -264,7 +264,8 @@ def test_zero_tensors_of_other_shapes_are_not_shared() -> None:
     """Earlier zeros whose shape differs from Concat([1], Shape(x)[1:2], [H]) in one detail
     each: two axes (start=1, end=3), an absent start (end=2: [seq, batch]), a Mul of the
     whole shape, a graph input, a Max instead of the Concat, a graph input as the whole
-    shape. Each stays its own; the GRU gets a new zero state."""
+    shape, Gathers of a graph input, of two axes and at an index fed at run time. Each
+    stays its own; the GRU gets a new zero state."""
     model = _stack((H,))
     model.graph.input.append(helper.make_tensor_value_info("b", TensorProto.INT64, [1]))
     model.graph.input.append(helper.make_tensor_value_info("given_dims", TensorProto.INT64, [3]))
@@ -272,6 +273,15 @@ def test_zero_tensors_of_other_shapes_are_not_shared() -> None:
     two_axes = [helper.make_node("Shape", ["x"], ["s13"], start=1, end=3)]
     no_start = [helper.make_node("Shape", ["x"], ["s02"], end=2)]
     batch = [helper.make_node("Shape", ["x"], ["sb"], start=1, end=2)]
+
+    def gather(data: str, index: str) -> list[onnx.NodeProto]:
+        return [helper.make_node("Gather", [data, index], [f"g_{data}"], axis=0)]
+
+    sx2 = helper.make_node("Shape", ["x"], ["sx2"])
+    sx3 = helper.make_node("Shape", ["x"], ["sx3"])
+    for name, value in {"k0": [0], "k12": [1, 2]}.items():
+        model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    model.graph.input.append(helper.make_tensor_value_info("i", TensorProto.INT64, [1]))
     scaled = [
         helper.make_node("Shape", ["x"], ["sx"]),
         helper.make_node("Mul", ["sx", "k1"], ["sx1"]),
@@ -285,14 +295,18 @@ def test_zero_tensors_of_other_shapes_are_not_shared() -> None:
             "fed": (3, _decoy_dims("fed", [], "b")),
             "maxed": (1, [*batch, helper.make_node("Max", ["one", "sb", f"h{H}"], ["maxed_dims"])]),
             "given": (3, []),  # ConstantOfShape(graph input)
+            "gathered_input": (3, _decoy_dims("gathered_input", gather("b", "k0"), "g_b")),
+            "gathered_two": (4, _decoy_dims("gathered_two", [sx2, *gather("sx2", "k12")], "g_sx2")),
+            "gathered_fed": (3, _decoy_dims("gathered_fed", [sx3, *gather("sx3", "i")], "g_sx3")),
         },
     )
     after, count = apply(RULES, model)
     assert count == 1
-    assert _state_of(after) not in {"two_axes", "no_start", "scaled", "fed", "maxed", "given"}
+    assert _state_of(after) not in {n.output[0] for n in model.graph.node}
     for batch, seq in ((1, 1), (3, 5), (2, 4)):
         feeds = {**_feeds(batch, seq), "b": np.array([batch + 1], np.int64)}
         feeds["given_dims"] = np.array([2, batch, 3], np.int64)
+        feeds["i"] = np.array([1], np.int64)
         expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
         assert runtime.max_abs_diff(expected, actual) < 1e-6
 
@@ -467,6 +481,15 @@ def _double_zeros(form: str) -> list[onnx.NodeProto]:
             *_torchscript_dims(),
             helper.make_node("ConstantOfShape", ["dims"], ["h0"], value=double),
         ]
+    if form == "dequantized":
+        int8 = numpy_helper.from_array(np.zeros(1, np.int8), "value")
+        scale = numpy_helper.from_array(np.array(0.5, np.float64), "value")
+        return [
+            *_torchscript_dims(),
+            helper.make_node("ConstantOfShape", ["dims"], ["h0_q"], value=int8),
+            helper.make_node("Constant", [], ["h0_scale"], value=scale),
+            helper.make_node("DequantizeLinear", ["h0_q", "h0_scale"], ["h0"]),
+        ]
     integer = numpy_helper.from_array(np.zeros(1, np.int64), "value")
     return [
         *_torchscript_dims(),
@@ -475,10 +498,11 @@ def _double_zeros(form: str) -> list[onnx.NodeProto]:
     ]
 
 
-@pytest.mark.parametrize("form", ["constant", "filled", "cast"])
+@pytest.mark.parametrize("form", ["constant", "filled", "cast", "dequantized"])
 def test_the_zeros_own_type_is_read_from_their_constant_fill_or_cast(form: str) -> None:
     """X, W and R computed (nothing typed to read T from), float64: the emitted zeros take
-    the type of the old ones, read from a constant, a ConstantOfShape's value or a Cast."""
+    the type of the old ones, read from a constant, a ConstantOfShape's value, a Cast or a
+    DequantizeLinear's scale (opset 19 dequantizes to double)."""
     nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
     nodes += _double_zeros(form)
     nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H))
@@ -497,7 +521,7 @@ def test_the_zeros_own_type_is_read_from_their_constant_fill_or_cast(form: str) 
             [helper.make_tensor_value_info("y", double, [None] * 4)],
             [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
         ),
-        opset_imports=[helper.make_opsetid("", 17)],
+        opset_imports=[helper.make_opsetid("", 19 if form == "dequantized" else 17)],
     )
     model.ir_version = 9
     after, count = apply(RULES, model)  # the full checker: the state's type must be T
@@ -510,3 +534,32 @@ def test_the_zeros_own_type_is_read_from_their_constant_fill_or_cast(form: str) 
     }
     expected, actual = _reference(model, feeds), _reference(after, feeds)  # ORT: no double GRU
     assert actual[0].dtype == np.float64 and runtime.max_abs_diff(expected, actual) < 1e-12
+
+
+def test_a_computed_x_is_typed_by_its_producer_not_its_value_info() -> None:
+    """X is Relu(x_in) annotated float64 in value_info (wrongly): T is read from W."""
+    model = _stack((H,))
+    model.graph.input[0].name = "x_in"
+    model.graph.node.insert(0, helper.make_node("Relu", ["x_in"], ["x"]))
+    model.graph.value_info.append(
+        helper.make_tensor_value_info("x", TensorProto.DOUBLE, ["seq", "batch", INPUT])
+    )
+    after = rnn_rewrite_rules.rewrite(model, ["initial_state"])
+    zeros = next(n for n in after.graph.node if n.op_type == "ConstantOfShape")
+    assert [a.t.data_type for a in zeros.attribute] == [TensorProto.FLOAT]
+
+
+def test_a_state_read_by_gathering_another_op_is_rewritten() -> None:
+    """Gather(Mul(Shape(x), 1), [1]) is the batch, but not the explicit form: rewritten."""
+    model = _stack((H,))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "k1"))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Mul", ["sx", "k1"], ["sx1"]),
+        helper.make_node("Gather", ["sx1", "k1"], ["b1"], axis=0),
+    ]
+    _with_decoys(model, {"state": (3, _decoy_dims("state", nodes, "b1"))})
+    gru = next(n for n in model.graph.node if n.op_type == "GRU")
+    gru.input[5] = "state"
+    after, count = apply(RULES, model)
+    assert count == 1 and _state_of(after) != "state"
