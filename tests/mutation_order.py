@@ -11,7 +11,8 @@ run never loads it.
   and ``__init__`` run once, when the module builds its rule at import, so mutmut charges
   them to whichever test ran first. They decide which subgraphs reach the rule's other
   methods (``check``, ``rewrite``...), so at the end of mutmut's stats run they are mapped
-  to the tests that reach those methods instead.
+  to the tests that reach those methods instead (``__init__``, which names the rule, also
+  to the tests of ``select_rules``).
 * **Hangs.** A mutant that makes a test run far past its recorded time (a rule that keeps
   firing, a loop that never ends) fails that test after ``HANG_FACTOR`` times its recorded
   duration plus ``HANG_SLACK`` seconds: a kill, found in seconds instead of at mutmut's
@@ -30,6 +31,8 @@ import pytest
 
 #: Methods a rule runs when it is built (at import), not when it is applied.
 _BUILT_AT_IMPORT = ("pattern", "__init__")
+#: Selecting rules by name reads the names the rules' __init__ gives them.
+_SELECT_RULES = "rnn_rewrite_rules.rules.x_select_rules"
 HANG_FACTOR = 5.0
 HANG_SLACK = 3.0
 
@@ -94,6 +97,8 @@ def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
             for other, tests in tests_by_function.items()
             if other.startswith(prefix) and other.rpartition("ǁ")[2] not in _BUILT_AT_IMPORT
         ]
+        if parts[2] == "__init__":  # names the rule: what selecting rules by name reads
+            siblings.append(tests_by_function.get(_SELECT_RULES, set()))
         tests_by_function[name] = set().union(tests_by_function[name], *siblings)
 
 
