@@ -168,7 +168,8 @@ def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> 
         for module in (mutant.path, "total"):
             counts[module]["mutants"] += 1
             counts[module][status] += 1
-            if mutant.duration is not None and status != "not run":
+            # 0.0: not measured (mutmut's forkserver workers record no duration)
+            if mutant.duration and status != "not run":
                 durations[module].append(mutant.duration)
     lines = [
         "# Mutation testing",
