@@ -18,6 +18,7 @@ from onnx.reference import ReferenceEvaluator
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import initial_state
+from rnn_rewrite_rules.testing.exporters import in_if_branches
 from tests.reasons import refusal_reasons
 from tests.support import apply
 
@@ -186,7 +187,7 @@ def test_zeros_dequantized_by_a_scale_that_may_be_inf_are_no_zero_state() -> Non
             value=helper.make_tensor("value", TensorProto.INT8, [1], [0]),
         ),
         helper.make_node("DequantizeLinear", ["q", "scale"], ["h0"]),
-        helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H),
+        helper.make_node("GRU", ["x", "l_w", "l_r", "", "", "h0"], ["y"], hidden_size=H),
     ]
     consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], f"h{H}": [H]}
     model = helper.make_model(
@@ -205,10 +206,6 @@ def test_zeros_dequantized_by_a_scale_that_may_be_inf_are_no_zero_state() -> Non
         ),
         opset_imports=[helper.make_opsetid("", 17)],
     )
-    for node in model.graph.node:
-        node.input[:] = [{"l_w": "w", "l_r": "r"}.get(n, n) for n in node.input]
-    for init in model.graph.initializer:
-        init.name = {"l_w": "w", "l_r": "r"}.get(init.name, init.name)
     model.ir_version = 9
     for target in ("portable", "onnxruntime"):
         rules = initial_state.FAMILY.rules_for(target)
@@ -375,7 +372,6 @@ def test_a_zero_state_defined_after_the_rnn_is_not_shared() -> None:
     """Layer 1 already has the explicit form; layer 0, before it, cannot use that node."""
     model = _stack((H, H))
     nodes = list(model.graph.node)
-    zeros1 = next(n for n in nodes if n.op_type == "ConstantOfShape" and n.output[0] == "h0_1")
     read = helper.make_node("Shape", ["x"], ["x_batch"], start=1, end=2)
     concat = helper.make_node("Concat", ["one", "x_batch", f"h{H}"], ["h0_1_dims"], axis=0)
     explicit = [read, concat, helper.make_node("ConstantOfShape", ["h0_1_dims"], ["h0_1"])]
@@ -383,7 +379,6 @@ def test_a_zero_state_defined_after_the_rnn_is_not_shared() -> None:
     position = keep.index(next(n for n in keep if n.name == "gru1"))
     del model.graph.node[:]
     model.graph.node.extend(keep[:position] + explicit + keep[position:])
-    assert zeros1 is not None
     after, count = apply(RULES, model)  # the checker rejects a use before its definition
     assert count == 1
     grus = {n.name: n for n in after.graph.node if n.op_type == "GRU"}
@@ -402,61 +397,52 @@ def test_constants_are_initializers_in_the_main_graph_and_nodes_in_a_branch() ->
     constants = [name for name in concat.input if name in names]
     assert len(constants) == 2 and "Constant" not in _counts(main)
 
-    inner = _stack((H,)).graph
-    branch = helper.make_graph(list(inner.node), "then", [], list(inner.output))
-    other = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["x_out"])],
-        "else",
-        [],
-        [helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [None] * 3)],
-    )
-    flag = helper.make_tensor_value_info("flag", TensorProto.BOOL, [])
-    wrapped = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("If", ["flag"], ["out"], then_branch=branch, else_branch=other)],
-            "wrapped",
-            [*inner.input, flag],
-            [helper.make_tensor_value_info("out", TensorProto.FLOAT, [None] * 3)],
-            list(inner.initializer),
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )
-    wrapped.ir_version = 9
+    wrapped = in_if_branches(_stack((H,)), _stack((H,)))
     after, count = apply(RULES, wrapped)
-    assert count == 1
+    assert count == 2
     (then,) = [a.g for a in after.graph.node[0].attribute if a.name == "then_branch"]
     assert not then.initializer and "Constant" in [n.op_type for n in then.node]
     assert {i.name for i in after.graph.initializer} <= {i.name for i in wrapped.graph.initializer}
     for batch, seq in ((1, 1), (3, 5)):
-        feeds = {**_feeds(batch, seq), "flag": np.array(True)}
+        feeds = {**_feeds(batch, seq), "cond": np.array(True)}
         expected, actual = runtime.run(wrapped, feeds), runtime.run(after, feeds)
         assert runtime.max_abs_diff(expected, actual) < 1e-6
+
+
+def _computed_xwr_model(
+    zeros: list[onnx.NodeProto],
+    state: str,
+    initializers: list[onnx.TensorProto],
+    *,
+    elem: int = TensorProto.FLOAT,
+    opset: int = 17,
+) -> onnx.ModelProto:
+    """A GRU (batch 2) whose X, W and R are computed, so no input gives the states' type:
+    only the zero state ``state`` (made by ``zeros``) can."""
+    nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
+    nodes += zeros
+    nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", state], ["y"], hidden_size=H))
+    inputs = [
+        helper.make_tensor_value_info("x_in", elem, ["seq", 2, INPUT]),
+        helper.make_tensor_value_info("w_in", elem, [1, 3 * H, INPUT]),
+        helper.make_tensor_value_info("r_in", elem, [1, 3 * H, H]),
+    ]
+    output = helper.make_tensor_value_info("y", elem, [None] * 4)
+    model = helper.make_model(
+        helper.make_graph(nodes, "g", inputs, [output], initializers),
+        opset_imports=[helper.make_opsetid("", opset)],
+    )
+    model.ir_version = 9
+    return model
 
 
 def test_the_zeros_own_type_is_read_as_deep_as_they_are_proven() -> None:
     """X, W and R computed (nothing typed to read T from): the type comes from the zeros,
     a ConstantOfShape 16 Neg nodes up, as deep as ``is_all_zeros`` proves them."""
-    nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
-    nodes.append(helper.make_node("ConstantOfShape", ["dims"], ["z0"]))
-    nodes += [helper.make_node("Neg", [f"z{i}"], [f"z{i + 1}"]) for i in range(16)]
-    nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", "z16"], ["y"], hidden_size=H))
-    inputs = [
-        helper.make_tensor_value_info("x_in", TensorProto.FLOAT, ["seq", 2, INPUT]),
-        helper.make_tensor_value_info("w_in", TensorProto.FLOAT, [1, 3 * H, INPUT]),
-        helper.make_tensor_value_info("r_in", TensorProto.FLOAT, [1, 3 * H, H]),
-    ]
+    zeros = [helper.make_node("ConstantOfShape", ["dims"], ["z0"])]
+    zeros += [helper.make_node("Neg", [f"z{i}"], [f"z{i + 1}"]) for i in range(16)]
     dims = numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims")
-    model = helper.make_model(
-        helper.make_graph(
-            nodes,
-            "g",
-            inputs,
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
-            [dims],
-        ),
-        opset_imports=[helper.make_opsetid("", 17)],
-    )
-    model.ir_version = 9
+    model = _computed_xwr_model(zeros, "z16", [dims])
     after, count = apply(RULES, model)
     assert count == 1 and _state_of(after) == "z0"  # the float zeros themselves, shared
 
@@ -503,27 +489,14 @@ def test_the_zeros_own_type_is_read_from_their_constant_fill_or_cast(form: str) 
     """X, W and R computed (nothing typed to read T from), float64: the emitted zeros take
     the type of the old ones, read from a constant, a ConstantOfShape's value, a Cast or a
     DequantizeLinear's scale (opset 19 dequantizes to double)."""
-    nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
-    nodes += _double_zeros(form)
-    nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H))
-    double = TensorProto.DOUBLE
-    inputs = [
-        helper.make_tensor_value_info("x_in", double, ["seq", 2, INPUT]),
-        helper.make_tensor_value_info("w_in", double, [1, 3 * H, INPUT]),
-        helper.make_tensor_value_info("r_in", double, [1, 3 * H, H]),
-    ]
     consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], "hh": [H]}
-    model = helper.make_model(
-        helper.make_graph(
-            nodes,
-            "g",
-            inputs,
-            [helper.make_tensor_value_info("y", double, [None] * 4)],
-            [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
-        ),
-        opset_imports=[helper.make_opsetid("", 19 if form == "dequantized" else 17)],
+    model = _computed_xwr_model(
+        _double_zeros(form),
+        "h0",
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()],
+        elem=TensorProto.DOUBLE,
+        opset=19 if form == "dequantized" else 17,
     )
-    model.ir_version = 9
     after, count = apply(RULES, model)  # the full checker: the state's type must be T
     assert count == 1
     rng = np.random.default_rng(3)
