@@ -326,9 +326,10 @@ def _squeeze_model(opset: int) -> onnx.ModelProto:
     return model
 
 
-def _run_both(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+def _run_both(before: onnx.ModelProto, after: onnx.ModelProto, **feeds: np.ndarray) -> None:
     x = np.random.default_rng(1).standard_normal((4, BATCH, INPUT)).astype(np.float32)
-    expected, actual = runtime.run(before, {"x": x}), runtime.run(after, {"x": x})
+    feeds = {"x": x, **feeds}
+    expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
     assert runtime.max_abs_diff(expected, actual) < 1e-6
 
 
@@ -372,10 +373,7 @@ def test_a_layer_output_in_a_branch_gets_its_constants_as_nodes() -> None:
     assert "Squeeze" in [n.op_type for n in then.node] and not then.initializer
     names = {i.name for i in model.graph.initializer}
     assert {i.name for i in after.graph.initializer} <= names  # none added to the main graph
-    x = np.random.default_rng(1).standard_normal((4, BATCH, INPUT)).astype(np.float32)
-    feeds = {"x": x, "flag": np.array(True)}
-    expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
-    assert runtime.max_abs_diff(expected, actual) < 1e-6
+    _run_both(model, after, flag=np.array(True))
 
 
 # unused_outputs and layout -----------------------------------------------------------

@@ -318,10 +318,3 @@ def test_a_dequantized_zero_scale_counts_toward_the_depth_limit() -> None:
     values = _values(nodes, constants=constants)
     assert is_all_zeros(values["within"])
     assert not is_all_zeros(values["beyond"])
-
-
-def test_slice_step_0_is_refused_by_name() -> None:
-    from rnn_rewrite_rules.shape.semantics import clamp_bounds
-
-    with pytest.raises(ValueError, match=r"^Slice step 0$"):
-        clamp_bounds(4, 0, 4, 0)
