@@ -196,17 +196,9 @@ def _rows(results: dict, size: int) -> list[tuple[str, str, tuple | None]]:
 
 def _markdown(args, rows, results, size: int, base: int) -> str:
     """The generated page: how it was measured, then one row per form and tool."""
-    import datetime
-    import importlib.metadata as metadata
-    import platform
+    from benchmarks.report import environment
 
-    def version(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    names = ("rnn-rewrite-rules", "onnxscript", "onnx-ir", "onnx", "onnxslim", "onnxsim")
+    env = environment()
     lines = [
         "# Big model: peak memory and wall time",
         "",
@@ -214,11 +206,11 @@ def _markdown(args, rows, results, size: int, base: int) -> str:
         "edit by hand.",
         "",
         f"- model: torchlib's {args.layers}-layer `LSTM({args.hidden})`, "
-        f"{size / 1e6:.0f} MB, embedded in the `.onnx` and as external data",
-        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
-        f"{os.cpu_count()} cores, load average at the end {os.getloadavg()[0]:.1f}; "
-        f"Python {platform.python_version()}",
-        "- versions: " + ", ".join(f"{n} {version(n)}" for n in names),
+        f"{size / 1e6:.0f} MB; inputs: {args.forms.replace(',', ', ')} "
+        "(weights in the `.onnx`, or as external data)",
+        f"- date: {env['date']}; {env['cores']} cores, load average at the end "
+        f"{env['load_average']:.1f}; Python {env['python']}; commit {env['commit']}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
         f"- the interpreter with our imports alone peaks at {base / 1e6:.0f} MB",
         f"- each tool runs in a child process (load, rewrite or simplify, save); "
         f"{args.rounds} interleaved rounds: the best peak RSS and wall time, and their "
