@@ -263,11 +263,6 @@ def _scope(parents: dict[ir.Graph, ir.Graph], graph: ir.Graph) -> list[ir.Graph]
     return chain
 
 
-def _owner(value: ir.Value) -> ir.Graph | None:
-    producer = value.producer()
-    return producer.graph if producer is not None else value.graph
-
-
 def _unique_name(model: ir.Model, base: str) -> str:
     """``base``, or ``base_<n>``, unused by any value of the model, its subgraphs and functions.
 
@@ -397,7 +392,7 @@ class FoldRnnWeights(RnnNodeRule):
                 if _same_tensor(value, array, digest, raw=False):
                     return ("reuse", value)
         for sink in sinks:
-            if _is_leaf(sink) and _owner(sink) in scope and _same_tensor(sink, array, digest, True):
+            if _is_leaf(sink) and sink.graph in scope and _same_tensor(sink, array, digest, True):
                 return ("reuse", sink)
         for other in model.graphs():
             if other in scope:
@@ -407,7 +402,7 @@ class FoldRnnWeights(RnnNodeRule):
                     outer = set(_scope(parents, other))
                     common = next(g for g in scope if g in outer)
                     return ("hoist", value, other, common)
-        owners = {_owner(leaf) for leaf in leaves}
+        owners = {leaf.graph for leaf in leaves}
         target = next((g for g in scope if g in owners), graph)
         named = [leaf.name for leaf in leaves if leaf.name]
         name = _unique_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
@@ -419,28 +414,30 @@ class FoldRnnWeights(RnnNodeRule):
         assert self._fold is not None
         index, placement = self._fold
         self._fold = None
-        kind, value = placement[0], placement[1]
-        if kind == "hoist":
-            _, value, source, target = placement
-            if value.producer() is None:
-                del source.initializers[value.name]
-            else:
-                source.remove(value.producer())
-            _store(target, value)
-        elif kind == "new":
-            _, array, name, target, digest, as_constant = placement
-            tensor = ir.tensor(array, name=name)
-            if as_constant:
-                constant = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)])
-                value = constant.outputs[0]
-                value.name = name
-            else:
-                value = ir.Value(name=name)
-            value.const_value = tensor
-            value.shape = ir.Shape(array.shape)
-            value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
-            value.meta[_DIGEST_KEY] = digest
-            _store(target, value)
+        match placement:
+            case ("reuse", value):
+                pass
+            case ("hoist", value, source, target):
+                if value.producer() is None:
+                    del source.initializers[value.name]
+                else:
+                    source.remove(value.producer())
+                _store(target, value)
+            case ("new", array, name, target, digest, as_constant):
+                tensor = ir.tensor(array, name=name)
+                if as_constant:
+                    constant = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)])
+                    value = constant.outputs[0]
+                    value.name = name
+                else:
+                    value = ir.Value(name=name)
+                value.const_value = tensor
+                value.shape = ir.Shape(array.shape)
+                value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
+                value.meta[_DIGEST_KEY] = digest
+                _store(target, value)
+            case _:
+                raise AssertionError(f"unknown placement {placement[0]!r}")
         return copy_rnn_node(op, node, self.num_outputs, {index: value})
 
     def cleanup(self) -> None:
