@@ -13,6 +13,10 @@ run never loads it.
   methods (``check``, ``rewrite``...), so at the end of mutmut's stats run they are mapped
   to the tests that reach those methods instead (``__init__``, which names the rule, also
   to the tests of ``select_rules``).
+* **Children.** A test that runs the command in a child process (marker ``command``)
+  runs the mutant there (``tests.support.child_env``), but mutmut cannot see what the
+  child calls. Such tests are mapped to every function of :data:`_COMMAND_MODULES`,
+  the modules only the command runs (``--verify``); the rules' own tests reach the rest.
 * **Hangs.** A mutant that makes a test run far past its recorded time (a rule that keeps
   firing, a loop that never ends) fails that test after ``HANG_FACTOR`` times its recorded
   duration plus ``HANG_SLACK`` seconds: a kill, found in seconds instead of at mutmut's
@@ -25,7 +29,7 @@ import json
 import os
 import pathlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -33,6 +37,8 @@ import pytest
 _BUILT_AT_IMPORT = ("pattern", "__init__")
 #: Selecting rules by name reads the names the rules' __init__ gives them.
 _SELECT_RULES = "rnn_rewrite_rules.rules.x_select_rules"
+#: What the command runs that in-process tests may not reach: its --verify comparison.
+_COMMAND_MODULES = ("rnn_rewrite_rules._verify.", "rnn_rewrite_rules.runtime.")
 HANG_FACTOR = 5.0
 HANG_SLACK = 3.0
 
@@ -102,10 +108,23 @@ def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
         tests_by_function[name] = set().union(tests_by_function[name], *siblings)
 
 
+def map_command_tests(
+    tests_by_function: dict[str, set[str]], functions: Iterable[str], command_tests: set[str]
+) -> None:
+    """Add ``command_tests`` to every function of :data:`_COMMAND_MODULES`, in place."""
+    for name in functions:
+        if name.startswith(_COMMAND_MODULES):
+            tests_by_function.setdefault(name, set()).update(command_tests)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if os.environ.get("MUTANT_UNDER_TEST") != "stats":
         return
     from mutmut.state import state  # only a mutmut stats run gets here
 
-    remap_built_at_import(state().tests_by_mangled_function_name)
+    tests_by_function = state().tests_by_mangled_function_name
+    remap_built_at_import(tests_by_function)
+    commands = {item.nodeid for item in session.items if item.get_closest_marker("command")}
+    functions = [*state().current_function_hashes, *tests_by_function]
+    map_command_tests(tests_by_function, functions, commands)

@@ -24,6 +24,9 @@ SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 #: pytest sets and deletes PYTEST_CURRENT_TEST, so copying os.environ there races
 #: (``KeyError: 'PYTEST_CURRENT_TEST'``).
 BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+#: Where the tests import the package from: first on a child's PYTHONPATH, so the child
+#: runs the same code (in a mutation run, mutmut's copy with the mutants in it).
+PACKAGE_ROOT = str(Path(runtime.__file__).resolve().parent.parent)
 
 #: (batch, seq) sizes, none of them equal to each other, so a frozen axis shows.
 SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))
@@ -78,14 +81,26 @@ def command(*args, script: bool = False) -> list[str]:
     return [sys.executable, "-m", "rnn_rewrite_rules", *map(str, args)]
 
 
+def child_env(env: dict | None = None) -> dict[str, str]:
+    """A child process's environment: :data:`BASE_ENV`, the package the tests import first
+    on ``PYTHONPATH``, the mutant under test (mutmut sets ``MUTANT_UNDER_TEST`` per
+    mutant, after the import), then ``env``."""
+    path = os.pathsep.join(filter(None, [PACKAGE_ROOT, BASE_ENV.get("PYTHONPATH")]))
+    environment = {**BASE_ENV, "PYTHONPATH": path}
+    if "MUTANT_UNDER_TEST" in os.environ:
+        environment["MUTANT_UNDER_TEST"] = os.environ["MUTANT_UNDER_TEST"]
+    return environment | (env or {})
+
+
 def run(
     *args, cwd: Path, script: bool = False, env: dict | None = None, timeout: float = 120, **kwargs
 ):
-    """The command in a subprocess: the installed console script or ``python -m``."""
+    """The command in a subprocess (the installed console script or ``python -m``), run
+    from the package the tests import (:func:`child_env`)."""
     return subprocess.run(
         command(*args, script=script),
         cwd=cwd,
-        env={**BASE_ENV, **(env or {})},
+        env=child_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

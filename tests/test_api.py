@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 import weakref
@@ -17,7 +16,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import Report, RewriteOptions, rewrite_file
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
-from tests.support import assert_equivalent, op_counts
+from tests.support import assert_equivalent, child_env, op_counts
 
 SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
 
@@ -153,12 +152,11 @@ def test_rewriting_a_model_proto_holds_one_copy_of_the_weights_besides_it(tmp_pa
     cfg = RnnConfig(input_size=640, hidden_size=640, num_layers=4)
     model = build_torchlib_model(cfg)
     onnx.save(model, tmp_path / "big.onnx")
-    env = {**os.environ, "PYTHONPATH": str(Path(rnn_rewrite_rules.__file__).parent.parent)}
     out = subprocess.run(
         [sys.executable, "-c", _PEAK_OF_REWRITE, str(tmp_path / "big.onnx")],
         capture_output=True,
         text=True,
-        env=env,
+        env=child_env(),
         check=True,
     )
     assert float(out.stdout.strip().splitlines()[-1]) <= 1.75, out.stdout

@@ -113,6 +113,21 @@ def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> 
     assert tests[f"{m}.xǁOtherǁcheck"] == {"d"} and tests[f"{m}.x_helper"] == {"e"}
 
 
+def test_command_tests_are_mapped_to_every_function_of_the_commands_modules() -> None:
+    """Also functions no in-process test reached (absent from the map)."""
+    from tests.mutation_order import map_command_tests
+
+    verify, rule = "rnn_rewrite_rules._verify.x_plan", "rnn_rewrite_rules.rules.x_select_rules"
+    tests = {verify: {"unit"}, rule: {"unit"}}
+    functions = [verify, rule, "rnn_rewrite_rules.runtime.x_run"]
+    map_command_tests(tests, functions, {"cli_a", "cli_b"})
+    assert tests == {
+        verify: {"unit", "cli_a", "cli_b"},
+        rule: {"unit"},
+        "rnn_rewrite_rules.runtime.x_run": {"cli_a", "cli_b"},
+    }
+
+
 def test_a_mutant_that_only_deletes_is_keyed_by_what_it_deletes() -> None:
     mutant = mutation_report.Mutant("m.x_f__mutmut_3", "m.py", "survived", None)
     mutant.diff = "--- a\n+++ b\n     y = f(\n-        x,\n     )\n"

@@ -120,7 +120,7 @@ def runs(stdout: str) -> list[str]:
     return re.findall(r"^  run \d+: (.*)$", stdout, re.M)
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_a_symbolic_feature_axis_takes_ws_size(models, tmp_path) -> None:
     proc = run(models / "feature.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -139,7 +139,7 @@ def test_a_symbolic_feature_axis_takes_ws_size(models, tmp_path) -> None:
     assert all(p["input"][2] != 138 for p in _verify.plan_runs(specs, {}))
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_rejected_sizes_are_retried_and_named(models, tmp_path) -> None:
     proc = run(models / "reshape.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -152,7 +152,7 @@ def test_rejected_sizes_are_retried_and_named(models, tmp_path) -> None:
     assert "verify: OK" in proc.stdout
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_a_boolean_scalar_input_is_fed(models, tmp_path) -> None:
     proc = run(models / "flag.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -161,7 +161,7 @@ def test_a_boolean_scalar_input_is_fed(models, tmp_path) -> None:
     assert isinstance(feed, np.ndarray) and feed.shape == () and feed.dtype == np.bool_
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_different_outputs_fail_and_write_nothing(models, tmp_path) -> None:
     (tmp_path / "out.onnx").write_bytes(b"previous contents")
     proc = run(models / "noisy.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
@@ -173,14 +173,14 @@ def test_different_outputs_fail_and_write_nothing(models, tmp_path) -> None:
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_an_ir_version_ort_cannot_load_cannot_be_verified(models, tmp_path) -> None:
     proc = run(models / "new_ir.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
     assert_one_line_error(proc, ExitCode.CANNOT_VERIFY, "cannot verify", "IR version")
     assert not (tmp_path / "out.onnx").exists()
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_layout1_is_compared_with_a_layout0_model_in_ort(models, tmp_path) -> None:
     args = ["--verify", "--tolerance", "0", "--shape", "seq=1,4,9"]
     proc = run(models / "layout1.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
@@ -197,7 +197,7 @@ def test_layout1_is_compared_with_a_layout0_model_in_ort(models, tmp_path) -> No
     assert runtime.max_abs_diff(expected, actual) < 1e-5
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_size_0_where_ort_aborts_runs_in_a_child_and_is_noted(models, tmp_path) -> None:
     """ONNX Runtime aborts the process on an LSTM with batch 0: --verify survives it."""
     args = ["--verify", "--shape", "batch=0,2"]
@@ -208,7 +208,7 @@ def test_size_0_where_ort_aborts_runs_in_a_child_and_is_noted(models, tmp_path) 
     assert (tmp_path / "out.onnx").exists()
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_only_sizes_ort_aborts_on_cannot_be_verified(models, tmp_path) -> None:
     args = ["--verify", "--shape", "input=0,3,8"]
     proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
@@ -257,7 +257,7 @@ def test_outputs_ort_leaves_undefined_are_compared_by_shape(models, tmp_path, mo
     assert any("different values for c_n on two identical runs" in n for n in result.notes)
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_a_child_that_dies_is_reported_as_aborted(models) -> None:
     feeds = {"input": np.zeros((0, 3, 8), np.float32)}  # batch 0: ORT aborts the child
     with pytest.raises(_verify._Aborted, match="SIGABRT"):
@@ -268,7 +268,7 @@ def test_a_child_that_dies_is_reported_as_aborted(models) -> None:
     assert runtime.max_abs_diff(expected, outputs) == 0 and unstable == set()
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_size_0_runs_where_ort_does_not_abort(models, tmp_path) -> None:
     """No LSTM/GRU: a zero batch is verified like any other size."""
     args = ["--verify", "--shape", "batch=0,4"]
@@ -277,7 +277,7 @@ def test_size_0_runs_where_ort_does_not_abort(models, tmp_path) -> None:
     assert any(r.startswith("x=0x") for r in runs(proc.stdout)), proc.stdout
 
 
-@pytest.mark.subprocess
+@pytest.mark.command
 def test_one_run_is_one_run_and_the_table_is_unambiguous(models, tmp_path) -> None:
     args = ["--verify", "--shape", "input=2,3,8"]  # every axis fixed: one run
     proc = run(models / "small.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
