@@ -83,12 +83,15 @@ def command(*args, script: bool = False) -> list[str]:
 
 def child_env(env: dict | None = None) -> dict[str, str]:
     """A child process's environment: :data:`BASE_ENV`, the package the tests import first
-    on ``PYTHONPATH``, the mutant under test (mutmut sets ``MUTANT_UNDER_TEST`` per
-    mutant, after the import), then ``env``."""
+    on ``PYTHONPATH``, the mutant under test if any (mutmut names it in
+    ``MUTANT_UNDER_TEST`` per mutant, after the import; its other phases, such as
+    ``stats``, stay in the parent), then ``env``."""
     path = os.pathsep.join(filter(None, [PACKAGE_ROOT, BASE_ENV.get("PYTHONPATH")]))
-    environment = {**BASE_ENV, "PYTHONPATH": path}
-    if "MUTANT_UNDER_TEST" in os.environ:
-        environment["MUTANT_UNDER_TEST"] = os.environ["MUTANT_UNDER_TEST"]
+    environment = {k: v for k, v in BASE_ENV.items() if k != "MUTANT_UNDER_TEST"}
+    environment["PYTHONPATH"] = path
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if "__mutmut_" in mutant:
+        environment["MUTANT_UNDER_TEST"] = mutant
     return environment | (env or {})
 
 
