@@ -62,6 +62,7 @@ def _model(
     ir_version: int = 8,
     functions: Sequence[onnx.FunctionProto] = (),
     opsets: Sequence[onnx.OperatorSetIdProto] = (),
+    check: bool = True,
 ) -> onnx.ModelProto:
     """One graph reading ``X`` (``[seq, batch, SIZE]`` unless ``x_dims`` says otherwise,
     or :data:`UNRANKED`): the given nodes and initializers, 4-D ``outputs``, 3-D ``others``."""
@@ -88,7 +89,8 @@ def _model(
         functions=list(functions),
     )
     model.ir_version = ir_version
-    onnx.checker.check_model(model, full_check=True)
+    if check:
+        onnx.checker.check_model(model, full_check=True)
     return model
 
 
@@ -545,3 +547,30 @@ def test_dynamic_quantize_lstm_without_hidden_size_takes_h_from_r() -> None:
     folded = next(n for n in after.graph.node if n.op_type == "DynamicQuantizeLSTM").input[1]
     stored = {t.name: numpy_helper.to_array(t) for t in after.graph.initializer}
     np.testing.assert_array_equal(stored[folded], w)
+
+
+def test_graphs_attribute_bodies_share_one_tensor_in_the_outer_graph() -> None:
+    """A custom op holding a list of graphs (a GRAPHS attribute; no ONNX op has one): each
+    body prepares the same W from the main graph's weights, and the folded tensor is
+    stored once, in the main graph both bodies read. Not runnable (custom op): the
+    stored tensor is compared with the preparation's result."""
+    w2d = _floats("w2d", (4 * H, SIZE), 0)
+
+    def body(index: int) -> onnx.GraphProto:
+        nodes = [
+            helper.make_node("Unsqueeze", ["w2d", "zero"], [f"w{index}"]),
+            _lstm(f"w{index}", f"y{index}"),
+        ]
+        out = helper.make_tensor_value_info(f"y{index}", TensorProto.FLOAT, [None] * 4)
+        return helper.make_graph(nodes, f"body{index}", [], [out])
+
+    holder = helper.make_node("Bodies", ["X"], ["y"], domain="custom", bodies=[body(1), body(2)])
+    inits = [w2d, _floats("r", (1, 4 * H, H), 1), _ints("zero", 0)]
+    model = _model([holder], inits, ["y"], opsets=[helper.make_opsetid("custom", 1)], check=False)
+    after = rnn_rewrite_rules.rewrite(model, FAMILY)
+    bodies = after.graph.node[0].attribute[0].graphs
+    lstms = [n for g in bodies for n in g.node]
+    assert [n.op_type for n in lstms] == ["LSTM", "LSTM"] and not any(g.initializer for g in bodies)
+    stored = {t.name: numpy_helper.to_array(t) for t in after.graph.initializer}
+    assert lstms[0].input[1] == lstms[1].input[1] == "w2d_W"
+    np.testing.assert_array_equal(stored["w2d_W"], numpy_helper.to_array(w2d)[None])
