@@ -447,6 +447,36 @@ def test_the_zeros_own_type_is_read_as_deep_as_they_are_proven() -> None:
     assert count == 1 and _state_of(after) == "z0"  # the float zeros themselves, shared
 
 
+@pytest.mark.parametrize(("negations", "proven"), [(15, True), (16, False)])
+def test_a_dequantized_zeros_type_is_read_from_its_scale_as_deep_as_proven(
+    negations: int, proven: bool
+) -> None:
+    """The zeros are ``DequantizeLinear(int8 zeros, scale)`` under a chain of Neg nodes:
+    the type is the scale's, one level deeper, exactly as deep as ``is_all_zeros`` proves
+    the scale finite (15 Negs: proven and rewritten; 16: neither)."""
+    int8 = numpy_helper.from_array(np.zeros(1, np.int8), "value")
+    zeros = [
+        helper.make_node("ConstantOfShape", ["dims"], ["q"], value=int8),
+        helper.make_node("DequantizeLinear", ["q", "scale"], ["z0"]),
+    ]
+    zeros += [helper.make_node("Neg", [f"z{i}"], [f"z{i + 1}"]) for i in range(negations)]
+    initializers = [
+        numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "scale"),
+    ]
+    model = _computed_xwr_model(zeros, f"z{negations}", initializers)
+    after, count = apply(RULES, model)
+    assert count == int(proven)
+    rng = np.random.default_rng(0)
+    for seq in (1, 4):
+        feeds = {
+            "x_in": rng.standard_normal((seq, 2, INPUT)).astype(np.float32),
+            "w_in": rng.standard_normal((1, 3 * H, INPUT)).astype(np.float32),
+            "r_in": rng.standard_normal((1, 3 * H, H)).astype(np.float32),
+        }
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) == 0
+
+
 def _torchscript_dims() -> list[onnx.NodeProto]:
     """``Concat([1], Unsqueeze(Gather(Shape(x), 1)), [H])``: not the shared form."""
     return [
