@@ -27,6 +27,7 @@ from rnn_rewrite_rules.testing.exporters import (
     initializers_as_constants,
     quantized_lstm_model,
 )
+from tests.reasons import refusal_reasons
 from tests.strategies import rnn_configs, sizes
 from tests.support import apply, assert_equivalent, op_counts
 
@@ -241,6 +242,19 @@ def test_functions_are_left_alone() -> None:
     after, count = apply(RULES, model)
     assert count == 0
     assert len(after.functions[0].node) == len(function.node)
+    reasons = set(refusal_reasons(RULES, model)) - {"node has 1 outputs, not 2"}
+    assert reasons == {"initializers cannot be added to a function"}
+
+
+def test_unknown_direction_is_not_folded() -> None:
+    """A direction ONNX does not define: D is unknown, so is the shape W must have."""
+    _, model = _model()
+    direction = next(a for a in lstm_node(model).attribute if a.name == "direction")
+    direction.s = b"sideways"
+    after, count = apply(RULES, model, check=False)
+    assert count == 0 and op_counts(after) == op_counts(model)
+    reasons = set(refusal_reasons(RULES, model)) - {"node has 3 outputs, not 1"}
+    assert reasons == {"unknown direction 'sideways'"}
 
 
 # ---------------------------------------------------------------- what folds
