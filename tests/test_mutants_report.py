@@ -92,6 +92,8 @@ def test_the_checked_in_equivalents_parse() -> None:
     path = pathlib.Path(__file__).with_name("mutation_equivalent.toml")
     table = mutation_report.load_equivalents(path)
     assert table and all(reason for reason in table.values())
+    entries = mutation_report.tomllib.loads(path.read_text())["equivalent"]
+    assert len(entries) == len(table), "an entry listed twice"
 
 
 def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> None:
