@@ -189,6 +189,55 @@ def test_a_value_reached_twice_does_not_hide_a_later_reader() -> None:
     ]
 
 
+def test_one_reader_of_an_original_used_twice_folds() -> None:
+    """``Concat(w, w)`` feeds one LSTM: the folded tensor (twice ``w``) is what the node
+    reads, so it is stored; with no other reader there is nothing to share or weigh."""
+    nodes = [helper.make_node("Concat", ["w", "w"], ["w_twice"], axis=2), _lstm("w_twice", "y")]
+    inits = [_floats("w", (1, 4 * H, SIZE // 2), 0), _floats("r", (1, 4 * H, H), 1)]
+    model = _model(nodes, inits, ["y"])
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["Concat"] == 0
+    _assert_same_outputs(model, after)
+
+
+def test_a_preparation_that_cannot_be_evaluated_is_named_by_every_reader() -> None:
+    """One reader of ``w`` reshapes it to a shape its size cannot take: that reader's W is
+    refused with the evaluator's reason, and the other reader's (a reversal, foldable on
+    its own) because its weights are shared with one that cannot fold."""
+    nodes = [
+        _reverse("w", "w_rev"),
+        _lstm("w_rev", "y1"),
+        helper.make_node("Reshape", ["w", "bad_shape"], ["w_bad"]),
+        _lstm("w_bad", "y2"),
+    ]
+    inits = [
+        _floats("w", (1, 4 * H, SIZE), 0),
+        _floats("r", (1, 4 * H, H), 1),
+        _ints("bad_shape", 1, 4 * H, SIZE + 1),
+        *_REVERSE_BOUNDS,
+    ]
+    model = _model(nodes, inits, ["y1", "y2"], check=False)
+    assert apply(RULES, model, check=False)[1] == 0
+    error = f"cannot evaluate w_bad: Reshape of (1, {4 * H}, {SIZE}) to [1, {4 * H}, {SIZE + 1}]"
+    assert sorted(_reasons(model)) == [
+        f"W: {error}",
+        f"W: w_bad shares its weights but cannot be folded: {error}",
+    ]
+
+
+def test_a_computed_weight_declared_of_another_type_is_not_folded() -> None:
+    """The graph declares W float16 (value_info) where the preparation computes float32:
+    the rule never reads a type from value_info to fire, but refuses on a disagreement."""
+    nodes = [helper.make_node("Unsqueeze", ["w2d", "zero"], ["w"]), _lstm("w", "y")]
+    inits = [_floats("w2d", (4 * H, SIZE), 0), _floats("r", (1, 4 * H, H), 1), _ints("zero", 0)]
+    model = _model(nodes, inits, ["y"], check=False)
+    model.graph.value_info.append(
+        helper.make_tensor_value_info("w", TensorProto.FLOAT16, [1, 4 * H, SIZE])
+    )
+    assert apply(RULES, model, check=False)[1] == 0
+    assert _reasons(model) == ["W: computed dtype float32, declared FLOAT16"]
+
+
 # ---------------------------------------------------------------- one original, several tensors
 
 
@@ -472,12 +521,15 @@ def test_new_names_avoid_the_values_of_functions() -> None:
 # ---------------------------------------------------------------- H without hidden_size
 
 
-def _h_model(r_form: str, *, hidden_size: bool) -> onnx.ModelProto:
+def _h_model(r_form: str, *, hidden_size: bool, with_b: bool = False) -> onnx.ModelProto:
     """W = Unsqueeze(w2d); R an initializer, ``Unsqueeze(r2d)``, a graph input of unknown
     size, or ``Reshape(r, dims)`` (unknown rank); ``hidden_size`` given or not (it is
-    optional in ONNX)."""
+    optional in ONNX); ``with_b``: B = ``Unsqueeze(b1d)`` too."""
     nodes = [helper.make_node("Unsqueeze", ["w2d", "zero"], ["w"])]
     inits = [_floats("w2d", (4 * H, SIZE), 0), _ints("zero", 0)]
+    if with_b:
+        nodes.append(helper.make_node("Unsqueeze", ["b1d", "zero"], ["b"]))
+        inits.append(_floats("b1d", (8 * H,), 2))
     r_array = _floats("r", (1, 4 * H, H), 1)
     if r_form == "computed":
         nodes.append(helper.make_node("Unsqueeze", ["r2d", "zero"], ["r"]))
@@ -488,7 +540,8 @@ def _h_model(r_form: str, *, hidden_size: bool) -> onnx.ModelProto:
         nodes.append(helper.make_node("Reshape", ["r_flat", "r_dims"], ["r"]))
         inits.append(numpy_helper.from_array(numpy_helper.to_array(r_array).ravel(), "r_flat"))
     attrs = {"hidden_size": H} if hidden_size else {}
-    nodes.append(helper.make_node("LSTM", ["X", "w", "r"], ["y"], name="lstm", **attrs))
+    lstm_inputs = ["X", "w", "r", "b"] if with_b else ["X", "w", "r"]
+    nodes.append(helper.make_node("LSTM", lstm_inputs, ["y"], name="lstm", **attrs))
     r_input = helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, "gates", "hidden"])
     r_dims = helper.make_tensor_value_info("r_dims", TensorProto.INT64, ["rank"])
     extra = {"graph input": [r_input], "unknown rank": [r_dims]}.get(r_form, [])
@@ -509,11 +562,38 @@ def test_without_hidden_size_h_is_rs_last_dim(r_form: str) -> None:
 
 
 @pytest.mark.parametrize("r_form", ["graph input", "unknown rank"])
-def test_without_hidden_size_and_an_r_of_unknown_size_w_is_not_folded(r_form: str) -> None:
-    model = _h_model(r_form, hidden_size=False)
+def test_without_hidden_size_and_an_r_of_unknown_size_w_and_b_are_not_folded(r_form) -> None:
+    """W and B need H; R is folded (or refused) on its own."""
+    model = _h_model(r_form, hidden_size=False, with_b=True)
     assert apply(RULES, model)[1] == 0
-    (reason,) = _reasons(model)
-    assert reason.startswith("W: hidden_size is unknown (no attribute, R not constant)"), reason
+    unknown = "hidden_size is unknown (no attribute, R not constant)"
+    r_reason = "; R: r_dims is a graph input" if r_form == "unknown rank" else ""
+    assert _reasons(model) == [f"W: {unknown}{r_reason}; B: {unknown}"]
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "DynamicQuantizeLSTM"])
+def test_without_hidden_size_an_r_of_another_rank_is_not_folded(op_type: str) -> None:
+    """R computed with a trailing axis (rank 4): no H from its proven dims, so R itself
+    says H (LSTM: its last dim; the contrib op: its second), and its shape is wrong."""
+    if op_type == "LSTM":
+        model = _h_model("computed", hidden_size=False)
+        expected = f"R: computed shape (1, {4 * H}, {H}, 1), but the node needs (1, 4, 1)"
+    else:
+        model = quantized_lstm_model(zero_states=False, hidden_size=3)
+        expected = "R: computed shape (1, 3, 12, 1), but the node needs (1, 3, 12)"
+    node = next(n for n in model.graph.node if n.op_type == op_type)
+    if op_type == "DynamicQuantizeLSTM":
+        del node.attribute[[a.name for a in node.attribute].index("hidden_size")]
+    model.graph.initializer.append(_ints("three", 3))
+    unsqueeze = helper.make_node("Unsqueeze", [node.input[2], "three"], ["r4"])
+    node.input[2] = "r4"
+    nodes = list(model.graph.node)
+    nodes.insert(nodes.index(node), unsqueeze)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    assert apply(RULES, model, check=False)[1] == 0
+    reasons = [r for r in _reasons(model) if r.startswith(("R: ", "W: "))]
+    assert any(expected in r for r in reasons), reasons
 
 
 def test_hidden_size_attribute_needs_no_size_from_r() -> None:
