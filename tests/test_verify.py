@@ -286,3 +286,48 @@ def test_one_run_is_one_run_and_the_table_is_unambiguous(models, tmp_path) -> No
     # an output named "output" is a row under the header, never read as the header
     assert "  max abs diff per output (onnxruntime reference):" in proc.stdout
     assert re.search(r"^    output\s+[0-9.e+-]+$", proc.stdout, re.M), proc.stdout
+
+
+def _dead_lstm_model(last_op: str = "Relu") -> onnx.ModelProto:
+    """``last_op(X)``, next to an unused LSTM without ``hidden_size``: ONNX Runtime
+    refuses to load it (its LSTM requires the attribute); the rewrite drops the dead node."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((1, 8, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, 8, 2)).astype(np.float32), "r"),
+    ]
+    nodes = [
+        helper.make_node("LSTM", ["X", "w", "r"], ["unused"]),
+        helper.make_node(last_op, ["X"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", "batch", 3])
+    model = helper.make_model(
+        helper.make_graph(nodes, "dead_lstm", [x], [y], weights),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("result_op", ["Relu", "Neg"])
+def test_an_original_ort_rejects_is_compared_in_onnx_reference(result_op: str) -> None:
+    """ONNX Runtime rejects the original but loads the result: the reference outputs come
+    from onnx.reference, said so, and a result that differs still fails."""
+    before = _dead_lstm_model()
+    after = rnn_rewrite_rules.rewrite(before)
+    assert [n.op_type for n in after.graph.node] == ["Relu"]
+    after.graph.node[0].op_type = result_op
+    with pytest.raises(Exception, match="hidden_size"):
+        runtime.ort_runner(before, optimize=False, arena=False)
+    specs = _verify.input_specs(ir.serde.deserialize_model(before))
+    result = _verify.verify(before.SerializeToString(), after.SerializeToString(), specs)
+    assert result.reference == "onnx.reference"
+    (note,) = result.notes
+    assert note.startswith("ONNX Runtime rejects the original model (")
+    assert note.endswith(
+        "reference outputs from onnx.reference: a partial check (it ignores "
+        "sequence_lens and clip on RNNs)"
+    )
+    assert result.ok == (result_op == "Relu") and len(result.runs) == 2
+    assert "  max abs diff per output (onnx.reference reference):" in result.lines()
