@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from rnn_rewrite_rules._verify import VerifyResult
+from rnn_rewrite_rules.runtime import compare, latency, max_abs_diff
 from rnn_rewrite_rules.runtime import diff as _diff
-from rnn_rewrite_rules.runtime import max_abs_diff
 
 
 def test_equal_arrays_differ_by_zero() -> None:
@@ -103,3 +104,31 @@ def test_max_abs_diff_sees_a_nan_the_rewrite_introduced() -> None:
     """``0 * inf`` in a rewritten model is NaN: the comparison must not call that equal."""
     assert max_abs_diff([np.array([1.0, 2.0])], [np.array([np.nan, 2.0])]) == np.inf
     assert max_abs_diff([np.array([np.nan, 2.0])], [np.array([1.0, 2.0])]) == np.inf
+
+
+def test_compare_is_infinite_for_a_failed_run_or_another_shape() -> None:
+    """The benchmarks' comparison: a run that failed (None, or its error text) or gave
+    other shapes or counts is infinitely far; otherwise it is max_abs_diff."""
+    expected = [np.array([1.0, 2.0], np.float32)]
+    assert compare([np.array([1.0, 2.5], np.float32)], expected) == 0.5
+    assert compare(None, expected) == compare("session failed", expected) == float("inf")
+    assert compare([np.zeros(3, np.float32)], expected) == float("inf")
+    assert compare([], expected) == float("inf")
+
+
+def test_latency_measures_creation_and_a_run() -> None:
+    """(session creation, median run) in seconds, both positive, for both settings."""
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "relu",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    model.ir_version = 8
+    feeds = {"x": np.array([-1.0, 1.0], np.float32)}
+    for optimize in (True, False):
+        created, median = latency(model.SerializeToString(), feeds, 3, optimize=optimize)
+        assert 0 < created < 60 and 0 < median < 60

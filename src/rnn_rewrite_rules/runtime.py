@@ -154,7 +154,8 @@ def diff(expected: np.ndarray, actual: np.ndarray) -> float:
     a = np.asarray(expected, dtype=np.float64)
     b = np.asarray(actual, dtype=np.float64)
     both_nan = np.isnan(a) & np.isnan(b)
-    delta = np.abs(a - b)
+    with np.errstate(invalid="ignore"):  # inf - inf is NaN: infinite below
+        delta = np.abs(a - b)
     delta = np.where(both_nan, 0.0, np.where(np.isnan(delta), np.inf, delta))
     return float(np.max(delta))
 
