@@ -6,11 +6,16 @@ comparison is changed.
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from rnn_rewrite_rules._verify import VerifyResult
+from rnn_rewrite_rules import _verify
+from rnn_rewrite_rules._verify import VerifyResult, parse_shape_overrides
 from rnn_rewrite_rules.runtime import compare, latency, max_abs_diff
 from rnn_rewrite_rules.runtime import diff as _diff
 
@@ -132,3 +137,44 @@ def test_latency_measures_creation_and_a_run() -> None:
     for optimize in (True, False):
         created, median = latency(model.SerializeToString(), feeds, 3, optimize=optimize)
         assert 0 < created < 60 and 0 < median < 60
+
+
+def test_shape_overrides_parse_names_and_dims() -> None:
+    assert parse_shape_overrides([" input = 2,7 x 8", "seq=1x9", "batch=0"]) == {
+        "input": (2, 7, 8),
+        "seq": (1, 9),
+        "batch": (0,),
+    }
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("input", "expected NAME=DIMS, e.g. input=1,7,256"),
+        ("=2,3", "expected NAME=DIMS, e.g. input=1,7,256"),
+        ("input=2=3", "dims must be integers"),
+        ("input=2,three", "dims must be integers"),
+        ("input=2,-1", "dims must not be negative"),
+    ],
+)
+def test_shape_overrides_that_are_not_name_equals_dims_are_refused(item, message) -> None:
+    with pytest.raises(ValueError) as error:
+        parse_shape_overrides([item])
+    assert str(error.value) == f"--shape {item!r}: {message}"
+
+
+def test_a_child_imports_the_package_the_parent_runs(monkeypatch) -> None:
+    """The child process finds this very package first on its path (a source tree only on
+    sys.path, or mutmut's copy), ahead of what PYTHONPATH already says."""
+    seen = {}
+
+    def fake_run(*args, env, **kwargs):
+        seen.update(env)
+        return subprocess.CompletedProcess(args, -6, b"", b"")
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(_verify.subprocess, "run", fake_run)
+    with pytest.raises(_verify._Aborted):
+        _verify._run_in_child(b"model", {}, optimize=False)
+    package_root = str(pathlib.Path(_verify.__file__).resolve().parent.parent)
+    assert seen["PYTHONPATH"] == os.pathsep.join([package_root, "/elsewhere"])
