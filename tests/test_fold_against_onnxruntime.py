@@ -1,0 +1,255 @@
+"""shape.constant's evaluator against ONNX Runtime, one op (or one short chain) at a time.
+
+Each case is a graph of constants. Where ONNX Runtime computes it, ``fold_value`` gives
+the same array (values, dtype and shape), or refuses a case listed as a conservative
+refusal; where ONNX Runtime rejects it, ``fold_value`` refuses with a reason, never an
+array. The cases walk each op's guards: attribute and input forms by opset, negative and
+out-of-range axes, copied (``0``) and inferred (``-1``) Reshape dims, uneven Splits,
+Gather indices, lazy ``Concat`` followed by ``Transpose``/``Unsqueeze``/``Squeeze``,
+and the casts ONNX Runtime computes in two steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import helper, numpy_helper
+
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.shape.constant import fold_value
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """``nodes`` over the initializers ``constants``; every output of the last node is
+    checked. ``refused``: ONNX Runtime computes it, the evaluator declines (conservative)."""
+
+    nodes: tuple[onnx.NodeProto, ...]
+    constants: dict
+    opset: int = 18
+    refused: bool = False
+
+
+def _data(*shape: int, dtype=np.float32) -> np.ndarray:
+    return (np.arange(int(np.prod(shape))) - 3).astype(dtype).reshape(shape)
+
+
+def _one(op: str, constants: dict, outputs: int = 1, opset: int = 18, refused=False, **attrs):
+    node = helper.make_node(
+        op, list(constants), [f"out{i}" for i in range(outputs)], name=op, **attrs
+    )
+    return Case((node,), constants, opset, refused)
+
+
+def _ints(*values: int) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+def _reshape(shape, target, opset=18, **attrs) -> Case:
+    return _one("Reshape", {"data": _data(*shape), "shape": _ints(*target)}, opset=opset, **attrs)
+
+
+def _split(shape, outputs, sizes=None, opset=18, **attrs) -> Case:
+    """``sizes``: the ``split`` input (opset 13+); ``split=`` in ``attrs``: the attribute."""
+    constants = {"data": _data(*shape)}
+    if sizes is not None:
+        constants["split"] = _ints(*sizes)
+    return _one("Split", constants, outputs, opset, **attrs)
+
+
+def _slice(shape, starts, ends, axes=None, steps=None) -> Case:
+    constants = {"data": _data(*shape), "starts": _ints(*starts), "ends": _ints(*ends)}
+    if axes is not None:
+        constants["axes"] = _ints(*axes)
+    if steps is not None:
+        constants["steps"] = _ints(*steps)
+    return _one("Slice", constants)
+
+
+def _gather(shape, indices, axis=None) -> Case:
+    attrs = {} if axis is None else {"axis": axis}
+    return _one("Gather", {"data": _data(*shape), "indices": np.array(indices, np.int64)}, **attrs)
+
+
+def _axes_op(op, shape, axes, opset=18) -> Case:
+    """Squeeze/Unsqueeze with ``axes`` as the attribute (opset < 13) or the input."""
+    constants = {"data": _data(*shape)}
+    if axes is None:
+        return _one(op, constants, opset=opset)
+    if opset < 13:
+        return _one(op, constants, opset=opset, axes=list(axes))
+    return _one(op, constants | {"axes": _ints(*axes)}, opset=opset)
+
+
+def _cast(array: np.ndarray, to: int, refused: bool = False) -> Case:
+    return _one("Cast", {"data": array}, refused=refused, to=to)
+
+
+def _after_concat(op: str, **attrs) -> Case:
+    """``op`` of a ``Concat`` (kept lazy by the evaluator) of two [1, 2, 3] tensors."""
+    constants = {"a": _data(1, 2, 3), "b": _data(1, 2, 3) * 10}
+    nodes = [helper.make_node("Concat", ["a", "b"], ["joined"], axis=1)]
+    inputs = ["joined"]
+    if op in ("Unsqueeze", "Squeeze"):
+        constants["axes"] = _ints(*attrs.pop("axes"))
+        inputs.append("axes")
+    nodes.append(helper.make_node(op, inputs, ["out0"], **attrs))
+    return Case(tuple(nodes), constants)
+
+
+F16, F32, F64 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+I8, I32, I64, U8, BOOL = (
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.BOOL,
+)
+
+CASES = {
+    # Reshape: inferred (-1) and copied (0) dims, allowzero, and the shapes it cannot take
+    "reshape -1": _reshape((2, 3, 4), (4, -1)),
+    "reshape copies dim 0": _reshape((2, 3, 4), (0, -1)),
+    "reshape copies two dims": _reshape((2, 3, 4), (0, 0, -1)),
+    "reshape flat": _reshape((2, 3, 4), (24,)),
+    "reshape copies a dim it lacks": _reshape((2, 3, 4), (0, 0, 0, 0)),
+    "reshape two -1": _reshape((2, 3, 4), (-1, -1)),
+    "reshape -2": _reshape((2, 3, 4), (-2, -12)),
+    "reshape -1 does not divide": _reshape((2, 3, 4), (5, -1)),
+    "reshape wrong size": _reshape((2, 3, 4), (5, 5)),
+    "reshape empty with -1": _reshape((2, 0, 4), (0, -1)),
+    "reshape allowzero keeps 0": _reshape((0, 3), (0, 3), allowzero=1),
+    "reshape allowzero 0 is not a copy": _reshape((2, 3, 4), (0, 24), allowzero=1),
+    "reshape opset 13": _reshape((2, 3, 4), (3, 0, -1), opset=13),
+    "reshape 2-D shape": _one(
+        "Reshape", {"data": _data(2, 3), "shape": np.array([[3, 2]], np.int64)}
+    ),
+    # Split: sizes as input (13+), attribute (11), equal parts, opset 18's num_outputs
+    "split equal": _split((6, 4), 3, opset=13),
+    "split unequal without sizes": _split((7, 4), 3, opset=13),
+    "split num_outputs uneven": _split((7, 4), 3, num_outputs=3),
+    "split num_outputs even": _split((6, 4), 2, axis=0, num_outputs=2),
+    "split sizes on the last axis": _split((6, 4), 2, sizes=(1, 3), opset=13, axis=-1),
+    "split sizes not summing": _split((6, 4), 2, sizes=(1, 2), opset=13, axis=1),
+    "split negative size": _split((6, 4), 2, sizes=(-1, 5), opset=13, axis=1),
+    "split empty part": _split((6, 4), 2, sizes=(0, 4), opset=13, axis=1),
+    "split axis out of range": _split((6, 4), 2, opset=13, axis=2),
+    "split attribute sizes": _split((6, 4), 2, opset=11, axis=0, split=[2, 4]),
+    # Slice: negative starts and steps, omitted axes, clamped ends, its refusals
+    "slice reversed": _slice((4, 3), (-1,), (-(2**62),), (0,), (-1,)),
+    "slice every other": _slice((5, 3), (0, 1), (5, 3), (0, 1), (2, 1)),
+    "slice without axes": _slice((4, 3), (1, 0), (3, 2)),
+    "slice clamped": _slice((4, 3), (-100,), (100,), (1,)),
+    "slice negative axis": _slice((4, 3), (1,), (-1,), (-1,)),
+    "slice step 0": _slice((4, 3), (0,), (2,), (0,), (0,)),
+    "slice repeated axis": _slice((4, 3), (0, 1), (2, 2), (0, 0)),
+    "slice axis out of range": _slice((4, 3), (0,), (2,), (2,)),
+    "slice empty": _slice((4, 3), (2,), (1,), (0,)),
+    # Gather: axes, negative and out-of-range indices, index shapes
+    "gather rows": _gather((4, 3), [2, 0]),
+    "gather negative index": _gather((4, 3), [-1, 1], axis=1),
+    "gather scalar index": _gather((4, 3), 2, axis=-1),
+    "gather 2-D indices": _gather((4, 3), [[0, 3], [1, 2]]),
+    "gather index out of range": _gather((4, 3), [4]),
+    "gather negative index out of range": _gather((4, 3), [-5]),
+    "gather axis out of range": _gather((4, 3), [0], axis=2),
+    "gather float indices": _one("Gather", {"data": _data(4, 3), "indices": np.zeros(1)}),
+    # Squeeze / Unsqueeze: attribute and input forms, negative, unsorted, repeated axes
+    "squeeze all ones": _axes_op("Squeeze", (1, 3, 1), None),
+    "squeeze one axis": _axes_op("Squeeze", (1, 3, 1), (-1,)),
+    "squeeze attribute": _axes_op("Squeeze", (1, 3, 1), (0,), opset=11),
+    "squeeze a dim that is not 1": _axes_op("Squeeze", (1, 3, 1), (1,)),
+    "squeeze axis out of range": _axes_op("Squeeze", (1, 3, 1), (3,)),
+    "squeeze repeated axis": dataclasses.replace(  # ONNX Runtime squeezes it once
+        _axes_op("Squeeze", (1, 3, 1), (0, -3)), refused=True
+    ),
+    "unsqueeze unsorted": _axes_op("Unsqueeze", (2, 3), (3, 0)),
+    "unsqueeze negative": _axes_op("Unsqueeze", (2, 3), (-1,)),
+    "unsqueeze attribute": _axes_op("Unsqueeze", (2, 3), (1,), opset=11),
+    "unsqueeze repeated": _axes_op("Unsqueeze", (2, 3), (1, 1)),
+    "unsqueeze out of range": _axes_op("Unsqueeze", (2, 3), (3,)),
+    # Transpose
+    "transpose perm": _one("Transpose", {"data": _data(2, 3, 4)}, perm=[1, 2, 0]),
+    "transpose default reverses": _one("Transpose", {"data": _data(2, 3, 4)}),
+    "transpose bad perm": _one("Transpose", {"data": _data(2, 3, 4)}, perm=[0, 0, 1]),
+    # Concat, and what follows it while it is kept lazy
+    "concat negative axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 1)}, axis=-1),
+    "concat axis out of range": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}, axis=2),
+    "concat then transpose": _after_concat("Transpose", perm=[2, 0, 1]),
+    "concat then default transpose": _after_concat("Transpose"),
+    "concat then unsqueeze": _after_concat("Unsqueeze", axes=[0, 4]),
+    "concat then squeeze": _after_concat("Squeeze", axes=[0]),
+    "concat then reshape": Case(
+        (
+            helper.make_node("Concat", ["a", "b"], ["joined"], axis=1),
+            helper.make_node("Reshape", ["joined", "shape"], ["out0"]),
+        ),
+        {"a": _data(1, 2, 3), "b": _data(1, 2, 3), "shape": _ints(4, -1)},
+    ),
+    # Cast: rounding and the two-step double -> float16, integer targets, bool
+    "cast double to half": _cast(np.array([1 + 2**-11 + 2**-40, 65520.0, -0.1], np.float64), F16),
+    "cast float to int truncates": _cast(np.array([1.7, -1.7, 2.5], np.float32), I32),
+    # undefined in C++ (x86 and ARM differ): ONNX Runtime gives a value, folding refuses
+    "cast float to int out of range": _cast(np.array([3e9], np.float32), I32, refused=True),
+    "cast negative to uint8": _cast(np.array([-1.0], np.float32), U8, refused=True),
+    "cast nan to int": _cast(np.array([np.nan], np.float32), I64, refused=True),
+    "cast just inside the range": _cast(np.array([-128.9, 255.9], np.float32), U8, refused=True),
+    "cast to int8 inside the range": _cast(np.array([-128.99, 127.99], np.float32), I8),
+    "cast to int8 at min - 1": _cast(np.array([-129.0], np.float32), I8, refused=True),
+    "cast to int8 below min - 1": _cast(np.array([-129.5], np.float32), I8, refused=True),
+    "cast to int8 at max + 1": _cast(np.array([0.0, 128.0], np.float32), I8, refused=True),
+    "cast to int8 above max + 1": _cast(np.array([128.5], np.float32), I8, refused=True),
+    "cast float to bool": _cast(np.array([0.0, -2.0, 0.5], np.float32), BOOL),
+    "cast int64 to half": _cast(np.array([70000, -3], np.int64), F16),
+    "cast bool to double": _cast(np.array([True, False]), F64),
+    "cast half to float": _cast(np.array([0.1, 6e-8], np.float16), F32),
+    "cast overflow to inf": _cast(np.array([1e300], np.float64), F32),
+}
+
+
+def _model(case: Case) -> onnx.ModelProto:
+    last = case.nodes[-1]
+    graph = helper.make_graph(
+        list(case.nodes),
+        "constants",
+        [],
+        [onnx.ValueInfoProto(name=name) for name in last.output],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in case.constants.items()],
+    )
+    for output in graph.output:  # element type only; ONNX Runtime infers the rest
+        output.type.tensor_type.elem_type = _output_type(case)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    model.ir_version = 8
+    return model
+
+
+def _output_type(case: Case) -> int:
+    last = case.nodes[-1]
+    if last.op_type == "Cast":
+        return next(a.i for a in last.attribute if a.name == "to")
+    data = next(iter(case.constants.values()))
+    return helper.np_dtype_to_tensor_dtype(np.asarray(data).dtype)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_folding_computes_what_onnxruntime_computes_or_refuses(name: str) -> None:
+    case = CASES[name]
+    model = _model(case)
+    try:
+        expected = runtime.run(model, {}, optimize=False)
+    except Exception:  # ONNX Runtime rejects it: so must the evaluator
+        expected = None
+    ir_model = ir.serde.deserialize_model(model)
+    last = list(ir_model.graph)[-1]
+    for index, value in enumerate(last.outputs):
+        folded = fold_value(value)
+        if expected is None or case.refused:
+            assert isinstance(folded, str) and folded, (name, folded)
+            continue
+        assert isinstance(folded, np.ndarray), (name, folded)
+        assert folded.dtype == expected[index].dtype and folded.shape == expected[index].shape
+        np.testing.assert_array_equal(folded, expected[index], err_msg=name)
