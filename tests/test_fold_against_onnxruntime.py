@@ -162,6 +162,7 @@ CASES = {
     "slice reversed to the first": _slice((4, 3), (2,), (0,), (0,), (-1,)),
     "slice reversed below the first": _slice((4, 3), (-100,), (-200,), (0,), (-1,)),
     "slice reversed from before the end": _slice((4, 3), (1,), (100,), (0,), (-1,)),
+    "slice reversed from the last to itself": _slice((4, 3), (3,), (3,), (0,), (-1,)),
     "slice reversed by two": _slice((5, 3), (-1,), (-(2**62),), (0,), (-2,)),
     "slice empty axis": _slice((0, 3), (0,), (1,), (0,)),
     "slice empty axis reversed": _slice((0, 3), (-1,), (-(2**62),), (0,), (-1,)),
@@ -171,6 +172,10 @@ CASES = {
     "slice attributes (opset 9)": _one(
         "Slice", {"data": _data(4, 3)}, opset=9, starts=[1, -2], ends=[3, 100], axes=[0, 1]
     ),
+    "slice one axis by attribute (opset 9)": _one(
+        "Slice", {"data": _data(4, 3)}, opset=9, starts=[1], ends=[3], axes=[1]
+    ),
+    "slice without starts (opset 9)": _one("Slice", {"data": _data(4, 3)}, opset=9, ends=[3]),
     "slice without axes or steps (opset 10)": _one(
         "Slice", {"data": _data(4, 3), "starts": _ints(1), "ends": _ints(3)}, opset=10
     ),
@@ -274,6 +279,7 @@ REASONS = {
     "slice ends shorter than starts": "Slice starts/ends missing or of different lengths",
     "slice axes of another length": "Slice inputs of different lengths",
     "slice steps of another length": "Slice inputs of different lengths",
+    "slice without starts (opset 9)": "Slice starts/ends missing or of different lengths",
     "slice float starts": "starts is not a 1-D integer tensor",
     "gather index out of range": "Gather index out of range",
     "gather negative index out of range": "Gather index out of range",

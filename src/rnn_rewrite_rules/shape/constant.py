@@ -362,8 +362,9 @@ def _slice(node: ir.Node, operands: list[_Array | None]) -> _Array:
             start, end = min(max(start, 0), dim), min(max(end, 0), dim)
             index[axis] = slice(start, end, step)
         else:
+            # an empty axis gives start = end = -1: the slice (-1, None, -1) is empty too
             start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
-            index[axis] = slice(0, 0) if dim == 0 else slice(start, None if end < 0 else end, step)
+            index[axis] = slice(start, None if end < 0 else end, step)
     key = tuple(index)
     return _view_op(data, lambda a: a[key])
 
