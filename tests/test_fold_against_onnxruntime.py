@@ -120,7 +120,8 @@ CASES = {
     "reshape flat": _reshape((2, 3, 4), (24,)),
     "reshape copies a dim it lacks": _reshape((2, 3, 4), (0, 0, 0, 0)),
     "reshape two -1": _reshape((2, 3, 4), (-1, -1)),
-    "reshape -2": _reshape((2, 3, 4), (-2, -12)),
+    "reshape -2": _reshape((2, 3, 4), (-2, 12)),
+    "reshape without shape": _one("Reshape", {"data": _data(2, 3)}),
     "reshape -1 does not divide": _reshape((2, 3, 4), (5, -1)),
     "reshape wrong size": _reshape((2, 3, 4), (5, 5)),
     "reshape empty with -1": _reshape((2, 0, 4), (0, -1)),
@@ -142,6 +143,10 @@ CASES = {
     "split negative size": _split((6, 4), 2, sizes=(-1, 5), opset=13, axis=1),
     "split empty part": _split((6, 4), 2, sizes=(0, 4), opset=13, axis=1),
     "split axis out of range": _split((6, 4), 2, opset=13, axis=2),
+    "split axis -rank": _split((6, 4), 2, opset=13, axis=-2),
+    "split without input": Case(
+        (helper.make_node("Split", [], ["out0", "out1"], axis=0, num_outputs=2),), {}
+    ),
     "split num_outputs disagrees": dataclasses.replace(
         _split((6, 4), 3, num_outputs=2), aborts=True
     ),
@@ -190,6 +195,8 @@ CASES = {
     "gather index out of range": _gather((4, 3), [4]),
     "gather negative index out of range": _gather((4, 3), [-5]),
     "gather axis out of range": _gather((4, 3), [0], axis=2),
+    "gather axis -rank": _gather((4, 3), [3, 0], axis=-2),
+    "gather without indices": _one("Gather", {"data": _data(4, 3)}),
     "gather float indices": _one("Gather", {"data": _data(4, 3), "indices": np.zeros(1)}),
     "gather int32 indices": _one(
         "Gather", {"data": _data(4, 3), "indices": np.array([3, -4], np.int32)}
@@ -221,14 +228,36 @@ CASES = {
     "transpose bad perm": _one("Transpose", {"data": _data(2, 3, 4)}, perm=[0, 0, 1]),
     "transpose short perm": _one("Transpose", {"data": _data(2, 3, 4)}, perm=[1, 0]),
     "identity": _one("Identity", {"data": _data(2, 3)}),
+    "identity of a missing input": Case(
+        (helper.make_node("Identity", [""], ["out0"]),), {"unused": _data(1)}
+    ),
+    "computed value read by two nodes": Case(
+        (
+            helper.make_node("Transpose", ["data"], ["t"]),
+            helper.make_node("Identity", ["t"], ["a"]),
+            helper.make_node("Identity", ["t"], ["b"]),
+            helper.make_node("Concat", ["a", "b"], ["out0"], axis=0),
+        ),
+        {"data": _data(2, 3)},
+    ),
     # Concat, and what follows it while it is kept lazy
     "concat negative axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 1)}, axis=-1),
     "concat axis out of range": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}, axis=2),
     "concat without axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}),
+    "concat with a missing input": Case(
+        (helper.make_node("Concat", ["a", ""], ["out0"], axis=0),), {"a": _data(2, 3)}
+    ),
     "concat then transpose": _after_concat("Transpose", perm=[2, 0, 1]),
     "concat then default transpose": _after_concat("Transpose"),
     "concat then unsqueeze": _after_concat("Unsqueeze", axes=[0, 4]),
     "concat then squeeze": _after_concat("Squeeze", axes=[0]),
+    "concat then squeeze of every 1": Case(
+        (
+            helper.make_node("Concat", ["a", "b"], ["joined"], axis=1),
+            helper.make_node("Squeeze", ["joined"], ["out0"]),
+        ),
+        {"a": _data(1, 2, 1), "b": _data(1, 2, 1)},
+    ),
     "concat then reshape": Case(
         (
             helper.make_node("Concat", ["a", "b"], ["joined"], axis=1),
@@ -254,6 +283,10 @@ CASES = {
     "cast bool to double": _cast(np.array([True, False]), F64),
     "cast half to float": _cast(np.array([0.1, 6e-8], np.float16), F32),
     "cast overflow to inf": _cast(np.array([1e300], np.float64), F32),
+    "cast without to": _one("Cast", {"data": np.array([1.5], np.float32)}),
+    "cast from string": _one(
+        "Cast", {"data": np.array(["1.5"], dtype=object)}, refused=True, to=F32
+    ),
     "cast to bfloat16": _cast(np.array([1.0], np.float32), onnx.TensorProto.BFLOAT16, refused=True),
 }
 
@@ -261,13 +294,20 @@ CASES = {
 REASONS = {
     "reshape copies a dim it lacks": "Reshape copies a dim the input does not have",
     "reshape two -1": "invalid Reshape target [-1, -1]",
-    "reshape -2": "invalid Reshape target [-2, -12]",
+    "reshape -2": "invalid Reshape target [-2, 12]",
     "reshape -1 does not divide": "Reshape of (2, 3, 4) to [5, -1]",
     "reshape wrong size": "Reshape of (2, 3, 4) to [5, 5]",
     "reshape allowzero 0 is not a copy": "Reshape of (2, 3, 4) to [0, 24]",
     "reshape allowzero keeps a 0 a copy would fill": "Reshape of (2, 3, 4) to [0, 12]",
     "reshape -1 next to a copied 0": "Reshape of (2, 0, 4) to [-1, 0]",
     "reshape 2-D shape": "shape is not a 1-D integer tensor",
+    "reshape without shape": "Reshape without shape",
+    "split without input": "Split without input",
+    "gather without indices": "Gather without indices",
+    "identity of a missing input": "Identity without input",
+    "concat with a missing input": "Concat with an empty input",
+    "cast without to": "Cast to UNDEFINED is not folded",
+    "cast from string": "STRING tensors are not folded",
     "split unequal without sizes": "Split of 7 into 3 equal parts",
     "split sizes not summing": "Split sizes [1, 2] of a dim of 4",
     "split negative size": "Split sizes [-1, 5] of a dim of 4",
@@ -328,8 +368,8 @@ def _model(case: Case) -> onnx.ModelProto:
 def _output_type(case: Case) -> int:
     last = case.nodes[-1]
     if last.op_type == "Cast":
-        return next(a.i for a in last.attribute if a.name == "to")
-    data = next(iter(case.constants.values()))
+        return next((a.i for a in last.attribute if a.name == "to"), onnx.TensorProto.FLOAT)
+    data = next(iter(case.constants.values()), _data(1))
     return helper.np_dtype_to_tensor_dtype(np.asarray(data).dtype)
 
 

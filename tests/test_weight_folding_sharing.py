@@ -115,6 +115,10 @@ def _assert_same_outputs(before: onnx.ModelProto, after: onnx.ModelProto) -> Non
         assert diff == 0, f"seq={seq} batch={batch}: max abs diff {diff}"
 
 
+def _out(name: str, rank: int = 4) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * rank)
+
+
 def _initializer_bytes(model: onnx.ModelProto) -> int:
     return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
 
@@ -654,3 +658,44 @@ def test_graphs_attribute_bodies_share_one_tensor_in_the_outer_graph() -> None:
     stored = {t.name: numpy_helper.to_array(t) for t in after.graph.initializer}
     assert lstms[0].input[1] == lstms[1].input[1] == "w2d_W"
     np.testing.assert_array_equal(stored["w2d_W"], numpy_helper.to_array(w2d)[None])
+
+
+def test_a_preparation_split_between_the_main_graph_and_a_branch_folds() -> None:
+    """The main graph reverses ``w``'s gate rows; the ``If`` branch unsqueezes the result
+    for its LSTM: one preparation across two graphs, evaluated in order and folded into
+    one tensor stored where ``w`` was (the branch reads it from the outer scope)."""
+    branch_nodes = [helper.make_node("Unsqueeze", ["w_rev", "zero"], ["w3"]), _lstm("w3", "y")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)
+    branch = helper.make_graph(branch_nodes, "then", [], [y])
+    other = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["X", "zero"], ["x4"])], "else", [], [_out("x4")]
+    )
+    nodes = [
+        helper.make_node("Slice", ["w2d", "last", "before_first", "zero", "back"], ["w_rev"]),
+        helper.make_node("If", ["cond"], ["picked"], then_branch=branch, else_branch=other),
+    ]
+    inits = [
+        _floats("w2d", (4 * H, SIZE), 0),
+        _floats("r", (1, 4 * H, H), 1),
+        _ints("zero", 0),
+        *_REVERSE_BOUNDS[:2],
+        _ints("back", -1),
+    ]
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, [])
+    model = _model(nodes, inits, ["picked"], extra_inputs=[cond])
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["Slice"] == 0
+    (then,) = [a.g for a in after.graph.node[-1].attribute if a.name == "then_branch"]
+    lstm = next(n for n in then.node if n.op_type == "LSTM")
+    assert lstm.input[1] in {t.name for t in after.graph.initializer}
+    for seed, (seq, batch) in enumerate(RUN_SIZES):
+        feeds = _feeds(model, seq, batch, seed) | {"cond": np.array(True)}
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) == 0
+
+
+def test_a_weight_computed_by_another_domains_op_names_it() -> None:
+    nodes = [helper.make_node("Prepare", ["w2d"], ["w"], domain="custom"), _lstm("w", "y")]
+    inits = [_floats("w2d", (4 * H, SIZE), 0), _floats("r", (1, 4 * H, H), 1)]
+    model = _model(nodes, inits, ["y"], opsets=[helper.make_opsetid("custom", 1)], check=False)
+    assert apply(RULES, model, check=False)[1] == 0
+    assert _reasons(model) == ["W: w is computed by custom::Prepare, not one of the foldable ops"]

@@ -45,7 +45,6 @@ FOLDABLE_OPS = frozenset(
         "Split",
         "Cast",
         "Identity",
-        "Constant",
     }
 )
 
@@ -451,11 +450,6 @@ def _split(node: ir.Node, operands: list[_Array | None]) -> list[_Array]:
 
 def _evaluate_node(node: ir.Node, operands: list[_Array | None]) -> list[_Array]:
     op_type = node.op_type
-    if op_type == "Constant":
-        tensor = ir.convenience.get_const_tensor(node.outputs[0])
-        if tensor is None:
-            raise FoldError("Constant without a tensor value")
-        return [_View(tensor)]
     if op_type == "Split":
         return list(_split(node, operands))
     if not operands or operands[0] is None:
