@@ -287,6 +287,7 @@ CASES = {
     "cast from string": _one(
         "Cast", {"data": np.array(["1.5"], dtype=object)}, refused=True, to=F32
     ),
+    "cast from complex": _cast(np.array([1 + 2j], np.complex64), F32),
     "cast to bfloat16": _cast(np.array([1.0], np.float32), onnx.TensorProto.BFLOAT16, refused=True),
 }
 
@@ -308,6 +309,7 @@ REASONS = {
     "concat with a missing input": "Concat with an empty input",
     "cast without to": "Cast to UNDEFINED is not folded",
     "cast from string": "STRING tensors are not folded",
+    "cast from complex": "Cast from complex64 is not folded",
     "split unequal without sizes": "Split of 7 into 3 equal parts",
     "split sizes not summing": "Split sizes [1, 2] of a dim of 4",
     "split negative size": "Split sizes [-1, 5] of a dim of 4",
