@@ -1,0 +1,144 @@
+"""fold_if: an If whose condition the shape prover decides becomes the branch that runs;
+near misses, each refused with its reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import fold_if
+from tests.reasons import refusal_reasons
+from tests.support import apply, op_counts
+
+RULES = fold_if.FAMILY.rules
+
+
+def _tensor(name: str, rank: int = 3) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, [None] * rank)
+
+
+def _branch(name: str, nodes, outputs, initializers=()) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, [], [_tensor(o) for o in outputs], list(initializers))
+
+
+def _if_model(
+    *,
+    rank: int = 3,
+    then_branch: onnx.GraphProto | None = None,
+    else_branch: onnx.GraphProto | None = None,
+    omit_else: bool = False,
+    outputs: int = 1,
+) -> onnx.ModelProto:
+    """``If(Equal(Size(Shape(x)), 3), then, else)`` over ``x`` declared of ``rank``: true
+    for rank 3 (then: Identity(x)), false otherwise (else: Relu(x))."""
+    names = [f"y{i}" for i in range(outputs)]
+    then_branch = then_branch or _branch(
+        "then",
+        [helper.make_node("Identity", ["x"], [f"t{i}"]) for i in range(outputs)],
+        [f"t{i}" for i in range(outputs)],
+    )
+    else_branch = else_branch or _branch(
+        "else",
+        [helper.make_node("Relu", ["x"], [f"e{i}"]) for i in range(outputs)],
+        [f"e{i}" for i in range(outputs)],
+    )
+    attrs = {"then_branch": then_branch}
+    if not omit_else:
+        attrs["else_branch"] = else_branch
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Size", ["shape"], ["rank"]),
+        helper.make_node("Equal", ["rank", "three"], ["cond"]),
+        helper.make_node("If", ["cond"], names, name="check_rank", **attrs),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "rank_check",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["a", "b", "c", "d"][:rank])],
+        [_tensor(n, rank) for n in names],
+        [numpy_helper.from_array(np.array(3, np.int64), "three")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("rank", [3, 2])
+def test_a_proven_condition_runs_its_branch(rank: int) -> None:
+    """Rank 3: the then branch (Identity: the If becomes x itself); rank 2: the else
+    branch (Relu)."""
+    model = _if_model(rank=rank)
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["If"] == 0
+    assert op_counts(after)["Relu"] == (rank != 3)
+    x = np.linspace(-1, 1, 2 * 3 * 4 if rank == 3 else 6).astype(np.float32)
+    x = x.reshape((2, 3, 4) if rank == 3 else (2, 3))
+    assert runtime.max_abs_diff(runtime.run(model, {"x": x}), runtime.run(after, {"x": x})) == 0
+
+
+def _refusals(model: onnx.ModelProto) -> list[str]:
+    """The reasons, but the rules for more outputs, which refuse a one-output If as such."""
+    found = set(refusal_reasons(RULES, model))
+    assert "If has 1 outputs" in found
+    return sorted(found - {"If has 1 outputs"})
+
+
+def test_a_runtime_condition_is_not_folded() -> None:
+    model = _if_model()
+    model.graph.node[-1].input[0] = "flag"  # If(flag), a graph input
+    del model.graph.node[:3]  # the rank check, now unused
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    assert apply(RULES, model)[1] == 0
+    assert _refusals(model) == [
+        "the If condition is not provable from the graph (a runtime value or size)"
+    ]
+
+
+def test_a_branch_with_initializers_is_not_inlined() -> None:
+    then = _branch(
+        "then",
+        [helper.make_node("Add", ["x", "bias"], ["t0"])],
+        ["t0"],
+        [numpy_helper.from_array(np.ones(1, np.float32), "bias")],
+    )
+    model = _if_model(then_branch=then)
+    assert apply(RULES, model)[1] == 0
+    assert _refusals(model) == ["the branch that runs has initializers"]
+
+
+def test_a_branch_with_a_nested_subgraph_is_not_inlined() -> None:
+    """The branch that runs holds an If of its own (on a runtime flag)."""
+    inner = helper.make_node(
+        "If",
+        ["flag"],
+        ["t0"],
+        then_branch=_branch("inner_then", [helper.make_node("Neg", ["x"], ["n"])], ["n"]),
+        else_branch=_branch("inner_else", [helper.make_node("Abs", ["x"], ["a"])], ["a"]),
+    )
+    model = _if_model(then_branch=_branch("then", [inner], ["t0"]))
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    assert apply(RULES, model)[1] == 0
+    assert _refusals(model) == [
+        "the If condition is not provable from the graph (a runtime value or size)",
+        "the branch that runs has a nested subgraph",
+    ]
+
+
+def test_a_branch_of_another_output_count_is_not_inlined() -> None:
+    then = _branch(
+        "then",
+        [helper.make_node("Identity", ["x"], ["t0"]), helper.make_node("Neg", ["x"], ["t1"])],
+        ["t0", "t1"],
+    )
+    model = _if_model(then_branch=then)
+    assert apply(RULES, model, check=False)[1] == 0
+    assert _refusals(model) == ["the branch's outputs do not match the If's"]
+
+
+def test_a_missing_branch_is_not_inlined() -> None:
+    model = _if_model(rank=2, omit_else=True)  # the else branch runs, and is absent
+    assert apply(RULES, model, check=False)[1] == 0
+    assert _refusals(model) == ["the If has no such branch"]
