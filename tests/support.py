@@ -147,3 +147,36 @@ def in_tract(
             feed_files.append(os.path.join(tmp, f"feeds{index}.npz"))
             np.savez(feed_files[-1], **feed)
         return measure.tract_probe(paths, list(feeds[0]), feed_files, prefixes, timeout=timeout)
+
+
+def as_function(model: onnx.ModelProto, opset: int, *, ranked: bool = False) -> onnx.ModelProto:
+    """``model``'s graph as the body of a local function ``local.layer`` importing ``opset``
+    of the default domain (its initializers become Constant nodes); the main graph calls it.
+
+    ``ranked``: the body reads its first input through ``Reshape(x, [0, 0, I])`` (``I``
+    its declared last size), so that the rank 3 a proof needs is known: a function's
+    inputs declare no shape.
+    """
+    graph = model.graph
+    body = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
+    inputs = [i.name for i in graph.input]
+    params = list(inputs)
+    if ranked:
+        size = graph.input[0].type.tensor_type.shape.dim[2].dim_value
+        target = onnx.numpy_helper.from_array(np.array([0, 0, size], np.int64))
+        params[0] = f"{inputs[0]}_declared"
+        body.append(onnx.helper.make_node("Constant", [], ["rank_target"], value=target))
+        body.append(onnx.helper.make_node("Reshape", [params[0], "rank_target"], [inputs[0]]))
+    body += list(graph.node)
+    outputs = [o.name for o in graph.output]
+    imports = [onnx.helper.make_opsetid("", opset)]
+    function = onnx.helper.make_function("local", "layer", params, outputs, body, imports)
+    call = onnx.helper.make_node("layer", inputs, outputs, domain="local", name="call")
+    main = onnx.helper.make_graph([call], "main", list(graph.input), list(graph.output))
+    opsets = [
+        onnx.helper.make_opsetid("", model.opset_import[0].version),
+        onnx.helper.make_opsetid("local", 1),
+    ]
+    result = onnx.helper.make_model(main, opset_imports=opsets, functions=[function])
+    result.ir_version = model.ir_version
+    return result

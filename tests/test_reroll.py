@@ -19,7 +19,8 @@ from rnn_rewrite_rules.testing.unrolled import (
     build_unrolled_rnn,
     rnn_inputs,
 )
-from tests.support import op_counts
+from tests.reasons import refusal_reasons
+from tests.support import as_function, op_counts
 
 POSITIVE = [
     UnrolledRnnConfig(),
@@ -285,3 +286,44 @@ def test_openvino_runs_the_merged_bidirectional_rnn_like_the_original(initial_st
         expected = runtime.run(model, feeds)
         assert runtime.max_abs_diff(expected, run_openvino(model, feeds)) <= 1e-5
         assert runtime.max_abs_diff(expected, run_openvino(result, feeds)) <= 1e-5, batch
+
+
+def _final_state_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The chain with its ``y`` output (the Concat of every step) removed: each step's
+    ``h`` is read by the next step alone."""
+    ir_model = ir.serde.deserialize_model(model)
+    ir_model.graph.outputs[:] = [v for v in ir_model.graph.outputs if v.name != "y"]
+    ir.passes.common.RemoveUnusedNodesPass()(ir_model)
+    return ir.serde.serialize_model(ir_model)
+
+
+@pytest.mark.parametrize("seq", [2, 3])
+def test_a_step_whose_h_feeds_the_next_is_not_the_end(seq: int) -> None:
+    """Without ``y``, a middle step's chain is complete, but its ``h`` feeds a later step:
+    refused there; the last step rerolls the whole chain."""
+    cfg = UnrolledRnnConfig(seq=seq)
+    model = _final_state_only(build_unrolled_rnn(cfg))
+    found = refusal_reasons(reroll.FAMILY.rules, model)
+    assert "h_T feeds another step: not the last step" in found, found
+    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    assert op_counts(result)["RNN"] == 1 and op_counts(result)["Tanh"] == 0
+    _assert_same(model, result, cfg)
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_near_misses_are_refused_by_the_rule(mutation: str) -> None:
+    """The plan's reason is the rule's refusal, attached to the step it concerns."""
+    model = build_unrolled_rnn(UnrolledRnnConfig(seq=4, mutation=mutation))
+    found = refusal_reasons(reroll.FAMILY.rules, model)
+    assert any(REASONS[mutation] in reason for reason in found), found
+
+
+def test_a_function_importing_another_opset_is_left_alone() -> None:
+    model = build_unrolled_rnn(UnrolledRnnConfig(seq=2))
+    version = model.opset_import[0].version
+    found = refusal_reasons(reroll.FAMILY.rules, as_function(model, version - 1, ranked=True))
+    reason = (
+        f"function 'layer' imports opset {version - 1} of 'ai.onnx' but the model "
+        f"{version}: an emitted op would be invalid in one of them"
+    )
+    assert reason in found, found

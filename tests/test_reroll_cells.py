@@ -20,7 +20,8 @@ from rnn_rewrite_rules.testing.unrolled import (
     cell_inputs,
     cell_reference,
 )
-from tests.support import op_counts
+from tests.reasons import refusal_reasons
+from tests.support import as_function, op_counts
 
 POSITIVE = [
     UnrolledCellConfig(),
@@ -177,3 +178,66 @@ def test_property_builder_loops_match_the_numpy_cell(
     assert op_counts(result)[op_type] == 1
     feeds = cell_inputs(cfg, batch)
     assert runtime.max_abs_diff(cell_reference(cfg, feeds["x"]), runtime.run(result, feeds)) <= 1e-5
+
+
+def _final_state_only(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The loop without its ``y`` output: each step's ``h`` is read by the next step alone."""
+    ir_model = ir.serde.deserialize_model(model)
+    ir_model.graph.outputs[:] = [v for v in ir_model.graph.outputs if v.name != "y"]
+    ir.passes.common.RemoveUnusedNodesPass()(ir_model)
+    return ir.serde.serialize_model(ir_model)
+
+
+def _rules(op_type: str) -> list:
+    return [reroll_cells.RerollCell.rule(op_type)]
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_a_step_whose_h_feeds_the_next_is_not_the_end(op_type: str) -> None:
+    cfg = UnrolledCellConfig(op_type=op_type, seq=3)
+    model = _final_state_only(build_unrolled_cell(cfg))
+    found = refusal_reasons(_rules(op_type), model)
+    assert "h_T feeds another step: not the last step" in found, found
+    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    assert op_counts(result)[op_type] == 1
+    for seed, batch in enumerate(_batches(cfg)):
+        feeds = cell_inputs(cfg, batch, rng=seed)
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5
+
+
+def test_a_reader_of_c_t_before_h_t_is_refused() -> None:
+    """The merged node takes the place of ``h_T``'s Mul: a reader of ``c_T`` placed before
+    it would read a value computed after it."""
+    model = build_unrolled_cell(UnrolledCellConfig(seq=3))
+    nodes = list(model.graph.node)
+    (reader,) = [n for n in nodes if list(n.output) == ["c_n"]]
+    (producer,) = [n for n in nodes if reader.input[0] in n.output]
+    nodes.remove(reader)
+    nodes.insert(nodes.index(producer) + 1, reader)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    onnx.checker.check_model(model)
+    found = refusal_reasons(_rules("LSTM"), model)
+    assert "a reader of c_T comes before h_T" in found, found
+    assert op_counts(rnn_rewrite_rules.rewrite(model))["LSTM"] == 0
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+@pytest.mark.parametrize("mutation", sorted(CELL_MUTATIONS))
+def test_near_misses_are_refused_by_the_rule(op_type: str, mutation: str) -> None:
+    model = build_unrolled_cell(UnrolledCellConfig(op_type=op_type, seq=4, mutation=mutation))
+    expected = REASONS.get(mutation) or GATE_REASONS[op_type, mutation]
+    found = refusal_reasons(_rules(op_type), model)
+    assert any(expected in reason for reason in found), found
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_a_function_importing_another_opset_is_left_alone(op_type: str) -> None:
+    model = build_unrolled_cell(UnrolledCellConfig(op_type=op_type, seq=2))
+    version = model.opset_import[0].version
+    found = refusal_reasons(_rules(op_type), as_function(model, version - 1, ranked=True))
+    reason = (
+        f"function 'layer' imports opset {version - 1} of 'ai.onnx' but the model "
+        f"{version}: an emitted op would be invalid in one of them"
+    )
+    assert reason in found, found

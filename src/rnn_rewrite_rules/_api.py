@@ -17,6 +17,7 @@ from rnn_rewrite_rules._compat import check_onnxscript, release_match_state
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
     InitializerInfoFromTensorPass,
+    RemoveDeadNodesPass,
     RemoveUnusedSubgraphInitializersPass,
     UniqueRewrittenNodeNamesPass,
 )
@@ -188,6 +189,7 @@ def _rewrite(model: ir.Model, names: Sequence[str] | str | None, *, target: str)
         if not rule_set.apply_to_model(model):
             break
         fired = True
+        RemoveDeadNodesPass()(model)  # the next round must not rewrite dead code
     release_match_state(rule_set.rules)
     cleanup(model)
     return fired
@@ -197,7 +199,7 @@ def cleanup(model: ir.Model) -> None:
     """The passes :func:`rewrite` runs after the rules (the CLI runs them too)."""
     ir.passes.PassManager(
         [
-            common_passes.RemoveUnusedNodesPass(),
+            RemoveDeadNodesPass(),
             RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),

@@ -25,6 +25,7 @@ from onnxscript.rewriter import (
 from rnn_rewrite_rules import _api, _compat, _io, diagnostics
 from rnn_rewrite_rules._rnn import RNN_OPS, rnn_facts
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
+from rnn_rewrite_rules.passes import RemoveDeadNodesPass
 from rnn_rewrite_rules.rules import fixed_by
 
 __all__ = [
@@ -163,6 +164,7 @@ def rewrite_counting(
                 on_round(round_number)
             if not rule_set.apply_to_model(model):
                 break
+            RemoveDeadNodesPass()(model)  # as rewrite() does between rounds
     _api.cleanup(model)
     return counts
 

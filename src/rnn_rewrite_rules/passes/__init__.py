@@ -8,6 +8,7 @@ from rnn_rewrite_rules.passes.empty_unused_rnn_outputs import (
     empty_unused_rnn_outputs,
 )
 from rnn_rewrite_rules.passes.initializer_info_from_tensor import InitializerInfoFromTensorPass
+from rnn_rewrite_rules.passes.remove_dead_nodes import RemoveDeadNodesPass
 from rnn_rewrite_rules.passes.remove_unused_subgraph_initializers import (
     RemoveUnusedSubgraphInitializersPass,
 )
@@ -16,6 +17,7 @@ from rnn_rewrite_rules.passes.unique_rewritten_node_names import UniqueRewritten
 __all__ = [
     "EmptyUnusedRnnOutputsPass",
     "InitializerInfoFromTensorPass",
+    "RemoveDeadNodesPass",
     "RemoveUnusedSubgraphInitializersPass",
     "UniqueRewrittenNodeNamesPass",
     "empty_unused_rnn_outputs",

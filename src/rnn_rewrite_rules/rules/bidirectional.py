@@ -180,11 +180,9 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         prover = ShapeProver()
         root = context.root
         out = root.outputs[0]
-        half = _half(out, prover)
+        half = _half(out, prover)  # reversed: its walk starts at the root, a reversal
         if isinstance(half, str):
             return check_result.fail(half, out)
-        if not half.reversed:
-            return check_result.fail("not reversed", root)
         reason = node_reason(half.node)
         if reason is not None:
             return check_result.fail(reason, half.node)

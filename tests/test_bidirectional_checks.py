@@ -1,0 +1,575 @@
+"""bidirectional: the checks of the hand-built merges, one fact at a time.
+
+Each near miss changes one fact of a graph the family merges (a Slice bound, an axis, a
+reader, an input) and asserts the exact refusal; each boundary that is still a full
+reversal or the right axis is merged and checked in ONNX Runtime. Edits are made on the
+IR of :func:`rnn_rewrite_rules.testing.thirdparty.hand_built_bidirectional`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnx_ir as ir
+import pytest
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import _bidirectional_states as bidirectional_states
+from rnn_rewrite_rules.rules import bidirectional
+from rnn_rewrite_rules.testing import thirdparty as tp
+from tests.reasons import refusal_reasons
+from tests.support import apply, as_function
+
+RULES = bidirectional.FAMILY.rules
+#: Each rule alone, so that a refusal is the one rule's (two rules often give one reason).
+#: In the family, the reverse rule turns a Slice-reversed half into a reverse node before
+#: the Concat is reached, so the merge's own Slice proof only runs with the merge alone.
+MERGE = [bidirectional.MergeHandBuiltBidirectional.rule()]
+REVERSE = [bidirectional.MergeHandBuiltReverse.rule()]
+STATES = bidirectional_states.state_rules()
+FULL = 2**62  # an end at or below -FULL, a start at or above FULL: every length
+Edit = Callable[[ir.Graph], None]
+
+
+def _edited(model: onnx.ModelProto, edit: Edit) -> onnx.ModelProto:
+    ir_model = ir.serde.deserialize_model(model)
+    edit(ir_model.graph)
+    return ir.serde.serialize_model(ir_model)
+
+
+def _nodes(graph: ir.Graph, op_type: str) -> list[ir.Node]:
+    return [node for node in graph if node.op_type == op_type]
+
+
+def _ints(graph: ir.Graph, *values: int) -> ir.Value:
+    value = ir.Value(
+        name=f"edit_{len(graph.initializers)}", const_value=ir.tensor(np.array(values, np.int64))
+    )
+    graph.register_initializer(value)
+    return value
+
+
+def _input_slice(graph: ir.Graph) -> ir.Node:
+    """The Slice that reverses ``x`` (the other Slice reverses the backward half's Y)."""
+    (node,) = [n for n in _nodes(graph, "Slice") if n.inputs[0] is graph.inputs[0]]
+    return node
+
+
+def _output_slice(graph: ir.Graph) -> ir.Node:
+    (node,) = [n for n in _nodes(graph, "Slice") if n.inputs[0] is not graph.inputs[0]]
+    return node
+
+
+def _bound(index: int, *values: int, which: Callable[[ir.Graph], ir.Node] = _input_slice) -> Edit:
+    """Set input ``index`` (1 starts, 2 ends, 3 axes, 4 steps) of a reversal Slice."""
+
+    def edit(graph: ir.Graph) -> None:
+        which(graph).replace_input_with(index, _ints(graph, *values))
+
+    return edit
+
+
+def _also_read(pick: Callable[[ir.Graph], ir.Value]) -> Edit:
+    """A second reader of a value: ``Abs`` of it, a graph output of its own."""
+
+    def edit(graph: ir.Graph) -> None:
+        node = ir.Node("", "Abs", [pick(graph)], name="also_read")
+        node.outputs[0].name = "also_read"
+        graph.append(node)
+        graph.outputs.append(node.outputs[0])
+
+    return edit
+
+
+def _concat(graph: ir.Graph) -> ir.Node:
+    """Y's Concat (before the states' Concats, if any)."""
+    return _nodes(graph, "Concat")[0]
+
+
+def _set_axis(node_of: Callable[[ir.Graph], ir.Node], axis: int | None) -> Edit:
+    def edit(graph: ir.Graph) -> None:
+        node = node_of(graph)
+        if axis is None:
+            del node.attributes["axis"]
+        else:
+            node.attributes["axis"] = ir.AttrInt64("axis", axis)
+
+    return edit
+
+
+def _rnns(graph: ir.Graph) -> list[ir.Node]:
+    """The RNN nodes, the backward (built first) then the forward one."""
+    return [n for n in graph if n.op_type in ("LSTM", "GRU", "RNN")]
+
+
+def _merged(
+    before: onnx.ModelProto, direction: str = "bidirectional", rules=None
+) -> onnx.ModelProto:
+    """Rewritten (by the family, or ``rules`` alone) to one RNN node of ``direction``, no
+    Slice and no Constant node (its constants are initializers of the main graph), equal
+    outputs in ONNX Runtime."""
+    if rules is None:
+        after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
+    else:
+        after, _ = apply(rules, before)
+    onnx.checker.check_model(after, full_check=True)
+    ops = [n.op_type for n in after.graph.node]
+    rnn = [n for n in after.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+    assert len(rnn) == 1, ops
+    assert {a.name: a.s for a in rnn[0].attribute}["direction"] == direction.encode()
+    assert "Slice" not in ops and "Constant" not in ops, ops
+    for seed, (batch, seq) in enumerate(((1, 1), (3, 5), (2, 7))):
+        feeds = tp.thirdparty_inputs(before, batch, seq, rng=seed)
+        diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+        assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
+    return after
+
+
+def _directions(model: onnx.ModelProto) -> list[bytes]:
+    return sorted(
+        {a.name: a.s for a in n.attribute}.get("direction", b"forward")
+        for n in model.graph.node
+        if n.op_type in ("LSTM", "GRU", "RNN")
+    )
+
+
+def _refused(model: onnx.ModelProto, reason: str, rules=MERGE, *, unchanged: bool = False) -> None:
+    """``reason`` is among the refusals of ``rules``, and the family makes no node
+    bidirectional; ``unchanged``: nor turns one around (a near miss of the reversed input)."""
+    found = refusal_reasons(rules, model)
+    assert reason in found, found
+    after = rnn_rewrite_rules.rewrite(model, ["bidirectional"])
+    assert b"bidirectional" not in _directions(after)
+    if unchanged:
+        assert _directions(after) == _directions(model)
+
+
+# ---------------------------------------------------------------- the reversal Slices
+
+BOUNDARIES = {
+    "start_at_full": _bound(1, FULL),
+    "end_at_full": _bound(2, -FULL),
+    "axis_minus_3": _bound(3, -3),
+    "axes_omitted": lambda g: _input_slice(g).replace_input_with(3, None),
+    "output_start_at_full": _bound(1, FULL, which=_output_slice),
+}
+
+
+@pytest.mark.parametrize("edit", BOUNDARIES.values(), ids=BOUNDARIES.keys())
+@pytest.mark.parametrize("halves", ["both", "reverse"])
+def test_every_full_reversal_is_merged(edit: Edit, halves: str) -> None:
+    before = _edited(tp.hand_built_bidirectional("GRU", halves=halves), edit)
+    direction = "bidirectional" if halves == "both" else "reverse"
+    _merged(before, direction)
+    _merged(before, direction, MERGE if halves == "both" else REVERSE)
+
+
+SLICE_NEAR_MISSES = {
+    "start_-2": (_bound(1, -2), "the Slice starts at -2, not at the last element"),
+    "start_below_full": (
+        _bound(1, FULL - 1),
+        f"the Slice starts at {FULL - 1}, not at the last element",
+    ),
+    "end_above_full": (_bound(2, -FULL + 1), f"the Slice ends at {-FULL + 1}: not a full reversal"),
+    "step_-2": (_bound(4, -2), "the Slice does not step backwards over axis 0"),
+    "axis_1": (_bound(3, 1), "the Slice does not step backwards over axis 0"),
+    "axis_-2": (_bound(3, -2), "the Slice does not step backwards over axis 0"),
+    "no_steps": (
+        lambda g: _input_slice(g).resize_inputs(4),
+        "the Slice has no steps (step 1)",
+    ),
+    "two_axes": (
+        lambda g: [
+            _input_slice(g).replace_input_with(i, _ints(g, *v))
+            for i, v in ((1, (-1, -1)), (2, (-FULL, -FULL)), (3, (0, 1)), (4, (-1, -1)))
+        ],
+        "the Slice's bounds are not constant or not one axis",
+    ),
+    "runtime_start": (
+        lambda g: _input_slice(g).replace_input_with(1, _runtime_input(g)),
+        "the Slice's bounds are not constant or not one axis",
+    ),
+}
+
+
+def _runtime_input(graph: ir.Graph) -> ir.Value:
+    value = ir.Value(name="start", shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.INT64))
+    graph.inputs.append(value)
+    return value
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"), SLICE_NEAR_MISSES.values(), ids=SLICE_NEAR_MISSES.keys()
+)
+@pytest.mark.parametrize("halves", ["both", "reverse"])
+def test_input_slice_near_misses(edit: Edit, reason: str, halves: str) -> None:
+    """The Slice of ``x`` is not a full reversal: refused by the merge (both halves) and
+    by the reverse rule (one half) alike."""
+    model = _edited(tp.hand_built_bidirectional("LSTM", halves=halves), edit)
+    _refused(model, reason, MERGE if halves == "both" else REVERSE, unchanged=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (_bound(1, -2, which=_output_slice), "the Slice starts at -2, not at the last element"),
+        (_bound(3, 1, which=_output_slice), "the Slice does not step backwards over axis 0"),
+    ],
+)
+def test_output_slice_near_misses(edit: Edit, reason: str) -> None:
+    _refused(_edited(tp.hand_built_bidirectional("LSTM"), edit), reason, REVERSE)
+
+
+def _backward_reads(make: Callable[[ir.Graph], ir.Value]) -> Edit:
+    def edit(graph: ir.Graph) -> None:
+        backward = _rnns(graph)[0]
+        backward.replace_input_with(0, make(graph))
+
+    return edit
+
+
+_NOT_REVERSED_X = "the second RNN does not read the reversed input of the first"
+
+
+def _neg_of_x(graph: ir.Graph) -> ir.Value:
+    node = ir.Node("", "Neg", [graph.inputs[0]], name="neg")
+    graph.insert_before(_rnns(graph)[0], node)
+    return node.outputs[0]
+
+
+def _reversed_other_input(graph: ir.Graph) -> ir.Value:
+    other = ir.Value(name="x2", shape=graph.inputs[0].shape, type=graph.inputs[0].type)
+    graph.inputs.append(other)
+    _input_slice(graph).replace_input_with(0, other)
+    return _nodes(graph, "Slice")[0].outputs[0]
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason", "unchanged"),
+    [
+        (_backward_reads(_neg_of_x), "not a Slice", True),
+        (_backward_reads(lambda g: g.inputs[0]), _NOT_REVERSED_X, True),
+        # the backward half alone is a reverse node on x2
+        (_backward_reads(_reversed_other_input), _NOT_REVERSED_X, False),
+    ],
+    ids=["neg", "x_itself", "other_input"],
+)
+def test_backward_half_input_near_misses(edit: Edit, reason: str, unchanged: bool) -> None:
+    model = _edited(tp.hand_built_bidirectional("RNN"), edit)
+    _refused(model, reason, unchanged=unchanged)
+
+
+def test_reverse_half_alone_reading_x_itself() -> None:
+    """A forward node on ``x`` whose Y is reversed is not a reverse node."""
+    model = _edited(
+        tp.hand_built_bidirectional("GRU", halves="reverse"), _backward_reads(lambda g: g.inputs[0])
+    )
+    found = refusal_reasons(REVERSE, model)
+    assert "the RNN does not read a reversed input" in found, found
+
+
+def test_reverse_node_reading_another_input() -> None:
+    def edit(graph: ir.Graph) -> None:
+        other = ir.Value(name="x2", shape=graph.inputs[0].shape, type=graph.inputs[0].type)
+        graph.inputs.append(other)
+        _rnns(graph)[0].replace_input_with(0, other)
+
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
+    _refused(model, "the reverse RNN does not read the forward RNN's input")
+    state_model = _edited(
+        tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True), edit
+    )
+    _refused(state_model, "the reverse RNN does not read the forward RNN's input", STATES)
+
+
+# ---------------------------------------------------------------- the Concat and the path to Y
+
+
+def _squeeze(graph: ir.Graph, which: int) -> ir.Node:
+    """The Squeeze after the backward (0) or forward (1) node."""
+    return _nodes(graph, "Squeeze")[which]
+
+
+@pytest.mark.parametrize(
+    ("concat", "edit"),
+    [
+        ("sequence", _set_axis(_concat, 2)),
+        ("sequence", lambda g: _squeeze(g, 0).replace_input_with(1, _ints(g, -3))),
+        ("directions", _set_axis(_concat, -3)),
+    ],
+    ids=["feature_axis_2", "squeeze_-3", "direction_axis_-3"],
+)
+@pytest.mark.parametrize("pair", ["sliced", "reverse_node", "state_concat"])
+def test_other_spellings_of_the_axes_are_merged(concat: str, edit: Edit, pair: str) -> None:
+    kwargs = {"reverse_node": pair != "sliced", "state_concat": pair == "state_concat"}
+    before = _edited(tp.hand_built_bidirectional("GRU", concat=concat, **kwargs), edit)
+    _merged(before)
+
+
+@pytest.mark.parametrize("pair", ["sliced", "reverse_node", "state_concat"])
+@pytest.mark.parametrize(
+    ("concat", "edit", "reason"),
+    [
+        ("sequence", _set_axis(_concat, 0), "the halves are not concatenated on the feature axis"),
+        ("sequence", _set_axis(_concat, 1), "the halves are not concatenated on the feature axis"),
+        (
+            "directions",
+            _set_axis(_concat, 0),
+            "the halves are not concatenated on the direction axis",
+        ),
+        (
+            "directions",
+            _set_axis(_concat, None),
+            "the halves are not concatenated on the direction axis",
+        ),
+        (
+            "directions",
+            _set_axis(_concat, 2),
+            "the halves are not concatenated on the direction axis",
+        ),
+        (
+            "sequence",
+            lambda g: _squeeze(g, 1).replace_input_with(1, _ints(g, 0)),
+            "the Squeeze does not remove the direction axis",
+        ),
+    ],
+    ids=["feature_0", "feature_1", "direction_0", "direction_default", "direction_2", "squeeze_0"],
+)
+def test_concat_near_misses(pair: str, concat: str, edit: Edit, reason: str) -> None:
+    kwargs = {"reverse_node": pair != "sliced", "state_concat": pair == "state_concat"}
+    model = _edited(tp.hand_built_bidirectional("LSTM", concat=concat, **kwargs), edit)
+    _refused(model, reason, STATES if pair == "state_concat" else MERGE)
+
+
+def _swap_concat(graph: ir.Graph) -> None:
+    concat = _concat(graph)
+    a, b = concat.inputs
+    concat.replace_input_with(0, b)
+    concat.replace_input_with(1, a)
+
+
+def _unsqueezed_backward(graph: ir.Graph) -> None:
+    """The backward half reversed without its Squeeze (the forward one keeps its)."""
+    squeeze = _squeeze(graph, 0)
+    _output_slice(graph).replace_input_with(0, squeeze.inputs[0])
+    graph.remove(squeeze, safe=True)
+
+
+def _y_h_concatenated(graph: ir.Graph) -> None:
+    _squeeze(graph, 1).replace_input_with(0, _rnns(graph)[1].outputs[1])
+
+
+def _twice_reversed(graph: ir.Graph) -> None:
+    first = _output_slice(graph)
+    again = ir.Node("", "Slice", [first.outputs[0], *first.inputs[1:]], name="again")
+    graph.insert_after(first, again)
+    _concat(graph).replace_input_with(1, again.outputs[0])
+
+
+def _graph_input_concatenated(graph: ir.Graph) -> None:
+    other = ir.Value(name="z", shape=ir.Shape(["seq", "batch", 4]), type=graph.inputs[0].type)
+    graph.inputs.append(other)
+    _concat(graph).replace_input_with(0, other)
+
+
+def _layout_1(graph: ir.Graph) -> None:
+    _rnns(graph)[1].attributes["layout"] = ir.AttrInt64("layout", 1)
+
+
+def _custom_domain(graph: ir.Graph) -> None:
+    forward = _rnns(graph)[1]
+    node = ir.Node("custom", "LSTM", forward.inputs, forward.attributes.values(), num_outputs=3)
+    graph.insert_before(forward, node)
+    forward.outputs[0].replace_all_uses_with(node.outputs[0])
+    graph.remove(forward, safe=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (_swap_concat, "not a forward half followed by a reversed half"),
+        (_unsqueezed_backward, "only one half is squeezed"),
+        (_also_read(lambda g: _concat(g).inputs[0]), "a concatenated value has another reader"),
+        (_also_read(lambda g: _concat(g).inputs[1]), "a concatenated value has another reader"),
+        (_also_read(lambda g: _rnns(g)[0].outputs[0]), "an intermediate value has another reader"),
+        (_y_h_concatenated, "the value is not the RNN's Y"),
+        (_twice_reversed, "Slice between the RNN and the Concat"),
+        (_graph_input_concatenated, "the concatenated value is not computed from an RNN's Y"),
+        (_custom_domain, "LSTM between the RNN and the Concat"),
+        (_layout_1, "layout=1 RNN"),
+    ],
+    ids=[
+        "swapped", "one_squeezed", "forward_read", "backward_read", "intermediate_read",
+        "y_h", "twice_reversed", "graph_input", "custom_domain", "layout",
+    ],
+)  # fmt: skip
+def test_path_near_misses(edit: Edit, reason: str) -> None:
+    _refused(_edited(tp.hand_built_bidirectional("LSTM"), edit), reason)
+
+
+# ---------------------------------------------------------------- where the merged node goes
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: tp.hand_built_bidirectional("GRU", halves="reverse"),
+        lambda: tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True),
+    ],
+    ids=["reverse", "state_concat"],
+)
+def test_a_function_importing_another_opset_is_left_alone(build) -> None:
+    model = build()
+    version = model.opset_import[0].version
+    reason = (
+        f"function 'layer' imports opset {version - 1} of 'ai.onnx' but the model "
+        f"{version}: an emitted op would be invalid in one of them"
+    )
+    found = refusal_reasons(RULES, as_function(model, version - 1))
+    assert reason in found, found
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: tp.hand_built_bidirectional("GRU", halves="reverse"),
+        lambda: tp.hand_built_bidirectional("GRU"),
+        lambda: tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True),
+    ],
+    ids=["reverse", "sliced", "state_concat"],
+)
+def test_merged_in_a_function_with_constant_nodes(build) -> None:
+    """In a function (no initializers), stacked weights and targets are Constant nodes."""
+    model = build()
+    wrapped = as_function(model, model.opset_import[0].version)
+    after = rnn_rewrite_rules.rewrite(wrapped, ["bidirectional"])
+    onnx.checker.check_model(after, full_check=True)
+    (function,) = after.functions
+    ops = [n.op_type for n in function.node]
+    assert ops.count("GRU") == 1 and "Slice" not in ops, ops
+    for seed, (batch, seq) in enumerate(((1, 1), (3, 5))):
+        feeds = tp.thirdparty_inputs(model, batch, seq, rng=seed)
+        diff = runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds))
+        assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
+
+
+# ---------------------------------------------------------------- the pair with concatenated states
+
+
+def test_lstm_pair_without_y_c_is_merged_by_the_two_output_rule() -> None:
+    """LSTMs with only ``Y`` and ``Y_h``: the three-output rule refuses, the two-output
+    one merges."""
+
+    def edit(graph: ir.Graph) -> None:
+        (c_n,) = [v for v in graph.outputs if v.name == "c_n"]
+        identity = c_n.producer()
+        concat = identity.inputs[0].producer()
+        graph.outputs.remove(c_n)
+        graph.remove([identity, concat], safe=True)
+        for node in _rnns(graph):
+            node.resize_outputs(2)
+
+    model = _edited(tp.hand_built_bidirectional("LSTM", reverse_node=True, state_concat=True), edit)
+    found = refusal_reasons(STATES, model)
+    assert "an RNN node has fewer than 3 outputs" in found, found
+    _merged(model)
+
+
+def test_state_pair_of_different_clips_is_left_alone() -> None:
+    def edit(graph: ir.Graph) -> None:
+        for clip, node in zip((1.0, 2.0), _rnns(graph), strict=True):
+            node.attributes["clip"] = ir.AttrFloat32("clip", clip)
+
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True), edit)
+    _refused(model, "the two halves differ in clip", STATES)
+
+
+def _without_x(graph: ir.Graph) -> None:
+    """The backward node reads no ``X`` (a malformed node must be refused, not crash)."""
+    _rnns(graph)[0].replace_input_with(0, None)
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "edit", "reason"),
+    [
+        (
+            None,
+            _also_read(lambda g: _rnns(g)[0].outputs[0]),
+            "an intermediate value has another reader",
+        ),
+        ("sequence_lens", None, "sequence_lens is present: the Slice reverses the padding too"),
+        (None, _without_x, "the RNN does not read a reversed input"),
+    ],
+    ids=["intermediate_read", "sequence_lens", "no_x"],
+)
+def test_reversed_half_alone_near_misses(near_miss, edit, reason: str) -> None:
+    model = tp.hand_built_bidirectional("LSTM", halves="reverse", near_miss=near_miss)
+    if edit is not None:
+        model = _edited(model, edit)
+    found = refusal_reasons(REVERSE, model)
+    assert reason in found, found
+
+
+def test_merge_without_x_is_refused() -> None:
+    model = _edited(tp.hand_built_bidirectional("GRU"), _without_x)
+    _refused(model, _NOT_REVERSED_X)
+
+
+# ---------------------------------------------------------------- a Concat of a whole Split
+
+WHOLE_SPLIT = [bidirectional_states.ConcatWholeSplit.rule()]
+_NOT_WHOLE = "a Split's outputs are not concatenated whole, in order, on its axis"
+
+
+def _split_concat(split_axis: int, concat_axis: int, inputs: str) -> onnx.ModelProto:
+    """``s0, s1 = Split(v)`` on ``split_axis``; ``o = Concat(inputs)`` on ``concat_axis``."""
+    return onnx.parser.parse_model(f"""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[2, 2, 2] v, float[2, 2, 2] w) => (float[?, ?, ?] o) {{
+        s0, s1 = Split <axis = {split_axis}, num_outputs = 2> (v)
+        o = Concat <axis = {concat_axis}> ({inputs})
+    }}
+    """)
+
+
+@pytest.mark.parametrize(
+    ("split_axis", "concat_axis", "inputs", "folded"),
+    [
+        (0, 0, "s0, s1, w", ["v", "w"]),
+        (0, 0, "w, s0, s1", ["w", "v"]),
+        (0, 0, "s1, s0, s1", ["s1", "v"]),  # a later output first, then the whole Split
+        (0, 0, "s0, s0, s1", ["s0", "v"]),  # the first output, not followed by the rest
+        (-3, 0, "s0, s1, w", ["v", "w"]),
+        (0, -3, "s0, s1, w", ["v", "w"]),
+        (-1, 2, "w, s0, s1", ["w", "v"]),
+    ],
+)
+def test_a_whole_split_in_a_concat_is_its_input(split_axis, concat_axis, inputs, folded) -> None:
+    before = _split_concat(split_axis, concat_axis, inputs)
+    after, count = apply(WHOLE_SPLIT, before)
+    assert count == 1
+    (concat,) = [n for n in after.graph.node if n.op_type == "Concat"]
+    assert list(concat.input) == folded
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal((2, 2, 2)).astype(np.float32) for n in ("v", "w")}
+    assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) == 0
+
+
+@pytest.mark.parametrize(
+    ("split_axis", "concat_axis", "inputs", "reason"),
+    [
+        (0, 0, "w, w", "no input is a Split's output"),
+        (0, 0, "s1, s0", _NOT_WHOLE),
+        (0, 1, "s0, s1", _NOT_WHOLE),
+        (-3, 2, "s0, s1", _NOT_WHOLE),
+        (0, 0, "s0, w, s1", _NOT_WHOLE),
+    ],
+)
+def test_a_split_not_concatenated_whole_is_refused(split_axis, concat_axis, inputs, reason):
+    model = _split_concat(split_axis, concat_axis, inputs)
+    assert reason in refusal_reasons(WHOLE_SPLIT, model)
+    assert apply(WHOLE_SPLIT, model)[1] == 0
