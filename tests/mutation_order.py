@@ -58,8 +58,11 @@ def _durations() -> dict[str, float]:
 _DURATIONS: dict[str, float] = {}
 
 
-def _mutant_under_test() -> bool:
-    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+def mutant_under_test() -> str | None:
+    """The mutant mutmut is running, by name; None outside a mutant's run (mutmut also sets
+    ``MUTANT_UNDER_TEST`` in other phases, such as ``stats``, to a word of its own)."""
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    return mutant if "__mutmut_" in mutant else None
 
 
 @pytest.hookimpl(trylast=True)
@@ -72,7 +75,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     recorded = _DURATIONS.get(item.nodeid)
-    if recorded is None or not _mutant_under_test():
+    if recorded is None or mutant_under_test() is None:
         yield
         return
     budget = HANG_FACTOR * recorded + HANG_SLACK

@@ -18,6 +18,7 @@ from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
+from tests.mutation_order import mutant_under_test
 
 SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 #: The subprocesses' environment, copied once at import: jobs start in pool threads while
@@ -89,8 +90,8 @@ def child_env(env: dict | None = None) -> dict[str, str]:
     path = os.pathsep.join(filter(None, [PACKAGE_ROOT, BASE_ENV.get("PYTHONPATH")]))
     environment = {k: v for k, v in BASE_ENV.items() if k != "MUTANT_UNDER_TEST"}
     environment["PYTHONPATH"] = path
-    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
-    if "__mutmut_" in mutant:
+    mutant = mutant_under_test()
+    if mutant is not None:
         environment["MUTANT_UNDER_TEST"] = mutant
     return environment | (env or {})
 

@@ -142,3 +142,90 @@ def test_a_missing_branch_is_not_inlined() -> None:
     model = _if_model(rank=2, omit_else=True)  # the else branch runs, and is absent
     assert apply(RULES, model, check=False)[1] == 0
     assert _refusals(model) == ["the If has no such branch"]
+
+
+# ---------------------------------------------------------------- what replaces the If's outputs
+
+
+def _read_if_model(then_branch: onnx.GraphProto, *, outputs: int = 1) -> onnx.ModelProto:
+    """``t = Relu(x)``, ``w`` an initializer; the If (proven true: rank 3) runs
+    ``then_branch``; each If output ``o{i}`` is read by ``Neg`` into graph output ``y{i}``
+    (the If's outputs are not the graph's)."""
+    model = _if_model(then_branch=then_branch, outputs=outputs)
+    graph = model.graph
+    if_node = graph.node[-1]
+    if_node.output[:] = [f"o{i}" for i in range(outputs)]
+    graph.node.insert(0, helper.make_node("Relu", ["x"], ["t"], name="relu"))
+    graph.node.extend(
+        helper.make_node("Neg", [f"o{i}"], [f"y{i}"], name=f"neg{i}") for i in range(outputs)
+    )
+    graph.initializer.append(numpy_helper.from_array(np.full((1, 1, 1), 2.0, np.float32), "w"))
+    return model
+
+
+def _folded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its If folded: no If left, the same outputs in ONNX Runtime."""
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["If"] == 0
+    x = np.linspace(-1, 1, 24).astype(np.float32).reshape(2, 3, 4)
+    assert runtime.max_abs_diff(runtime.run(model, {"x": x}), runtime.run(after, {"x": x})) == 0
+    return after
+
+
+def _producer(model: onnx.ModelProto, name: str) -> onnx.NodeProto:
+    (node,) = [n for n in model.graph.node if name in n.output]
+    return node
+
+
+def _source(model: onnx.ModelProto, output: str = "y0") -> onnx.NodeProto:
+    """The node whose output the Neg that computes ``output`` reads."""
+    return _producer(model, _producer(model, output).input[0])
+
+
+@pytest.mark.parametrize("domain", ["", "custom"])
+def test_a_forwarded_outer_value_replaces_the_output(domain: str) -> None:
+    """The branch only forwards ``t`` (``Identity(t)``): the If's reader reads ``t`` (the
+    rewriter names it after the If's output). A custom domain's Identity is any op."""
+    node = helper.make_node("Identity", ["t"], ["t0"], domain=domain)
+    model = _read_if_model(_branch("then", [node], ["t0"]))
+    if domain:
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+        after, count = apply(RULES, model, check=False)
+        assert count == 1 and _source(after).domain == domain
+        return
+    after = _folded(model)
+    assert _source(after).op_type == "Relu"
+
+
+@pytest.mark.parametrize("source", ["x", "w"])
+def test_a_forwarded_graph_input_or_initializer_keeps_its_identity(source: str) -> None:
+    """The rewriter names a replacement after the value it replaces: a graph input or an
+    initializer must keep its own name, so the branch's Identity stays."""
+    then = _branch("then", [helper.make_node("Identity", [source], ["t0"])], ["t0"])
+    after = _folded(_read_if_model(then))
+    forward = _source(after)
+    assert forward.op_type == "Identity" and list(forward.input) == [source]
+
+
+def test_a_branch_output_it_does_not_compute_is_refused() -> None:
+    """A branch returning the outer ``t`` itself (invalid ONNX: the checker and ONNX
+    Runtime reject it) is left as it is."""
+    model = _read_if_model(helper.make_graph([], "then", [], [_tensor("t")]))
+    assert apply(RULES, model, check=False)[1] == 0
+    assert _refusals(model) == ["the branch's output 't' is not computed in it (invalid ONNX)"]
+
+
+def test_a_computing_branch_is_inlined_without_identity() -> None:
+    then = _branch("then", [helper.make_node("Abs", ["t"], ["t0"])], ["t0"])
+    after = _folded(_read_if_model(then))
+    assert _source(after).op_type == "Abs"
+
+
+def test_two_outputs_are_both_replaced() -> None:
+    then = _branch(
+        "then",
+        [helper.make_node("Abs", ["t"], ["t0"]), helper.make_node("Sqrt", ["t"], ["t1"])],
+        ["t0", "t1"],
+    )
+    after = _folded(_read_if_model(then, outputs=2))
+    assert _source(after).op_type == "Abs" and _source(after, "y1").op_type == "Sqrt"

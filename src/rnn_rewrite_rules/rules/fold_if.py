@@ -8,8 +8,9 @@ unbatched-input support), for example
 Condition: the shape prover (``rnn_rewrite_rules.shape``) proves the condition is one
 constant at every size (from graph-input ranks, static sizes and attributes, such as
 an input's declared rank or an RNN's number of directions); the branch that runs has no
-initializers and no nested subgraphs. A condition that depends on a runtime size or
-value (the batch, a data tensor) is left alone.
+initializers and no nested subgraphs, and computes each of its outputs (as ONNX
+requires). A condition that depends on a runtime size or value (the batch, a data
+tensor) is left alone.
 
 Replacement: the nodes of the branch that runs, inlined with their names; a branch
 that only forwards an outer value (``Identity(x)``) becomes that value (an ``Identity``
@@ -79,6 +80,11 @@ class FoldProvenIf(RewriteRuleClassBase):
                 return check_result.fail("the branch that runs has a nested subgraph", inner)
         if len(branch.outputs) != len(node.outputs):
             return check_result.fail("the branch's outputs do not match the If's", node)
+        for value in branch.outputs:
+            producer = value.producer()
+            if producer is None or producer.graph is not branch:
+                reason = f"the branch's output {value.name!r} is not computed in it (invalid ONNX)"
+                return check_result.fail(reason, node)
         self._node = node
         self._branch = branch
         return check_result
@@ -100,10 +106,10 @@ class FoldProvenIf(RewriteRuleClassBase):
             mapped.update(zip(inner.outputs, outs, strict=True))
         results = []
         for old, value in zip(node.outputs, branch.outputs, strict=True):
-            new = mapped.get(value, value)
-            producer = new.producer()
-            if producer is not None and producer.op_type == "Identity" and value in mapped:
-                source = producer.inputs[0]  # the branch only forwards this value
+            new = mapped[value]  # the check proved each output computed in the branch
+            forward = new.producer()
+            if forward is not None and forward.domain == "" and forward.op_type == "Identity":
+                source = forward.inputs[0]  # the branch only forwards this value
                 # the rewriter gives the replacement the old name: not for a graph's own values
                 if source is not None and not (
                     old.is_graph_output()
@@ -112,8 +118,6 @@ class FoldProvenIf(RewriteRuleClassBase):
                     or source.is_initializer()
                 ):
                     new = source
-            elif value not in mapped or old.is_graph_output():
-                new = op.Identity(new) if value not in mapped else new
             results.append(new)
         return results if len(results) > 1 else results[0]
 
