@@ -22,6 +22,7 @@ from tests.exporter_support import (
     assert_spec_equivalent,
     run,
 )
+from tests.reasons import refusal_reasons
 from tests.support import apply
 
 FAMILY = ["layer_glue"]
@@ -222,6 +223,16 @@ NEAR_MISSES = {
 }
 
 
+NEAR_MISS_REASONS = {
+    "moves_non_unit_axis": "already minimal (2 nodes, best 2)",
+    "squeezes_two_directions": "Squeeze of an axis that is not provably 1",
+    "frozen_axes": "Reshape target element is not a product of the input's axes (frozen?)",
+    "swapped_target": "Reshape target has a computed element that may be 0 and copy an axis",
+    "shared_intermediate": "already minimal (1 nodes, best 1)",
+}
+_GOES_ON = "the chain goes on: rewritten at its last node"
+
+
 @pytest.mark.parametrize("name", sorted(NEAR_MISSES))
 def test_near_misses_are_left_alone(name: str) -> None:
     chain, direction = NEAR_MISSES[name]
@@ -229,6 +240,31 @@ def test_near_misses_are_left_alone(name: str) -> None:
     after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
     assert count == 0
     assert _glue_ops(after) == _glue_ops(before)
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
+    assert NEAR_MISS_REASONS[name] in found, found
+    assert _GOES_ON in found, found  # the chain's first node waits for its last
+
+
+@pytest.mark.parametrize(
+    ("domain", "output"), [("custom", False), ("", True)], ids=["custom_op", "graph_output"]
+)
+def test_a_chain_stops_at_another_domain_or_a_graph_output(domain: str, output: bool) -> None:
+    """The first node of the tf2onnx chain is a custom op, or its output is also a graph
+    output: the rewrite starts after it, and keeps it."""
+    chain = """t1 = Transpose <perm: ints = [2, 1, 0, 3]> (y)
+            sq = Squeeze <axes: ints = [1]> (t1)
+            out = Transpose <perm: ints = [1, 0, 2]> (sq)"""
+    before = _model(chain, opset=12, extra=", float[b, 1, s, 3] t1" if output else "")
+    if domain:
+        (node,) = [n for n in before.graph.node if "t1" in n.output]
+        node.domain = domain
+        before.opset_import.append(onnx.helper.make_opsetid(domain, 1))
+    after, _ = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    first = [n for n in after.graph.node if "t1" in n.output]
+    assert len(first) == 1 and first[0].domain == domain
+    assert any(o.name == "t1" for o in after.graph.output) == output
+    if output:
+        _equivalent(before, after)
 
 
 def test_chain_not_after_an_rnn_is_left_alone() -> None:
@@ -244,6 +280,16 @@ def test_chain_not_after_an_rnn_is_left_alone() -> None:
         """
     )
     assert apply_family(FAMILY, model)[1] == 0
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, model)
+    assert "chain neither starts at an RNN output nor feeds X" in found, found
+
+
+def test_chain_into_x_of_unknown_rank_is_left_alone() -> None:
+    model = _input_chain(extra_reader=False)
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    assert apply(rnn_rewrite_rules.rules(FAMILY), model, check=False)[1] == 0
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, model)
+    assert "rank of the chain's input is unknown" in found, found
 
 
 @pytest.mark.parametrize("direction", ["forward", "bidirectional"])
