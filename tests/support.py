@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules._verify import child_pythonpath
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
 from tests.mutation_order import mutant_under_test
 
@@ -25,9 +26,6 @@ SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 #: pytest sets and deletes PYTEST_CURRENT_TEST, so copying os.environ there races
 #: (``KeyError: 'PYTEST_CURRENT_TEST'``).
 BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-#: Where the tests import the package from: first on a child's PYTHONPATH, so the child
-#: runs the same code (in a mutation run, mutmut's copy with the mutants in it).
-PACKAGE_ROOT = str(Path(runtime.__file__).resolve().parent.parent)
 
 #: (batch, seq) sizes, none of them equal to each other, so a frozen axis shows.
 SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))
@@ -87,7 +85,8 @@ def child_env(env: dict | None = None) -> dict[str, str]:
     on ``PYTHONPATH``, the mutant under test if any (mutmut names it in
     ``MUTANT_UNDER_TEST`` per mutant, after the import; its other phases, such as
     ``stats``, stay in the parent), then ``env``."""
-    path = os.pathsep.join(filter(None, [PACKAGE_ROOT, BASE_ENV.get("PYTHONPATH")]))
+    # the package the tests import first (in a mutation run, mutmut's copy with the mutants)
+    path = child_pythonpath(BASE_ENV.get("PYTHONPATH"))
     environment = {k: v for k, v in BASE_ENV.items() if k != "MUTANT_UNDER_TEST"}
     environment["PYTHONPATH"] = path
     mutant = mutant_under_test()
@@ -181,3 +180,27 @@ def as_function(model: onnx.ModelProto, opset: int, *, ranked: bool = False) -> 
     result = onnx.helper.make_model(main, opset_imports=opsets, functions=[function])
     result.ir_version = model.ir_version
     return result
+
+
+def join_halves(model: onnx.ModelProto, *indices: int) -> None:
+    """Each of the ``DynamicQuantizeLSTM``'s inputs ``indices``, an initializer, becomes
+    ``Concat`` of its two halves along the last axis, inserted first in the graph."""
+    node = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM")
+    inits = {t.name: t for t in model.graph.initializer}
+    joins = []
+    for index in indices:
+        name = node.input[index]
+        array = onnx.numpy_helper.to_array(inits[name])
+        model.graph.initializer.remove(inits[name])
+        cut = array.shape[-1] // 2
+        for part, suffix in ((array[..., :cut], "lo"), (array[..., cut:], "hi")):
+            tensor = onnx.numpy_helper.from_array(np.ascontiguousarray(part), f"{name}_{suffix}")
+            model.graph.initializer.append(tensor)
+        halves = [f"{name}_lo", f"{name}_hi"]
+        joins.append(
+            onnx.helper.make_node("Concat", halves, [f"{name}_joined"], axis=array.ndim - 1)
+        )
+        node.input[index] = f"{name}_joined"
+    nodes = [*joins, *model.graph.node]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)

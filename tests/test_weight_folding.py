@@ -29,7 +29,7 @@ from rnn_rewrite_rules.testing.exporters import (
 )
 from tests.reasons import refusal_reasons
 from tests.strategies import rnn_configs, sizes
-from tests.support import apply, assert_equivalent, op_counts
+from tests.support import apply, assert_equivalent, join_halves, op_counts
 
 FAMILY = ["weight_folding"]
 RULES = rnn_rewrite_rules.rules(FAMILY)
@@ -429,20 +429,7 @@ def test_shared_and_duplicated_preparation_is_stored_once() -> None:
 def test_dynamic_quantize_lstm_weights_fold() -> None:
     """com.microsoft DynamicQuantizeLSTM: uint8 W [D, I, 4H] re-assembled from two halves."""
     model = quantized_lstm_model(direction="bidirectional", zero_states=False, hidden_size=5)
-    node = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM")
-    w_name = node.input[1]
-    inits = {t.name: t for t in model.graph.initializer}
-    w = numpy_helper.to_array(inits[w_name])
-    model.graph.initializer.remove(inits[w_name])
-    half = w.shape[2] // 2
-    model.graph.initializer.extend(
-        [
-            numpy_helper.from_array(np.ascontiguousarray(w[:, :, :half]), "w_lo"),
-            numpy_helper.from_array(np.ascontiguousarray(w[:, :, half:]), "w_hi"),
-        ]
-    )
-    node.input[1] = "w_joined"
-    _insert_before(model, node, helper.make_node("Concat", ["w_lo", "w_hi"], ["w_joined"], axis=2))
+    join_halves(model, 1)
     after, count = apply(RULES, model)
     assert count == 1
     folded = next(n for n in after.graph.node if n.op_type == "DynamicQuantizeLSTM").input[1]

@@ -26,7 +26,7 @@ from rnn_rewrite_rules.testing.exporters import (
     quantized_lstm_model,
 )
 from tests.reasons import refusal_reasons
-from tests.support import apply, op_counts
+from tests.support import apply, join_halves, op_counts
 
 FAMILY = ["weight_folding"]
 RULES = rnn_rewrite_rules.rules(FAMILY)
@@ -388,33 +388,11 @@ def test_w_of_another_input_size_than_x_declares_is_not_folded() -> None:
 # ---------------------------------------------------------------- DynamicQuantizeLSTM
 
 
-def _join_halves(model: onnx.ModelProto, *indices: int) -> None:
-    """Each of the ``DynamicQuantizeLSTM``'s inputs ``indices``, an initializer, becomes
-    ``Concat`` of its two halves along the last axis, inserted first in the graph."""
-    node = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM")
-    inits = {t.name: t for t in model.graph.initializer}
-    joins = []
-    for index in indices:
-        name = node.input[index]
-        array = numpy_helper.to_array(inits[name])
-        model.graph.initializer.remove(inits[name])
-        cut = array.shape[-1] // 2
-        for part, suffix in ((array[..., :cut], "lo"), (array[..., cut:], "hi")):
-            tensor = numpy_helper.from_array(np.ascontiguousarray(part), f"{name}_{suffix}")
-            model.graph.initializer.append(tensor)
-        halves = [f"{name}_lo", f"{name}_hi"]
-        joins.append(helper.make_node("Concat", halves, [f"{name}_joined"], axis=array.ndim - 1))
-        node.input[index] = f"{name}_joined"
-    nodes = [*joins, *model.graph.node]
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
-
-
 def test_dynamic_quantize_lstm_r_and_b_fold() -> None:
     """The contrib op's R is [D, H, 4H] and B [D, 8H]: each re-assembled from two halves
     (along their last axis) folds, to what ONNX Runtime computes."""
     model = quantized_lstm_model(direction="bidirectional", zero_states=False, hidden_size=3)
-    _join_halves(model, 2, 3)
+    join_halves(model, 2, 3)
     onnx.checker.check_model(model, full_check=True)
     after, count = apply(RULES, model)
     assert count == 2 and op_counts(after)["Concat"] == op_counts(model)["Concat"] - 2
@@ -620,7 +598,7 @@ def test_dynamic_quantize_lstm_without_hidden_size_takes_h_from_r() -> None:
     node = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLSTM")
     del node.attribute[[a.name for a in node.attribute].index("hidden_size")]
     w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == node.input[1]))
-    _join_halves(model, 1)
+    join_halves(model, 1)
     after, count = apply(RULES, model)
     assert count == 1
     folded = next(n for n in after.graph.node if n.op_type == "DynamicQuantizeLSTM").input[1]

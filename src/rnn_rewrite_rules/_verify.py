@@ -50,6 +50,7 @@ __all__ = [
     "InputSpec",
     "OnnxRuntimeMissing",
     "VerifyResult",
+    "child_pythonpath",
     "input_specs",
     "make_feeds",
     "parse_shape_overrides",
@@ -498,6 +499,13 @@ with open(sys.argv[1], "wb") as out:
 """
 
 
+def child_pythonpath(pythonpath: str | None) -> str:
+    """``PYTHONPATH`` for a child that must import this very copy of the package: its
+    root first, then ``pythonpath``."""
+    package_root = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join(p for p in (package_root, pythonpath) if p)
+
+
 def _run_in_child(
     source: Source, feeds: Mapping[str, np.ndarray], *, optimize: bool
 ) -> tuple[list[np.ndarray], set[int]]:
@@ -509,9 +517,8 @@ def _run_in_child(
         _Aborted: the child died (ONNX Runtime aborted it).
         RuntimeError: ONNX Runtime raised an error (its text).
     """
-    package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = child_pythonpath(env.get("PYTHONPATH"))
     with tempfile.TemporaryDirectory(prefix="rnn-rewrite-verify-") as scratch:
         out = Path(scratch) / "outputs.pickle"
         done = subprocess.run(
