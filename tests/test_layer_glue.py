@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import layer_glue
 from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
@@ -250,7 +251,7 @@ def test_near_misses_are_left_alone(name: str) -> None:
 )
 def test_a_chain_stops_at_another_domain_or_a_graph_output(domain: str, output: bool) -> None:
     """The first node of the tf2onnx chain is a custom op, or its output is also a graph
-    output: the rewrite starts after it, and keeps it."""
+    output: the chain stops there, and the rest does not start at an RNN output."""
     chain = """t1 = Transpose <perm: ints = [2, 1, 0, 3]> (y)
             sq = Squeeze <axes: ints = [1]> (t1)
             out = Transpose <perm: ints = [1, 0, 2]> (sq)"""
@@ -259,7 +260,10 @@ def test_a_chain_stops_at_another_domain_or_a_graph_output(domain: str, output: 
         (node,) = [n for n in before.graph.node if "t1" in n.output]
         node.domain = domain
         before.opset_import.append(onnx.helper.make_opsetid(domain, 1))
-    after, _ = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    assert count == 0  # the chain after t1 does not start at an RNN output
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
+    assert "chain neither starts at an RNN output nor feeds X" in found, found
     first = [n for n in after.graph.node if "t1" in n.output]
     assert len(first) == 1 and first[0].domain == domain
     assert any(o.name == "t1" for o in after.graph.output) == output
@@ -377,3 +381,23 @@ def test_replacement_perm_and_target(name: str, perm: list[int], target: list[in
     assert list(transpose.attribute[0].ints) == perm
     (init,) = [i for i in after.graph.initializer if i.name == reshape.input[1]]
     assert onnx.numpy_helper.to_array(init).tolist() == target
+
+
+@pytest.mark.parametrize("length", [layer_glue._MAX_CHAIN, layer_glue._MAX_CHAIN + 1])
+def test_a_chain_is_followed_back_at_most_max_chain_nodes(length: int) -> None:
+    """``length`` Transposes swapping seq and batch after Y (an even count is Y's own
+    layout): followed back up to ``_MAX_CHAIN`` nodes, a longer chain is not reached."""
+    names = [*(f"t{i}" for i in range(length - 1)), "out"]
+    lines = [
+        f"{name} = Transpose <perm: ints = [2, 1, 0, 3]> ({source})"
+        for source, name in zip(["y", *names], names, strict=False)
+    ]
+    before = _model("\n            ".join(lines))
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    if length <= layer_glue._MAX_CHAIN:
+        assert count == 1 and len(_glue_ops(after)) < length
+        _equivalent(before, after)
+    else:
+        assert count == 0
+        found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
+        assert "chain neither starts at an RNN output nor feeds X" in found, found
