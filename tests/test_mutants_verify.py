@@ -11,10 +11,11 @@ import pathlib
 import subprocess
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from rnn_rewrite_rules import _verify
+from rnn_rewrite_rules import _verify, runtime
 from rnn_rewrite_rules._verify import VerifyResult, parse_shape_overrides
 from rnn_rewrite_rules.runtime import compare, latency, max_abs_diff
 from rnn_rewrite_rules.runtime import diff as _diff
@@ -121,8 +122,7 @@ def test_compare_is_infinite_for_a_failed_run_or_another_shape() -> None:
     assert compare([], expected) == float("inf")
 
 
-def test_latency_measures_creation_and_a_run() -> None:
-    """(session creation, median run) in seconds, both positive, for both settings."""
+def _relu_model():
     model = helper.make_model(
         helper.make_graph(
             [helper.make_node("Relu", ["x"], ["y"])],
@@ -133,10 +133,45 @@ def test_latency_measures_creation_and_a_run() -> None:
         opset_imports=[helper.make_opsetid("", 18)],
     )
     model.ir_version = 8
+    return model
+
+
+def test_latency_measures_creation_and_a_run() -> None:
+    """(session creation, median run) in seconds, both positive, for both settings."""
+    model = _relu_model()
     feeds = {"x": np.array([-1.0, 1.0], np.float32)}
     for optimize in (True, False):
         created, median = latency(model.SerializeToString(), feeds, 3, optimize=optimize)
         assert 0 < created < 60 and 0 < median < 60
+
+
+def test_latency_runs_one_thread_optimized_unless_told(monkeypatch) -> None:
+    """The session latency measures: one thread, ONNX Runtime's optimizations by default."""
+    made = []
+    real = runtime.session
+
+    def recording(model, **kwargs):
+        made.append(kwargs)
+        return real(model, **kwargs)
+
+    monkeypatch.setattr(runtime, "session", recording)
+    feeds = {"x": np.array([-1.0, 1.0], np.float32)}
+    latency(_relu_model().SerializeToString(), feeds, 1)
+    latency(_relu_model().SerializeToString(), feeds, 1, optimize=False)
+    assert made == [{"threads": 1, "optimize": True}, {"threads": 1, "optimize": False}]
+
+
+@pytest.mark.parametrize("form", ["path", "bytes", "proto"])
+def test_the_reference_runner_takes_a_path_bytes_or_a_model(form: str, tmp_path) -> None:
+    model = _relu_model()
+    source = {"bytes": model.SerializeToString(), "proto": model}.get(form)
+    if source is None:
+        source = str(tmp_path / "relu.onnx")
+        onnx.save(model, source)
+    runner = runtime.reference_runner(source)
+    assert runner.name == "onnx.reference" and runner.output_names == ["y"]
+    (y,) = runner.run({"x": np.array([-1.0, 1.0], np.float32)})
+    assert y.tolist() == [0.0, 1.0]
 
 
 def test_shape_overrides_parse_names_and_dims() -> None:
