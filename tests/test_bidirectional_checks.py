@@ -573,3 +573,106 @@ def test_a_split_not_concatenated_whole_is_refused(split_axis, concat_axis, inpu
     model = _split_concat(split_axis, concat_axis, inputs)
     assert reason in refusal_reasons(WHOLE_SPLIT, model)
     assert apply(WHOLE_SPLIT, model)[1] == 0
+
+
+# ---------------------------------------------------------------- the two halves' nodes
+
+
+def _weights(graph: ir.Graph, node: ir.Node, hidden: int) -> None:
+    """Give a GRU node weights (W, R, B) and ``hidden_size`` for ``hidden``."""
+    rng = np.random.default_rng(1)
+    size = node.inputs[1].const_value.shape[2]
+    for index, shape in (
+        (1, (1, 3 * hidden, size)),
+        (2, (1, 3 * hidden, hidden)),
+        (3, (1, 6 * hidden)),
+    ):
+        value = ir.Value(
+            name=f"resized_{index}",
+            const_value=ir.tensor(rng.standard_normal(shape).astype(np.float32)),
+        )
+        graph.register_initializer(value)
+        node.replace_input_with(index, value)
+    node.attributes["hidden_size"] = ir.AttrInt64("hidden_size", hidden)
+
+
+def _other_lens(graph: ir.Graph) -> None:
+    lens = ir.Value(
+        name="other_lens", shape=ir.Shape(["batch"]), type=ir.TensorType(ir.DataType.INT32)
+    )
+    graph.inputs.append(lens)
+    _rnns(graph)[0].replace_input_with(4, lens)
+
+
+def _set_attr(which: int, attr: ir.Attr) -> Edit:
+    def edit(graph: ir.Graph) -> None:
+        _rnns(graph)[which].attributes[attr.name] = attr
+
+    return edit
+
+
+def _drop_state(graph: ir.Graph) -> None:
+    _rnns(graph)[0].replace_input_with(5, None)
+
+
+PAIR_NEAR_MISSES = {
+    "ops": (
+        {},
+        lambda g: setattr(_rnns(g)[0], "op_type", "RNN"),
+        "the two halves are different ops",
+    ),
+    "sequence_lens": (
+        {"sequence_lens": True},
+        _other_lens,
+        "the halves have different sequence_lens",
+    ),
+    "hidden": (
+        {},
+        lambda g: _weights(g, _rnns(g)[0], 5),
+        "the two halves have different hidden sizes",
+    ),
+    "attributes": (
+        {},
+        _set_attr(1, ir.AttrFloat32("clip", 1.0)),
+        "the two halves have different attributes",
+    ),
+    "attribute_value": (
+        {},
+        _set_attr(0, ir.AttrInt64("linear_before_reset", 0)),
+        "the two halves differ in linear_before_reset",
+    ),
+    "one_state": ({"states": True}, _drop_state, "only one half has an initial state or peepholes"),
+    "forward_reversed": (
+        {},
+        _set_attr(1, ir.AttrString("direction", "reverse")),
+        "the RNN is not a forward one",
+    ),
+    "state_read": (
+        {},
+        _also_read(lambda g: _rnns(g)[1].outputs[1]),
+        "Y_h or Y_c is read",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "edit", "reason"), PAIR_NEAR_MISSES.values(), ids=PAIR_NEAR_MISSES.keys()
+)
+def test_pair_near_misses(kwargs: dict, edit: Edit, reason: str) -> None:
+    """A forward and a reverse GRU on ``x`` that are not one bidirectional layer."""
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True, **kwargs), edit)
+    _refused(model, reason)
+
+
+def test_activations_given_for_both_halves_are_merged() -> None:
+    """Activations are per direction: given on both halves, they are concatenated."""
+
+    def edit(graph: ir.Graph) -> None:
+        for node in _rnns(graph):
+            node.attributes["activations"] = ir.AttrStrings("activations", ["Sigmoid", "Tanh"])
+
+    before = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
+    after = _merged(before)
+    (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attributes["activations"] == [b"Sigmoid", b"Tanh"] * 2
