@@ -24,7 +24,7 @@ from tests.exporter_support import (
     run,
 )
 from tests.reasons import refusal_reasons
-from tests.support import apply
+from tests.support import apply, as_function
 
 FAMILY = ["layer_glue"]
 GLUE = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
@@ -401,3 +401,41 @@ def test_a_chain_is_followed_back_at_most_max_chain_nodes(length: int) -> None:
         assert count == 0
         found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
         assert "chain neither starts at an RNN output nor feeds X" in found, found
+
+
+def test_a_function_importing_another_opset_is_left_alone() -> None:
+    chain, direction = CHAINS["tf2onnx"][:2]
+    model = _model(chain, direction=direction)
+    version = model.opset_import[0].version
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, as_function(model, version - 1))
+    reason = (
+        f"function 'layer' imports opset {version - 1} of 'ai.onnx' but the model "
+        f"{version}: an emitted op would be invalid in one of them"
+    )
+    assert reason in found, found
+
+
+def test_two_transposes_that_cancel_become_one_identity() -> None:
+    """Two nodes that cancel, before a graph output: one Identity keeps both names."""
+    before = _model(
+        """t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Transpose <perm: ints = [0, 2, 1, 3]> (t1)"""
+    )
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
+    assert count == 1 and _glue_ops(after) == ["Identity"]
+    _equivalent(before, after)
+
+
+def test_a_node_kept_by_a_shape_reader_is_not_counted_as_saved() -> None:
+    """The first Transpose of three lives on (its Shape is an output): the chain still
+    saves one of the two that die."""
+    before = _model(
+        """t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            t2 = Transpose <perm: ints = [0, 2, 1, 3]> (t1)
+            out = Transpose <perm: ints = [0, 2, 1, 3]> (t2)
+            s = Shape (t1)""",
+        extra=", int64[4] s",
+    )
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
+    assert count == 1 and len(_glue_ops(after)) == 2  # t1 for its Shape, and one for out
+    _equivalent(before, after)
