@@ -526,11 +526,13 @@ _NOT_WHOLE = "a Split's outputs are not concatenated whole, in order, on its axi
 
 
 def _split_concat(split_axis: int, concat_axis: int, inputs: str) -> onnx.ModelProto:
-    """``s0, s1 = Split(v)`` on ``split_axis``; ``o = Concat(inputs)`` on ``concat_axis``."""
+    """``s0, s1 = Split(v)`` on ``split_axis``, ``u0 = Split(w)`` whole on axis 1 (one
+    output); ``o = Concat(inputs)`` on ``concat_axis``."""
     return onnx.parser.parse_model(f"""
     <ir_version: 8, opset_import: ["" : 18]>
     g (float[2, 2, 2] v, float[2, 2, 2] w) => (float[?, ?, ?] o) {{
         s0, s1 = Split <axis = {split_axis}, num_outputs = 2> (v)
+        u0 = Split <axis = 1, num_outputs = 1> (w)
         o = Concat <axis = {concat_axis}> ({inputs})
     }}
     """)
@@ -546,6 +548,7 @@ def _split_concat(split_axis: int, concat_axis: int, inputs: str) -> onnx.ModelP
         (-3, 0, "s0, s1, w", ["v", "w"]),
         (0, -3, "s0, s1, w", ["v", "w"]),
         (-1, 2, "w, s0, s1", ["w", "v"]),
+        (0, 0, "w, u0, s0, s1", ["w", "u0", "v"]),  # u0: a whole Split on another axis
     ],
 )
 def test_a_whole_split_in_a_concat_is_its_input(split_axis, concat_axis, inputs, folded) -> None:
