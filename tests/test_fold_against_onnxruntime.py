@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 import onnx
+import onnx.parser
 import onnx_ir as ir
 import pytest
 from onnx import helper, numpy_helper
@@ -216,6 +217,7 @@ CASES = {
     "unsqueeze repeated": _axes_op("Unsqueeze", (2, 3), (1, 1)),
     "unsqueeze out of range": _axes_op("Unsqueeze", (2, 3), (3,)),
     "unsqueeze without axes": _axes_op("Unsqueeze", (2, 3), None),
+    "unsqueeze 0-D axes": _one("Unsqueeze", {"data": _data(2, 3), "axes": np.array(0, np.int64)}),
     "unsqueeze 2-D axes": _one(
         "Unsqueeze", {"data": _data(2, 3), "axes": np.array([[0]], np.int64)}
     ),
@@ -250,6 +252,7 @@ CASES = {
     "concat then transpose": _after_concat("Transpose", perm=[2, 0, 1]),
     "concat then default transpose": _after_concat("Transpose"),
     "concat then unsqueeze": _after_concat("Unsqueeze", axes=[0, 4]),
+    "concat then unsqueeze unsorted": _after_concat("Unsqueeze", axes=[4, 0, 2]),
     "concat then squeeze": _after_concat("Squeeze", axes=[0]),
     "concat then squeeze of every 1": Case(
         (
@@ -396,9 +399,61 @@ def test_folding_computes_what_onnxruntime_computes_or_refuses(name: str) -> Non
             assert folded == f"cannot evaluate {value.name}: {REASONS[name]}", (name, folded)
             continue
         assert isinstance(folded, np.ndarray), (name, folded)
+        # the contract: C-contiguous, owning its data (never a view of the model's tensors)
+        assert folded.flags.c_contiguous and folded.flags.owndata and folded.base is None
         assert folded.dtype == expected[index].dtype and folded.shape == expected[index].shape
         np.testing.assert_array_equal(folded, expected[index], err_msg=name)
 
 
 def test_every_listed_reason_belongs_to_a_case() -> None:
     assert set(REASONS) <= set(CASES)
+
+
+def _chain() -> ir.Model:
+    """``t = Identity(c)``, ``y = Unsqueeze(t, [0])``, ``z = Concat(x, c)`` for a constant
+    ``c`` and an input ``x``."""
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[2] x) => (float[1, 2] y, float[4] z) {
+            c = Constant <value = float[2] {1.0, -2.0}> ()
+            zero = Constant <value = int64[1] {0}> ()
+            t = Identity (c)
+            y = Unsqueeze (t, zero)
+            z = Concat <axis = 0> (x, c)
+        }
+    """)
+    return ir.serde.deserialize_model(model)
+
+
+def _node(model: ir.Model, op_type: str) -> ir.Node:
+    (node,) = [n for n in model.graph if n.op_type == op_type]
+    return node
+
+
+def test_given_nodes_must_compute_every_operand() -> None:
+    """``fold_value(value, nodes)``: an operand computed by a node not given is refused."""
+    model = _chain()
+    y = _node(model, "Unsqueeze").outputs[0]
+    unsqueeze, identity = _node(model, "Unsqueeze"), _node(model, "Identity")
+    reason = "cannot evaluate y: t is not computed by the sub-graph"
+    assert fold_value(y, [unsqueeze]) == reason
+    assert fold_value(y, [identity, unsqueeze]).tolist() == [[1.0, -2.0]]
+
+
+def test_a_runtime_operand_has_no_constant_value() -> None:
+    model = _chain()
+    z = _node(model, "Concat").outputs[0]
+    assert fold_value(z, [_node(model, "Concat")]) == "cannot evaluate z: x has no constant value"
+
+
+def test_an_op_the_evaluator_does_not_know_is_refused() -> None:
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g () => (float[2] y) {
+            c = Constant <value = float[2] {1.0, -2.0}> ()
+            y = Relu (c)
+        }
+    """)
+    ir_model = ir.serde.deserialize_model(model)
+    y = _node(ir_model, "Relu").outputs[0]
+    assert fold_value(y, [_node(ir_model, "Relu")]) == "cannot evaluate y: Relu is not foldable"
