@@ -246,6 +246,9 @@ CASES = {
     "concat negative axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 1)}, axis=-1),
     "concat axis out of range": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}, axis=2),
     "concat without axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}),
+    "concat of two dtypes": _one(
+        "Concat", {"a": _data(2, 3), "b": _data(2, 3, dtype=np.float64)}, axis=0
+    ),
     "concat with a missing input": Case(
         (helper.make_node("Concat", ["a", ""], ["out0"], axis=0),), {"a": _data(2, 3)}
     ),
@@ -342,6 +345,7 @@ REASONS = {
     "transpose short perm": "Transpose perm (1, 0) for rank 3",
     "concat axis out of range": "Concat axis 2 out of range for rank 2",
     "concat without axis": "Concat without axis",
+    "concat of two dtypes": "Concat inputs of different dtypes",
     "cast float to int out of range": "Cast of values out of the int32 range is platform-dependent",
     "cast negative to uint8": "Cast of values out of the uint8 range is platform-dependent",
     "cast nan to int": "Cast of values out of the int64 range is platform-dependent",

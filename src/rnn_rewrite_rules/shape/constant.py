@@ -295,7 +295,8 @@ def _int_list(value: _Array | None, what: str) -> list[int]:
     return [int(v) for v in array.reshape(-1)]
 
 
-def _axes(raw: list[int], rank: int, what: str, *, sort: bool = True) -> tuple[int, ...]:
+def _axes(raw: list[int], rank: int, what: str) -> tuple[int, ...]:
+    """``raw`` made non-negative, in the order given (every reader takes any order)."""
     axes = []
     for axis in raw:
         if not -rank <= axis < rank:
@@ -303,7 +304,7 @@ def _axes(raw: list[int], rank: int, what: str, *, sort: bool = True) -> tuple[i
         axes.append(axis % rank)
     if len(set(axes)) != len(axes):
         raise FoldError(f"repeated {what} axes {raw}")
-    return tuple(sorted(axes)) if sort else tuple(axes)
+    return tuple(axes)
 
 
 def _ints_attr_or_input(
@@ -350,7 +351,7 @@ def _slice(node: ir.Node, operands: list[_Array | None]) -> _Array:
     if not len(axes_raw) == len(steps) == len(starts):
         raise FoldError("Slice inputs of different lengths")
     index = [slice(None)] * len(shape)
-    axes = _axes(axes_raw, len(shape), "Slice", sort=False)
+    axes = _axes(axes_raw, len(shape), "Slice")
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         dim = shape[axis]
         if step == 0:
