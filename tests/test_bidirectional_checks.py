@@ -107,11 +107,15 @@ def _rnns(graph: ir.Graph) -> list[ir.Node]:
 
 
 def _merged(
-    before: onnx.ModelProto, direction: str = "bidirectional", rules=None
+    before: onnx.ModelProto,
+    direction: str = "bidirectional",
+    rules=None,
+    *,
+    constant_nodes: bool = False,
 ) -> onnx.ModelProto:
     """Rewritten (by the family, or ``rules`` alone) to one RNN node of ``direction``, no
-    Slice and no Constant node (its constants are initializers of the main graph), equal
-    outputs in ONNX Runtime."""
+    Slice and, unless ``constant_nodes``, no Constant node (its constants are initializers
+    of the main graph), equal outputs in ONNX Runtime."""
     if rules is None:
         after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
     else:
@@ -121,7 +125,7 @@ def _merged(
     rnn = [n for n in after.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
     assert len(rnn) == 1, ops
     assert {a.name: a.s for a in rnn[0].attribute}["direction"] == direction.encode()
-    assert "Slice" not in ops and "Constant" not in ops, ops
+    assert "Slice" not in ops and (constant_nodes or "Constant" not in ops), ops
     for seed, (batch, seq) in enumerate(((1, 1), (3, 5), (2, 7))):
         feeds = tp.thirdparty_inputs(before, batch, seq, rng=seed)
         diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
@@ -503,8 +507,9 @@ def _without_x(graph: ir.Graph) -> None:
         ),
         ("sequence_lens", None, "sequence_lens is present: the Slice reverses the padding too"),
         (None, _without_x, "the RNN does not read a reversed input"),
+        (None, _also_read(lambda g: _rnns(g)[0].outputs[1]), "Y_h or Y_c is read"),
     ],
-    ids=["intermediate_read", "sequence_lens", "no_x"],
+    ids=["intermediate_read", "sequence_lens", "no_x", "state_read"],
 )
 def test_reversed_half_alone_near_misses(near_miss, edit, reason: str) -> None:
     model = tp.hand_built_bidirectional("LSTM", halves="reverse", near_miss=near_miss)
@@ -679,3 +684,93 @@ def test_activations_given_for_both_halves_are_merged() -> None:
     (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attributes["activations"] == [b"Sigmoid", b"Tanh"] * 2
+
+
+def _drop_bias(graph: ir.Graph) -> None:
+    _rnns(graph)[0].replace_input_with(3, None)
+
+
+def _computed_forward_bias(graph: ir.Graph) -> None:
+    """The forward half's B read through an Identity (not a constant), the backward's
+    dropped: the merged B is Concat(B_f, B_f * 0)."""
+    forward = _rnns(graph)[1]
+    node = ir.Node("", "Identity", [forward.inputs[3]], name="bias")
+    graph.insert_before(forward, node)
+    forward.replace_input_with(3, node.outputs[0])
+    _drop_bias(graph)
+
+
+def _no_direction(graph: ir.Graph) -> None:
+    for node in _rnns(graph):
+        del node.attributes["direction"]
+
+
+def _attribute_squeezes(graph: ir.Graph) -> None:
+    """Squeeze's axes as an attribute (opset 12)."""
+    for node in _nodes(graph, "Squeeze"):
+        axes = node.inputs[1].const_value.numpy().tolist()
+        node.resize_inputs(1)
+        node.attributes["axes"] = ir.AttrInt64s("axes", axes)
+
+
+@pytest.mark.parametrize(
+    ("reverse_node", "edit", "opset"),
+    [
+        (True, _drop_bias, None),
+        (True, _computed_forward_bias, None),
+        (False, _no_direction, None),
+        (False, _attribute_squeezes, 12),
+        (True, _attribute_squeezes, 12),
+    ],
+    ids=["one_bias", "computed_bias", "no_direction", "squeeze_attribute", "reverse_attribute"],
+)
+def test_pair_forms_are_merged(reverse_node: bool, edit: Edit, opset: int | None) -> None:
+    model = tp.hand_built_bidirectional("GRU", reverse_node=reverse_node)
+    if opset is not None:
+        model.opset_import[0].version = opset
+    before = _edited(model, edit)
+    # B * 0 for the half without B: a scalar Constant node, when the other B is computed
+    _merged(before, constant_nodes=edit is _computed_forward_bias)
+    if not reverse_node:
+        _merged(before, rules=MERGE)
+
+
+def test_stacked_weights_are_named_after_the_forward_half() -> None:
+    """W, R, B stack into one initializer each, named ``<forward's>_bidirectional`` (or
+    ``_1``, ``_2``... past a name taken); the merged node has Y only."""
+    model = tp.hand_built_bidirectional("GRU", reverse_node=True)
+    forward = [n for n in model.graph.node if n.op_type == "GRU"][1]
+    w = forward.input[1]
+    for name in (f"{w}_bidirectional", f"{w}_bidirectional_1"):  # taken, unused
+        model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1, np.float32), name))
+    after, count = apply(MERGE, model)
+    assert count == 1
+    (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    assert node.input[1:4] == [
+        f"{w}_bidirectional_2",
+        *(f"{v}_bidirectional" for v in forward.input[2:4]),
+    ]
+    assert len(node.output) == 1
+
+
+def test_a_reversed_half_alone_keeps_its_activations() -> None:
+    def edit(graph: ir.Graph) -> None:
+        _rnns(graph)[0].attributes["activations"] = ir.AttrStrings(
+            "activations", ["Sigmoid", "Tanh"]
+        )
+
+    before = _edited(tp.hand_built_bidirectional("GRU", halves="reverse"), edit)
+    after = _merged(before, "reverse", REVERSE)
+    (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attributes["activations"] == [b"Sigmoid", b"Tanh"]
+
+
+def test_a_squeeze_of_every_unit_axis_is_refused() -> None:
+    """``Squeeze(Y)`` without axes also drops a batch of 1: not the direction axis alone."""
+
+    def edit(graph: ir.Graph) -> None:
+        _squeeze(graph, 1).resize_inputs(1)
+
+    model = _edited(tp.hand_built_bidirectional("LSTM"), edit)
+    _refused(model, "the Squeeze does not remove the direction axis")
