@@ -204,3 +204,13 @@ def join_halves(model: onnx.ModelProto, *indices: int) -> None:
     nodes = [*joins, *model.graph.node]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
+
+
+def without_output(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` without its graph output ``name`` and the nodes only that output needed
+    (for an unrolled chain without ``y``: each step's ``h`` is then read by the next step
+    alone)."""
+    ir_model = ir.serde.deserialize_model(model)
+    ir_model.graph.outputs[:] = [v for v in ir_model.graph.outputs if v.name != name]
+    ir.passes.common.RemoveUnusedNodesPass()(ir_model)
+    return ir.serde.serialize_model(ir_model)

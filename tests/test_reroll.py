@@ -20,7 +20,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     rnn_inputs,
 )
 from tests.reasons import refusal_reasons
-from tests.support import as_function, op_counts
+from tests.support import as_function, op_counts, without_output
 
 POSITIVE = [
     UnrolledRnnConfig(),
@@ -289,21 +289,12 @@ def test_openvino_runs_the_merged_bidirectional_rnn_like_the_original(initial_st
         assert runtime.max_abs_diff(expected, run_openvino(result, feeds)) <= 1e-5, batch
 
 
-def _final_state_only(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The chain with its ``y`` output (the Concat of every step) removed: each step's
-    ``h`` is read by the next step alone."""
-    ir_model = ir.serde.deserialize_model(model)
-    ir_model.graph.outputs[:] = [v for v in ir_model.graph.outputs if v.name != "y"]
-    ir.passes.common.RemoveUnusedNodesPass()(ir_model)
-    return ir.serde.serialize_model(ir_model)
-
-
 @pytest.mark.parametrize("seq", [2, 3])
 def test_a_step_whose_h_feeds_the_next_is_not_the_end(seq: int) -> None:
     """Without ``y``, a middle step's chain is complete, but its ``h`` feeds a later step:
     refused there; the last step rerolls the whole chain."""
     cfg = UnrolledRnnConfig(seq=seq)
-    model = _final_state_only(build_unrolled_rnn(cfg))
+    model = without_output("y", build_unrolled_rnn(cfg))
     found = refusal_reasons(reroll.FAMILY.rules, model)
     assert "h_T feeds another step: not the last step" in found, found
     result = rnn_rewrite_rules.rewrite(model, ["reroll"])

@@ -21,7 +21,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     cell_reference,
 )
 from tests.reasons import refusal_reasons
-from tests.support import as_function, op_counts
+from tests.support import as_function, op_counts, without_output
 
 POSITIVE = [
     UnrolledCellConfig(),
@@ -180,14 +180,6 @@ def test_property_builder_loops_match_the_numpy_cell(
     assert runtime.max_abs_diff(cell_reference(cfg, feeds["x"]), runtime.run(result, feeds)) <= 1e-5
 
 
-def _final_state_only(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The loop without its ``y`` output: each step's ``h`` is read by the next step alone."""
-    ir_model = ir.serde.deserialize_model(model)
-    ir_model.graph.outputs[:] = [v for v in ir_model.graph.outputs if v.name != "y"]
-    ir.passes.common.RemoveUnusedNodesPass()(ir_model)
-    return ir.serde.serialize_model(ir_model)
-
-
 def _rules(op_type: str) -> list:
     return [reroll_cells.RerollCell.rule(op_type)]
 
@@ -195,7 +187,7 @@ def _rules(op_type: str) -> list:
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
 def test_a_step_whose_h_feeds_the_next_is_not_the_end(op_type: str) -> None:
     cfg = UnrolledCellConfig(op_type=op_type, seq=3)
-    model = _final_state_only(build_unrolled_cell(cfg))
+    model = without_output("y", build_unrolled_cell(cfg))
     found = refusal_reasons(_rules(op_type), model)
     assert "h_T feeds another step: not the last step" in found, found
     result = rnn_rewrite_rules.rewrite(model, ["reroll"])
