@@ -273,6 +273,26 @@ def test_rnn_sizes_from_attributes_and_weights() -> None:
     assert prover.dims(v["y0"]) == (Dim.sym(v["x"], 0), Dim.const(1), Dim.const(2), Dim.const(3))
 
 
+def test_rnn_sizes_read_the_directions_of_a_weight_of_unknown_gates() -> None:
+    """W declared [2, g, 2] (its gate axis unknown): still two directions, which a forward
+    node disagrees with."""
+    x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2, 2])
+    w = helper.make_tensor_value_info("w", FLOAT, [2, "g", 2])
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=3)
+    v = _graph([node], [x, w], {"r": np.zeros((2, 12, 3), np.float32)})
+    reason = ShapeProver().rnn_sizes(v["y"].producer())
+    assert reason == "direction 'forward' disagrees with a weight of 2 directions"
+
+
+def test_a_hidden_size_of_zero_is_refused() -> None:
+    x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2, 2])
+    constants = {"w": np.zeros((1, 0, 2), np.float32), "r": np.zeros((1, 0, 0), np.float32)}
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=0)
+    v = _graph([node], [x], constants)
+    reason = ShapeProver().rnn_sizes(v["y"].producer())
+    assert reason == "hidden_size=0 is not positive"
+
+
 def test_zeros_of_a_possibly_negative_length_are_unknown_not_an_error() -> None:
     """ConstantOfShape(Shape(x)[:1] - 1): seq - 1 may be negative, so its size is not
     proven (this raised AttributeError before)."""
@@ -287,3 +307,15 @@ def test_zeros_of_a_possibly_negative_length_are_unknown_not_an_error() -> None:
     assert prover.elements(v["n"]) == (Dim.sym(v["x"], 0) - 1,)
     fact = prover.fact(v["out"])
     assert fact.dims == (Dim.sym(v["out"], 0),) and fact.elements is None
+
+
+@pytest.mark.parametrize(
+    "value", [np.array([3], np.int64), np.array(3, np.int64)], ids=["1-D", "0-D"]
+)
+def test_constant_of_shape_reads_a_one_element_value_of_either_rank(value) -> None:
+    """ConstantOfShape([2]) filled with 3: its elements are proven from a 1-D value (the
+    spec's form) and read the same, without an error, from a 0-D one (ONNX Runtime
+    rejects that model; the prover must not crash on it)."""
+    node = helper.make_node("ConstantOfShape", ["n"], ["out"], value=numpy_helper.from_array(value))
+    v = _graph([node], [], {"n": np.array([2], np.int64)})
+    assert ShapeProver().elements(v["out"]) == _c(3, 3)

@@ -506,8 +506,10 @@ def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | str:
         hidden = r_hidden
     elif r_hidden is not None and r_hidden != hidden:
         return f"hidden_size={hidden} disagrees with R's hidden size {r_hidden}"
-    if hidden is None or hidden <= 0:
+    if hidden is None:
         return "hidden_size is not static (no attribute, and R's size is not proven)"
+    if hidden <= 0:
+        return f"hidden_size={hidden} is not positive"
     return directions, hidden, layout
 
 
