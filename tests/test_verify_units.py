@@ -377,7 +377,7 @@ def test_reference_runs_count_the_other_sizes_refused() -> None:
     with pytest.raises(CannotVerify) as error:
         _runs([_spec("x", "batch", "seq")], reference, overrides={"seq": (1,) * 5})
     assert str(error.value) == (
-        "the original model fails on x=14x1 (and 1 other sizes) in fake: no 14 "
+        "the original model fails on x=14x1 (and 1 other size) in fake: no 14 "
         "(a frozen axis? see --check; or fix sizes with --shape)"
     )
     assert sizes == [2, 1, 5, 3, 8, 4, 11, 6, 14, 7]

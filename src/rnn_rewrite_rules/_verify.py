@@ -606,7 +606,8 @@ def _reference_runs(
             if not rejected:  # every size is fixed: nothing else to try
                 break
             plan, error = rejected[0]
-            others = f" (and {len(rejected) - 1} other sizes)" if len(rejected) > 1 else ""
+            more = len(rejected) - 1
+            others = f" (and {more} other size{'s' if more > 1 else ''})" if more else ""
             raise CannotVerify(
                 f"the original model fails on {format_plan(plan)}{others} in {reference.name}: "
                 f"{error} (a frozen axis? see --check; or fix sizes with --shape)"
