@@ -740,16 +740,15 @@ def test_stacked_weights_are_named_after_the_forward_half() -> None:
     ``_1``, ``_2``... past a name taken); the merged node has Y only."""
     model = tp.hand_built_bidirectional("GRU", reverse_node=True)
     forward = [n for n in model.graph.node if n.op_type == "GRU"][1]
-    w = forward.input[1]
-    for name in (f"{w}_bidirectional", f"{w}_bidirectional_1"):  # taken, unused
+    w, r, b = forward.input[1:4]
+    taken = (f"{w}_bidirectional", f"{w}_bidirectional_1", f"{r}_bidirectional")
+    for name in taken:  # unused initializers
         model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1, np.float32), name))
     after, count = apply(MERGE, model)
     assert count == 1
     (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
-    assert node.input[1:4] == [
-        f"{w}_bidirectional_2",
-        *(f"{v}_bidirectional" for v in forward.input[2:4]),
-    ]
+    expected = [f"{w}_bidirectional_2", f"{r}_bidirectional_1", f"{b}_bidirectional"]
+    assert node.input[1:4] == expected
     assert len(node.output) == 1
 
 
