@@ -175,6 +175,14 @@ def test_squeeze_axes_follow_the_opset(opset: int) -> None:
     _equivalent(before, after)
 
 
+#: ``s`` and ``b``: Y's seq and batch read from its shape at run time; ``two``, ``h``: [2], [H].
+_SEQ_AND_BATCH = f"""{_ints("zero", [0])}
+            {_ints("two", [2])}
+            {_ints("h", [H])}
+            shape = Shape (y)
+            s = Gather (shape, zero)
+            b = Gather (shape, two)"""
+
 NEAR_MISSES = {
     # moving a non-unit axis (batch before seq) is a real transpose: 2 nodes, minimal
     "moves_non_unit_axis": (
@@ -199,12 +207,7 @@ NEAR_MISSES = {
     ),
     # a target mixing up seq and batch (computed, so not constant)
     "swapped_target": (
-        f"""{_ints("zero", [0])}
-            {_ints("two", [2])}
-            {_ints("h", [H])}
-            shape = Shape (y)
-            s = Gather (shape, zero)
-            b = Gather (shape, two)
+        f"""{_SEQ_AND_BATCH}
             target = Concat <axis: int = 0> (b, s, h)
             t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
             out = Reshape (t1, target)""",
@@ -212,12 +215,7 @@ NEAR_MISSES = {
     ),
     # [seq * 2, batch * H] (allowzero: a 0 is 0): two dynamic groups, no constant target
     "two_dynamic_groups": (
-        f"""{_ints("zero", [0])}
-            {_ints("two", [2])}
-            {_ints("h", [H])}
-            shape = Shape (y)
-            s = Gather (shape, zero)
-            b = Gather (shape, two)
+        f"""{_SEQ_AND_BATCH}
             d0 = Mul (s, two)
             d1 = Mul (b, h)
             target = Concat <axis: int = 0> (d0, d1)
