@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -132,6 +135,64 @@ CHAINS = {
         "forward",
         ["Transpose", "Squeeze"],
     ),
+    # Transpose without perm reverses the axes: twice is Y again (an Identity keeps "out")
+    "reversed_twice": (
+        """t1 = Transpose (y)
+            out = Transpose (t1)""",
+        "forward",
+        ["Identity"],
+    ),
+    # allowzero=1 and a computed [seq * batch, H]: a 0 would be 0, so no copy proof is needed
+    "allowzero_computed_target": (
+        f"""{_ints("zero", [0])}
+            {_ints("two", [2])}
+            {_ints("h", [H])}
+            shape = Shape (y)
+            s = Gather (shape, zero)
+            b = Gather (shape, two)
+            sb = Mul (s, b)
+            target = Concat <axis: int = 0> (sb, h)
+            t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Reshape <allowzero: int = 1> (t1, target)""",
+        "forward",
+        ["Reshape"],
+    ),
+    # Y's unit axis moved last: one Transpose (dropping it first would lose a dimension)
+    "unit_axis_moved_last": (
+        f"""{_ints("one", [1])}
+            {_ints("three", [3])}
+            sq = Squeeze (y, one)
+            out = Unsqueeze (sq, three)""",
+        "forward",
+        ["Transpose"],
+    ),
+    # [1, b, H] -> [b, 1, H] -> [1, b, 1, H]: one Unsqueeze of Y_h (not a Reshape)
+    "unsqueeze_of_final_state": (
+        f"""{_ints("zero", [0])}
+            t1 = Transpose <perm: ints = [1, 0, 2]> (yh)
+            out = Unsqueeze (t1, zero)""",
+        "forward",
+        ["Unsqueeze"],
+    ),
+    # [s, b, 1, 1, H]: two candidates cost a Transpose and one op each; the first (the
+    # goal's own unit placement, an Unsqueeze) is kept, not the later Reshape
+    "tie_keeps_the_first_candidate": (
+        f"""{_ints("one", [1])}
+            {_ints("units", [2, 3])}
+            i1 = Identity (y)
+            sq = Squeeze (i1, one)
+            out = Unsqueeze (sq, units)""",
+        "forward",
+        ["Transpose", "Unsqueeze"],
+    ),
+    # [1, 1, s * b, H]: H is copied (0), so the -1 is next to sizes > 0 only
+    "units_around_minus_one": (
+        f"""{_ints("target", [1, 1, -1, H])}
+            i1 = Identity (y)
+            out = Reshape (i1, target)""",
+        "forward",
+        ["Reshape"],
+    ),
     # Y_h [1, b, H] -> [b, 1, H] -> [b, H]
     "final_state": (
         f"""{_ints("one", [1])}
@@ -172,6 +233,8 @@ def test_squeeze_axes_follow_the_opset(opset: int) -> None:
         assert len(squeeze.input) == 1 and squeeze.attribute[0].ints == [1]
     else:
         assert len(squeeze.input) == 2 and not squeeze.attribute
+        (axes,) = [i for i in after.graph.initializer if i.name == squeeze.input[1]]
+        assert onnx.numpy_helper.to_array(axes).tolist() == [1]
     _equivalent(before, after)
 
 
@@ -222,6 +285,96 @@ NEAR_MISSES = {
             out = Reshape <allowzero: int = 1> (y, target)""",
         "bidirectional",
     ),
+    # perm of another rank (invalid: fails at run time)
+    "perm_of_another_rank": ("out = Transpose <perm: ints = [1, 0, 2]> (y)", "forward"),
+    # the same axis inserted twice
+    "unsqueeze_repeated_axes": (
+        f"""{_ints("axes", [1, 1])}
+            out = Unsqueeze (y, axes)""",
+        "forward",
+    ),
+    # opset 13 Squeeze without axes drops every unit axis: not followed
+    "squeeze_without_axes": ("out = Squeeze (y)", "forward"),
+    # Max(seq, 1): not a provable size
+    "unprovable_target": (
+        f"""{_SEQ_AND_BATCH}
+            {_ints("one", [1])}
+            m = Max (s, one)
+            target = Concat <axis: int = 0> (m, b, h)
+            t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # seq + 1 is positive (never a copy), but no product of Y's axes
+    "target_not_a_product": (
+        f"""{_SEQ_AND_BATCH}
+            {_ints("one", [1])}
+            m = Add (s, one)
+            target = Concat <axis: int = 0> (m, b, h)
+            t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # [s, 1, b, H] -> [s, 1, b, 2 * H]: the last element needs an axis Y does not have
+    "target_past_the_last_axis": (
+        f"""{_ints("target", [0, 0, 0, 2 * H])}
+            t1 = Transpose <perm: ints = [0, 1, 2, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # allowzero=1: a 0 in the target is a 0-sized axis, not a copy
+    "allowzero_zero": (
+        f"""{_ints("target", [0, 0, -1])}
+            t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Reshape <allowzero: int = 1> (t1, target)""",
+        "forward",
+    ),
+    # a 0 past the input's rank copies nothing (invalid)
+    "zero_past_the_rank": (
+        f"""{_ints("target", [0, 0, 0, 0, 0])}
+            t1 = Transpose <perm: ints = [0, 1, 2, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # -2 is no size
+    "negative_two": (
+        f"""{_ints("target", [0, -2, 0, 0])}
+            t1 = Transpose <perm: ints = [0, 1, 2, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # two -1
+    "two_minus_ones": (
+        f"""{_ints("target", [-1, -1, H])}
+            t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # a computed element past the input's rank (after a Squeeze: rank 3) copies nothing
+    # ([s, b, H, s]: fails at run time unless seq is 1)
+    "computed_past_the_rank": (
+        f"""{_SEQ_AND_BATCH}
+            {_ints("one", [1])}
+            target = Concat <axis: int = 0> (s, b, h, s)
+            sq = Squeeze (y, one)
+            out = Reshape (sq, target)""",
+        "forward",
+    ),
+    # [s, 1, b]: H is left out (fails at run time)
+    "target_leaves_an_axis": (
+        f"""{_ints("target", [0, 1, 0])}
+            t1 = Transpose <perm: ints = [0, 1, 2, 3]> (y)
+            out = Reshape (t1, target)""",
+        "forward",
+    ),
+    # [s, b * H] by [0, -1]: a -1 next to seq, which may be 0, has no equal constant target
+    "minus_one_beside_a_copy": (
+        f"""{_ints("one", [1])}
+            {_ints("target", [0, -1])}
+            sq = Squeeze (y, one)
+            out = Reshape (sq, target)""",
+        "forward",
+    ),
     # the intermediate transpose is read elsewhere: the chain cannot die
     "shared_intermediate": (
         f"""{_ints("one", [1])}
@@ -243,6 +396,23 @@ NEAR_MISS_REASONS = {
     "swapped_target": "Reshape target has a computed element that may be 0 and copy an axis",
     "shared_intermediate": "already minimal (1 nodes, best 1)",
     "two_dynamic_groups": "no constant-target realization keeps the axes dynamic",
+    "perm_of_another_rank": "Transpose perm does not match the rank",
+    "unsqueeze_repeated_axes": "Unsqueeze axes out of range or repeated",
+    "squeeze_without_axes": "Squeeze axes are not constant",
+    "unprovable_target": "Reshape target is not a provable shape computation",
+    "target_not_a_product": "Reshape target element is not a product of the input's axes (frozen?)",
+    "target_past_the_last_axis": (
+        "Reshape target element is not a product of the input's axes (frozen?)"
+    ),
+    "allowzero_zero": "Reshape target has a 0 that does not copy an axis",
+    "zero_past_the_rank": "Reshape target has a 0 that does not copy an axis",
+    "negative_two": "Reshape target has a negative element other than one -1",
+    "two_minus_ones": "Reshape target has a negative element other than one -1",
+    "computed_past_the_rank": (
+        "Reshape target has a computed element that may be 0 and copy an axis"
+    ),
+    "target_leaves_an_axis": "Reshape target does not cover every axis",
+    "minus_one_beside_a_copy": "no constant-target realization keeps the axes dynamic",
 }
 _GOES_ON = "the chain goes on: rewritten at its last node"
 
@@ -384,15 +554,17 @@ def test_chain_into_x_with_another_reader_is_left_alone() -> None:
     [
         ("torchscript_bi_batch_first", [2, 0, 1, 3], [0, 0, 2 * H]),
         ("squeeze_transpose_reshape", [2, 0, 3, 1], [-1, H]),
+        ("units_around_minus_one", None, [1, 1, -1, 0]),
     ],
 )
-def test_replacement_perm_and_target(name: str, perm: list[int], target: list[int]) -> None:
-    """What docs/exporters.md promises: one Transpose of Y and a 0/-1/constant target."""
+def test_replacement_perm_and_target(name: str, perm: list[int] | None, target: list[int]) -> None:
+    """What docs/exporters.md promises: at most one Transpose of Y and a 0/-1/constant
+    target, an initializer of the main graph."""
     chain, direction, _ = CHAINS[name]
     after, _count = apply_family(FAMILY, _model(chain, direction=direction))
-    (transpose,) = [n for n in after.graph.node if n.op_type == "Transpose"]
+    transposes = [n for n in after.graph.node if n.op_type == "Transpose"]
     (reshape,) = [n for n in after.graph.node if n.op_type == "Reshape"]
-    assert list(transpose.attribute[0].ints) == perm
+    assert [list(t.attribute[0].ints) for t in transposes] == ([perm] if perm else [])
     (init,) = [i for i in after.graph.initializer if i.name == reshape.input[1]]
     assert onnx.numpy_helper.to_array(init).tolist() == target
 
@@ -453,3 +625,82 @@ def test_a_node_kept_by_a_shape_reader_is_not_counted_as_saved() -> None:
     after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
     assert count == 1 and len(_glue_ops(after)) == 2  # t1 for its Shape, and one for out
     _equivalent(before, after)
+
+
+def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``'s graph as both branches of an ``If`` on a bool input ``c`` (the else
+    branch's values renamed ``e_*``): each branch reads ``x`` from the outer graph."""
+    graph = model.graph
+    out = graph.output[0]
+
+    def branch(prefix: str) -> onnx.GraphProto:
+        def rename(name: str) -> str:
+            return name if name in ("", "x") else prefix + name
+
+        nodes = []
+        for node in graph.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.input[:] = [rename(n) for n in node.input]
+            copy.output[:] = [rename(n) for n in node.output]
+            nodes.append(copy)
+        output = onnx.ValueInfoProto()
+        output.CopyFrom(out)
+        output.name = rename(out.name)
+        return onnx.helper.make_graph(nodes, prefix + "branch", [], [output])
+
+    cond = onnx.helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])
+    node = onnx.helper.make_node(
+        "If", ["c"], [out.name], then_branch=branch("t_"), else_branch=branch("e_")
+    )
+    wrapped = onnx.helper.make_graph([node], "g", [graph.input[0], cond], [out])
+    result = onnx.helper.make_model(wrapped, opset_imports=model.opset_import)
+    result.ir_version = model.ir_version
+    onnx.checker.check_model(result, full_check=True)
+    return result
+
+
+@pytest.mark.parametrize("name", ["tf2onnx", "squeeze_transpose_reshape"])
+def test_constants_in_a_branch_are_constant_nodes(name: str) -> None:
+    """An If branch's Squeeze axes and Reshape target are Constant nodes in the branch (the
+    main graph's initializers are shared by name, which a branch cannot check)."""
+    chain, direction, expected = CHAINS[name]
+    before = _in_if(_model(chain, direction=direction))
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
+    assert count == 2 and not after.graph.initializer
+    for attr in after.graph.node[0].attribute:
+        branch = attr.g
+        assert [n.op_type for n in branch.node if n.op_type in GLUE] == expected
+        assert not branch.initializer
+        constants = {o for n in branch.node if n.op_type == "Constant" for o in n.output}
+        (last,) = [n for n in branch.node if n.op_type == expected[-1]]
+        assert last.input[1] in constants
+    rng = np.random.default_rng(0)
+    for cond, (batch, seq) in itertools.product((True, False), ((1, 1), (3, 5))):
+        feeds = {
+            "x": rng.standard_normal((seq, batch, 2)).astype(np.float32),
+            "c": np.array(cond),
+        }
+        assert runtime.max_abs_diff(run(before, feeds, "ort"), run(after, feeds, "ort")) <= 1e-6
+
+
+@pytest.mark.parametrize("length", [layer_glue._MAX_DYING - 2, layer_glue._MAX_DYING + 6])
+def test_dying_looks_at_max_dying_nodes(length: int) -> None:
+    """A Reshape whose target passes through ``length`` Identity nodes: the Reshape and at
+    most ``_MAX_DYING - 1`` of them, nearest first, are found to die."""
+    lines = [f"t{i + 1} = Identity (t{i})" for i in range(length)]
+    graph = ir.serde.deserialize_model(
+        onnx.parser.parse_model(
+            f"""
+            <ir_version: 8, opset_import: ["" : 17]>
+            g (float[s, b, 2] x) => (float[s, n] out) {{
+                t0 = Constant <value: tensor = int64[2] {{0, -1}}> ()
+                {" ".join(lines)}
+                out = Reshape (x, t{length})
+            }}
+            """
+        )
+    ).graph
+    dying = layer_glue._dying([graph.node(-1)])
+    found = min(length + 2, layer_glue._MAX_DYING)  # the Constant t0 too, if reached
+    assert dying == set(list(graph)[-found:])

@@ -235,15 +235,18 @@ def _only_shape_readers(value: ir.Value, others: int) -> bool:
     return count == others
 
 
+_MAX_DYING = 64
+
+
 def _dying(chain: list[ir.Node]) -> set[ir.Node]:
     """The nodes that die when the chain's last output is replaced: the chain's and those
-    of its computed Reshape targets whose every reader dies (a fixpoint)."""
+    computing its nodes' other inputs (Reshape targets, Squeeze axes) whose every reader
+    dies (a fixpoint). At most ``_MAX_DYING`` nodes are looked at: of a longer target
+    computation, only the part nearest the chain is found to die."""
     candidates: list[ir.Node] = list(chain)
     for node in chain:
-        if node.op_type != "Reshape" or len(node.inputs) < 2:
-            continue
-        stack = [node.inputs[1]]
-        while stack and len(candidates) < 64:
+        stack = list(node.inputs[1:])
+        while stack and len(candidates) < _MAX_DYING:
             value = stack.pop()
             producer = None if value is None else value.producer()
             if producer is None or producer in candidates:
