@@ -29,7 +29,7 @@ from rnn_rewrite_rules.testing.exporters import (
 )
 from tests.reasons import refusal_reasons
 from tests.strategies import rnn_configs, sizes
-from tests.support import apply, assert_equivalent, join_halves, op_counts
+from tests.support import apply, as_function, assert_equivalent, join_halves, op_counts
 
 FAMILY = ["weight_folding"]
 RULES = rnn_rewrite_rules.rules(FAMILY)
@@ -226,22 +226,10 @@ def test_original_still_read_elsewhere_is_not_folded() -> None:
 def test_functions_are_left_alone() -> None:
     """Initializers cannot be added to a function: the rule must not fire (or crash) there."""
     _, inner = _model()
-    constants = [
-        helper.make_node("Constant", [], [t.name], value=t) for t in inner.graph.initializer
-    ]
-    states = [i.name for i in inner.graph.input]
-    outputs = [o.name for o in inner.graph.output]
-    function = helper.make_function(
-        "custom", "Net", states, outputs, [*constants, *inner.graph.node], list(inner.opset_import)
-    )
-    call = helper.make_node("Net", states, outputs, domain="custom")
-    graph = helper.make_graph([call], "calls", list(inner.graph.input), list(inner.graph.output))
-    opsets = [*inner.opset_import, helper.make_opsetid("custom", 1)]
-    model = helper.make_model(graph, opset_imports=opsets, functions=[function])
-    model.ir_version = inner.ir_version
+    model = as_function(inner, inner.opset_import[0].version)
     after, count = apply(RULES, model)
     assert count == 0
-    assert len(after.functions[0].node) == len(function.node)
+    assert len(after.functions[0].node) == len(model.functions[0].node)
     reasons = set(refusal_reasons(RULES, model)) - {"node has 1 outputs, not 2"}
     assert reasons == {"initializers cannot be added to a function"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import onnx
@@ -184,14 +184,27 @@ def rewrite(
 def _rewrite(model: ir.Model, names: Sequence[str] | str | None, *, target: str) -> bool:
     """Rewrite ``model`` in place and clean up; True when a rule fired."""
     rule_set = RewriteRuleSet(select(names, target=target))
+    fired = apply_rounds(model, rule_set)
+    release_match_state(rule_set.rules)
+    cleanup(model)
+    return fired
+
+
+def apply_rounds(
+    model: ir.Model, rule_set: RewriteRuleSet, on_round: Callable[[int], None] | None = None
+) -> bool:
+    """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
+    ``_MAX_ROUNDS``): one rule's output is another's input. Dead nodes are removed after
+    each round that fired, so the next one does not rewrite dead code. ``on_round`` is
+    called with the round number before each round. True when a rule fired."""
     fired = False
-    for _ in range(_MAX_ROUNDS):
+    for round_number in range(_MAX_ROUNDS):
+        if on_round is not None:
+            on_round(round_number)
         if not rule_set.apply_to_model(model):
             break
         fired = True
-        RemoveDeadNodesPass()(model)  # the next round must not rewrite dead code
-    release_match_state(rule_set.rules)
-    cleanup(model)
+        RemoveDeadNodesPass()(model)
     return fired
 
 

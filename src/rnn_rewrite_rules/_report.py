@@ -25,7 +25,6 @@ from onnxscript.rewriter import (
 from rnn_rewrite_rules import _api, _compat, _io, diagnostics
 from rnn_rewrite_rules._rnn import RNN_OPS, rnn_facts
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
-from rnn_rewrite_rules.passes import RemoveDeadNodesPass
 from rnn_rewrite_rules.rules import fixed_by
 
 __all__ = [
@@ -158,13 +157,7 @@ def rewrite_counting(
             _CountingRule(rule, counts, on_node if index == 0 else None)
             for index, rule in enumerate(rules)
         ]
-        rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
-        for round_number in range(_api._MAX_ROUNDS):
-            if on_round is not None:
-                on_round(round_number)
-            if not rule_set.apply_to_model(model):
-                break
-            RemoveDeadNodesPass()(model)  # as rewrite() does between rounds
+        _api.apply_rounds(model, RewriteRuleSet(wrapped), on_round)  # type: ignore[arg-type]
     _api.cleanup(model)
     return counts
 
