@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import onnx_ir as ir
+import pytest
 
-from rnn_rewrite_rules.passes import RemoveDeadNodesPass, RemoveUnusedSubgraphInitializersPass
+from rnn_rewrite_rules.passes import (
+    RemoveDeadNodesPass,
+    RemoveUnusedSubgraphInitializersPass,
+    UniqueRewrittenNodeNamesPass,
+)
+from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 
 _MODEL = """
 <ir_version: 8, opset_import: ["" : 18]>
@@ -50,3 +56,53 @@ def test_dead_nodes_before_their_producer_are_all_removed() -> None:
     assert RemoveDeadNodesPass()(model).modified
     assert [n.op_type for n in model.graph] == ["Relu"]
     assert not RemoveDeadNodesPass()(model).modified
+
+
+_NAMED = """
+<ir_version: 8, opset_import: ["" : 18]>
+agraph (bool flag, float[2] x) => (float[2] y, float[2] z, float[2] w)
+{
+  z = Neg (x)
+  w = Abs (x)
+  y = If (flag) <
+    then_branch = g1 () => (float[2] a) { a = Relu (x) },
+    else_branch = g2 () => (float[2] b) { b = Sigmoid (x) }
+  >
+}
+"""
+
+
+def _nodes_named(names: list[str]) -> tuple[ir.Model, list[ir.Node]]:
+    """``_NAMED`` with its nodes (Neg, Abs, If, Relu, Sigmoid) named ``names``."""
+    model = ir.from_onnx_text(_NAMED)
+    nodes = model_nodes(model)
+    for node, name in zip(nodes, names, strict=True):
+        node.name = name
+    return model, nodes
+
+
+@pytest.mark.parametrize("by_tag", [False, True], ids=["original_nodes", "onnxscript_tag"])
+def test_emitted_nodes_get_unique_names_and_original_ones_keep_theirs(by_tag: bool) -> None:
+    """The two branches' Relu and Sigmoid were emitted (each branch counts from 0), so was
+    Abs (its name is taken); Neg and If are the model's own and share a name."""
+    model, (neg, absolute, if_node, relu, sigmoid) = _nodes_named(
+        ["n", "n_1", "n", "node_0", "node_0"]
+    )
+    emitted = [absolute, relu, sigmoid]
+    if by_tag:
+        for node in emitted:
+            node.metadata_props["pkg.onnxscript.rewriter.rule_name"] = "SomeRule"
+        result = UniqueRewrittenNodeNamesPass()(model)
+    else:
+        result = UniqueRewrittenNodeNamesPass([neg, if_node])(model)
+    assert result.modified
+    assert [n.name for n in (neg, if_node)] == ["n", "n"]
+    assert [n.name for n in emitted] == ["n_1", "node_0", "node_0_1"]
+
+
+def test_a_node_emitted_under_a_name_no_one_else_has_keeps_it() -> None:
+    """A node re-emitted under its original name (the original is gone) keeps it."""
+    model, nodes = _nodes_named(["neg", "abs", "if", "relu", "sigmoid"])
+    result = UniqueRewrittenNodeNamesPass(nodes[:2])(model)
+    assert not result.modified
+    assert [n.name for n in model_nodes(model)] == ["neg", "abs", "if", "relu", "sigmoid"]

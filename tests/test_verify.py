@@ -18,6 +18,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import _verify, runtime
 from rnn_rewrite_rules.cli import ExitCode
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
 from tests.support import assert_one_line_error, leftovers, run
 
 SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
@@ -206,6 +207,18 @@ def test_size_0_where_ort_aborts_runs_in_a_child_and_is_noted(models, tmp_path) 
     assert "ONNX Runtime aborts on both models at input=0x3x8 (not compared)" in proc.stdout
     assert runs(proc.stdout) == ["input=2x6x8"] and "verify: 1 run," in proc.stdout
     assert (tmp_path / "out.onnx").exists()
+
+
+@pytest.mark.command
+def test_size_0_of_a_quantized_lstm_runs_in_a_child(tmp_path) -> None:
+    """ONNX Runtime aborts on the contrib DynamicQuantizeLSTM with batch 0 too."""
+    model = quantized_lstm_model(direction="forward", style="torchscript", zero_states=False)
+    onnx.save(model, tmp_path / "quantized.onnx")
+    args = ["--verify", "--shape", "batch=0,2"]
+    proc = run(tmp_path / "quantized.onnx", "-o", tmp_path / "out.onnx", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "ONNX Runtime aborts on both models at input=" in proc.stdout, proc.stdout
+    assert "verify: 1 run," in proc.stdout and (tmp_path / "out.onnx").exists()
 
 
 @pytest.mark.command

@@ -1205,14 +1205,17 @@ def _graph_of(*nodes: onnx.NodeProto) -> ir.Model:
     [
         ("LSTM", "", True),
         ("GRU", "", True),
-        ("RNN", "", False),
+        ("RNN", "", True),
+        ("LSTM", "ai.onnx", True),
+        ("DynamicQuantizeLSTM", "com.microsoft", True),
         ("Relu", "", False),
         ("LSTM", "com.example", False),
         ("GRU", "com.example", False),
+        ("DynamicQuantizeLSTM", "", False),
     ],
 )
-def test_zero_unsafe_is_onnx_lstm_and_gru(op: str, domain: str, unsafe: bool) -> None:
-    """Docstring: ONNX Runtime may abort on size 0 of LSTM/GRU (the ONNX ops)."""
+def test_zero_unsafe_is_a_recurrent_op(op: str, domain: str, unsafe: bool) -> None:
+    """Docstring: ONNX Runtime may end the process on a size 0 of a recurrent op."""
     assert zero_unsafe(_graph_of(helper.make_node(op, ["x"], ["y"], domain=domain))) is unsafe
 
 

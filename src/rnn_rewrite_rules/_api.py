@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import onnx
@@ -21,6 +22,7 @@ from rnn_rewrite_rules.passes import (
     RemoveUnusedSubgraphInitializersPass,
     UniqueRewrittenNodeNamesPass,
 )
+from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, select_rules
 
 __all__ = ["BadOptions", "UnknownRule", "resolve_target", "rewrite", "rules", "select"]
@@ -186,7 +188,6 @@ def _rewrite(model: ir.Model, names: Sequence[str] | str | None, *, target: str)
     rule_set = RewriteRuleSet(select(names, target=target))
     fired = apply_rounds(model, rule_set)
     release_match_state(rule_set.rules)
-    cleanup(model)
     return fired
 
 
@@ -194,9 +195,12 @@ def apply_rounds(
     model: ir.Model, rule_set: RewriteRuleSet, on_round: Callable[[int], None] | None = None
 ) -> bool:
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
-    ``_MAX_ROUNDS``): one rule's output is another's input. Dead nodes are removed after
-    each round that fired, so the next one does not rewrite dead code. ``on_round`` is
-    called with the round number before each round. True when a rule fired."""
+    ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
+
+    Dead nodes are removed after each round that fired, so the next one does not rewrite
+    dead code. ``on_round`` is called with the round number before each round. True when
+    a rule fired."""
+    original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
     fired = False
     for round_number in range(_MAX_ROUNDS):
         if on_round is not None:
@@ -205,11 +209,15 @@ def apply_rounds(
             break
         fired = True
         RemoveDeadNodesPass()(model)
+    cleanup(model, original)
     return fired
 
 
-def cleanup(model: ir.Model) -> None:
-    """The passes :func:`rewrite` runs after the rules (the CLI runs them too)."""
+def cleanup(model: ir.Model, original: Iterable[ir.Node] | None = None) -> None:
+    """The passes :func:`rewrite` runs after the rules (the CLI runs them too).
+
+    ``original``: the model's nodes before the rules ran, to tell those a rule emitted
+    (:class:`~rnn_rewrite_rules.passes.UniqueRewrittenNodeNamesPass`)."""
     ir.passes.PassManager(
         [
             RemoveDeadNodesPass(),
@@ -219,6 +227,6 @@ def cleanup(model: ir.Model) -> None:
             # after every NameFixPass: unused RNN outputs named "" (see unused_outputs)
             EmptyUnusedRnnOutputsPass(),
             InitializerInfoFromTensorPass(),
-            UniqueRewrittenNodeNamesPass(),
+            UniqueRewrittenNodeNamesPass(original),
         ]
     )(model)

@@ -158,7 +158,8 @@ def rewrite_counting(
             for index, rule in enumerate(rules)
         ]
         _api.apply_rounds(model, RewriteRuleSet(wrapped), on_round)  # type: ignore[arg-type]
-    _api.cleanup(model)
+    else:
+        _api.cleanup(model)
     return counts
 
 

@@ -17,8 +17,8 @@ too new, say), there is nothing to compare: :class:`CannotVerify`.
 
 Memory: one model is loaded at a time (the original without graph optimizations, whose
 constant folding copies the weights), so a big model's check peaks near what running it
-takes. Sizes of 0 on LSTM/GRU models, on which ONNX Runtime aborts the process, run in
-child processes: a size the original aborts on is noted, not compared.
+takes. Sizes of 0 on models with a recurrent op, on which ONNX Runtime may end the
+process, run in child processes: a size the original aborts on is noted, not compared.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import onnx
 import onnx_ir as ir
 
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules._rnn import const_array, rnn_facts
+from rnn_rewrite_rules._rnn import RNN_OPS, const_array, rnn_facts
 from rnn_rewrite_rules.diagnostics import is_rnn
 from rnn_rewrite_rules.runtime import OnnxRuntimeMissing, require_onnxruntime
 
@@ -401,10 +401,12 @@ class VerifyResult:
 
 
 def zero_unsafe(model: ir.Model) -> bool:
-    """Whether ONNX Runtime may abort the process on a size 0 of this model (LSTM/GRU):
-    :func:`verify` runs such sizes in child processes."""
+    """Whether ONNX Runtime may end the process on a size 0 of this model: it has a
+    recurrent op (``RNN_OPS``). ONNX Runtime aborts on LSTM, GRU and the contrib
+    DynamicQuantizeLSTM at batch 0 and on GRU at seq 0, and 1.22 segfaults on RNN at
+    seq 0. :func:`verify` runs such sizes in child processes."""
     return any(
-        node.op_type in ("LSTM", "GRU") and node.domain in ("", "ai.onnx")
+        ("" if node.domain == "ai.onnx" else node.domain, node.op_type) in RNN_OPS
         for node in model.graph.all_nodes()
     )
 
@@ -480,7 +482,7 @@ def _reference(
 
 
 class _Aborted(Exception):
-    """ONNX Runtime ended the child process running a model (it aborts on LSTM/GRU batch 0)."""
+    """ONNX Runtime ended the child process running a model (on LSTM/GRU batch 0, say)."""
 
 
 #: A child process: load a model in ONNX Runtime, run it twice on the pickled feeds, pickle
@@ -704,7 +706,7 @@ def verify(
     the result's loads (with the default optimizations, as a user runs it): at most one
     model is in memory at a time. A run whose sizes the original rejects is retried with
     other sizes of the axes no ``--shape`` and no weight fixes; the result lists the sizes
-    compared. With ``zero_unsafe`` (LSTM/GRU: ONNX Runtime aborts the process on batch
+    compared. With ``zero_unsafe`` (recurrent ops: ONNX Runtime may end the process on batch
     0), sizes with a 0 run in child processes; where the original aborts, the run is
     noted and not compared.
 
