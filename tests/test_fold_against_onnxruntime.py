@@ -21,6 +21,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.shape import constant
 from rnn_rewrite_rules.shape.constant import fold_value
 
 
@@ -246,6 +247,11 @@ CASES = {
     "concat negative axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 1)}, axis=-1),
     "concat axis out of range": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}, axis=2),
     "concat without axis": _one("Concat", {"a": _data(2, 3), "b": _data(2, 3)}),
+    "concat axis -rank": _one("Concat", {"a": _data(2, 3), "b": _data(1, 3)}, axis=-2),
+    "concat of one input": _one("Concat", {"a": _data(2, 3)}, axis=1),
+    "concat without inputs": _one("Concat", {}, axis=0),
+    "concat of other shapes": _one("Concat", {"a": _data(2, 3), "b": _data(3, 3)}, axis=1),
+    "concat of other ranks": _one("Concat", {"a": _data(2, 3), "b": _data(2)}, axis=1),
     "concat of two dtypes": _one(
         "Concat", {"a": _data(2, 3), "b": _data(2, 3, dtype=np.float64)}, axis=0
     ),
@@ -345,6 +351,9 @@ REASONS = {
     "transpose short perm": "Transpose perm (1, 0) for rank 3",
     "concat axis out of range": "Concat axis 2 out of range for rank 2",
     "concat without axis": "Concat without axis",
+    "concat without inputs": "Concat without input",
+    "concat of other shapes": "Concat of shapes (2, 3) and (3, 3)",
+    "concat of other ranks": "Concat of shapes (2, 3) and (2,)",
     "concat of two dtypes": "Concat inputs of different dtypes",
     "cast float to int out of range": "Cast of values out of the int32 range is platform-dependent",
     "cast negative to uint8": "Cast of values out of the uint8 range is platform-dependent",
@@ -461,3 +470,13 @@ def test_an_op_the_evaluator_does_not_know_is_refused() -> None:
     ir_model = ir.serde.deserialize_model(model)
     y = _node(ir_model, "Relu").outputs[0]
     assert fold_value(y, [_node(ir_model, "Relu")]) == "cannot evaluate y: Relu is not foldable"
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3, 4)])
+def test_a_constant_not_read_yet_is_tracked_on_a_zero_strided_read_only_probe(shape) -> None:
+    """What lets folding follow a big weight's views without reading it: its probe has
+    the tensor's shape and dtype on one element (zero strides), and cannot be written."""
+    tensor = ir.tensor(_data(*shape))
+    probe = constant._View(tensor).probe
+    assert probe.shape == shape and probe.dtype == np.float32
+    assert probe.strides == (0,) * len(shape) and not probe.flags.writeable

@@ -281,6 +281,31 @@ def test_a_child_that_dies_is_reported_as_aborted(models) -> None:
     assert runtime.max_abs_diff(expected, outputs) == 0 and unstable == set()
 
 
+@pytest.mark.parametrize(
+    ("stderr", "reported"),
+    [("", "?"), ("first line\nlast line", "last line"), ("x" * 300, "x" * 200)],
+    ids=["nothing", "two_lines", "long_line"],
+)
+def test_a_child_that_exits_without_outputs_is_aborted(monkeypatch, stderr, reported) -> None:
+    """A child that ends with an exit code and no outputs: the code and its last line
+    of stderr, at most 200 characters (a stand-in child script)."""
+    script = f"import sys; sys.stderr.write({stderr!r}); sys.exit(3)"
+    monkeypatch.setattr(_verify, "_CHILD", script)
+    with pytest.raises(_verify._Aborted) as raised:
+        _verify._run_in_child("unused.onnx", {}, optimize=False)
+    assert str(raised.value) == f"exit code 3: {reported}"
+
+
+def test_an_error_in_the_child_is_raised_with_its_text(monkeypatch) -> None:
+    script = (
+        "import pickle, sys\n"
+        "with open(sys.argv[1], 'wb') as out: pickle.dump(('error', 'no such op'), out)"
+    )
+    monkeypatch.setattr(_verify, "_CHILD", script)
+    with pytest.raises(RuntimeError, match=r"^no such op$"):
+        _verify._run_in_child("unused.onnx", {}, optimize=False)
+
+
 @pytest.mark.command
 def test_size_0_runs_where_ort_does_not_abort(models, tmp_path) -> None:
     """No LSTM/GRU: a zero batch is verified like any other size."""

@@ -136,7 +136,7 @@ def _graph_input_axis(value: ir.Value | None, axis: int) -> tuple[str, int] | No
     Transpose), or None."""
     while value is not None and value.producer() is not None:
         node = value.producer()
-        if node.domain not in ("", "ai.onnx") or node.op_type not in (
+        if node.domain != "" or node.op_type not in (  # onnx_ir spells ai.onnx ""
             "Identity",
             "Cast",
             "Transpose",
@@ -165,19 +165,18 @@ def weight_fixed_sizes(model: ir.Model) -> dict[tuple[str, int], int]:
     the directions and hidden axes of ``initial_h`` / ``initial_c``."""
     known: dict[tuple[str, int], int] = {}
     for node in model.graph:
-        if not is_rnn(node) or node.domain not in ("", "ai.onnx"):
+        if not is_rnn(node) or node.domain != "":
             continue
         facts = rnn_facts(node)
         if isinstance(facts, str):
             continue
         w = const_array(node.inputs[1] if len(node.inputs) > 1 else None)
-        if w is not None and w.ndim == 3 and node.inputs[0] is not None:
+        if w is not None and w.ndim == 3:
             found = _graph_input_axis(node.inputs[0], 2)
             if found is not None:
                 known.setdefault(found, int(w.shape[2]))
         directions_axis = 1 if facts.layout == 1 else 0
-        states = (5, 6) if node.op_type == "LSTM" else (5,)
-        for index in states:
+        for index in (5, 6):  # initial_h, and an LSTM's initial_c (GRU and RNN have 6 inputs)
             state = node.inputs[index] if len(node.inputs) > index else None
             if state is None:
                 continue
@@ -405,10 +404,7 @@ def zero_unsafe(model: ir.Model) -> bool:
     recurrent op (``RNN_OPS``). ONNX Runtime aborts on LSTM, GRU and the contrib
     DynamicQuantizeLSTM at batch 0 and on GRU at seq 0, and 1.22 segfaults on RNN at
     seq 0. :func:`verify` runs such sizes in child processes."""
-    return any(
-        ("" if node.domain == "ai.onnx" else node.domain, node.op_type) in RNN_OPS
-        for node in model.graph.all_nodes()
-    )
+    return any((node.domain, node.op_type) in RNN_OPS for node in model.graph.all_nodes())
 
 
 def _time_major_equivalent(before: Source) -> bytes | None:

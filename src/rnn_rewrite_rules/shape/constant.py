@@ -193,13 +193,13 @@ class _View:
 
 
 class _LazyConcat:
-    """A ``Concat`` not computed yet: it is written piece by piece into its final buffer."""
+    """A ``Concat`` not computed yet: it is written piece by piece into its final buffer.
+
+    ``pieces`` is not empty: the evaluator refuses a Concat without its first input."""
 
     __slots__ = ("axis", "dtype", "pieces", "shape")
 
     def __init__(self, pieces: Sequence[_Array], axis: int) -> None:
-        if not pieces:
-            raise FoldError("Concat without inputs")
         rank = len(pieces[0].shape)
         if not -rank <= axis < rank:
             raise FoldError(f"Concat axis {axis} out of range for rank {rank}")
