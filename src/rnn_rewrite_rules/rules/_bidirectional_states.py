@@ -70,7 +70,8 @@ def _same_dim(a: Dim | None, b: Dim | None, prover: ShapeProver, depth: int = 4)
 
 def _same_broadcast(ea: ir.Node, eb: ir.Node, axis: int, prover: ShapeProver, depth: int) -> bool:
     """Axis ``axis`` of ``Expand`` outputs ``ea`` and ``eb``: the same broadcast of the same
-    sizes (the data's axis, right-aligned, and the target's element)."""
+    sizes (the data's axis and the target's element, right-aligned: 1 where padded; an
+    element the prover does not follow is None, equal to nothing)."""
     operands = []
     for node in (ea, eb):
         dims, target = prover.dims(node.inputs[0]), prover.vector(node.inputs[1])
@@ -78,8 +79,8 @@ def _same_broadcast(ea: ir.Node, eb: ir.Node, axis: int, prover: ShapeProver, de
             return False
         rank = max(len(dims), len(target))
         data = dims[axis - (rank - len(dims))] if axis >= rank - len(dims) else Dim.const(1)
-        wanted = target[axis - (rank - len(target))] if axis >= rank - len(target) else None
-        operands.append((rank, data, wanted if wanted is not None else Dim.const(1)))
+        wanted = target[axis - (rank - len(target))] if axis >= rank - len(target) else Dim.const(1)
+        operands.append((rank, data, wanted))
     (rank_a, data_a, want_a), (rank_b, data_b, want_b) = operands
     return (
         rank_a == rank_b
