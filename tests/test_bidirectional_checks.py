@@ -8,6 +8,7 @@ IR of :func:`rnn_rewrite_rules.testing.thirdparty.hand_built_bidirectional`.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -196,6 +197,12 @@ SLICE_NEAR_MISSES = {
     "runtime_start": (
         lambda g: _input_slice(g).replace_input_with(1, _runtime_input(g)),
         "the Slice's bounds are not constant or not one axis",
+    ),
+    "custom_domain": (lambda g: setattr(_input_slice(g), "domain", "custom"), "not a Slice"),
+    # -1 of an unknown rank: not provably axis 0
+    "axis_-1_rank_unknown": (
+        lambda g: [setattr(g.inputs[0], "shape", None), _bound(3, -1)(g)],
+        "the Slice does not step backwards over axis 0",
     ),
 }
 
@@ -461,6 +468,51 @@ def test_merged_in_a_function_with_constant_nodes(build) -> None:
         assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
 
 
+def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``'s graph as both branches of an ``If`` on a graph input ``cond`` (outputs
+    ``<name>_out``)."""
+    graph = model.graph
+    branches = {}
+    for name in ("then_branch", "else_branch"):
+        branches[name] = onnx.helper.make_graph(
+            graph.node, name, [], graph.output, initializer=graph.initializer
+        )
+    outputs = [copy.deepcopy(o) for o in graph.output]
+    for output in outputs:
+        output.name += "_out"
+    node = onnx.helper.make_node("If", ["cond"], [o.name for o in outputs], **branches)
+    cond = onnx.helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])
+    main = onnx.helper.make_graph([node], "main", [*graph.input, cond], outputs)
+    result = onnx.helper.make_model(main, opset_imports=model.opset_import)
+    result.ir_version = model.ir_version
+    return result
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: tp.hand_built_bidirectional("GRU", halves="reverse"),
+        lambda: tp.hand_built_bidirectional("GRU"),
+        lambda: tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True),
+    ],
+    ids=["reverse", "sliced", "state_concat"],
+)
+def test_merged_in_if_branches_with_constant_nodes(build) -> None:
+    """In a subgraph, the Reshape target (Squeeze axes) is a Constant node: a subgraph
+    cannot tell which names the rest of the model takes."""
+    before = _in_if(build())
+    after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
+    onnx.checker.check_model(after, full_check=True)
+    for branch in after.graph.node[0].attribute:
+        ops = [n.op_type for n in branch.g.node]
+        assert ops.count("GRU") == 1 and "Constant" in ops, ops
+        assert not [i.name for i in branch.g.initializer if i.name.startswith("rnn_rewrite")]
+    for seed, (batch, seq) in enumerate(((1, 1), (3, 5))):
+        feeds = {**tp.thirdparty_inputs(before, batch, seq, rng=seed), "cond": np.array(seed == 0)}
+        diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+        assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
+
+
 # ---------------------------------------------------------------- the pair with concatenated states
 
 
@@ -530,17 +582,24 @@ WHOLE_SPLIT = [bidirectional_states.ConcatWholeSplit.rule()]
 _NOT_WHOLE = "a Split's outputs are not concatenated whole, in order, on its axis"
 
 
-def _split_concat(split_axis: int, concat_axis: int, inputs: str) -> onnx.ModelProto:
-    """``s0, s1 = Split(v)`` on ``split_axis``, ``u0 = Split(w)`` whole on axis 1 (one
-    output); ``o = Concat(inputs)`` on ``concat_axis``."""
+def _split_concat(split_axis: int | None, concat_axis: int, inputs: str) -> onnx.ModelProto:
+    """``s0, s1 = Split(v)`` on ``split_axis`` (None: no attribute, axis 0), ``u0 =
+    Split(w)`` whole on axis 1 (one output); ``o = Concat(inputs)`` on ``concat_axis``."""
+    axis = "" if split_axis is None else f"axis = {split_axis}, "
     return onnx.parser.parse_model(f"""
     <ir_version: 8, opset_import: ["" : 18]>
     g (float[2, 2, 2] v, float[2, 2, 2] w) => (float[?, ?, ?] o) {{
-        s0, s1 = Split <axis = {split_axis}, num_outputs = 2> (v)
+        s0, s1 = Split <{axis}num_outputs = 2> (v)
         u0 = Split <axis = 1, num_outputs = 1> (w)
         o = Concat <axis = {concat_axis}> ({inputs})
     }}
     """)
+
+
+def _rank_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``v`` declares no shape: the rank a negative axis needs is unknown."""
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    return model
 
 
 @pytest.mark.parametrize(
@@ -554,6 +613,7 @@ def _split_concat(split_axis: int, concat_axis: int, inputs: str) -> onnx.ModelP
         (0, -3, "s0, s1, w", ["v", "w"]),
         (-1, 2, "w, s0, s1", ["w", "v"]),
         (0, 0, "w, u0, s0, s1", ["w", "u0", "v"]),  # u0: a whole Split on another axis
+        (None, 0, "s0, s1, w", ["v", "w"]),
     ],
 )
 def test_a_whole_split_in_a_concat_is_its_input(split_axis, concat_axis, inputs, folded) -> None:
@@ -575,12 +635,34 @@ def test_a_whole_split_in_a_concat_is_its_input(split_axis, concat_axis, inputs,
         (0, 1, "s0, s1", _NOT_WHOLE),
         (-3, 2, "s0, s1", _NOT_WHOLE),
         (0, 0, "s0, w, s1", _NOT_WHOLE),
+        (None, 1, "s0, s1", _NOT_WHOLE),
+        ("unranked", -1, "s0, s1", _NOT_WHOLE),  # -1 on both, of an unknown rank
     ],
 )
 def test_a_split_not_concatenated_whole_is_refused(split_axis, concat_axis, inputs, reason):
-    model = _split_concat(split_axis, concat_axis, inputs)
+    if split_axis == "unranked":
+        model = _rank_unknown(_split_concat(-1, concat_axis, inputs))
+    else:
+        model = _split_concat(split_axis, concat_axis, inputs)
     assert reason in refusal_reasons(WHOLE_SPLIT, model)
-    assert apply(WHOLE_SPLIT, model)[1] == 0
+    assert apply(WHOLE_SPLIT, model, check=False)[1] == 0  # an unranked input: not checked
+
+
+def test_a_whole_split_of_a_graph_output_is_copied() -> None:
+    """Folded to one value that is also a graph output: an Identity keeps both names."""
+    before = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[2, 2, 2] w) => (float[2, 2, 2] v, float[2, 2, 2] o) {
+        v = Abs (w)
+        s0, s1 = Split <axis = 0, num_outputs = 2> (v)
+        o = Concat <axis = 0> (s0, s1)
+    }
+    """)
+    after, count = apply(WHOLE_SPLIT, before)
+    assert count == 1
+    assert [o.name for o in after.graph.output] == ["v", "o"]
+    feeds = {"w": np.random.default_rng(0).standard_normal((2, 2, 2)).astype(np.float32)}
+    assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) == 0
 
 
 # ---------------------------------------------------------------- the two halves' nodes
@@ -752,6 +834,14 @@ def test_stacked_weights_are_named_after_the_forward_half() -> None:
     assert len(node.output) == 1
 
 
+@pytest.mark.parametrize(("opset", "edit"), [(12, _attribute_squeezes), (13, None)])
+def test_a_reversed_half_is_squeezed_as_its_opset_wants(opset: int, edit: Edit | None) -> None:
+    """Squeeze's axes: an attribute before opset 13, an input from 13 (the checker tells)."""
+    model = tp.hand_built_bidirectional("GRU", halves="reverse")
+    model.opset_import[0].version = opset
+    _merged(model if edit is None else _edited(model, edit), "reverse", REVERSE)
+
+
 def test_a_reversed_half_alone_keeps_its_activations() -> None:
     def edit(graph: ir.Graph) -> None:
         _rnns(graph)[0].attributes["activations"] = ir.AttrStrings(
@@ -773,3 +863,251 @@ def test_a_squeeze_of_every_unit_axis_is_refused() -> None:
 
     model = _edited(tp.hand_built_bidirectional("LSTM"), edit)
     _refused(model, "the Squeeze does not remove the direction axis")
+
+
+# ---------------------------------------------------------------- inputs Expand-ed per direction
+
+#: A target element: "batch" (x's), an int, "untracked" (min(batch, 1): the prover does not
+#: follow it), "rnn" (the batch of a GRU on an Expand of x to a graph input: a symbol of an
+#: Expand output whose own facts are unknown), or (op, data, target[, axis]): that axis of
+#: ``op(data, target)``, op "Expand" or "Slice" (``Slice(data, 0, target[0], axis 1)``). Data:
+#: a graph input ("h", "h2": ``[1, batch, 4]``; "v", "v2": ``[batch, 4]``) or such a tuple.
+Spec = object
+_DATA_SHAPES = {"h": [1, "batch", 4], "h2": [1, "batch", 4], "v": ["batch", 4], "v2": ["batch", 4]}
+
+
+def _b(element: Spec) -> tuple:
+    """The target ``[1, element, 1]``: reroll's ``Concat(one, batch, one)``."""
+    return (1, element, 1)
+
+
+def _expanded(forward: tuple | str | None, reverse: tuple | str | None, op: str = "Expand") -> Edit:
+    """Each half reads ``Expand(x, target)``, as reroll feeds the halves of a layer whose
+    ``h_0`` it cannot prove of ``x``'s batch (or ``op(x, target)``; None: x itself); a
+    target is a tuple of elements or "input" (a graph input: no element known)."""
+
+    def edit(graph: ir.Graph) -> None:
+        backward, forward_node = _rnns(graph)
+        x, weights = graph.inputs[0], forward_node.inputs[1:4]
+
+        def add(op_type: str, *inputs: ir.Value, **attrs: int) -> ir.Value:
+            node = ir.Node(
+                "", op_type, inputs, attributes=[ir.AttrInt64(k, v) for k, v in attrs.items()]
+            )
+            graph.insert_before(backward, node)
+            return node.outputs[0]
+
+        def graph_input(name: str, dims: list, dtype=ir.DataType.FLOAT) -> ir.Value:
+            for value in graph.inputs:
+                if value.name == name:
+                    return value
+            value = ir.Value(name=name, shape=ir.Shape(dims), type=ir.TensorType(dtype))
+            graph.inputs.append(value)
+            return value
+
+        def target(spec: tuple | str) -> ir.Value:
+            if spec == "input":
+                return graph_input("n", [3], ir.DataType.INT64)
+            return add("Concat", *map(element, spec), axis=0)
+
+        def data(spec: Spec) -> ir.Value:
+            if isinstance(spec, str):
+                return graph_input(spec, _DATA_SHAPES[spec])
+            op_type, source, shape = spec[:3]
+            if op_type == "Slice":
+                return add("Slice", data(source), _ints(graph, 0), target(shape), _ints(graph, 1))
+            return add(op_type, data(source), target(shape))
+
+        def element(spec: Spec) -> ir.Value:
+            if isinstance(spec, int):
+                return _ints(graph, spec)
+            if spec == "batch":
+                return add("Shape", x, start=1, end=2)
+            if spec == "untracked":
+                return add("Min", element("batch"), _ints(graph, 1))
+            if spec == "rnn":
+                hidden = [ir.AttrInt64("hidden_size", 4)]
+                inputs = [add("Expand", x, target("input")), *weights]
+                rnn = ir.Node("", "GRU", inputs, attributes=hidden, num_outputs=2)
+                graph.insert_before(backward, rnn)
+                return add("Shape", rnn.outputs[1], start=1, end=2)
+            axis = spec[3] if len(spec) > 3 else 1
+            return add("Shape", data(spec), start=axis, end=axis + 1)
+
+        for node, spec in ((forward_node, forward), (backward, reverse)):
+            if spec is not None:
+                node.replace_input_with(0, add(op, x, target(spec)))
+
+    return edit
+
+
+def _nested(depth: int, data: bool = False) -> tuple:
+    """reroll's target, its batch an Expand's ``depth`` Expands deep, in the target
+    (``Expand(h, [1, <deeper>, 1])``) or in the data (``Expand(<deeper>, [1, batch, 1])``)."""
+    element: Spec = "batch"
+    source: Spec = "h"
+    for _ in range(depth):
+        if data:
+            source = ("Expand", source, _b("batch"))
+        else:
+            element = ("Expand", "h", _b(element))
+    return _b(("Expand", source, _b("batch")) if data else element)
+
+
+def _pair_with_states(edit: Edit) -> onnx.ModelProto:
+    return _edited(tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True), edit)
+
+
+#: Targets proven equal element by element (an Expand's axis: the same broadcast of the
+#: same sizes), up to 4 Expands deep.
+EXPANDED = {
+    "batch": (_b("batch"), _b("batch")),
+    "reroll": (_nested(1), _nested(1)),
+    "target_depth_4": (_nested(4), _nested(4)),
+    "data_depth_4": (_nested(3, data=True), _nested(3, data=True)),
+    # [batch, 4] right-aligned to [1, batch, 1]: axis 1 is the data's axis 0
+    "data_rank_2": (_b(("Expand", "v", _b("batch"))),) * 2,
+    # a target of two elements right-aligned to [1, batch, 4]: axis 1 is its element 0
+    "target_length_2": (_b(("Expand", "h", ("batch", 1))),) * 2,
+    # axis 0 of a target of two elements (padded: 1), both broadcast from h's 1
+    "padded_target": (_b(("Expand", "h", (1, "untracked"), 0)),) * 2,
+    # axis 0 of [batch, 4] (padded: 1) and of [1, batch, 4] (1), both broadcast to batch
+    "padded_data": (
+        _b(("Expand", "v", ("batch", 1, "untracked"), 0)),
+        _b(("Expand", "h", ("batch", 1, "untracked"), 0)),
+    ),
+}
+
+
+@pytest.mark.parametrize(("forward", "reverse"), EXPANDED.values(), ids=EXPANDED.keys())
+def test_a_pair_reading_expands_of_x_is_merged(forward, reverse) -> None:
+    _merged(_pair_with_states(_expanded(forward, reverse)))
+
+
+_NOT_X = "the reverse RNN does not read the forward RNN's input"
+EXPANDED_NEAR_MISSES = {
+    "target_depth_5": (_nested(5), _nested(5)),
+    "data_depth_5": (_nested(4, data=True), _nested(4, data=True)),
+    "other_data": (_b(("Expand", "h", _b("batch"))), _b(("Expand", "h2", _b("batch")))),
+    "other_data_rank_2": (_b(("Expand", "v", _b("batch"))), _b(("Expand", "v2", _b("batch")))),
+    "other_target": (_b(("Expand", "h", _b("batch"))), _b(("Expand", "h", _b(1)))),
+    "other_target_length_2": (
+        _b(("Expand", "h", ("batch", 1))),
+        _b(("Expand", "h", ("untracked", 1))),
+    ),
+    "untracked": (_b("untracked"),) * 2,
+    "untracked_target": (_b(("Expand", "h", _b("untracked"))),) * 2,
+    "constant_and_expand": (_b(1), _b(("Expand", "h", _b("batch")))),
+    "zero_and_expand": (_b(0), _b(("Expand", "h", _b("batch")))),
+    "input_and_expand": (_b("batch"), _b(("Expand", "h", _b("batch")))),
+    "expand_and_input": (_b(("Expand", "h", _b("batch"))), _b("batch")),
+    "other_axis": (_b(("Expand", "h", ("batch",) * 3, 1)), _b(("Expand", "h", ("batch",) * 3, 2))),
+    "slices": (_b(("Slice", "h", ("untracked",))),) * 2,
+    "unknown_expand": (_b("rnn"), _b("rnn")),
+    "unknown_target": ("input", _b("batch")),
+    "known_and_unknown_target": (_b("batch"), "input"),
+    "x_and_expand": (None, _b("batch")),
+    "expand_and_x": (_b("batch"), None),
+    "unknown_targets": ("input", "input"),
+    "target_lengths": ((1, "batch", 1), ("batch", 1)),
+}
+
+
+@pytest.mark.parametrize(
+    ("forward", "reverse"), EXPANDED_NEAR_MISSES.values(), ids=EXPANDED_NEAR_MISSES.keys()
+)
+def test_a_pair_reading_expands_not_proven_equal_is_refused(forward, reverse) -> None:
+    _refused(_pair_with_states(_expanded(forward, reverse)), _NOT_X, STATES)
+
+
+def test_a_pair_reading_tiles_of_x_is_refused() -> None:
+    """Only an Expand's target is read as the shape of the value it makes."""
+    _refused(_pair_with_states(_expanded(_b(1), _b(1), op="Tile")), _NOT_X, STATES)
+
+
+# ---------------------------------------------------------------- which states the merge reads
+
+
+def _without_h_n(graph: ir.Graph) -> None:
+    """An LSTM pair's ``Y_h`` unread, its ``Y_c`` still concatenated."""
+    (h_n,) = [v for v in graph.outputs if v.name == "h_n"]
+    identity = h_n.producer()
+    graph.outputs.remove(h_n)
+    graph.remove([identity, identity.inputs[0].producer()], safe=True)
+
+
+def _state_concat_axis(axis: int) -> Edit:
+    def edit(graph: ir.Graph) -> None:
+        for node in _nodes(graph, "Concat")[1:]:
+            node.attributes["axis"] = ir.AttrInt64("axis", axis)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("op_type", "state_concat", "edit", "outputs"),
+    [
+        ("GRU", False, None, 1),  # no state read: the merged node has Y only
+        ("LSTM", True, _without_h_n, 3),  # Y_c read: Y_h is computed before it
+        ("GRU", True, _state_concat_axis(-3), 2),  # -3 of the rank-3 state: axis 0
+    ],
+    ids=["unread", "y_c_alone", "axis_-3"],
+)
+def test_states_read_or_not_are_merged(op_type, state_concat, edit, outputs: int) -> None:
+    before = tp.hand_built_bidirectional(op_type, reverse_node=True, state_concat=state_concat)
+    if edit is not None:
+        before = _edited(before, edit)
+    after = _merged(before, rules=STATES)
+    (node,) = [n for n in after.graph.node if n.op_type == op_type]
+    assert len(node.output) == outputs
+
+
+def _state_concat_in_if(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The states' Concat in an ``If``'s then branch (reading the outer ``Y_h``), zeros in
+    its else branch."""
+    index, concat = [(i, n) for i, n in enumerate(model.graph.node) if n.op_type == "Concat"][1]
+    output = concat.output[0]
+    zeros = onnx.numpy_helper.from_array(np.zeros((2, 1, 4), np.float32))
+    branches = {}
+    for name, node in (
+        ("then_branch", onnx.helper.make_node("Concat", concat.input, ["then"], axis=0)),
+        ("else_branch", onnx.helper.make_node("Constant", [], ["else"], value=zeros)),
+    ):
+        out = onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, None)
+        branches[name] = onnx.helper.make_graph([node], name, [], [out])
+    model.graph.node[index].CopyFrom(onnx.helper.make_node("If", ["cond"], [output], **branches))
+    cond = onnx.helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])
+    model.graph.input.append(cond)
+    return model
+
+
+def test_a_state_concat_in_a_subgraph_is_refused() -> None:
+    """Not a node of the pair's graph: it has no place after the Y Concat there."""
+    model = _state_concat_in_if(
+        tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True)
+    )
+    _refused(model, "the Y_h Concat comes before the Y Concat", STATES)
+
+
+def _states_summed(graph: ir.Graph) -> None:
+    """``Sum(Y_h_f, Y_h_r)``: one node reads the pair, in order, but not a Concat."""
+    concat = _nodes(graph, "Concat")[1]
+    concat.op_type = "Sum"
+    del concat.attributes["axis"]
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "edit", "reason"),
+    [
+        ("state_read", None, "a half's Y_h is read by something other than one Concat of the pair"),
+        (None, _states_summed, "the halves' Y_h are not read by one Concat"),
+    ],
+    ids=["graph_output", "sum"],
+)
+def test_state_reader_near_misses(near_miss, edit, reason: str) -> None:
+    model = tp.hand_built_bidirectional(
+        "GRU", reverse_node=True, state_concat=near_miss is None, near_miss=near_miss
+    )
+    if edit is not None:
+        model = _edited(model, edit)
+    _refused(model, reason, STATES)
