@@ -969,8 +969,11 @@ EXPANDED = {
     "data_rank_2": (_b(("Expand", "v", _b("batch"))),) * 2,
     # a target of two elements right-aligned to [1, batch, 4]: axis 1 is its element 0
     "target_length_2": (_b(("Expand", "h", ("batch", 1))),) * 2,
-    # axis 0 of a target of two elements (padded: 1), both broadcast from h's 1
-    "padded_target": (_b(("Expand", "h", (1, "untracked"), 0)),) * 2,
+    # axis 0 of a target of two elements (padded: 1) and of three (1), both from h's 1
+    "padded_target": (
+        _b(("Expand", "h", (1, "untracked"), 0)),
+        _b(("Expand", "h", (1, 1, "untracked"), 0)),
+    ),
     # axis 0 of [batch, 4] (padded: 1) and of [1, batch, 4] (1), both broadcast to batch
     "padded_data": (
         _b(("Expand", "v", ("batch", 1, "untracked"), 0)),
