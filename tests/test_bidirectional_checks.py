@@ -498,15 +498,17 @@ def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
     ids=["reverse", "sliced", "state_concat"],
 )
 def test_merged_in_if_branches_with_constant_nodes(build) -> None:
-    """In a subgraph, the Reshape target (Squeeze axes) is a Constant node: a subgraph
-    cannot tell which names the rest of the model takes."""
+    """In a subgraph, the stacked weights and the Reshape target (Squeeze axes) are
+    Constant nodes: a subgraph cannot tell which names the rest of the model takes."""
     before = _in_if(build())
     after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
     onnx.checker.check_model(after, full_check=True)
+    original = {i.name for i in before.graph.node[0].attribute[0].g.initializer}
     for branch in after.graph.node[0].attribute:
         ops = [n.op_type for n in branch.g.node]
         assert ops.count("GRU") == 1 and "Constant" in ops, ops
-        assert not [i.name for i in branch.g.initializer if i.name.startswith("rnn_rewrite")]
+        # stacked weights too: no new initializer in the branch
+        assert {i.name for i in branch.g.initializer} <= original
     for seed, (batch, seq) in enumerate(((1, 1), (3, 5))):
         feeds = {**tp.thirdparty_inputs(before, batch, seq, rng=seed), "cond": np.array(seed == 0)}
         diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
@@ -819,17 +821,21 @@ def test_pair_forms_are_merged(reverse_node: bool, edit: Edit, opset: int | None
 
 def test_stacked_weights_are_named_after_the_forward_half() -> None:
     """W, R, B stack into one initializer each, named ``<forward's>_bidirectional`` (or
-    ``_1``, ``_2``... past a name taken); the merged node has Y only."""
+    ``_1``, ``_2``... past a name an initializer, a graph input or a node output takes);
+    the merged node has Y only."""
     model = tp.hand_built_bidirectional("GRU", reverse_node=True)
     forward = [n for n in model.graph.node if n.op_type == "GRU"][1]
     w, r, b = forward.input[1:4]
-    taken = (f"{w}_bidirectional", f"{w}_bidirectional_1", f"{r}_bidirectional")
-    for name in taken:  # unused initializers
+    for name in (f"{w}_bidirectional", f"{w}_bidirectional_1"):  # unused initializers
         model.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1, np.float32), name))
+    unused = onnx.helper.make_tensor_value_info(f"{r}_bidirectional", onnx.TensorProto.FLOAT, [1])
+    model.graph.input.append(unused)
+    x = model.graph.input[0].name
+    model.graph.node.append(onnx.helper.make_node("Identity", [x], [f"{b}_bidirectional"]))
     after, count = apply(MERGE, model)
     assert count == 1
     (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
-    expected = [f"{w}_bidirectional_2", f"{r}_bidirectional_1", f"{b}_bidirectional"]
+    expected = [f"{w}_bidirectional_2", f"{r}_bidirectional_1", f"{b}_bidirectional_1"]
     assert node.input[1:4] == expected
     assert len(node.output) == 1
 

@@ -223,7 +223,9 @@ class MergeForwardReverse(RewriteRuleClassBase):
     def rewrite(self, op, **bindings):
         forward, backward, x, width, read, opset = self._plan
         count = 1 + max((k + 1 for k, r in enumerate(read) if r), default=0)
-        outputs = emit_merged(op, self._graph, forward, backward, x, count)
+        outputs = emit_merged(
+            op, self._graph if self._main_graph else None, forward, backward, x, count
+        )
         y = outputs[0]
         if self.squeezed:
             target = int64_constant(op, self._graph, [0, 0, width], as_node=not self._main_graph)

@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import const_array, rnn_facts
+from rnn_rewrite_rules.rules._constants import fresh_name
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -122,22 +123,22 @@ def pair_reason(
     return None
 
 
-def _stack(op, graph, values: list[ir.Value | None], hint: str) -> ir.Value | None:
-    """``Concat(values, axis=0)``: one new constant when all are constants."""
+def _stack(
+    op, main_graph: ir.Graph | None, values: list[ir.Value | None], hint: str
+) -> ir.Value | None:
+    """``Concat(values, axis=0)``: one new constant when all are constants, an initializer
+    of ``main_graph`` named after ``hint`` (a name no value uses), or a ``Constant``
+    without one (a subgraph's new name could shadow one outside it; a function holds no
+    initializers)."""
     if all(v is None for v in values):
         return None
     arrays = [const_array(v) for v in values]
     if all(a is not None for a in arrays):
         stacked = np.concatenate(arrays, axis=0)  # type: ignore[arg-type]
         tensor = ir.tensor(stacked)
-        if not isinstance(graph, ir.Graph):
+        if main_graph is None:
             return op.Constant(value=tensor)
-        base = f"{hint}_bidirectional"
-        name, index = base, 0
-        while name in graph.initializers:
-            index += 1
-            name = f"{base}_{index}"
-        return op.initializer(tensor, name)
+        return op.initializer(tensor, fresh_name(main_graph, f"{hint}_bidirectional"))
     return op.Concat(*values, axis=0)
 
 
@@ -154,9 +155,17 @@ def _merged_attributes(forward: ir.Node, backward: ir.Node, wanted: str) -> dict
 
 
 def emit_merged(
-    op, graph, forward: ir.Node, backward: ir.Node | None, x: ir.Value, num_outputs: int = 1
+    op,
+    main_graph: ir.Graph | None,
+    forward: ir.Node,
+    backward: ir.Node | None,
+    x: ir.Value,
+    num_outputs: int = 1,
 ) -> list[ir.Value]:
-    """The merged node (``backward`` None: ``forward`` as a reverse node); its outputs."""
+    """The merged node (``backward`` None: ``forward`` as a reverse node); its outputs.
+
+    ``main_graph``: the model's graph when the nodes are in it (stacked weights become
+    its initializers), else None (``Constant`` nodes)."""
     if backward is None:
         inputs = [x, *forward.inputs[1:]]
         attrs = _merged_attributes(forward, forward, "reverse")
@@ -171,7 +180,7 @@ def emit_merged(
                 pair = [_bias_or_zeros(op, forward, backward, i) for i in (0, 1)]
             present = [v for v in pair if v is not None]
             hint = (present[0].name or "input") if present else ""
-            inputs.append(_stack(op, graph, pair, hint))
+            inputs.append(_stack(op, main_graph, pair, hint))
         attrs = _merged_attributes(forward, backward, "bidirectional")
     while inputs and inputs[-1] is None:
         inputs.pop()

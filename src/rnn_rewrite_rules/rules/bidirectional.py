@@ -162,7 +162,9 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
 
     def rewrite(self, op, a: ir.Value, **_):
         forward, backward, x, width = self._plan
-        y = emit_merged(op, self._graph, forward.node, backward.node, x)[0]
+        y = emit_merged(
+            op, self._graph if self._main_graph else None, forward.node, backward.node, x
+        )[0]
         if not forward.squeezed:
             return y
         target = int64_constant(op, self._graph, [0, 0, width], as_node=not self._main_graph)
@@ -201,7 +203,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
 
     def rewrite(self, op, y: ir.Value, **_):
         half, x = self._plan
-        result = emit_merged(op, self._graph, half.node, None, x)[0]
+        result = emit_merged(op, self._graph if self._main_graph else None, half.node, None, x)[0]
         if half.squeezed:
             if self._opset < 13:
                 return op.Squeeze(result, axes=[1])
