@@ -1091,11 +1091,11 @@ def _state_concat_in_if(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_a_state_concat_in_a_subgraph_is_refused() -> None:
-    """Not a node of the pair's graph: it has no place after the Y Concat there."""
+    """Not a node of the pair's graph: the merged node's states could not reach it."""
     model = _state_concat_in_if(
         tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True)
     )
-    _refused(model, "the Y_h Concat comes before the Y Concat", STATES)
+    _refused(model, "the Y_h Concat is in a subgraph", STATES)
 
 
 def _states_summed(graph: ir.Graph) -> None:

@@ -138,6 +138,8 @@ def state_reason(
         attr = concat.attributes.get_int("axis", 0)
         return f"the {name} Concat is on axis {attr}, not the direction axis 0"
     mine, theirs = _position(graph, root, concat)
+    if theirs < 0:
+        return f"the {name} Concat is in a subgraph"
     if theirs < mine:
         return f"the {name} Concat comes before the Y Concat"
     return None
