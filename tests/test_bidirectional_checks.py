@@ -8,7 +8,6 @@ IR of :func:`rnn_rewrite_rules.testing.thirdparty.hand_built_bidirectional`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -22,6 +21,7 @@ from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import _bidirectional_states as bidirectional_states
 from rnn_rewrite_rules.rules import bidirectional
 from rnn_rewrite_rules.testing import thirdparty as tp
+from rnn_rewrite_rules.testing.exporters import in_if_branches
 from tests.reasons import refusal_reasons
 from tests.support import apply, as_function
 
@@ -444,7 +444,8 @@ def test_a_function_importing_another_opset_is_left_alone(build) -> None:
     assert reason in found, found
 
 
-@pytest.mark.parametrize(
+#: The three merges: a reversed half, a sliced pair, a pair with concatenated states.
+_THREE_MERGES = pytest.mark.parametrize(
     "build",
     [
         lambda: tp.hand_built_bidirectional("GRU", halves="reverse"),
@@ -453,6 +454,9 @@ def test_a_function_importing_another_opset_is_left_alone(build) -> None:
     ],
     ids=["reverse", "sliced", "state_concat"],
 )
+
+
+@_THREE_MERGES
 def test_merged_in_a_function_with_constant_nodes(build) -> None:
     """In a function (no initializers), stacked weights and targets are Constant nodes."""
     model = build()
@@ -468,47 +472,18 @@ def test_merged_in_a_function_with_constant_nodes(build) -> None:
         assert diff <= 1e-5, f"batch={batch} seq={seq}: {diff}"
 
 
-def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``'s graph as both branches of an ``If`` on a graph input ``cond`` (outputs
-    ``<name>_out``)."""
-    graph = model.graph
-    branches = {}
-    for name in ("then_branch", "else_branch"):
-        branches[name] = onnx.helper.make_graph(
-            graph.node, name, [], graph.output, initializer=graph.initializer
-        )
-    outputs = [copy.deepcopy(o) for o in graph.output]
-    for output in outputs:
-        output.name += "_out"
-    node = onnx.helper.make_node("If", ["cond"], [o.name for o in outputs], **branches)
-    cond = onnx.helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])
-    main = onnx.helper.make_graph([node], "main", [*graph.input, cond], outputs)
-    result = onnx.helper.make_model(main, opset_imports=model.opset_import)
-    result.ir_version = model.ir_version
-    return result
-
-
-@pytest.mark.parametrize(
-    "build",
-    [
-        lambda: tp.hand_built_bidirectional("GRU", halves="reverse"),
-        lambda: tp.hand_built_bidirectional("GRU"),
-        lambda: tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True),
-    ],
-    ids=["reverse", "sliced", "state_concat"],
-)
+@_THREE_MERGES
 def test_merged_in_if_branches_with_constant_nodes(build) -> None:
     """In a subgraph, the stacked weights and the Reshape target (Squeeze axes) are
     Constant nodes: a subgraph cannot tell which names the rest of the model takes."""
-    before = _in_if(build())
+    model = build()
+    before = in_if_branches(model, model)
     after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
     onnx.checker.check_model(after, full_check=True)
-    original = {i.name for i in before.graph.node[0].attribute[0].g.initializer}
     for branch in after.graph.node[0].attribute:
         ops = [n.op_type for n in branch.g.node]
         assert ops.count("GRU") == 1 and "Constant" in ops, ops
-        # stacked weights too: no new initializer in the branch
-        assert {i.name for i in branch.g.initializer} <= original
+        assert not branch.g.initializer  # the weights stacked are Constant nodes too
     for seed, (batch, seq) in enumerate(((1, 1), (3, 5))):
         feeds = {**tp.thirdparty_inputs(before, batch, seq, rng=seed), "cond": np.array(seed == 0)}
         diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))

@@ -18,6 +18,7 @@ from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
     exporter_specs,
+    in_if_branches,
     quantized_lstm_model,
 )
 from tests.exporter_support import (
@@ -627,45 +628,13 @@ def test_a_node_kept_by_a_shape_reader_is_not_counted_as_saved() -> None:
     _equivalent(before, after)
 
 
-def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``'s graph as both branches of an ``If`` on a bool input ``c`` (the else
-    branch's values renamed ``e_*``): each branch reads ``x`` from the outer graph."""
-    graph = model.graph
-    out = graph.output[0]
-
-    def branch(prefix: str) -> onnx.GraphProto:
-        def rename(name: str) -> str:
-            return name if name in ("", "x") else prefix + name
-
-        nodes = []
-        for node in graph.node:
-            copy = onnx.NodeProto()
-            copy.CopyFrom(node)
-            copy.input[:] = [rename(n) for n in node.input]
-            copy.output[:] = [rename(n) for n in node.output]
-            nodes.append(copy)
-        output = onnx.ValueInfoProto()
-        output.CopyFrom(out)
-        output.name = rename(out.name)
-        return onnx.helper.make_graph(nodes, prefix + "branch", [], [output])
-
-    cond = onnx.helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])
-    node = onnx.helper.make_node(
-        "If", ["c"], [out.name], then_branch=branch("t_"), else_branch=branch("e_")
-    )
-    wrapped = onnx.helper.make_graph([node], "g", [graph.input[0], cond], [out])
-    result = onnx.helper.make_model(wrapped, opset_imports=model.opset_import)
-    result.ir_version = model.ir_version
-    onnx.checker.check_model(result, full_check=True)
-    return result
-
-
 @pytest.mark.parametrize("name", ["tf2onnx", "squeeze_transpose_reshape"])
 def test_constants_in_a_branch_are_constant_nodes(name: str) -> None:
     """An If branch's Squeeze axes and Reshape target are Constant nodes in the branch (the
     main graph's initializers are shared by name, which a branch cannot check)."""
     chain, direction, expected = CHAINS[name]
-    before = _in_if(_model(chain, direction=direction))
+    model = _model(chain, direction=direction)
+    before = in_if_branches(model, model)
     after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
     assert count == 2 and not after.graph.initializer
     for attr in after.graph.node[0].attribute:
@@ -679,7 +648,7 @@ def test_constants_in_a_branch_are_constant_nodes(name: str) -> None:
     for cond, (batch, seq) in itertools.product((True, False), ((1, 1), (3, 5))):
         feeds = {
             "x": rng.standard_normal((seq, batch, 2)).astype(np.float32),
-            "c": np.array(cond),
+            "cond": np.array(cond),
         }
         assert runtime.max_abs_diff(run(before, feeds, "ort"), run(after, feeds, "ort")) <= 1e-6
 
