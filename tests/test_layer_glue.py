@@ -673,3 +673,55 @@ def test_dying_looks_at_max_dying_nodes(length: int) -> None:
     dying = layer_glue._dying([graph.node(-1)])
     found = min(length + 2, layer_glue._MAX_DYING)  # the Constant t0 too, if reached
     assert dying == set(list(graph)[-found:])
+
+
+def test_a_batch_declared_0_is_not_grouped() -> None:
+    """A Reshape target element that copies an axis of size 0: a run of 0 elements is no
+    proof of which axes it groups, so the chain is left alone."""
+    before = _model(
+        f"""{_ints("target", [0, 0, -1])}
+            t1 = Transpose <perm: ints = [0, 2, 1, 3]> (y)
+            out = Reshape (t1, target)"""
+    )
+    batch = before.graph.input[0].type.tensor_type.shape.dim[1]
+    batch.dim_value = 0  # replaces the dim_param "b"
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    assert count == 0 and _glue_ops(after) == _glue_ops(before)
+    reason = "Reshape target element is not a product of the input's axes (frozen?)"
+    assert reason in refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
+
+
+def test_a_squeeze_with_an_empty_axes_input_is_left_alone() -> None:
+    """``Squeeze(t, "")``: the optional axes input given as empty (every unit axis)."""
+    before = _model(
+        """t1 = Transpose <perm: ints = [0, 1, 2, 3]> (y)
+            out = Squeeze (t1)"""
+    )
+    (squeeze,) = [n for n in before.graph.node if n.op_type == "Squeeze"]
+    squeeze.input.append("")
+    _after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    assert count == 0
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
+    assert "Squeeze axes are not constant" in found, found
+
+
+def test_a_chain_node_read_by_its_own_target_computation_dies_with_it() -> None:
+    """``Reshape(t1, Concat(Shape(t1)[0], Shape(t1)[1], H))``: ``t1``'s other reader, the
+    Shape, dies with the chain, so ``t1`` counts as saved (3 nodes, best 2); the walk
+    goes on past the initializer ``h`` it meets first."""
+    before = _model(
+        f"""{_ints("zero", [0])}
+            {_ints("one", [1])}
+            t1 = Transpose <perm: ints = [2, 0, 1, 3]> (y)
+            shape = Shape (t1)
+            b = Gather (shape, zero)
+            s = Gather (shape, one)
+            target = Concat <axis: int = 0> (b, s, h)
+            out = Reshape (t1, target)"""
+    )
+    before.graph.initializer.append(onnx.numpy_helper.from_array(np.array([H]), "h"))
+    before.graph.output[0].type.tensor_type.ClearField("shape")  # [b, s, H], once h is known
+    before = onnx.shape_inference.infer_shapes(before)
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
+    assert count == 1 and _glue_ops(after) == ["Transpose", "Squeeze"]
+    _equivalent(before, after)

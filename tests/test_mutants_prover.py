@@ -284,6 +284,17 @@ def test_rnn_sizes_read_the_directions_of_a_weight_of_unknown_gates() -> None:
     assert reason == "direction 'forward' disagrees with a weight of 2 directions"
 
 
+def test_a_hidden_size_neither_given_nor_proven_is_refused() -> None:
+    """No ``hidden_size`` attribute, and R declared [1, g, h]: nothing fixes H."""
+    x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2, 2])
+    w = helper.make_tensor_value_info("w", FLOAT, [1, "g", 2])
+    r = helper.make_tensor_value_info("r", FLOAT, [1, "g", "h"])
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"])
+    v = _graph([node], [x, w, r], {})
+    reason = ShapeProver().rnn_sizes(v["y"].producer())
+    assert reason == "hidden_size is not static (no attribute, and R's size is not proven)"
+
+
 def test_a_hidden_size_of_zero_is_refused() -> None:
     x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2, 2])
     constants = {"w": np.zeros((1, 0, 2), np.float32), "r": np.zeros((1, 0, 0), np.float32)}

@@ -203,7 +203,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
 
     def rewrite(self, op, y: ir.Value, **_):
         half, x = self._plan
-        result = emit_merged(op, self._graph if self._main_graph else None, half.node, None, x)[0]
+        result = emit_merged(op, None, half.node, None, x)[0]  # stacks nothing
         if half.squeezed:
             if self._opset < 13:
                 return op.Squeeze(result, axes=[1])
