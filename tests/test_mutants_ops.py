@@ -451,3 +451,5 @@ def test_rnn_hidden_size_of_dynamic_quantize_lstm_is_r_axis_1() -> None:
     y, _, _ = _rnn("LSTM", dims(S, T, 2), dims(1, 12, 2), dims(1, 12, None), hidden_size=3)
     assert y == dims(S, 1, T, 3)
     assert _rnn("LSTM", dims(S, T, 2), w, r, hidden_size=0) == []
+    # W of two directions (its gate axis unknown) against a forward node
+    assert _rnn("LSTM", dims(S, T, 2), dims(2, None, 2), dims(1, 12, 3), hidden_size=3) == []

@@ -495,14 +495,13 @@ def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | str:
     layout = node.attributes.get_int("layout", 0)
     w, r = _fact(ins, 1), _fact(ins, 2)
     for weight in (w, r):
-        # an op's inputs are anchored (prover._anchor): a size is a Dim, never None
-        found = weight.dims[0].value if weight.rank == 3 else None  # type: ignore[index,union-attr]
+        found = weight.dims[0].value if weight.rank == 3 and weight.dims[0] else None  # type: ignore[index]
         if found is not None and found != directions:
             return f"direction {direction!r} disagrees with a weight of {found} directions"
     hidden_attr = node.attributes.get("hidden_size")
     hidden = hidden_attr.as_int() if hidden_attr is not None else None
     r_axis = 2 if node.domain == "" else 1
-    r_hidden = r.dims[r_axis].value if r.rank == 3 else None  # type: ignore[index,union-attr]
+    r_hidden = r.dims[r_axis].value if r.rank == 3 and r.dims[r_axis] is not None else None  # type: ignore[index]
     if hidden is None:
         hidden = r_hidden
     elif r_hidden is not None and r_hidden != hidden:
