@@ -136,6 +136,24 @@ def test_zero_state_of_another_batch_is_refused() -> None:
     assert reason == "the folded first step fixes a batch X does not provably have"
 
 
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_a_folded_batch_1_first_step_serves_every_batch(op_type: str) -> None:
+    """Exported at batch 1 with X's batch left dynamic: the folded first step and the zero
+    ``c_0`` are [1, ...] and broadcast, so the loop runs at any batch; so must the node
+    (its states are its own zeros, not the batch-1 constants)."""
+    cfg = UnrolledCellConfig(op_type=op_type, initial_state="folded", batch=1)
+    model = build_unrolled_cell(cfg)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[1].dim_param = "batch"  # replaces the static 1
+    after = rnn_rewrite_rules.rewrite(model)
+    assert op_counts(after)[op_type] == 1
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        x = rng.standard_normal((dims[0].dim_value, batch, dims[2].dim_value)).astype(np.float32)
+        diff = runtime.max_abs_diff(runtime.run(model, {"x": x}), runtime.run(after, {"x": x}))
+        assert diff <= 1e-5, (batch, diff)
+
+
 def test_gate_order_of_the_weights_is_onnx_order() -> None:
     cfg = UnrolledCellConfig(input_size=2, hidden_size=1)
     result = rnn_rewrite_rules.rewrite(build_unrolled_cell(cfg))

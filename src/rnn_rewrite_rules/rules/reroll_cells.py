@@ -453,9 +453,11 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         ):
             return "the folded first step's h_0 is not provably zeros of X's batch"
         h0 = None
-    c0_ok = c0 is not None and (_state_ok(prover, c0, x, hidden) or _folded_zero(prover, c0, x))
-    if op_type == "LSTM" and not c0_ok:
+    c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden)
+    if op_type == "LSTM" and not (c0_proven or (c0 is not None and _folded_zero(prover, c0, x))):
         return "cannot prove c_0 is [batch of X, H]"
+    if not c0_proven:
+        c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
     # zero states stay: the initial_state family shares or drops them (by target)
     if first.h_linear is None and h0 is not None:
         return "the folded first step needs h_0 = 0"
