@@ -12,7 +12,8 @@ run never loads it.
   them to whichever test ran first. They decide which subgraphs reach the rule's other
   methods (``check``, ``rewrite``...), so at the end of mutmut's stats run they are mapped
   to the tests that reach those methods instead (``__init__``, which names the rule, also
-  to the tests of ``select_rules``).
+  to the tests of ``select_rules``). So is a rule module's ``*_rules`` builder
+  (``state_rules``, ``rnn_node_rules``), to the tests of its classes' methods.
 * **Children.** A test that runs the command in a child process (marker ``command``)
   runs the mutant there (``tests.support.child_env``), but mutmut cannot see what the
   child calls. Such tests are mapped to every function of :data:`_COMMAND_MODULES`,
@@ -94,9 +95,20 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 
 def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
     """Map each ``pattern``/``__init__`` (mutmut's mangled ``module.xǁClassǁmethod``) to
-    the tests of its class's other methods, in place."""
+    the tests of its class's other methods, and a rule module's ``*_rules`` builder
+    (``state_rules``, ``rnn_node_rules``: run at import too) to those of its classes'
+    methods, in place."""
     for name in list(tests_by_function):
         module, _, function = name.rpartition(".")
+        if _is_rule_builder(module, function):
+            siblings = [
+                tests
+                for other, tests in tests_by_function.items()
+                if other.startswith(f"{module}.xǁ")
+                and other.rpartition("ǁ")[2] not in _BUILT_AT_IMPORT
+            ]
+            tests_by_function[name] = set().union(tests_by_function[name], *siblings)
+            continue
         parts = function.split("ǁ")
         if len(parts) != 3 or parts[2] not in _BUILT_AT_IMPORT:
             continue
@@ -109,6 +121,12 @@ def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
         if parts[2] == "__init__":  # names the rule: what selecting rules by name reads
             siblings.append(tests_by_function.get(_SELECT_RULES, set()))
         tests_by_function[name] = set().union(tests_by_function[name], *siblings)
+
+
+def _is_rule_builder(module: str, function: str) -> bool:
+    """A module-level function of a rule module that builds its rules (``x_*_rules``)."""
+    in_rule_module = module.startswith("rnn_rewrite_rules.rules.")
+    return in_rule_module and function.startswith("x_") and function.endswith("_rules")
 
 
 def map_command_tests(

@@ -107,12 +107,16 @@ def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> 
         f"{m}.xǁRuleǁrewrite": {"b", "c"},
         f"{m}.xǁOtherǁcheck": {"d"},
         f"{m}.x_helper": {"e"},
+        f"{m}.x_state_rules": {"first_test"},
         "rnn_rewrite_rules.rules.x_select_rules": {"names"},
     }
     remap_built_at_import(tests)
     assert tests[f"{m}.xǁRuleǁpattern"] == {"first_test", "a", "b", "c"}
     assert tests[f"{m}.xǁRuleǁ__init__"] == {"first_test", "a", "b", "c", "names"}
     assert tests[f"{m}.xǁOtherǁcheck"] == {"d"} and tests[f"{m}.x_helper"] == {"e"}
+    # a module-level rule builder: the tests of every method of the module's classes
+    assert tests[f"{m}.x_state_rules"] == {"first_test", "a", "b", "c", "d"}
+    assert tests["rnn_rewrite_rules.rules.x_select_rules"] == {"names"}
 
 
 def test_command_tests_are_mapped_to_every_function_of_the_commands_modules() -> None:
