@@ -116,7 +116,10 @@ def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None
 
 
 def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
-    """(Split node, output index) when ``value`` is one of ``gates`` equal parts on axis 1."""
+    """(Split node, output index) when ``value`` is one of ``gates`` equal parts on axis 1
+    (of the rank-2 gate projections): sizes from the ``split`` input (opset >= 13) or
+    attribute, else an even split (``num_outputs`` of opset 18 is the output count; the
+    parts' width ``G*H`` is a multiple of ``G``, checked with the weights)."""
     node = _op(value, "Split")
     if node is None or len(node.outputs) != gates:
         return None
@@ -125,12 +128,13 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
     sizes = node.inputs[1] if len(node.inputs) > 1 else None
     if sizes is not None:
         array = const_array(sizes)
-        if array is None or array.ndim != 1 or len(set(array.tolist())) != 1:
+        if array is None or array.ndim != 1:
             return None
-    elif node.attributes.get("split") is not None:
-        if len(set(node.attributes["split"].as_ints())) != 1:
-            return None
-    elif node.attributes.get_int("num_outputs", gates) != gates:
+        parts = array.tolist()
+    else:
+        attribute = node.attributes.get("split")
+        parts = [1] if attribute is None else list(attribute.as_ints())  # [1]: even
+    if len(set(parts)) != 1:
         return None
     return node, list(node.outputs).index(value)
 
@@ -496,31 +500,33 @@ def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value) -> bool:
 
 
 def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
-    """The ``Concat(Unsqueeze(h, 0) ...)`` stacking ``hs`` in order, and its Unsqueezes."""
-    candidates = []
-    for user, _ in hs[0].uses():
-        if user.op_type == "Unsqueeze" and user.domain == "" and _axes0(user):
-            candidates.append(user)
-    for unsqueeze in candidates:
+    """The ``Concat(Unsqueeze(h, 0) ..., axis=0)`` stacking ``hs`` in order, and its
+    Unsqueezes (each read only by the Concat)."""
+    for unsqueeze, _ in hs[0].uses():
+        if not _stacks(unsqueeze, hs[0]):
+            continue
         for concat, _ in unsqueeze.outputs[0].uses():
-            if concat.op_type != "Concat" or concat.attributes.get_int("axis", 0) != 0:
+            if concat.op_type != "Concat" or concat.domain != "":
                 continue
-            producers = [v.producer() if v is not None else None for v in concat.inputs]
-            if len(producers) != len(hs) or None in producers:
+            if concat.attributes.get_int("axis", 0) != 0 or len(concat.inputs) != len(hs):
                 continue
-            if all(
-                p.op_type == "Unsqueeze"
-                and _axes0(p)
-                and p.inputs[0] is h
-                and len(p.outputs[0].uses()) == 1
-                for p, h in zip(producers, hs, strict=True)
-            ):
+            producers = [None if v is None else v.producer() for v in concat.inputs]
+            if all(_stacks(p, h) for p, h in zip(producers, hs, strict=True)):
                 return concat, producers
     return None, []
 
 
-def _axes0(node: ir.Node) -> bool:
-    return _r.node_axes(node, 1) == [0]
+def _stacks(node: ir.Node | None, h: ir.Value) -> bool:
+    """``node`` is ``Unsqueeze(h, 0)`` whose output only the stacking Concat reads."""
+    return (
+        node is not None
+        and node.op_type == "Unsqueeze"
+        and node.domain == ""
+        and node.inputs[0] is h
+        and _r.node_axes(node, 1) == [0]
+        and len(node.outputs[0].uses()) == 1
+        and not node.outputs[0].is_graph_output()
+    )
 
 
 class RerollCell(RewriteRuleClassBase):

@@ -89,7 +89,8 @@ class UnrolledRnnConfig:
 
 
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, opset: int) -> None:
+        self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._ids = itertools.count()
@@ -116,10 +117,21 @@ class _Writer:
         return output
 
     def squeeze0(self, value: str) -> str:
+        if self.opset < 13:  # axes became an input in opset 13
+            return self.node("Squeeze", [value], axes=[0])
         return self.node("Squeeze", [value, self.ints(0)])
 
     def unsqueeze0(self, value: str) -> str:
+        if self.opset < 13:
+            return self.node("Unsqueeze", [value], axes=[0])
         return self.node("Unsqueeze", [value, self.ints(0)])
+
+    def dim(self, value: str, axis: int) -> str:
+        """``Shape(value)[axis:axis+1]`` (``Shape``'s start/end are opset 15)."""
+        if self.opset >= 15:
+            return self.node("Shape", [value], start=axis, end=axis + 1)
+        index = self.constant(np.array(axis, np.int64))
+        return self.unsqueeze0(self.node("Gather", [self.node("Shape", [value]), index], axis=0))
 
 
 def _parameters(cfg: UnrolledRnnConfig) -> list[dict[str, np.ndarray]]:
@@ -213,7 +225,7 @@ def build_unrolled_rnn(cfg: UnrolledRnnConfig) -> onnx.ModelProto:
         raise ValueError(f"unknown mutation {cfg.mutation!r}")
     if cfg.initial_state == "folded" and cfg.batch is None:
         raise ValueError("a folded first step needs a static batch")
-    w = _Writer()
+    w = _Writer(cfg.opset)
     h, d, layers = cfg.hidden_size, cfg.num_directions, cfg.num_layers
     batch: int | str = "batch" if cfg.batch is None else cfg.batch
     seq: int | str = "seq" if cfg.dynamic_seq else cfg.seq
@@ -226,8 +238,7 @@ def build_unrolled_rnn(cfg: UnrolledRnnConfig) -> onnx.ModelProto:
         )
         stacked_states = "h0"
     elif cfg.initial_state == "zeros":
-        axis = 0 if cfg.batch_first else 1
-        shape = w.node("Shape", ["x"], start=axis, end=axis + 1)
+        shape = w.dim("x", 0 if cfg.batch_first else 1)
         target = w.node("Concat", [w.ints(layers * d), shape, w.ints(h)], axis=0)
         stacked_states = w.node("Expand", [w.constant(np.array(0.0, np.float32)), target])
     current = w.node("Transpose", ["x"], perm=[1, 0, 2]) if cfg.batch_first else "x"
@@ -328,8 +339,10 @@ class UnrolledCellConfig:
     #: ``Gather(x, t)`` (``x[t]``) or ``Squeeze(Slice(x, [t], [t+1]), [0])``.
     read: Literal["gather", "slice"] = "gather"
     #: "zeros": ``Expand(0, Concat(Shape(x)[1:2], [H]))``; "constant_of_shape": the
-    #: TorchScript form; "folded": static batch, the first hidden projection folded.
-    initial_state: Literal["zeros", "constant_of_shape", "folded"] = "zeros"
+    #: TorchScript form; "folded": static batch, the first hidden projection folded;
+    #: "first_frame": non-zero states computed from ``x[0]`` (``h_0 = tanh(x[0] @ P_h)``,
+    #: ``c_0 = x[0] @ P_c``), as an encoder seeds a decoder loop.
+    initial_state: Literal["zeros", "constant_of_shape", "folded", "first_frame"] = "zeros"
     batch: int | None = None
     mutation: str | None = None
     opset: int = 18
@@ -350,6 +363,9 @@ def _cell_parameters(cfg: UnrolledCellConfig) -> dict[str, np.ndarray]:
         "bias_ih": rng.uniform(-bound, bound, (rows,)),
         "bias_hh": rng.uniform(-bound, bound, (rows,)),
     }
+    # drawn last: the weights above do not depend on the initial state
+    params["init_h"] = rng.uniform(-1, 1, (cfg.input_size, cfg.hidden_size))
+    params["init_c"] = rng.uniform(-1, 1, (cfg.input_size, cfg.hidden_size))
     return {k: v.astype(np.float32) for k, v in params.items()}
 
 
@@ -359,7 +375,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         raise ValueError(f"unknown mutation {cfg.mutation!r}")
     if cfg.initial_state == "folded" and cfg.batch is None:
         raise ValueError("a folded first step needs a static batch")
-    w = _Writer()
+    w = _Writer(cfg.opset)
     h, mutation = cfg.hidden_size, cfg.mutation
     batch: int | str = "batch" if cfg.batch is None else cfg.batch
     inputs = [
@@ -388,24 +404,34 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         return w.node("Add", [out, bias]) if bias else out
 
     def split(value: str, parts: list[str]) -> onnx.NodeProto:
-        """dynamo: ``num_outputs`` (opset 18); TorchScript: constant sizes (opset 13-17)."""
+        """dynamo: ``num_outputs`` (opset 18); TorchScript: constant sizes (opset 13-17), the
+        ``split`` attribute before."""
         if cfg.opset >= 18:
             return helper.make_node("Split", [value], parts, axis=1, num_outputs=len(parts))
+        if cfg.opset < 13:
+            return helper.make_node("Split", [value], parts, axis=1, split=[h] * len(parts))
         sizes = w.constant(np.full(len(parts), h, np.int64))
         return helper.make_node("Split", [value, sizes], parts, axis=1)
 
     if cfg.initial_state == "zeros":
-        shape = w.node("Shape", ["x"], start=1, end=2)
+        shape = w.dim("x", 1)
         target = w.node("Concat", [shape, w.ints(h)], axis=0)
         zeros = w.node("Expand", [w.constant(np.array(0.0, np.float32)), target], prefix="zeros")
     elif cfg.initial_state == "constant_of_shape":
         dim = w.node("Gather", [w.node("Shape", ["x"]), w.constant(np.array(1, np.int64))], axis=0)
         target = w.node("Concat", [w.unsqueeze0(dim), w.ints(h)], axis=0)
         zeros = w.node("ConstantOfShape", [target], prefix="zeros")
+    elif cfg.initial_state == "first_frame":
+        frame = w.node("Gather", ["x", w.constant(np.array(0, np.int64))], axis=0)
+        h_prev = w.node("Tanh", [w.node("MatMul", [frame, w.constant(params["init_h"])])])
+        c_prev = ""  # GRU: no cell state
+        if cfg.op_type == "LSTM":
+            c_prev = w.node("MatMul", [frame, w.constant(params["init_c"])])
     else:
         assert cfg.batch is not None
         zeros = w.constant(np.zeros((cfg.batch, h), np.float32), "zeros")
-    h_prev, c_prev = zeros, zeros
+    if cfg.initial_state != "first_frame":
+        h_prev, c_prev = zeros, zeros
     states: list[str] = []
     order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
     for step, t in enumerate(order):
@@ -500,6 +526,8 @@ def cell_reference(cfg: UnrolledCellConfig, x: np.ndarray) -> list[np.ndarray]:
 
     h = np.zeros((x.shape[1], cfg.hidden_size), np.float32)
     c = h.copy()
+    if cfg.initial_state == "first_frame":
+        h, c = np.tanh(x[0] @ p["init_h"]), x[0] @ p["init_c"]
     ys = {}
     order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
     for t in order:
