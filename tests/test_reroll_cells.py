@@ -676,3 +676,74 @@ def test_a_gru_whose_h_0_is_two_equal_constants_is_rerolled() -> None:
     gemm.input[0] = _add_constant(model, "h0_a", zeros)
     sub.input[0] = _add_constant(model, "h0_b", zeros)
     _assert_rerolled(model, cfg)
+
+
+def _edit_loop(model: onnx.ModelProto, edit: str) -> None:
+    """One near-miss edit of an LSTM loop of 4 steps (input size 4, hidden size 3)."""
+    nodes = list(model.graph.node)
+    producer = {o: n for n in nodes for o in n.output}
+    hidden_gemms = [n for n in nodes if n.op_type == "Gemm" and n.input[1] == "cell.weight_hh"]
+    rng = np.random.default_rng(4)
+    if edit == "step 3 reads c_1":
+        c_adds = [producer[n.input[0]] for n in nodes if n.op_type == "Tanh"][1::2]  # c_t
+        fc = next(producer[v] for v in c_adds[-1].input if producer[v].op_type == "Mul")
+        previous = next(v for v in fc.input if producer[v] in c_adds)
+        fc.input[list(fc.input).index(previous)] = c_adds[-3].output[0]
+    elif edit == "last step without b_hh":
+        del hidden_gemms[-1].input[2:]
+    elif edit == "last step with another b_hh":
+        (bias,) = [t for t in model.graph.initializer if t.name == "cell.bias_hh"]
+        other = onnx.numpy_helper.to_array(bias) + 1
+        hidden_gemms[-1].input[2] = _add_constant(model, "other_bias", other)
+    elif edit == "W_hh [12, 4]":
+        _replace_initializer(model, "cell.weight_hh", rng.standard_normal((12, 4), np.float32))
+    elif edit == "W_ih [16, 4]":
+        _replace_initializer(model, "cell.weight_ih", rng.standard_normal((16, 4), np.float32))
+        _replace_initializer(model, "cell.bias_ih", rng.standard_normal(16, np.float32))
+    elif edit == "W_ih float64":
+        (tensor,) = [t for t in model.graph.initializer if t.name == "cell.weight_ih"]
+        array = onnx.numpy_helper.to_array(tensor).astype(np.float64)
+        tensor.CopyFrom(onnx.numpy_helper.from_array(array, tensor.name))
+    elif edit == "X of unknown rank":
+        model.graph.input[0].type.tensor_type.ClearField("shape")
+    elif edit == "a gate projection read by another node":
+        x_gemm = [n for n in nodes if n.op_type == "Gemm" and n.input[1] == "cell.weight_ih"][1]
+        model.graph.node.append(onnx.helper.make_node("Identity", [x_gemm.output[0]], ["peek"]))
+        model.graph.output.append(onnx.helper.make_empty_tensor_value_info("peek"))
+    elif edit == "folded [1, batch, 4H]":
+        (folded,) = [t for t in model.graph.initializer if t.name == "linear"]
+        array = onnx.numpy_helper.to_array(folded)[np.newaxis]
+        folded.CopyFrom(onnx.numpy_helper.from_array(array, folded.name))
+    else:
+        assert edit == "folded not b_hh"
+        (folded,) = [t for t in model.graph.initializer if t.name == "linear"]
+        array = onnx.numpy_helper.to_array(folded).copy()
+        array[1, 5] += 1
+        folded.CopyFrom(onnx.numpy_helper.from_array(array, folded.name))
+
+
+_LOOP_REASONS = {
+    "step 3 reads c_1": "step 3 does not read c_3 of the step before",
+    "last step without b_hh": "step 3 uses another bias",
+    "last step with another b_hh": "step 3 uses another bias",
+    "W_hh [12, 4]": "W_hh has shape [12, 4], not [4*H, H]",
+    "W_ih [16, 4]": "W_ih has shape [16, 4], not [4*H, I] with H = 3",
+    "W_ih float64": "the weights are not one floating-point type",
+    "X of unknown rank": "X is not provably of rank 3",
+    "a gate projection read by another node": (
+        "a value of step 1 ({name}) has a reader outside the loop"
+    ),
+    "folded [1, batch, 4H]": "the folded first step has shape [1, 2, 12], not [batch, G*H]",
+    "folded not b_hh": "the folded first step is not b_hh (a non-zero initial state)",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(_LOOP_REASONS))
+def test_near_miss_loops_are_refused_with_the_reason(edit: str) -> None:
+    folded = edit.startswith("folded")
+    cfg = UnrolledCellConfig(seq=4, initial_state="folded" if folded else "zeros", batch=2)
+    model = build_unrolled_cell(cfg)
+    assert not isinstance(reroll_cells.plan_cell_chain(_root(model), "LSTM"), str)
+    _edit_loop(model, edit)
+    reason = reroll_cells.plan_cell_chain(_root(model), "LSTM")
+    assert _matches(reason, _LOOP_REASONS[edit]), reason

@@ -408,8 +408,10 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
             return found
     (w, b_ih), (r, b_hh) = x_weights, h_weights
     hidden = r.shape[0] // gates
-    if r.shape != (gates * hidden, hidden) or w.shape[0] != gates * hidden:
+    if r.shape != (gates * hidden, hidden):
         return f"W_hh has shape {list(r.shape)}, not [{gates}*H, H]"
+    if w.shape[0] != gates * hidden:
+        return f"W_ih has shape {list(w.shape)}, not [{gates}*H, I] with H = {hidden}"
     if len({w.dtype, r.dtype}) != 1 or w.dtype not in (np.float32, np.float64, np.float16):
         return "the weights are not one floating-point type"
     x = last.source
