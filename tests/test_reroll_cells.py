@@ -695,6 +695,9 @@ def _edit_loop(model: onnx.ModelProto, edit: str) -> None:
         (bias,) = [t for t in model.graph.initializer if t.name == "cell.bias_hh"]
         other = onnx.numpy_helper.to_array(bias) + 1
         hidden_gemms[-1].input[2] = _add_constant(model, "other_bias", other)
+    elif edit == "h_0 an input":
+        hidden_gemms[0].input[0] = "h0"
+        model.graph.input.append(onnx.helper.make_tensor_value_info("h0", 1, ["batch", 3]))
     elif edit == "W_hh [12, 4]":
         _replace_initializer(model, "cell.weight_hh", rng.standard_normal((12, 4), np.float32))
     elif edit == "W_ih [16, 4]":
@@ -726,6 +729,7 @@ _LOOP_REASONS = {
     "step 3 reads c_1": "step 3 does not read c_3 of the step before",
     "last step without b_hh": "step 3 uses another bias",
     "last step with another b_hh": "step 3 uses another bias",
+    "h_0 an input": "cannot prove h_0 is [batch of X, H]",  # ONNX does not unify dim_params
     "W_hh [12, 4]": "W_hh has shape [12, 4], not [4*H, H]",
     "W_ih [16, 4]": "W_ih has shape [16, 4], not [4*H, I] with H = 3",
     "W_ih float64": "the weights are not one floating-point type",
