@@ -6,7 +6,7 @@ import json
 import pathlib
 
 import pytest
-from benchmarks import mutation_report
+from benchmarks import mutation_report, mutation_verdicts
 
 _DIFF = """--- src/pkg/mod.py
 +++ src/pkg/mod.py
@@ -138,3 +138,29 @@ def test_a_mutant_that_only_deletes_is_keyed_by_what_it_deletes() -> None:
     mutant = mutation_report.Mutant("m.x_f__mutmut_3", "m.py", "survived", None)
     mutant.diff = "--- a\n+++ b\n     y = f(\n-        x,\n     )\n"
     assert mutant.key == ("m.x_f", "deleted: x,")
+
+
+def test_verdicts_survive_a_new_machine(tmp_path: pathlib.Path) -> None:
+    """save -> a fresh mutants/ -> restore: mutmut finds the verdicts and hashes it wrote."""
+    codes = {
+        "pkg.mod.x_f__mutmut_1": 1,
+        "pkg.mod.x_f__mutmut_2": None,
+        "pkg.mod.x_f__mutmut_3": 0,
+        "pkg.mod.xǁRuleǁcheck__mutmut_1": 36,
+    }
+    mutants = _meta(tmp_path, codes)
+    meta = mutants / "src" / "pkg" / "mod.py.meta"
+    data = json.loads(meta.read_text())
+    data["hash_by_function_name"] = {"x_f": "aa", "xǁRuleǁcheck": "bb", "x_unmutated": "cc"}
+    meta.write_text(json.dumps(data))
+    store = tmp_path / "mutation.json"
+    assert mutation_verdicts.save(mutants, store) == 3
+    fresh = tmp_path / "fresh"
+    assert mutation_verdicts.restore(store, fresh) == ["src/pkg/mod.py"]
+    restored = json.loads((fresh / "src" / "pkg" / "mod.py.meta").read_text())
+    assert restored["exit_code_by_key"] == codes
+    assert restored["hash_by_function_name"] == data["hash_by_function_name"]
+    assert restored["durations_by_key"] == {k: 1.5 for k, v in codes.items() if v is not None}
+    # a meta mutmut already has is its own: restore leaves it
+    assert mutation_verdicts.restore(store, mutants) == []
+    assert json.loads(meta.read_text()) == data

@@ -36,6 +36,7 @@ POSITIVE = [
     UnrolledRnnConfig(seq=1, initial_state="folded", batch=3, bias=False, nonlinearity="relu"),
     UnrolledRnnConfig(opset=12, bidirectional=True),  # Squeeze's axes as an attribute
     UnrolledRnnConfig(opset=11, initial_state="input", dynamic_seq=True),
+    UnrolledRnnConfig(opset=13, bidirectional=True, dynamic_seq=True),  # axes inputs from 13
 ]
 
 
@@ -632,6 +633,9 @@ def _edit_chain(chain: _Chain, edit: str) -> None:
         last_slice.input[1] = chain.add("starts", np.array([2.0], np.float32))
     elif edit == "2-D starts":
         last_slice.input[1] = chain.add("starts", np.array([[2]], np.int64))
+    elif edit == "Squeeze without axes":
+        squeeze = next(n for n in chain.model.graph.node if last_slice.output[0] in n.input)
+        del squeeze.input[1:]  # every axis of size 1
     else:
         raise AssertionError(edit)
     del last_act
@@ -658,6 +662,7 @@ _REASONS_BY_EDIT = {
     "Slice [t, t+2)": _NO_READ,
     "float starts": _NO_READ,
     "2-D starts": _NO_READ,
+    "Squeeze without axes": _NO_READ,
 }
 
 
@@ -717,9 +722,19 @@ def test_other_spellings_of_the_same_steps_are_rerolled(form: str) -> None:
     ("cfg", "edit", "reason"),
     [
         (
-            UnrolledRnnConfig(seq=1, initial_state="folded", batch=2),
-            "folded [batch, H]",
-            "the folded first step has shape [2, 5]",
+            UnrolledRnnConfig(seq=1, initial_state="folded", batch=1),
+            "folded [1, H]",
+            "the folded first step has shape [1, 5]",
+        ),
+        (
+            UnrolledRnnConfig(seq=3, initial_state="folded", batch=1),
+            "folded [1, H]",
+            "the folded first step has shape [1, 5], not [1, batch, H]",
+        ),
+        (
+            UnrolledRnnConfig(seq=3, initial_state="folded", batch=1),
+            "folded [2, 1, H]",
+            "the folded first step has shape [2, 1, 5], not [1, batch, H]",
         ),
         (
             UnrolledRnnConfig(seq=3, initial_state="folded", batch=2, mutation="weights_at_step"),
@@ -727,13 +742,19 @@ def test_other_spellings_of_the_same_steps_are_rerolled(form: str) -> None:
             "step 2 uses other recurrent weights than step 1",
         ),
     ],
-    ids=["seq 1 folded of rank 2", "folded first step, step 1's weights differ"],
+    ids=[
+        "seq 1, folded of rank 2",
+        "seq 3, folded of rank 2",
+        "seq 3, folded of 2 rows",
+        "folded first step, step 1's weights differ",
+    ],
 )
 def test_near_miss_folded_chains_are_refused(cfg, edit: str | None, reason: str) -> None:
     model = build_unrolled_rnn(cfg)
     if edit is not None:
-        (folded,) = [t for t in model.graph.initializer if list(t.dims) == [1, 2, 5]]
-        array = onnx.numpy_helper.to_array(folded)[0]
+        (folded,) = [t for t in model.graph.initializer if list(t.dims) == [1, cfg.batch, 5]]
+        array = onnx.numpy_helper.to_array(folded)
+        array = array[0] if edit == "folded [1, H]" else np.concatenate([array, array])
         folded.CopyFrom(onnx.numpy_helper.from_array(array, folded.name))
     assert reroll.plan_chain(_last_activation(model)) == reason
 
@@ -821,3 +842,17 @@ def test_a_new_weight_never_replaces_an_initializer_of_the_same_name(existing, e
         name = f"reroll_node_h_9_{suffix}"
         np.testing.assert_array_equal(inits[name], w if kind == "same" else w + 1)
     _assert_same(model, result, cfg)
+
+
+def test_a_folded_batch_1_first_step_serves_every_batch() -> None:
+    """Exported at batch 1 with X's batch left dynamic: the folded ``[1, 1, H]`` first step
+    broadcasts, so the chain runs at any batch, and so must the node."""
+    cfg = UnrolledRnnConfig(seq=3, initial_state="folded", batch=1)
+    model = build_unrolled_rnn(cfg)
+    for info in (*model.graph.input, *model.graph.output):
+        info.type.tensor_type.shape.dim[1].dim_param = "batch"  # replaces the static 1
+    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    assert op_counts(result)["RNN"] == 1
+    for seed, batch in enumerate((1, 3)):
+        feeds = rnn_inputs(cfg, batch, rng=seed)
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5

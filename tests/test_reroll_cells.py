@@ -751,3 +751,14 @@ def test_near_miss_loops_are_refused_with_the_reason(edit: str) -> None:
     _edit_loop(model, edit)
     reason = reroll_cells.plan_cell_chain(_root(model), "LSTM")
     assert _matches(reason, _LOOP_REASONS[edit]), reason
+
+
+def test_a_non_zero_c_0_beside_a_folded_zero_h_0_is_kept() -> None:
+    """The folded first step proves ``h_0 = 0``; ``c_0`` is a constant of X's batch that is
+    not zero: the node takes it, after an empty ``initial_h``."""
+    cfg = UnrolledCellConfig(initial_state="folded", batch=2)
+    model = build_unrolled_cell(cfg)
+    _replace_initializer(model, "zeros", np.full((2, cfg.hidden_size), 0.5, np.float32))
+    plan = reroll_cells.plan_cell_chain(_root(model), "LSTM")
+    assert not isinstance(plan, str) and plan.h0 is None and plan.c0 is not None
+    _assert_rerolled(model, cfg)

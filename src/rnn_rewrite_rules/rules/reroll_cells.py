@@ -128,13 +128,11 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
     sizes = node.inputs[1] if len(node.inputs) > 1 else None
     if sizes is not None:
         array = const_array(sizes)
-        if array is None or array.ndim != 1:
-            return None
-        parts = array.tolist()
+        parts = None if array is None or array.ndim != 1 else array.tolist()
     else:
         attribute = node.attributes.get("split")
-        parts = [1] if attribute is None else list(attribute.as_ints())  # [1]: even
-    if len(set(parts)) != 1:
+        parts = [] if attribute is None else list(attribute.as_ints())  # []: even
+    if parts is None or len(set(parts)) > 1:
         return None
     return node, list(node.outputs).index(value)
 
