@@ -616,9 +616,18 @@ def _lstm_edit(step: _LastStep, edit: str) -> None:
         step.of(ig.input[1]).op_type = "Sigmoid"
     elif edit == "c_t = i * g + i * g":
         c_add.input[0] = ig.output[0]
+    elif edit == "f not Sigmoid":
+        step.of(fc.input[0]).op_type = "Tanh"
+    elif edit in ("f is part 0", "g is part 3", "o is part 2"):
+        gate = {"f": step.of(fc.input[0]), "g": step.of(ig.input[1]), "o": o_sig}[edit[0]]
+        gate.input[0] = step.splits[0].output[int(edit[-1])]
+    elif edit == "the Split reads a Sub":
+        step.of(step.splits[0].input[0]).op_type = "Sub"
+    elif edit == "neither projection a linear layer":
+        for gemm in step.gemms:
+            gemm.op_type = "Sub"
     else:
         raise AssertionError(edit)
-    del o_sig
 
 
 _NOT_PART_2 = "xn and hn are not part 2 of Splits in 3 (PyTorch order r, z, n)"
@@ -646,6 +655,12 @@ _STEP_REASONS = {
     ("LSTM", "a term of c_t a Div"): "c_t is not an Add of f * c_{t-1} and i * g",
     ("LSTM", "g Sigmoid"): "c_t has no i * g term",
     ("LSTM", "c_t = i * g + i * g"): "c_t has no i * g term",
+    ("LSTM", "f not Sigmoid"): "c_t has no f * c_{t-1} term",
+    ("LSTM", "f is part 0"): "gate f is not part 1 of the Split (PyTorch order i, f, g, o)",
+    ("LSTM", "g is part 3"): "gate g is not part 2 of the Split (PyTorch order i, f, g, o)",
+    ("LSTM", "o is part 2"): "gate o is not part 3 of the Split (PyTorch order i, f, g, o)",
+    ("LSTM", "the Split reads a Sub"): "the Split's input is not an Add of the two projections",
+    ("LSTM", "neither projection a linear layer"): _READ_REASON,
 }
 
 
@@ -695,6 +710,14 @@ def _edit_loop(model: onnx.ModelProto, edit: str) -> None:
         (bias,) = [t for t in model.graph.initializer if t.name == "cell.bias_hh"]
         other = onnx.numpy_helper.to_array(bias) + 1
         hidden_gemms[-1].input[2] = _add_constant(model, "other_bias", other)
+    elif edit == "h_1 read by a node after the stack":
+        h_1 = [n.output[0] for n in nodes if n.output[0].startswith("h_")][1]  # step 1's
+        model.graph.node.append(onnx.helper.make_node("Identity", [h_1], ["peek"]))
+        model.graph.output.append(onnx.helper.make_empty_tensor_value_info("peek"))
+    elif edit == "folded of rank 3 [batch, 4H, 1]":
+        (folded,) = [t for t in model.graph.initializer if t.name == "linear"]
+        array = onnx.numpy_helper.to_array(folded)[:, :, np.newaxis]
+        folded.CopyFrom(onnx.numpy_helper.from_array(array, folded.name))
     elif edit == "h_0 an input":
         hidden_gemms[0].input[0] = "h0"
         model.graph.input.append(onnx.helper.make_tensor_value_info("h0", 1, ["batch", 3]))
@@ -725,18 +748,21 @@ def _edit_loop(model: onnx.ModelProto, edit: str) -> None:
         folded.CopyFrom(onnx.numpy_helper.from_array(array, folded.name))
 
 
+_OUTSIDE = "a value of step 1 ({name}) has a reader outside the loop"
 _LOOP_REASONS = {
     "step 3 reads c_1": "step 3 does not read c_3 of the step before",
     "last step without b_hh": "step 3 uses another bias",
     "last step with another b_hh": "step 3 uses another bias",
+    "h_1 read by a node after the stack": _OUTSIDE,
+    "folded of rank 3 [batch, 4H, 1]": (
+        "the folded first step has shape [2, 12, 1], not [batch, G*H]"
+    ),
     "h_0 an input": "cannot prove h_0 is [batch of X, H]",  # ONNX does not unify dim_params
     "W_hh [12, 4]": "W_hh has shape [12, 4], not [4*H, H]",
     "W_ih [16, 4]": "W_ih has shape [16, 4], not [4*H, I] with H = 3",
     "W_ih float64": "the weights are not one floating-point type",
     "X of unknown rank": "X is not provably of rank 3",
-    "a gate projection read by another node": (
-        "a value of step 1 ({name}) has a reader outside the loop"
-    ),
+    "a gate projection read by another node": _OUTSIDE,
     "folded [1, batch, 4H]": "the folded first step has shape [1, 2, 12], not [batch, G*H]",
     "folded not b_hh": "the folded first step is not b_hh (a non-zero initial state)",
 }
@@ -761,4 +787,33 @@ def test_a_non_zero_c_0_beside_a_folded_zero_h_0_is_kept() -> None:
     _replace_initializer(model, "zeros", np.full((2, cfg.hidden_size), 0.5, np.float32))
     plan = reroll_cells.plan_cell_chain(_root(model), "LSTM")
     assert not isinstance(plan, str) and plan.h0 is None and plan.c0 is not None
+    _assert_rerolled(model, cfg)
+
+
+def test_a_gru_folded_first_step_with_a_runtime_zero_h_0_is_rerolled() -> None:
+    """``h_0`` of the update is zeros built from ``Shape(x)`` (not a constant) while the
+    first hidden projection is folded: proven zeros of X's batch all the same."""
+    cfg = UnrolledCellConfig(op_type="GRU", initial_state="folded", batch=2)
+    model = build_unrolled_cell(cfg)
+    nodes = [
+        onnx.helper.make_node("Shape", ["x"], ["x_shape"], start=1, end=2),
+        onnx.helper.make_node("Concat", ["x_shape", "hidden"], ["zeros_shape"], axis=0),
+        onnx.helper.make_node("ConstantOfShape", ["zeros_shape"], ["runtime_zeros"]),
+    ]
+    _add_constant(model, "hidden", np.array([cfg.hidden_size], np.int64))
+    for node in reversed(nodes):
+        model.graph.node.insert(0, node)
+    (sub,) = [n for n in model.graph.node if n.op_type == "Sub" and n.input[0] == "zeros"]
+    sub.input[0] = "runtime_zeros"
+    _assert_rerolled(model, cfg)
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_a_loop_with_only_the_hidden_bias_is_rerolled(op_type: str) -> None:
+    """No ``b_ih``: the node's B is zeros beside the reordered ``b_hh``."""
+    cfg = UnrolledCellConfig(op_type=op_type)
+    model = build_unrolled_cell(cfg)
+    for node in model.graph.node:
+        if node.op_type == "Gemm" and node.input[1] == "cell.weight_ih":
+            del node.input[2:]
     _assert_rerolled(model, cfg)

@@ -331,7 +331,6 @@ _STEP = {"LSTM": _lstm_step, "GRU": _gru_step}
 
 @dataclasses.dataclass
 class _CellPlan:
-    op_type: str
     steps: list[_CellStep]
     x: ir.Value
     reverse: bool
@@ -462,14 +461,13 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         return "cannot prove c_0 is [batch of X, H]"
     if not c0_proven:
         c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
-    # zero states stay: the initial_state family shares or drops them (by target)
-    if first.h_linear is None and h0 is not None:
-        return "the folded first step needs h_0 = 0"
+    # zero states stay: the initial_state family shares or drops them (by target); a folded
+    # first step has no h_0 here (LSTM: no hidden projection reads one; GRU: proven zeros)
     order = _GATE_ORDER[op_type]
 
     def reorder(array: np.ndarray) -> np.ndarray:
-        blocks = np.split(array, gates, axis=0)
-        return np.concatenate([blocks[i] for i in order], axis=0)
+        blocks = np.split(array, gates)  # along the rows
+        return np.concatenate([blocks[i] for i in order])
 
     zeros = np.zeros(gates * hidden, w.dtype)
     bias = None
@@ -477,7 +475,6 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         parts = [zeros if v is None else reorder(v) for v in (b_ih, b_hh)]
         bias = np.concatenate(parts)[np.newaxis]
     return _CellPlan(
-        op_type,
         steps,
         x,
         reverse,
