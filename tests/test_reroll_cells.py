@@ -482,12 +482,12 @@ def test_gates_that_are_not_equal_parts_on_axis_1_are_refused(edit: str, opset: 
     elif edit == "axis -2":
         _set_attribute(split, "axis", -2)
     elif edit == "unequal sizes":
-        split.input[1] = _add_constant(model, "sizes", np.array([4, 2, 3, 3], np.int64))
+        split.input[1] = _add_constant(model, "sizes", np.array([4, 4, 2, 2], np.int64))
     elif edit == "sizes not constant":
         split.input[1] = "sizes"
         model.graph.input.append(onnx.helper.make_tensor_value_info("sizes", 7, [4]))
     elif edit == "unequal split attribute":
-        _set_attribute(split, "split", [4, 2, 3, 3])
+        _set_attribute(split, "split", [4, 4, 2, 2])
     else:
         (o_gate,) = [n for n in _nodes(model, "Sigmoid") if n.input[0] == split.output[3]]
         o_gate.input[0] = split.input[0]

@@ -502,11 +502,13 @@ def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
     for unsqueeze, _ in hs[0].uses():
         if not _stacks(unsqueeze, hs[0]):
             continue
-        for concat, _ in unsqueeze.outputs[0].uses():
-            if concat.op_type != "Concat" or concat.domain != "":
-                continue
-            if concat.attributes.get_int("axis", 0) != 0 or len(concat.inputs) != len(hs):
-                continue
+        ((concat, _),) = unsqueeze.outputs[0].uses()  # _stacks: its only reader
+        if (
+            concat.op_type == "Concat"
+            and concat.domain == ""
+            and concat.attributes.get_int("axis", 0) == 0
+            and len(concat.inputs) == len(hs)
+        ):
             producers = [None if v is None else v.producer() for v in concat.inputs]
             if all(_stacks(p, h) for p, h in zip(producers, hs, strict=True)):
                 return concat, producers
