@@ -57,6 +57,7 @@ def test_loop_becomes_one_node_with_the_same_outputs(cfg: UnrolledCellConfig) ->
     counts = op_counts(result)
     assert counts[cfg.op_type] == 1
     assert counts["Sigmoid"] == counts["Gemm"] == counts["Split"] == 0
+    assert counts["Slice"] == 0  # X's sequence axis is statically T: not sliced
     states = 1 + (cfg.op_type == "LSTM") if cfg.initial_state == "first_frame" else 0
     assert counts["MatMul"] == states  # x[0] @ P for each initial state
     (node,) = [n for n in result.graph.node if n.op_type == cfg.op_type]
@@ -809,11 +810,12 @@ def test_a_gru_folded_first_step_with_a_runtime_zero_h_0_is_rerolled() -> None:
 
 
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
-def test_a_loop_with_only_the_hidden_bias_is_rerolled(op_type: str) -> None:
-    """No ``b_ih``: the node's B is zeros beside the reordered ``b_hh``."""
+@pytest.mark.parametrize("kept", ["cell.bias_ih", "cell.bias_hh"])
+def test_a_loop_with_one_of_the_biases_is_rerolled(op_type: str, kept: str) -> None:
+    """The node's B is zeros beside the one reordered bias."""
     cfg = UnrolledCellConfig(op_type=op_type)
     model = build_unrolled_cell(cfg)
     for node in model.graph.node:
-        if node.op_type == "Gemm" and node.input[1] == "cell.weight_ih":
+        if node.op_type == "Gemm" and node.input[2:] and node.input[2] != kept:
             del node.input[2:]
     _assert_rerolled(model, cfg)
