@@ -819,3 +819,9 @@ def test_a_loop_with_one_of_the_biases_is_rerolled(op_type: str, kept: str) -> N
         if node.op_type == "Gemm" and node.input[2:] and node.input[2] != kept:
             del node.input[2:]
     _assert_rerolled(model, cfg)
+
+
+def test_the_rules_are_named_after_their_cell() -> None:
+    """The name tells the two rules apart in refusal reasons, traces and rule listings."""
+    assert reroll_cells.RerollCell("LSTM").name == "RerollCell[LSTM]"
+    assert reroll_cells.RerollCell("GRU").name == "RerollCell[GRU]"
