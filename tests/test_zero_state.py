@@ -566,3 +566,18 @@ def test_a_state_read_by_gathering_another_op_is_rewritten() -> None:
     gru.input[5] = "state"
     after, count = apply(RULES, model)
     assert count == 1 and _state_of(after) != "state"
+
+
+def test_zeros_whose_type_reads_back_to_a_graph_input_are_refused() -> None:
+    """A graph whose types do not check: ``Mul(Size(x), zeros)`` is zero (Size is a
+    finite integer), but its first operand, the one the type is read from, leads back to
+    the graph input ``x_in``; X, W and R are computed. With no type to give the new
+    zeros, ShareZeroInitialState refuses (naming the state: ``refusal_reasons``)."""
+    zeros = [
+        helper.make_node("ConstantOfShape", ["dims"], ["z"]),
+        helper.make_node("Size", ["x"], ["n"]),
+        helper.make_node("Mul", ["n", "z"], ["h0"]),
+    ]
+    dims = numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims")
+    model = _computed_xwr_model(zeros, "h0", [dims])
+    assert "cannot prove the initial state's element type" in refusal_reasons(RULES, model)
