@@ -105,6 +105,17 @@ def _after_concat(op: str, **attrs) -> Case:
     return Case(tuple(nodes), constants)
 
 
+def _squeeze_concat(a: tuple[int, ...], b: tuple[int, ...], axis: int, axes: list[int]) -> Case:
+    """``Squeeze(Concat(a, b), axes)``: of the lazy Concat's own axis (a size-1 axis, so
+    the other piece is empty), or of axes before it with other size-1 axes left alone."""
+    constants = {"a": _data(*a), "b": _data(*b) * 10, "axes": _ints(*axes)}
+    nodes = (
+        helper.make_node("Concat", ["a", "b"], ["joined"], axis=axis),
+        helper.make_node("Squeeze", ["joined", "axes"], ["out0"]),
+    )
+    return Case(nodes, constants)
+
+
 F16, F32, F64 = onnx.TensorProto.FLOAT16, onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
 I8, I32, I64, U8, BOOL = (
     onnx.TensorProto.INT8,
@@ -263,6 +274,8 @@ CASES = {
     "concat then unsqueeze": _after_concat("Unsqueeze", axes=[0, 4]),
     "concat then unsqueeze unsorted": _after_concat("Unsqueeze", axes=[4, 0, 2]),
     "concat then squeeze": _after_concat("Squeeze", axes=[0]),
+    "concat then squeeze of its axis": _squeeze_concat((1, 1, 3), (0, 1, 3), 0, [0]),
+    "concat then squeeze keeps other ones": _squeeze_concat((1, 1, 3), (1, 2, 3), 1, [0]),
     "concat then squeeze of every 1": Case(
         (
             helper.make_node("Concat", ["a", "b"], ["joined"], axis=1),
@@ -480,3 +493,27 @@ def test_a_constant_not_read_yet_is_tracked_on_a_zero_strided_read_only_probe(sh
     probe = constant._View(tensor).probe
     assert probe.shape == shape and probe.dtype == np.float32
     assert probe.strides == (0,) * len(shape) and not probe.flags.writeable
+
+
+def test_the_topological_sort_lists_each_node_once_after_its_producers() -> None:
+    """``preparation_nodes`` falls back to ``_toposort`` when the nodes are not all in the
+    value's graph (an outer scope's): given a diamond in reverse order, with an omitted
+    operand, it returns each node once, every producer before its readers."""
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 18]>
+        g (float[2] x) => (float[2] d) {
+            a = Neg (x)
+            b = Relu (a)
+            c = Add (a, b)
+            e = Clip (c, , a)
+            d = Mul (e, a)
+        }
+    """)
+    nodes = list(ir.serde.deserialize_model(model).graph)
+    ordered = constant._toposort(nodes[::-1])
+    assert len(ordered) == len(nodes) and set(ordered) == set(nodes)
+    position = {node: i for i, node in enumerate(ordered)}
+    for node in ordered:
+        for operand in node.inputs:
+            producer = None if operand is None else operand.producer()
+            assert producer is None or position[producer] < position[node], node.op_type
