@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import subprocess
 
 import numpy as np
@@ -213,3 +214,36 @@ def test_a_child_imports_the_package_the_parent_runs(monkeypatch) -> None:
         _verify._run_in_child(b"model", {}, optimize=False)
     package_root = str(pathlib.Path(_verify.__file__).resolve().parent.parent)
     assert seen["PYTHONPATH"] == os.pathsep.join([package_root, "/elsewhere"])
+
+
+def _child_writing(monkeypatch, outcome: object | None, returncode: int, stderr: bytes) -> None:
+    """``subprocess.run`` replaced by a child that writes ``outcome`` (None: nothing) to
+    the output path it is given, and exits with ``returncode`` and ``stderr``."""
+
+    def fake_run(command, **kwargs):
+        if outcome is not None:
+            pathlib.Path(command[-1]).write_bytes(pickle.dumps(outcome))
+        return subprocess.CompletedProcess(command, returncode, b"", stderr)
+
+    monkeypatch.setattr(_verify.subprocess, "run", fake_run)
+
+
+def test_outputs_the_two_runs_disagree_on_are_marked_unstable(monkeypatch) -> None:
+    """Index 1 differs in value, 2 in shape (ONNX Runtime's uninitialized Y_h / Y_c)."""
+    same, values, shape = np.ones(2, np.float32), np.zeros(3, np.float32), np.zeros((0, 2))
+    first = [same, values, shape]
+    second = [same.copy(), values + 1, np.zeros((1, 2))]
+    _child_writing(monkeypatch, ("ok", [first, second]), 0, b"")
+    outputs, unstable = _verify._run_in_child(b"model", {}, optimize=False)
+    assert unstable == {1, 2}
+    assert [o.shape for o in outputs] == [(2,), (3,), (0, 2)]
+    assert outputs[1].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_dead_child_s_undecodable_last_words_are_reported(monkeypatch) -> None:
+    """A child that died without writing its outputs: its exit code and the last line of
+    its stderr, undecodable bytes replaced."""
+    _child_writing(monkeypatch, None, 3, b"first line\n\xff boom\n")
+    with pytest.raises(_verify._Aborted) as aborted:
+        _verify._run_in_child(b"model", {}, optimize=False)
+    assert str(aborted.value) == "exit code 3: \ufffd boom"
