@@ -247,3 +247,24 @@ def test_a_dead_child_s_undecodable_last_words_are_reported(monkeypatch) -> None
     with pytest.raises(_verify._Aborted) as aborted:
         _verify._run_in_child(b"model", {}, optimize=False)
     assert str(aborted.value) == "exit code 3: \ufffd boom"
+
+
+def test_a_short_error_is_one_line_without_onnxruntime_s_prefix_or_source_path() -> None:
+    error = RuntimeError(
+        "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Non-zero status\n  code: "
+        "/onnxruntime_src/onnxruntime/core/providers/cpu/rnn/lstm_base.cc:42 "
+        "onnxruntime::LSTMBase::ValidateInputs(const Tensor&) Input X must have 3 dimensions"
+    )
+    expected = "Non-zero status code: Input X must have 3 dimensions"
+    assert runtime.short_error(error) == expected
+
+
+def test_an_error_without_text_is_named_by_its_type() -> None:
+    assert runtime.short_error(MemoryError()) == "MemoryError"
+
+
+@pytest.mark.parametrize(
+    ("length", "expected"), [(300, "a" * 300), (301, "a" * 297 + "..."), (302, "a" * 297 + "...")]
+)
+def test_a_short_error_is_at_most_300_characters(length: int, expected: str) -> None:
+    assert runtime.short_error(ValueError("a" * length)) == expected

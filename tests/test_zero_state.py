@@ -11,9 +11,11 @@ import collections
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnxscript.rewriter import RewriteRuleSet
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
@@ -581,3 +583,14 @@ def test_zeros_whose_type_reads_back_to_a_graph_input_are_refused() -> None:
     dims = numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims")
     model = _computed_xwr_model(zeros, "h0", [dims])
     assert "cannot prove the initial state's element type" in refusal_reasons(RULES, model)
+
+
+def test_a_dropped_state_leaves_no_trailing_empty_inputs() -> None:
+    """Applied alone (no cleanup pass after it), DropZeroInitialState emits the GRU with
+    X, W and R only: the omitted B, sequence_lens and initial_h are not written as
+    trailing empty inputs."""
+    model = ir.serde.deserialize_model(_stack((H,)))
+    rules = RewriteRuleSet(initial_state.FAMILY.rules_for("onnxruntime"))
+    assert rules.apply_to_model(model) == 1
+    (gru,) = [n for n in model.graph if n.op_type == "GRU"]
+    assert [v.name for v in gru.inputs] == ["x", "l0_w", "l0_r"]
