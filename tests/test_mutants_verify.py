@@ -10,9 +10,12 @@ import os
 import pathlib
 import pickle
 import subprocess
+import sys
+import types
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
 
@@ -268,3 +271,58 @@ def test_an_error_without_text_is_named_by_its_type() -> None:
 )
 def test_a_short_error_is_at_most_300_characters(length: int, expected: str) -> None:
     assert runtime.short_error(ValueError("a" * length)) == expected
+
+
+def test_feeds_are_integers_from_one_to_high_of_the_asked_type() -> None:
+    rng = np.random.default_rng(0)
+    ones = runtime.make_feed(ir.DataType.INT32, (2, 50), rng)
+    assert ones.dtype == np.int32 and ones.shape == (2, 50) and set(ones.flat) == {1}
+    spread = runtime.make_feed(ir.DataType.INT64, (200,), rng, high=3)
+    assert spread.dtype == np.int64 and set(spread.flat) == {1, 2, 3}
+
+
+def test_feeds_are_booleans_of_both_values_or_normal_floats() -> None:
+    rng = np.random.default_rng(0)
+    flags = runtime.make_feed(ir.DataType.BOOL, (4, 50), rng)
+    assert flags.dtype == np.bool_ and flags.shape == (4, 50) and set(flags.flat) == {True, False}
+    scalar = runtime.make_feed(ir.DataType.FLOAT16, (), rng)
+    assert isinstance(scalar, np.ndarray) and scalar.dtype == np.float16 and scalar.shape == ()
+
+
+def test_a_feed_of_an_unsupported_type_is_refused() -> None:
+    with pytest.raises(runtime.UnsupportedInput) as error:
+        runtime.make_feed(ir.DataType.STRING, (2,), np.random.default_rng(0))
+    assert str(error.value) == "element type STRING is not supported"
+
+
+def test_the_onnxruntime_runner_is_silent_and_optimizes_with_an_arena_unless_told(
+    monkeypatch,
+) -> None:
+    opened = []
+
+    class Session:
+        def get_outputs(self):
+            return [types.SimpleNamespace(name="y")]
+
+        def run(self, names, feeds):
+            return [feeds["x"] * 2]
+
+    def fake_session(model, **options):
+        opened.append(options)
+        return Session()
+
+    monkeypatch.setattr(runtime, "session", fake_session)
+    runner = runtime.ort_runner(b"model")
+    assert runner.output_names == ["y"] and runner.run({"x": np.ones(2)})[0].tolist() == [2, 2]
+    runtime.ort_runner(b"model", optimize=False, arena=False)
+    assert opened == [
+        {"optimize": True, "log_level": 4, "arena": True},
+        {"optimize": False, "log_level": 4, "arena": False},
+    ]
+
+
+def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import raises ImportError
+    with pytest.raises(runtime.OnnxRuntimeMissing) as error:
+        runtime.require_onnxruntime()
+    assert str(error.value) == "onnxruntime is not installed: pip install 'rnn-rewrite-rules[cli]'"

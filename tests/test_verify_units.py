@@ -370,17 +370,27 @@ def test_reference_runs_never_repeat_a_size_and_fail_when_none_is_left() -> None
     assert sizes == [2, 1, 5, 3, 4, 6, 7] and len(ticks) == 1
 
 
-def test_reference_runs_count_the_other_sizes_refused() -> None:
+@pytest.mark.parametrize(
+    ("accepted", "failed", "others", "tried"),
+    [
+        ((1, 3, 4, 6), "14x1", "1 other size", [14, 7]),
+        ((1, 3, 4), "11x1", "2 other sizes", [11, 6, 7]),
+    ],
+)
+def test_reference_runs_count_the_other_sizes_refused(
+    accepted: tuple[int, ...], failed: str, others: str, tried: list[int]
+) -> None:
     """Five runs (seq given five times) of batch 2, 5, 8, 11, 14, each refused: runs 1-4
-    take the alternatives 1, 3, 4, 6 in turn, run 5 has only its own and 7 left."""
-    reference, sizes = _reference_runner(lambda n: n in (1, 3, 4, 6))
+    take the alternatives 1, 3, 4, 6 in turn, run 5 has only its own and 7 left; without
+    6, run 4 fails on its own, 6 and 7."""
+    reference, sizes = _reference_runner(lambda n: n in accepted)
     with pytest.raises(CannotVerify) as error:
         _runs([_spec("x", "batch", "seq")], reference, overrides={"seq": (1,) * 5})
     assert str(error.value) == (
-        "the original model fails on x=14x1 (and 1 other size) in fake: no 14 "
+        f"the original model fails on x={failed} (and {others}) in fake: no {tried[0]} "
         "(a frozen axis? see --check; or fix sizes with --shape)"
     )
-    assert sizes == [2, 1, 5, 3, 8, 4, 11, 6, 14, 7]
+    assert sizes == [2, 1, 5, 3, 8, 4, 11, 6, 14, 7][: 2 * len(accepted)] + tried
 
 
 def test_reference_runs_stop_when_every_size_is_fixed() -> None:
@@ -1162,6 +1172,13 @@ def test_input_specs_are_the_inputs_to_feed() -> None:
     ]
     # plain values (InputSpec's contract), not onnx_ir dims that compare equal to them
     assert [type(d) for d in specs[0].dims] == [str, type(None), int]
+
+
+def test_an_unnamed_input_is_specified_by_the_empty_name() -> None:
+    """An input whose name is empty (invalid, but readable) keeps the empty name."""
+    model = _model([helper.make_node("Identity", [""], ["y"])], [_vi("", [2])], [_vi("y", None)])
+    specs = input_specs(ir.serde.deserialize_model(model))
+    assert specs == [InputSpec("", F32, (2,))]
 
 
 # ----------------------------------------------------------------------------- make_feeds
