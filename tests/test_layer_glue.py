@@ -725,3 +725,26 @@ def test_a_chain_node_read_by_its_own_target_computation_dies_with_it() -> None:
     after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
     assert count == 1 and _glue_ops(after) == ["Transpose", "Squeeze"]
     _equivalent(before, after)
+
+
+def test_a_runtime_target_counts_once_beside_a_node_that_lives_on() -> None:
+    """As above, but ``t1`` has a reader that lives on (a Shape that is a graph output):
+    the chain saves the Reshape and its target computation (2 nodes), no more than its
+    replacement (Transpose, Squeeze) costs."""
+    before = _model(
+        f"""{_ints("zero", [0])}
+            {_ints("one", [1])}
+            t1 = Transpose <perm: ints = [2, 0, 1, 3]> (y)
+            shape = Shape (t1)
+            b = Gather (shape, zero)
+            s = Gather (shape, one)
+            target = Concat <axis: int = 0> (b, s, h)
+            out = Reshape (t1, target)
+            kept = Shape (t1)""",
+        extra=", int64[4] kept",
+    )
+    before.graph.initializer.append(onnx.numpy_helper.from_array(np.array([H]), "h"))
+    after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
+    assert count == 0 and _glue_ops(after) == _glue_ops(before)
+    found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)
+    assert "already minimal (2 nodes, best 2)" in found, found
