@@ -326,3 +326,41 @@ def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch) -> None:
     with pytest.raises(runtime.OnnxRuntimeMissing) as error:
         runtime.require_onnxruntime()
     assert str(error.value) == "onnxruntime is not installed: pip install 'rnn-rewrite-rules[cli]'"
+
+
+def _relu_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_session_has_the_options_it_is_given(given: bool) -> None:
+    """Defaults: optimized, one thread each way, warnings logged, with the memory arena."""
+    import onnxruntime as ort
+
+    options = {"optimize": False, "threads": 2, "log_level": 4, "arena": False}
+    loaded = runtime.session(_relu_model(), **(options if given else {}))
+    got = loaded.get_session_options()
+    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if given else None
+    assert got.graph_optimization_level == (level or ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    assert (got.intra_op_num_threads, got.inter_op_num_threads) == ((2 if given else 1), 1)
+    assert got.log_severity_level == (4 if given else 3)
+    assert got.enable_cpu_mem_arena is (not given)
+    assert loaded.run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0].tolist() == [0.0, 2.0]
+
+
+def test_a_session_runs_on_the_cpu_only(monkeypatch) -> None:
+    """CPU only, whatever else the installed onnxruntime offers."""
+    import onnxruntime as ort
+
+    seen = []
+    monkeypatch.setattr(ort, "InferenceSession", lambda *args, **kwargs: seen.append(kwargs))
+    runtime.session(_relu_model())
+    assert seen == [{"providers": ["CPUExecutionProvider"]}]
