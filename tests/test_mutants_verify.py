@@ -12,6 +12,7 @@ import pickle
 import subprocess
 import sys
 import types
+import warnings
 
 import numpy as np
 import onnx
@@ -364,3 +365,25 @@ def test_a_session_runs_on_the_cpu_only(monkeypatch) -> None:
     monkeypatch.setattr(ort, "InferenceSession", lambda *args, **kwargs: seen.append(kwargs))
     runtime.session(_relu_model())
     assert seen == [{"providers": ["CPUExecutionProvider"]}]
+
+
+def test_inf_against_inf_warns_of_nothing() -> None:
+    """inf - inf is NaN: counted as infinite, without numpy's invalid-value warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _diff(np.array([np.inf]), np.array([np.inf])) == np.inf
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_run_passes_its_optimize_flag_on(monkeypatch, optimize: bool) -> None:
+    seen = []
+    real = runtime.session
+
+    def recording(model, **options):
+        seen.append(options)
+        return real(model, **options)
+
+    monkeypatch.setattr(runtime, "session", recording)
+    feeds = {"x": np.array([-1.0, 2.0], np.float32)}
+    outputs = runtime.run(_relu_model(), feeds, optimize=optimize)
+    assert seen == [{"optimize": optimize}] and outputs[0].tolist() == [0.0, 2.0]
