@@ -12,7 +12,7 @@ run never loads it.
   them to whichever test ran first. They decide which subgraphs reach the rule's other
   methods (``check``, ``rewrite``...), so at the end of mutmut's stats run they are mapped
   to the tests that reach those methods instead (``__init__``, which names the rule, also
-  to the tests of ``select_rules``). So is a rule module's ``*_rules`` builder
+  to the tests of rule names, :data:`NAME_TESTS`). So is a rule module's ``*_rules`` builder
   (``state_rules``, ``rnn_node_rules``), to the tests of its classes' methods.
 * **Children.** A test that runs the command in a child process (marker ``command``)
   runs the mutant there (``tests.support.child_env``), but mutmut cannot see what the
@@ -36,8 +36,10 @@ import pytest
 
 #: Methods a rule runs when it is built (at import), not when it is applied.
 _BUILT_AT_IMPORT = ("pattern", "__init__")
-#: Selecting rules by name reads the names the rules' __init__ gives them.
-_SELECT_RULES = "rnn_rewrite_rules.rules.x_select_rules"
+#: The tests that read the names a rule's __init__ gives it. ``select_rules`` lives in
+#: ``rules/__init__.py``, which mutmut does not mutate and so records no tests for: they
+#: are named here (tests/test_mutants_report.py checks that they exist).
+NAME_TESTS = ("tests/test_mutants_rules.py::test_every_rule_is_selected_by_its_own_name",)
 #: What the command runs that in-process tests may not reach: its --verify comparison.
 _COMMAND_MODULES = ("rnn_rewrite_rules._verify.", "rnn_rewrite_rules.runtime.")
 HANG_FACTOR = 5.0
@@ -119,7 +121,7 @@ def remap_built_at_import(tests_by_function: dict[str, set[str]]) -> None:
             if other.startswith(prefix) and other.rpartition("ǁ")[2] not in _BUILT_AT_IMPORT
         ]
         if parts[2] == "__init__":  # names the rule: what selecting rules by name reads
-            siblings.append(tests_by_function.get(_SELECT_RULES, set()))
+            siblings.append(set(NAME_TESTS))
         tests_by_function[name] = set().union(tests_by_function[name], *siblings)
 
 

@@ -97,7 +97,7 @@ def test_the_checked_in_equivalents_parse() -> None:
 
 
 def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> None:
-    from tests.mutation_order import remap_built_at_import
+    from tests.mutation_order import NAME_TESTS, remap_built_at_import
 
     m = "rnn_rewrite_rules.rules.layer_output"
     tests = {
@@ -108,15 +108,28 @@ def test_rule_methods_run_at_import_are_mapped_to_the_tests_of_their_class() -> 
         f"{m}.xǁOtherǁcheck": {"d"},
         f"{m}.x_helper": {"e"},
         f"{m}.x_state_rules": {"first_test"},
-        "rnn_rewrite_rules.rules.x_select_rules": {"names"},
     }
     remap_built_at_import(tests)
     assert tests[f"{m}.xǁRuleǁpattern"] == {"first_test", "a", "b", "c"}
-    assert tests[f"{m}.xǁRuleǁ__init__"] == {"first_test", "a", "b", "c", "names"}
+    assert tests[f"{m}.xǁRuleǁ__init__"] == {"first_test", "a", "b", "c", *NAME_TESTS}
     assert tests[f"{m}.xǁOtherǁcheck"] == {"d"} and tests[f"{m}.x_helper"] == {"e"}
     # a module-level rule builder: the tests of every method of the module's classes
     assert tests[f"{m}.x_state_rules"] == {"first_test", "a", "b", "c", "d"}
-    assert tests["rnn_rewrite_rules.rules.x_select_rules"] == {"names"}
+
+
+def test_the_rule_name_tests_exist() -> None:
+    """``NAME_TESTS`` names tests by node id: a renamed test would leave every rule's
+    ``__init__`` without the test that reads its name."""
+    import ast
+
+    from tests.mutation_order import NAME_TESTS
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    assert NAME_TESTS
+    for node_id in NAME_TESTS:
+        path, _, name = node_id.partition("::")
+        tree = ast.parse((root / path).read_text())
+        assert name in {f.name for f in tree.body if isinstance(f, ast.FunctionDef)}, node_id
 
 
 def test_command_tests_are_mapped_to_every_function_of_the_commands_modules() -> None:
