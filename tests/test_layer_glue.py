@@ -705,10 +705,9 @@ def test_a_squeeze_with_an_empty_axes_input_is_left_alone() -> None:
     assert "Squeeze axes are not constant" in found, found
 
 
-def test_a_chain_node_read_by_its_own_target_computation_dies_with_it() -> None:
-    """``Reshape(t1, Concat(Shape(t1)[0], Shape(t1)[1], H))``: ``t1``'s other reader, the
-    Shape, dies with the chain, so ``t1`` counts as saved (3 nodes, best 2); the walk
-    goes on past the initializer ``h`` it meets first."""
+def _reshape_by_its_own_shape(extra_chain: str = "", extra: str = "") -> onnx.ModelProto:
+    """``out = Reshape(t1, Concat(Shape(t1)[0], Shape(t1)[1], h))`` for ``t1``, a Transpose
+    of ``y``, and an initializer ``h`` = [H]; then ``extra_chain``."""
     before = _model(
         f"""{_ints("zero", [0])}
             {_ints("one", [1])}
@@ -717,9 +716,19 @@ def test_a_chain_node_read_by_its_own_target_computation_dies_with_it() -> None:
             b = Gather (shape, zero)
             s = Gather (shape, one)
             target = Concat <axis: int = 0> (b, s, h)
-            out = Reshape (t1, target)"""
+            out = Reshape (t1, target)
+            {extra_chain}""",
+        extra=extra,
     )
     before.graph.initializer.append(onnx.numpy_helper.from_array(np.array([H]), "h"))
+    return before
+
+
+def test_a_chain_node_read_by_its_own_target_computation_dies_with_it() -> None:
+    """``t1``'s other reader, the Shape of the Reshape target, dies with the chain, so
+    ``t1`` counts as saved (3 nodes, best 2); the walk goes on past the initializer ``h``
+    it meets first."""
+    before = _reshape_by_its_own_shape()
     before.graph.output[0].type.tensor_type.ClearField("shape")  # [b, s, H], once h is known
     before = onnx.shape_inference.infer_shapes(before)
     after, count = apply(rnn_rewrite_rules.rules(FAMILY), before)
@@ -731,19 +740,7 @@ def test_a_runtime_target_counts_once_beside_a_node_that_lives_on() -> None:
     """As above, but ``t1`` has a reader that lives on (a Shape that is a graph output):
     the chain saves the Reshape and its target computation (2 nodes), no more than its
     replacement (Transpose, Squeeze) costs."""
-    before = _model(
-        f"""{_ints("zero", [0])}
-            {_ints("one", [1])}
-            t1 = Transpose <perm: ints = [2, 0, 1, 3]> (y)
-            shape = Shape (t1)
-            b = Gather (shape, zero)
-            s = Gather (shape, one)
-            target = Concat <axis: int = 0> (b, s, h)
-            out = Reshape (t1, target)
-            kept = Shape (t1)""",
-        extra=", int64[4] kept",
-    )
-    before.graph.initializer.append(onnx.numpy_helper.from_array(np.array([H]), "h"))
+    before = _reshape_by_its_own_shape("kept = Shape (t1)", ", int64[4] kept")
     after, count = apply(rnn_rewrite_rules.rules(FAMILY), before, check=False)
     assert count == 0 and _glue_ops(after) == _glue_ops(before)
     found = refusal_reasons(rnn_rewrite_rules.rules(FAMILY).rules, before)

@@ -152,14 +152,7 @@ def test_latency_measures_creation_and_a_run() -> None:
 
 def test_latency_runs_one_thread_optimized_unless_told(monkeypatch) -> None:
     """The session latency measures: one thread, ONNX Runtime's optimizations by default."""
-    made = []
-    real = runtime.session
-
-    def recording(model, **kwargs):
-        made.append(kwargs)
-        return real(model, **kwargs)
-
-    monkeypatch.setattr(runtime, "session", recording)
+    made = _record_sessions(monkeypatch)
     feeds = {"x": np.array([-1.0, 1.0], np.float32)}
     latency(_relu_model().SerializeToString(), feeds, 1)
     latency(_relu_model().SerializeToString(), feeds, 1, optimize=False)
@@ -374,16 +367,22 @@ def test_inf_against_inf_warns_of_nothing() -> None:
         assert _diff(np.array([np.inf]), np.array([np.inf])) == np.inf
 
 
-@pytest.mark.parametrize("optimize", [False, True])
-def test_run_passes_its_optimize_flag_on(monkeypatch, optimize: bool) -> None:
-    seen = []
+def _record_sessions(monkeypatch) -> list[dict]:
+    """``runtime.session`` made to record its options (it still opens the session)."""
+    made: list[dict] = []
     real = runtime.session
 
     def recording(model, **options):
-        seen.append(options)
+        made.append(options)
         return real(model, **options)
 
     monkeypatch.setattr(runtime, "session", recording)
+    return made
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_run_passes_its_optimize_flag_on(monkeypatch, optimize: bool) -> None:
+    seen = _record_sessions(monkeypatch)
     feeds = {"x": np.array([-1.0, 2.0], np.float32)}
     outputs = runtime.run(_relu_model(), feeds, optimize=optimize)
     assert seen == [{"optimize": optimize}] and outputs[0].tolist() == [0.0, 2.0]
