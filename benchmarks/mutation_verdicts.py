@@ -38,7 +38,6 @@ def save(mutants_dir: pathlib.Path, store: pathlib.Path) -> int:
     """Write the verdicts of every ``.meta`` under ``mutants_dir`` to ``store``; returns the
     number of mutants with a verdict."""
     files: dict[str, dict] = {}
-    modules: dict[str, str] = {}
     judged = 0
     for meta in sorted(mutants_dir.rglob("*.py.meta")):
         data = json.loads(meta.read_text())
@@ -47,8 +46,9 @@ def save(mutants_dir: pathlib.Path, store: pathlib.Path) -> int:
             for name, digest in sorted(data.get("hash_by_function_name", {}).items())
         }
         durations = data.get("durations_by_key", {})
+        module = None
         for key, code in data.get("exit_code_by_key", {}).items():
-            modules[meta.as_posix()], name, number = _split(key)
+            module, name, number = _split(key)
             entry = functions.setdefault(name, {"hash": None, "codes": [], "seconds": []})
             for column in ("codes", "seconds"):
                 entry[column] += [None] * (number - len(entry[column]))
@@ -56,9 +56,9 @@ def save(mutants_dir: pathlib.Path, store: pathlib.Path) -> int:
             seconds = durations.get(key)
             entry["seconds"][number - 1] = None if seconds is None else round(seconds, 2)
             judged += code is not None
-        if meta.as_posix() in modules:  # a file without mutants has no verdict to keep
+        if module is not None:  # a file without mutants has no verdict to keep
             path = meta.relative_to(mutants_dir).as_posix().removesuffix(".meta")
-            files[path] = {"module": modules[meta.as_posix()], "functions": functions}
+            files[path] = {"module": module, "functions": functions}
     temporary = store.with_suffix(".json.tmp")
     temporary.write_text(_dumps(files), encoding="utf-8")
     temporary.replace(store)

@@ -127,7 +127,7 @@ def test_compare_is_infinite_for_a_failed_run_or_another_shape() -> None:
     assert compare([], expected) == float("inf")
 
 
-def _relu_model():
+def _relu_model() -> onnx.ModelProto:
     model = helper.make_model(
         helper.make_graph(
             [helper.make_node("Relu", ["x"], ["y"])],
@@ -322,18 +322,6 @@ def test_a_missing_onnxruntime_says_how_to_install_it(monkeypatch) -> None:
     assert str(error.value) == "onnxruntime is not installed: pip install 'rnn-rewrite-rules[cli]'"
 
 
-def _relu_model() -> onnx.ModelProto:
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    return model
-
-
 @pytest.mark.parametrize("given", [False, True])
 def test_a_session_has_the_options_it_is_given(given: bool) -> None:
     """Defaults: optimized, one thread each way, warnings logged, with the memory arena."""
@@ -342,8 +330,9 @@ def test_a_session_has_the_options_it_is_given(given: bool) -> None:
     options = {"optimize": False, "threads": 2, "log_level": 4, "arena": False}
     loaded = runtime.session(_relu_model(), **(options if given else {}))
     got = loaded.get_session_options()
-    level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if given else None
-    assert got.graph_optimization_level == (level or ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+    levels = ort.GraphOptimizationLevel
+    level = levels.ORT_DISABLE_ALL if given else levels.ORT_ENABLE_ALL
+    assert got.graph_optimization_level == level
     assert (got.intra_op_num_threads, got.inter_op_num_threads) == ((2 if given else 1), 1)
     assert got.log_severity_level == (4 if given else 3)
     assert got.enable_cpu_mem_arena is (not given)
