@@ -95,6 +95,10 @@ def bench_model(
         result = variants.apply_variant(name, prepared.model)
         row: dict = {"variant": name, "tool_s": result.seconds, "error": result.error}
         rows[name] = row
+        if result.missing:
+            row["missing"] = True
+            log(f"    {name}: {result.error}")
+            continue
         if result.model is None:
             log(f"    {name}: FAILED {result.error}")
             continue

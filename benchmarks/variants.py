@@ -30,6 +30,8 @@ class VariantResult:
     model: onnx.ModelProto | None
     seconds: float
     error: str = ""
+    #: The tool is not installed (an optional package of the ``bench`` extra).
+    missing: bool = False
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -137,6 +139,9 @@ def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
     start = time.perf_counter()
     try:
         result = tool(copy)
+    except ModuleNotFoundError as error:
+        seconds = time.perf_counter() - start
+        return VariantResult(name, None, seconds, f"not installed ({error.name})", missing=True)
     except Exception as error:
         message = str(error).strip().splitlines()
         detail = message[0][:160] if message else ""

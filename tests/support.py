@@ -27,8 +27,28 @@ SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 #: (``KeyError: 'PYTEST_CURRENT_TEST'``).
 BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
 
+#: A custom domain whose ops no runtime implements (see :func:`without_a_runtime`).
+NO_RUNTIME_DOMAIN = "test.no_runtime"
+
 #: (batch, seq) sizes, none of them equal to each other, so a frozen axis shows.
 SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))
+
+
+def without_a_runtime(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with one more output computed by an op of a domain no runtime implements:
+    every ONNX Runtime release (and ``onnx.reference``) refuses to load it, whatever IR
+    version it reads, while the ONNX checker and the rules accept it."""
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    graph = result.graph
+    graph.node.append(
+        onnx.helper.make_node(
+            "Opaque", [graph.output[0].name], ["opaque"], domain=NO_RUNTIME_DOMAIN, name="opaque"
+        )
+    )
+    graph.output.append(onnx.helper.make_tensor_value_info("opaque", onnx.TensorProto.FLOAT, ["n"]))
+    result.opset_import.append(onnx.helper.make_opsetid(NO_RUNTIME_DOMAIN, 1))
+    return result
 
 
 def op_counts(model: onnx.ModelProto | ir.Model) -> collections.Counter[str]:

@@ -16,7 +16,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import Report, RewriteOptions, rewrite_file
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
-from tests.support import assert_equivalent, child_env, op_counts
+from tests.support import assert_equivalent, child_env, op_counts, without_a_runtime
 
 SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
 
@@ -98,9 +98,7 @@ def test_the_errors_rewrite_file_raises_are_exported(tmp_path) -> None:
         rewrite_file(tmp_path / "in.onnx", None, RewriteOptions(shapes={"batch": (2,)}))
     with pytest.raises(package.UnknownRule):
         rewrite_file(tmp_path / "in.onnx", None, RewriteOptions(rules="nope"))
-    model = build_torchlib_model(SMALL)
-    model.ir_version = onnx.IR_VERSION  # newer than ONNX Runtime loads
-    onnx.save(model, tmp_path / "new.onnx")
+    onnx.save(without_a_runtime(build_torchlib_model(SMALL)), tmp_path / "new.onnx")
     with pytest.raises(package.CannotVerify, match="does not load"):
         rewrite_file(tmp_path / "new.onnx", tmp_path / "out.onnx", RewriteOptions(verify=True))
     assert issubclass(package.OnnxRuntimeMissing, Exception)
@@ -170,3 +168,22 @@ def test_the_rewritten_proto_is_what_serializing_the_rewritten_ir_model_gives() 
     assert rnn_rewrite_rules.rewrite(model) == expected
     unchanged = rnn_rewrite_rules.rewrite(expected)  # nothing fires: the very same bytes
     assert unchanged.SerializeToString() == expected.SerializeToString()
+
+
+def test_exclude_leaves_families_and_rules_out() -> None:
+    everything = list(rnn_rewrite_rules.rules())
+    without = list(rnn_rewrite_rules.rules(exclude="initial_state"))
+    zero_state_rules = set(families()["initial_state"].all_rules)
+    assert without == [rule for rule in everything if rule not in zero_state_rules]
+    one = everything[0]
+    assert list(rnn_rewrite_rules.rules(exclude=[one.name])) == everything[1:]
+    # the model rewritten without a family keeps what that family would change
+    model = build_torchlib_model(SMALL)
+    kept = rnn_rewrite_rules.rewrite(model, exclude=["initial_state"])
+    assert op_counts(kept)["Expand"] == op_counts(model)["Expand"] > 0
+    assert op_counts(rnn_rewrite_rules.rewrite(model))["Expand"] == 0
+    assert_equivalent(model, kept, SMALL)
+    with pytest.raises(rnn_rewrite_rules.UnknownRule, match="nope"):
+        rnn_rewrite_rules.rules(exclude="nope")
+    with pytest.raises(rnn_rewrite_rules.BadOptions, match="leaves no rule"):
+        rnn_rewrite_rules.rules("layout", exclude="layout")

@@ -650,3 +650,78 @@ def test_hazards_of_the_seed() -> None:
     assert diagnostics.find_hazards(ir.serde.deserialize_model(layout1_model()))[0].kind == (
         "layout-1"
     )
+
+
+# --- choosing what runs ----------------------------------------------------------------
+
+
+def test_list_rules_describes_each_rule_in_full(capsys) -> None:
+    assert main(["--list-rules"]) == 0
+    rules = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    ")]
+    assert rules
+    for line in rules:  # a description wrapped in its docstring is one line here
+        assert not line.rstrip().endswith("->"), line
+    zero_states = [line for line in rules if "ShareZeroInitialState[GRU/1]" in line]
+    assert zero_states and "-> GRU(..., z) with z = ConstantOfShape" in zero_states[0]
+
+
+def test_exclude_leaves_a_family_out(models, tmp_path, capsys) -> None:
+    out = tmp_path / "out.onnx"
+    assert main([str(models / "small.onnx"), "-o", str(out), "--exclude", "layer_output"]) == 0
+    fired = fired_rules(capsys.readouterr().out)
+    assert fired and not any(rule.startswith("layer_output/") for rule in fired), fired
+    assert main([str(models / "small.onnx"), "-o", str(out)]) == 0
+    assert any(rule.startswith("layer_output/") for rule in fired_rules(capsys.readouterr().out))
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["--exclude", "bogus"], ExitCode.UNKNOWN_RULE, "'bogus'"),
+        (["--exclude", ","], ExitCode.USAGE, "--exclude: give at least one name"),
+        (["--rules", "layout", "--exclude", "layout"], ExitCode.USAGE, "leaves no rule"),
+    ],
+)
+def test_exclude_refuses_what_it_cannot_do(models, tmp_path, capsys, args, code, fragment):
+    out = tmp_path / "out.onnx"
+    assert main([str(models / "small.onnx"), "-o", str(out), *args]) == code
+    error = capsys.readouterr().err
+    assert fragment in error and error.count("\n") == 1, error
+    assert not out.exists()
+
+
+def _plain_model() -> onnx.ModelProto:
+    """A model with no recurrence at all."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "plain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_model_without_recurrence_is_said_so_and_not_written(tmp_path, capsys) -> None:
+    source, out = tmp_path / "plain.onnx", tmp_path / "out.onnx"
+    onnx.save(_plain_model(), source)
+    assert main([str(source), "-o", str(out)]) == ExitCode.NO_RECURRENCE
+    captured = capsys.readouterr()
+    assert "no RNN, LSTM or GRU node and no recurrence" in captured.out
+    assert "--allow-no-rnn" in captured.err and captured.err.count("\n") == 1
+    assert not out.exists() and leftovers(tmp_path) == []
+    assert main([str(source), "--check"]) == ExitCode.OK  # --check writes nothing anyway
+    assert "no RNN, LSTM or GRU node" in capsys.readouterr().out
+    assert main([str(source), "-o", str(out), "--allow-no-rnn"]) == ExitCode.OK
+    assert out.exists()
+    capsys.readouterr()
+    # a model with an RNN node but nothing to improve is not such a model
+    assert main([str(models_small(tmp_path)), "-o", str(out), "--rules", "layout"]) == 0
+    assert "no RNN, LSTM or GRU node" not in capsys.readouterr().out
+
+
+def models_small(directory: Path) -> Path:
+    path = directory / "small.onnx"
+    onnx.save(build_torchlib_model(SMALL), path)
+    return path

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+import warnings
 
 import onnx
 import onnx_ir as ir
@@ -17,6 +18,7 @@ import pytest
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 import rnn_rewrite_rules
+import rnn_rewrite_rules._install
 from rnn_rewrite_rules import _compat, _report
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
@@ -281,3 +283,38 @@ def test_the_private_access_check_can_fail(tmp_path) -> None:
         "w = Own._fine\n"
     )
     assert len(_private_accesses(sample)) == 4
+
+
+# --- onnxscript releases that export nn.GRU wrongly (onnxscript #2852) ----------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "buggy"),
+    [("0.5.6", False), ("0.5.7", True), ("0.6.0", True), ("0.7.0", True), ("0.7.1", False)],
+)
+def test_gru_export_bug_names_the_releases_and_the_fix(version: str, buggy: bool) -> None:
+    hazard = _compat.gru_export_bug(version)
+    assert (hazard is not None) == buggy
+    if buggy:
+        assert f"onnxscript {version} " in hazard and "onnxscript>=0.7.1" in hazard
+
+
+@pytest.mark.usefixtures("_restore_defaults")
+def test_install_warns_once_on_a_release_that_exports_gru_wrongly(monkeypatch) -> None:
+    monkeypatch.setattr(_compat, "onnxscript_version", lambda: "0.6.0")
+    monkeypatch.setattr(rnn_rewrite_rules._install, "_warned_gru_export", False)
+    with pytest.warns(UserWarning, match=r"onnxscript #2852.*onnxscript>=0\.7\.1"):
+        rnn_rewrite_rules.install()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rnn_rewrite_rules.install()  # once per process
+    assert rnn_rewrite_rules.is_installed()
+
+
+@pytest.mark.usefixtures("_restore_defaults")
+def test_install_does_not_warn_on_a_fixed_release(monkeypatch) -> None:
+    monkeypatch.setattr(_compat, "onnxscript_version", lambda: "0.7.1")
+    monkeypatch.setattr(rnn_rewrite_rules._install, "_warned_gru_export", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rnn_rewrite_rules.install()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -91,3 +93,42 @@ def test_constant_initial_state_freezes_the_batch() -> None:
     lstm.input[5] = "h0_frozen"
     messages = _frozen(model)
     assert any("initial_h has constant batch 2" in m for m in messages), messages
+
+
+# ---------------------------------------------------------------- exporter bugs
+
+#: A GRU as onnxscript 0.5.7 to 0.7.0 export nn.GRU (onnxscript #2852), with weights over
+#: the exporter's constant-folding limit, so that torchlib's gate reordering stays.
+BUGGY_GRU = RnnConfig(op_type="GRU", input_size=64, hidden_size=64, linear_before_reset=0)
+
+
+def _exporter_bugs(model: onnx.ModelProto) -> list[diagnostics.Hazard]:
+    hazards = diagnostics.find_hazards(ir.serde.deserialize_model(model))
+    return [h for h in hazards if h.kind == "exporter-bug"]
+
+
+def test_a_gru_exported_by_a_buggy_onnxscript_is_named() -> None:
+    for bidirectional in (False, True):
+        cfg = dataclasses.replace(BUGGY_GRU, bidirectional=bidirectional, num_layers=2)
+        hazards = _exporter_bugs(build_torchlib_model(cfg))
+        assert len(hazards) == 2, hazards  # one per layer
+        assert all("onnxscript >= 0.7.1" in h.message for h in hazards)
+
+
+def test_a_right_gru_or_an_lstm_is_not_named() -> None:
+    right = dataclasses.replace(BUGGY_GRU, linear_before_reset=1)
+    assert _exporter_bugs(build_torchlib_model(right)) == []
+    lstm = dataclasses.replace(BUGGY_GRU, op_type="LSTM")
+    assert _exporter_bugs(build_torchlib_model(lstm)) == []
+    # the same GRU with its weights folded by the exporter: nothing tells who wrote it
+    folded = dataclasses.replace(BUGGY_GRU, fold_limit=10**9)
+    assert _exporter_bugs(build_torchlib_model(folded)) == []
+
+
+def test_gate_blocks_in_another_order_are_not_torchlib_s_reordering() -> None:
+    model = build_torchlib_model(BUGGY_GRU)
+    reorders = [n for n in model.graph.node if n.op_type == "Concat" and len(n.input) == 3]
+    assert reorders and _exporter_bugs(model)
+    for node in reorders:  # PyTorch's own order (r, z, n): no reordering at all
+        node.input[0], node.input[1] = node.input[1], node.input[0]
+    assert _exporter_bugs(model) == []

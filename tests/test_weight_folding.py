@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import tracemalloc
 import warnings
@@ -18,7 +19,7 @@ from onnx.reference import ReferenceEvaluator
 from onnxscript.rewriter import MatchingTracer, MatchStatus
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules import diagnostics, runtime
 from rnn_rewrite_rules._rnn import NUMPY_DTYPES
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
@@ -243,6 +244,25 @@ def test_unknown_direction_is_not_folded() -> None:
     assert count == 0 and op_counts(after) == op_counts(model)
     reasons = set(refusal_reasons(RULES, model)) - {"node has 3 outputs, not 1"}
     assert reasons == {"unknown direction 'sideways'"}
+
+
+def test_a_gru_a_buggy_onnxscript_exported_keeps_what_shows_it() -> None:
+    """onnxscript 0.5.7 to 0.7.0 export nn.GRU with linear_before_reset=0 (onnxscript
+    #2852): torchlib's gate reordering of W is what tells such a GRU; folded, the wrong GRU
+    would look like any other. The other rules still apply around it."""
+    cfg = RnnConfig(op_type="GRU", input_size=64, hidden_size=64, linear_before_reset=0)
+    model = build_torchlib_model(cfg)
+    after, count = apply(RULES, model)
+    assert count == 0 and op_counts(after) == op_counts(model)
+    (reason,) = set(refusal_reasons(RULES, model)) - {"node has 1 outputs, not 2"}
+    assert "onnxscript #2852" in reason and "onnxscript >= 0.7.1" in reason
+    rewritten = rnn_rewrite_rules.rewrite(model)
+    assert_equivalent(model, rewritten, cfg)
+    hazards = diagnostics.find_hazards(ir.serde.deserialize_model(rewritten))
+    assert [h.kind for h in hazards].count("exporter-bug") == 1
+    # the same GRU as onnxscript >= 0.7.1 writes it is folded
+    right = build_torchlib_model(dataclasses.replace(cfg, linear_before_reset=1))
+    assert apply(RULES, right)[1] > 0
 
 
 # ---------------------------------------------------------------- what folds

@@ -13,7 +13,8 @@ Errors (each names what to do): :class:`UnknownRule` (a ``KeyError``) and
 subclasses in ``rnn_rewrite_rules._io`` say which) for a file that cannot be read or
 written; :class:`OnnxRuntimeMissing`, :class:`CannotVerify` and :class:`VerifyFailed`
 (its ``report`` says how the outputs differ) for ``verify=True``; :class:`InvalidResult`
-when the result fails the ONNX checker. :func:`rewrite_file` writes nothing when it raises.
+when the result fails the ONNX checker; :class:`NoRecurrence` when the model has nothing
+the rules rewrite. :func:`rewrite_file` writes nothing when it raises.
 
 The names are imported on first use, so that the command starts (and handles Ctrl-C)
 before onnx and onnxscript are loaded.
@@ -34,6 +35,7 @@ _EXPORTS = {
     "CannotVerify": "_rewrite_file",
     "InvalidResult": "_rewrite_file",
     "ModelIOError": "_io",
+    "NoRecurrence": "_rewrite_file",
     "OnnxRuntimeMissing": "_rewrite_file",
     "Report": "_rewrite_file",
     "RewriteOptions": "_rewrite_file",
@@ -53,6 +55,7 @@ __all__ = [
     "CannotVerify",
     "InvalidResult",
     "ModelIOError",
+    "NoRecurrence",
     "OnnxRuntimeMissing",
     "Report",
     "RewriteOptions",
@@ -75,6 +78,7 @@ if TYPE_CHECKING:
     from rnn_rewrite_rules._rewrite_file import (
         CannotVerify,
         InvalidResult,
+        NoRecurrence,
         OnnxRuntimeMissing,
         Report,
         RewriteOptions,

@@ -79,32 +79,53 @@ def select(
     *,
     target: str = DEFAULT_TARGET,
     installed_only: bool = False,
+    exclude: Sequence[str] | str | None = None,
 ) -> list[RewriteRule]:
-    """The rules named for ``target``: a string is one name, None all (see ``select_rules``).
+    """The rules named for ``target``, less those ``exclude`` names: a string is one name,
+    None all (see ``select_rules``).
 
     Raises:
         UnknownRule: a name is neither a family nor a rule.
-        BadOptions: ``names`` is empty or ``target`` unknown.
+        BadOptions: ``names`` is empty, ``target`` unknown, or ``exclude`` leaves no rule.
         TypeError: a name is not a string.
     """
-    if isinstance(names, str):
-        names = [names]
-    if names is not None:
-        names = list(names)
-        for name in names:
-            if not isinstance(name, str):
-                raise TypeError(f"rule and family names are strings, not {type(name).__name__}")
-        if not names:
-            raise BadOptions(
-                f"give at least one rule or family name, or None for all "
-                f"(families: {', '.join(families())})"
-            )
+    names = _name_list(names)
+    if names is not None and not names:
+        raise BadOptions(
+            f"give at least one rule or family name, or None for all "
+            f"(families: {', '.join(families())})"
+        )
+    excluded = _name_list(exclude) or []
     try:
-        return select_rules(names, installed_only=installed_only, target=target)
+        selected = select_rules(names, installed_only=installed_only, target=target)
+        available = families()
+        dropped: set[RewriteRule] = set()
+        for name in excluded:  # a family excluded takes its rules of every target with it
+            in_family = available[name].all_rules if name in available else None
+            dropped.update(in_family or select_rules([name], target=target))
     except KeyError as error:
         raise UnknownRule(error.args[0]) from None
     except ValueError as error:  # an unknown target
         raise BadOptions(str(error)) from None
+    kept = [rule for rule in selected if rule not in dropped]
+    if selected and not kept:
+        raise BadOptions(f"--exclude {','.join(excluded)} leaves no rule to apply")
+    return kept
+
+
+def _name_list(names: Sequence[str] | str | None) -> list[str] | None:
+    """``names`` as a list (a string is one name), None as None.
+
+    Raises:
+        TypeError: a name is not a string.
+    """
+    if names is None:
+        return None
+    names = [names] if isinstance(names, str) else list(names)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"rule and family names are strings, not {type(name).__name__}")
+    return names
 
 
 def rules(
@@ -112,6 +133,7 @@ def rules(
     *,
     target: str | None = None,
     portable: bool | None = None,
+    exclude: Sequence[str] | str | None = None,
 ) -> RewriteRuleSet:
     """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
 
@@ -124,12 +146,15 @@ def rules(
             ``rnn_rewrite_rules.rules.TARGETS``.
         portable: deprecated: ``True`` is ``target="portable"``, ``False``
             ``target="onnxruntime"``.
+        exclude: family or rule names left out of ``names`` (a string for one), e.g.
+            ``exclude="reroll"`` for every family but ``reroll``.
 
     Raises:
         UnknownRule: a name is neither a family nor a rule (a ``KeyError``).
-        BadOptions: ``names`` is empty, or the target unknown (a ``ValueError``).
+        BadOptions: ``names`` is empty, the target unknown, or ``exclude`` leaves no rule
+            (a ``ValueError``).
     """
-    return RewriteRuleSet(select(names, target=resolve_target(target, portable)))
+    return RewriteRuleSet(select(names, target=resolve_target(target, portable), exclude=exclude))
 
 
 def rewrite(
@@ -138,11 +163,12 @@ def rewrite(
     *,
     target: str | None = None,
     portable: bool | None = None,
+    exclude: Sequence[str] | str | None = None,
 ) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
-    ``names``, ``target`` and ``portable`` are as in :func:`rules`.
+    ``names``, ``target``, ``portable`` and ``exclude`` are as in :func:`rules`.
 
     Memory: a ``ModelProto`` is not changed, so the result is a second copy of the weights
     (the folded ones), built while each is dropped from the working model: the peak is the
@@ -166,10 +192,12 @@ def rewrite(
             f"not {type(model).__name__}{hint}"
         )
     check_onnxscript()
-    target = resolve_target(target, portable)
+    rule_set = RewriteRuleSet(
+        select(names, target=resolve_target(target, portable), exclude=exclude)
+    )
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        fired = _rewrite(ir_model, names, target=target)
+        fired = _rewrite(ir_model, rule_set)
         if not fired:
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
@@ -179,13 +207,12 @@ def rewrite(
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
                 return result
         return _lazy_io.serialize_releasing(ir_model)
-    _rewrite(model, names, target=target)
+    _rewrite(model, rule_set)
     return model
 
 
-def _rewrite(model: ir.Model, names: Sequence[str] | str | None, *, target: str) -> bool:
+def _rewrite(model: ir.Model, rule_set: RewriteRuleSet) -> bool:
     """Rewrite ``model`` in place and clean up; True when a rule fired."""
-    rule_set = RewriteRuleSet(select(names, target=target))
     fired = apply_rounds(model, rule_set)
     release_match_state(rule_set.rules)
     return fired

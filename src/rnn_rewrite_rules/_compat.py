@@ -44,6 +44,7 @@ __all__ = [
     "check_onnxscript",
     "default_rewrite_rules",
     "emit_node",
+    "gru_export_bug",
     "onnxscript_version",
     "release_match_state",
     "rule_callables",
@@ -85,6 +86,25 @@ def check_onnxscript(version: str | None = None) -> None:
     raise UnsupportedVersionError(
         f"onnxscript {version} is installed; rnn_rewrite_rules supports onnxscript "
         f"{ONNXSCRIPT_RANGE} (python -m pip install 'onnxscript{ONNXSCRIPT_RANGE}')"
+    )
+
+
+#: The onnxscript releases whose torchlib exports ``nn.GRU`` without
+#: ``linear_before_reset=1`` (onnxscript #2852): the model computes another GRU than
+#: PyTorch's, off by up to 14%.
+GRU_EXPORT_BUG = ((0, 5, 7), (0, 7, 1))
+
+
+def gru_export_bug(version: str | None = None) -> str | None:
+    """What to tell a user whose onnxscript ``version`` exports GRUs wrongly, else None."""
+    version = onnxscript_version() if version is None else version
+    low, fixed = GRU_EXPORT_BUG
+    if not low <= _release(version) < fixed:
+        return None
+    return (
+        f"onnxscript {version} exports torch.nn.GRU without linear_before_reset=1 "
+        "(onnxscript #2852): the exported GRU differs from PyTorch's; upgrade with "
+        "python -m pip install 'onnxscript>=0.7.1' before exporting"
     )
 
 

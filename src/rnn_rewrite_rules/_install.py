@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 
 from onnxscript.rewriter import RewriteRule
@@ -26,6 +27,7 @@ __all__ = ["install", "installed", "is_installed", "uninstall"]
 
 _lock = threading.Lock()
 _ours: tuple[RewriteRule, ...] = ()
+_warned_gru_export = False
 
 
 def install(
@@ -33,6 +35,7 @@ def install(
     *,
     target: str | None = None,
     portable: bool | None = None,
+    exclude: Sequence[str] | str | None = None,
 ) -> None:
     """Add our rules to onnxscript's default rules (idempotent).
 
@@ -40,18 +43,25 @@ def install(
         names: families or rule names (a string is one name); by default every family marked
             ``INSTALL_BY_DEFAULT`` (all but ``layout``, which changes the layout
             attribute a user may rely on).
-        target, portable: as in :func:`rnn_rewrite_rules.rules` (default ``"portable"``:
-            the output runs wherever the original runs).
+        target, portable, exclude: as in :func:`rnn_rewrite_rules.rules` (default target
+            ``"portable"``: the output runs wherever the original runs).
+
+    Warns once per process (``UserWarning``) where the installed onnxscript exports
+    ``nn.GRU`` wrongly (see ``_compat.gru_export_bug``): our rules cannot repair that.
 
     Raises:
         rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
             tested range (a ``RuntimeError``); nothing is installed.
     """
-    global _ours
+    global _ours, _warned_gru_export
     _compat.check_onnxscript()
     target = resolve_target(target, portable)
+    hazard = _compat.gru_export_bug()
+    if hazard is not None and not _warned_gru_export:
+        _warned_gru_export = True
+        warnings.warn(hazard, UserWarning, stacklevel=2)
     with _lock:
-        rules = tuple(select(names, installed_only=True, target=target))
+        rules = tuple(select(names, installed_only=True, target=target, exclude=exclude))
         current = [r for r in _compat.default_rewrite_rules() if r not in _ours]
         _ours = rules
         _compat.set_default_rewrite_rules((*rules, *current))
@@ -80,11 +90,12 @@ def installed(
     *,
     target: str | None = None,
     portable: bool | None = None,
+    exclude: Sequence[str] | str | None = None,
 ) -> Iterator[None]:
     """Install for the duration of a ``with`` block, restoring the previous state after."""
     was_installed = is_installed()
     previous = _ours
-    install(names, target=resolve_target(target, portable))
+    install(names, target=resolve_target(target, portable), exclude=exclude)
     try:
         yield
     finally:

@@ -78,6 +78,7 @@ def _for_op(text: str, op_type: str, num_outputs: int) -> str:
     text = re.sub(r"\bRNN\(", f"{op_type}(", text)
     if op_type not in _WITH_CELL:
         text = re.sub(r", initial_c=\w+", "", text).replace('(..., "", "")', '(..., "")')
+        text = text.replace("(..., z, z)", "(..., z)")
     names = list(_OUTPUTS[:num_outputs])
     if "<unused Y_c>" in text and names:
         kept = ", ".join(names[:-1])
@@ -88,7 +89,8 @@ def _for_op(text: str, op_type: str, num_outputs: int) -> str:
 
 
 def rule_description(rule: RewriteRule) -> str:
-    """The first docstring line of the rule's class (or replacement function), else "".
+    """The first docstring paragraph of the rule's class (or replacement function) as one
+    line, else "".
 
     Rules made per RNN op (named ``Class[OP/outputs]``) get the description for that op.
     """
@@ -107,8 +109,8 @@ def _docstring_line(rule: RewriteRule) -> str:
     candidates.append(replacement)
     for candidate in candidates:
         doc = getattr(candidate, "__doc__", None) if candidate is not None else None
-        if doc and doc.strip():
-            return doc.strip().splitlines()[0]
+        if doc and doc.strip():  # the first paragraph, which may wrap, as one line
+            return " ".join(doc.strip().split("\n\n")[0].split())
     return ""
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "BadOptions",
     "CannotVerify",
     "InvalidResult",
+    "NoRecurrence",
     "OnnxRuntimeMissing",
     "Progress",
     "Report",
@@ -40,12 +41,27 @@ __all__ = [
     "select",
 ]
 
+#: What the report says of a model the rules found nothing in.
+NO_RECURRENCE = (
+    "no RNN, LSTM or GRU node and no recurrence the rules recognize (unrolled steps, cell "
+    "loops): nothing to rewrite"
+)
+
 CannotVerify = _verify.CannotVerify
 OnnxRuntimeMissing = runtime.OnnxRuntimeMissing
 
 
 class InvalidResult(Exception):
     """The rewritten model fails the ONNX checker (and the input passes it)."""
+
+
+class NoRecurrence(Exception):
+    """The model has no RNN, LSTM or GRU node and no rule fired (nothing was written);
+    ``report`` says what was looked at."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class VerifyFailed(Exception):
@@ -98,6 +114,10 @@ class RewriteOptions:
 
     #: Family or rule names (a string is one name); None for all.
     rules: Sequence[str] | str | None = None
+    #: Family or rule names left out of ``rules``.
+    exclude: Sequence[str] | str | None = None
+    #: Write the result even where the model has no recurrence to rewrite.
+    allow_no_rnn: bool = False
     #: What the result must run on: ``"portable"`` (everywhere the input runs) or
     #: ``"onnxruntime"`` (see ``rnn_rewrite_rules.rules.TARGETS``).
     target: str = DEFAULT_TARGET
@@ -134,6 +154,11 @@ class Report:
     #: Things the caller should hear about that did not stop the rewrite.
     warnings: list[str] = dataclasses.field(default_factory=list)
 
+    @property
+    def found_no_recurrence(self) -> bool:
+        """No RNN, LSTM or GRU node before the rewrite, and no rule made one."""
+        return not self.fired and self.before.rnn_nodes == 0
+
     def lines(self, *, header: bool = True) -> list[str]:
         """The report as text: header, node counts, rules fired, hazards, verification."""
         out = []
@@ -151,6 +176,8 @@ class Report:
             rule_families=rule_families(),
             rules_used=self.rules_used,
         )
+        if self.found_no_recurrence:
+            out.append(NO_RECURRENCE)
         if self.hazards_before is not None:
             out += _hazard_lines(self.hazards_before, self.hazards_after or [])
         if self.verify is not None:
@@ -267,6 +294,8 @@ def rewrite_file(
 
     Raises (all exported by ``rnn_rewrite_rules``; nothing is written when one is raised):
         BadOptions: contradictory options (``--shape`` without ``--verify``, say).
+        NoRecurrence: ``dst`` given, the model has no recurrence to rewrite, and
+            ``options.allow_no_rnn`` is not set.
         UnknownRule: ``options.rules`` names something that does not exist.
         OnnxRuntimeMissing: ``options.verify`` without onnxruntime.
         ModelIOError: the input cannot be read or the output cannot be written (a subclass
@@ -279,7 +308,7 @@ def rewrite_file(
     options = options or RewriteOptions()
     progress = options.progress or _NoProgress()
     _check_options(options)
-    rules = select(options.rules, target=options.target)
+    rules = select(options.rules, target=options.target, exclude=options.exclude)
     if options.verify:
         runtime.require_onnxruntime()
     source = Path(src)
@@ -309,6 +338,13 @@ def rewrite_file(
         if hazards is not None:
             report.hazards_before = hazards
             report.hazards_after = diagnostics.find_hazards(model)
+        if target is not None and report.found_no_recurrence and not options.allow_no_rnn:
+            report.target = None
+            raise NoRecurrence(
+                f"{source}: no RNN, LSTM, GRU or recurrence found; {target} not written "
+                "(--allow-no-rnn writes it anyway)",
+                report,
+            )
         if staging is None and not options.verify:
             return report
         if staging is None:

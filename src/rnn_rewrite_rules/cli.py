@@ -49,6 +49,7 @@ class ExitCode(enum.IntEnum):
     CANNOT_VERIFY = 13
     INVALID_RESULT = 14
     UNSUPPORTED_ONNXSCRIPT = 15
+    NO_RECURRENCE = 16
     INTERRUPTED = 130
 
 
@@ -69,6 +70,8 @@ _EXIT_HELP = {
     ExitCode.CANNOT_VERIFY: "--verify: the original model does not run on the chosen inputs",
     ExitCode.INVALID_RESULT: "the rewritten model fails the ONNX checker (nothing written)",
     ExitCode.UNSUPPORTED_ONNXSCRIPT: "the installed onnxscript is outside the tested range",
+    ExitCode.NO_RECURRENCE: "no RNN, LSTM, GRU or recurrence found (nothing written; "
+    "--allow-no-rnn writes it anyway)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP); nothing written",
 }
 
@@ -92,6 +95,7 @@ def _epilog() -> str:
         f"  {PROG} model.onnx -o fast.onnx --verify\n"
         f"  {PROG} model.onnx --check\n"
         f"  {PROG} model.onnx --in-place --rules layer_output,weight_folding\n"
+        f"  {PROG} model.onnx -o fast.onnx --exclude reroll\n"
         f"  {PROG} demo\n\n"
         f"exit codes:\n{codes}"
     )
@@ -125,6 +129,17 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME,...",
         help="families or rules to apply (default: all, see --list-rules)",
+    )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        metavar="NAME,...",
+        help="families or rules to leave out (e.g. --exclude reroll)",
+    )
+    parser.add_argument(
+        "--allow-no-rnn",
+        action="store_true",
+        help="write the result even when the model has no RNN, LSTM, GRU or recurrence",
     )
     parser.add_argument("--list-rules", action="store_true", help="list families and rules")
     _add_target(parser)
@@ -195,12 +210,12 @@ def _error(message: str) -> None:
     print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
 
 
-def _names(values: Sequence[str] | None) -> list[str] | None:
+def _names(values: Sequence[str] | None, option: str = "--rules") -> list[str] | None:
     if not values:
         return None
     names = [n.strip() for value in values for n in value.split(",") if n.strip()]
     if not names:
-        raise _Fail(ExitCode.USAGE, "--rules: give at least one name")
+        raise _Fail(ExitCode.USAGE, f"{option}: give at least one name")
     return names
 
 
@@ -219,11 +234,11 @@ def _target(args: argparse.Namespace) -> str:
     return args.target or DEFAULT_TARGET
 
 
-def _select(values: Sequence[str] | None, target: str) -> None:
+def _select(values: Sequence[str] | None, target: str, exclude: Sequence[str] | None) -> None:
     """Fail early (before any file is read) on an unknown rule name."""
     from rnn_rewrite_rules._rewrite_file import select
 
-    select(_names(values), target=target)
+    select(_names(values), target=target, exclude=_names(exclude, "--exclude"))
 
 
 def _list_rules() -> int:
@@ -331,6 +346,8 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
         raise _Fail(ExitCode.USAGE, str(error)) from None
     return RewriteOptions(
         rules=_names(args.rules),
+        exclude=_names(args.exclude, "--exclude"),
+        allow_no_rnn=args.allow_no_rnn,
         target=_target(args),
         in_place=args.in_place,
         hazards=args.check,
@@ -362,7 +379,7 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 def _run(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules._rewrite_file import rewrite_file
 
-    _select(args.rules, _target(args))
+    _select(args.rules, _target(args), args.exclude)
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
@@ -382,7 +399,7 @@ def _demo(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules import _demo as _demo_module
 
     target = _target(args)
-    _select(args.rules, target)
+    _select(args.rules, target, None)
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
     _print(
@@ -467,6 +484,8 @@ def _failure(error: Exception) -> tuple[ExitCode, str] | None:
         return ExitCode.CANNOT_VERIFY, f"cannot verify: {error}"
     if isinstance(error, _rewrite_file.InvalidResult):
         return ExitCode.INVALID_RESULT, str(error)
+    if isinstance(error, _rewrite_file.NoRecurrence):
+        return ExitCode.NO_RECURRENCE, str(error)
     return None
 
 

@@ -7,6 +7,9 @@
 * ``layout-1``: ``layout=1`` RNNs, which ONNX Runtime's CPU kernels reject.
 * ``unproven-zero-state``, ``hand-built-direction``, ``runtime-rank-check``: exporter
   forms the rules rewrite where they can prove them (see :func:`exporter_form_hazards`).
+* ``exporter-bug``: a node an exporter is known to write wrongly (see
+  :mod:`rnn_rewrite_rules.exporter_bugs`): the model differs from its source, which no
+  rule can repair.
 * ``frozen-axis``: an axis declared dynamic at a graph input but frozen to a constant
   inside, e.g. ``Reshape(Transpose(Y), [3, -1, 32])`` while the input declares ``seq``
   (torch's exporter does this silently): other sizes fail or give wrong shapes.
@@ -25,11 +28,13 @@ from collections.abc import Iterable, Iterator
 import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
 
 KINDS = (
+    "exporter-bug",
     "runtime-shape-chain",
     "runtime-weight-prep",
     "layout-1",
@@ -308,9 +313,15 @@ def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -
             )
 
 
+def _exporter_bug(rnn: ir.Node) -> Hazard | None:
+    bug = onnxscript_gru_bug(rnn)
+    return None if bug is None else Hazard("exporter-bug", describe_node(rnn), bug)
+
+
 def rnn_hazards(node: ir.Node) -> list[Hazard]:
     """The hazards of one RNN node that need no shape inference (all but frozen axes)."""
-    hazards = (check(node) for check in (_layout, _weight_preparation, _shape_chain))
+    checks = (_exporter_bug, _layout, _weight_preparation, _shape_chain)
+    hazards = (check(node) for check in checks)
     return [hazard for hazard in hazards if hazard is not None] + exporter_form_hazards(node)
 
 

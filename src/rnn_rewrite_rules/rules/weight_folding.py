@@ -46,6 +46,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import ShapeProver
@@ -299,6 +300,9 @@ class FoldRnnWeights(RnnNodeRule):
         graph = context.graph_or_function
         if not isinstance(graph, ir.Graph):
             return check_result.fail("initializers cannot be added to a function", node)
+        bug = onnxscript_gru_bug(node)
+        if bug is not None:  # folded, the weights would no longer show who wrote them
+            return check_result.fail(bug, node)
         gates = RNN_OPS[(node.domain, node.op_type)]
         direction_attr = node.attributes.get("direction")
         direction = direction_attr.as_string() if direction_attr is not None else "forward"

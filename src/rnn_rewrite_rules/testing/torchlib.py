@@ -58,6 +58,9 @@ class RnnConfig:
     #: elements are pre-folded, as the exporter's constant folder does.
     fold_limit: int = TORCHLIB_FOLD_INPUT_LIMIT
     seed: int = 0
+    #: GRU only: ``0`` writes the GRU as onnxscript 0.5.7 to 0.7.0 did (onnxscript #2852),
+    #: which is not PyTorch's GRU.
+    linear_before_reset: int = 1
 
     @property
     def num_directions(self) -> int:
@@ -266,7 +269,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
                 2,
                 hidden_size=h,
                 direction=direction,
-                linear_before_reset=1,
+                linear_before_reset=cfg.linear_before_reset,
                 **layout,
             )
         final_states["h0"].append(y_h)
