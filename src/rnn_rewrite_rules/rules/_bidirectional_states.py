@@ -25,14 +25,14 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._rnn import opset_version, rnn_facts
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._pair import Half, emit_merged, pair_reason, squeeze_axes
 from rnn_rewrite_rules.shape import Dim, ShapeProver, Sym
 
 __all__ = ["ConcatWholeSplit", "MergeForwardReverse", "MergeForwardReverseY", "state_rules"]
-
-_STATE_NAMES = ("Y", "Y_h", "Y_c")
 
 
 def _axis(node: ir.Node, rank: int | None) -> int | None:
@@ -121,7 +121,9 @@ def state_reason(
     Unread on both nodes, or read only by one Concat on axis 0 as ``[forward, reverse]``
     after ``root``.
     """
-    name = _STATE_NAMES[forward.index() or 0]
+    rnn = forward.producer()
+    spec = rnn_op(rnn) if rnn is not None else None
+    name = spec.outputs[forward.index() or 0] if spec else forward.name
     uses = [list(v.uses()) for v in (forward, reverse)]
     outputs = [v.is_graph_output() for v in (forward, reverse)]
     if not any(outputs) and not any(uses):

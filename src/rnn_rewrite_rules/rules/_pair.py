@@ -11,13 +11,14 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._rnn import const_array, rnn_facts
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.rules._constants import fresh_name
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = [
-    "STATES",
     "Half",
     "direction",
     "emit_merged",
@@ -28,9 +29,6 @@ __all__ = [
     "squeeze_axes",
 ]
 
-#: The initial-state inputs of each op (initial_h, initial_c).
-STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
-_PEEPHOLE = 7
 _MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
 
 
@@ -117,7 +115,10 @@ def pair_reason(
     for name in a:
         if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
             return f"the two halves differ in {name}"
-    for index in (*STATES[forward.op_type], _PEEPHOLE):
+    spec = rnn_op(forward)
+    assert spec is not None  # rnn_facts proved both halves RNN ops
+    peephole = () if spec.peephole is None else (spec.peephole,)
+    for index in (*spec.state_inputs, *peephole):
         if (input_at(forward, index) is None) != (input_at(backward, index) is None):
             return "only one half has an initial state or peepholes"
     return None

@@ -53,7 +53,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
+from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
@@ -101,10 +103,6 @@ def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> str | N
     return None
 
 
-def _state_indices(op_type: str) -> tuple[int, ...]:
-    return (5, 6) if op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,)
-
-
 class _ZeroStateRule(RnnNodeRule):
     """The condition both targets share: which initial states are provable zeros of the
     shape the node requires. Sets ``self._zero_states`` (input indices)."""
@@ -113,7 +111,9 @@ class _ZeroStateRule(RnnNodeRule):
         check_result = MatchResult()
         inputs = node.inputs
         candidates = [
-            i for i in _state_indices(self.op_type) if i < len(inputs) and inputs[i] is not None
+            i
+            for i in RNN_OPS[(self.domain, self.op_type)].state_inputs
+            if i < len(inputs) and inputs[i] is not None
         ]
         zeros = [i for i in candidates if is_all_zeros(inputs[i])]
         if not zeros:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import opset_version, rnn_facts
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import keep_identity

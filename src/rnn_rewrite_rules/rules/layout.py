@@ -31,6 +31,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, keep_identity, rnn_node_rules
 from rnn_rewrite_rules.rules.unused_outputs import is_unused
@@ -38,15 +39,12 @@ from rnn_rewrite_rules.rules.unused_outputs import is_unused
 __all__ = ["FAMILY", "LayoutToTimeMajor", "rules"]
 
 
-_STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
-
-
 class LayoutToTimeMajor(RnnNodeRule):
     """RNN(X, ..., layout=1) -> Transpose(RNN(Transpose(X), ..., layout=0)) per used output."""
 
     def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
-        if node.domain != "" or node.op_type not in _STATE_INPUTS:
+        if "layout" not in RNN_OPS[(self.domain, self.op_type)].attributes:
             return check_result.fail(f"{node.op_type} has no layout attribute", node)
         if node.attributes.get_int("layout", 0) != 1:
             return check_result.fail("layout is already 0", node)
@@ -63,7 +61,7 @@ class LayoutToTimeMajor(RnnNodeRule):
         node = self.node(out0)
         inputs: list[ir.Value | None] = list(node.inputs)
         inputs[0] = op.Transpose(inputs[0], perm=[1, 0, 2])
-        for index in _STATE_INPUTS[node.op_type]:
+        for index in RNN_OPS[(node.domain, node.op_type)].state_inputs:
             if index < len(inputs) and inputs[index] is not None:
                 inputs[index] = op.Transpose(inputs[index], perm=[1, 0, 2])
         while inputs and inputs[-1] is None:

@@ -48,7 +48,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import const_array, opset_version
+from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.shape import Dim, ShapeProver

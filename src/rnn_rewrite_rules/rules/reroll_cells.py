@@ -37,7 +37,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules._rnn import const_array, opset_version
+from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules import reroll as _r
 from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -47,7 +48,6 @@ __all__ = ["RerollCell", "plan_cell_chain"]
 
 #: PyTorch gate blocks in ONNX order.
 _GATE_ORDER = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}
-_GATES = {"LSTM": 4, "GRU": 3}
 
 
 def _op(value: ir.Value | None, *op_types: str) -> ir.Node | None:
@@ -384,7 +384,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
             return f"step {t}'s hidden projection is a constant"
         if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
             return f"step {t} does not read c_{t} of the step before"
-    gates = _GATES[op_type]
+    gates = RNN_OPS[("", op_type)].gates
     reference = next(s for s in steps if s.h_linear is not None)
     assert reference.h_linear is not None
     for t, step in enumerate(steps):

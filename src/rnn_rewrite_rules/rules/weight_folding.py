@@ -45,7 +45,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
@@ -61,14 +61,18 @@ from rnn_rewrite_rules.shape.constant import (
 __all__ = ["FAMILY", "FoldRnnWeights", "rules"]
 
 
-#: RNN input index -> name.
-_WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B"}
 #: Key of ``ir.Value.meta`` (in memory only) holding a folded initializer's digest.
 _DIGEST_KEY = "rnn_rewrite_rules.weight_folding.digest"
 
 
 def _is_weight_read(user: ir.Node, index: int) -> bool:
-    return (user.domain, user.op_type) in RNN_OPS and index in _WEIGHT_INPUTS
+    spec = rnn_op(user)
+    return spec is not None and index in _folded_inputs(spec)
+
+
+def _folded_inputs(spec: RnnOp) -> dict[int, str]:
+    """The inputs this family folds: ``W``, ``R`` and ``B`` (not the peepholes)."""
+    return {i: n for i, n in spec.weight_inputs.items() if n != "P"}
 
 
 def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
@@ -303,7 +307,9 @@ class FoldRnnWeights(RnnNodeRule):
         bug = onnxscript_gru_bug(node)
         if bug is not None:  # folded, the weights would no longer show who wrote them
             return check_result.fail(bug, node)
-        gates = RNN_OPS[(node.domain, node.op_type)]
+        spec = rnn_op(node)
+        assert spec is not None  # the pattern matched an RNN op
+        gates = spec.gates
         direction_attr = node.attributes.get("direction")
         direction = direction_attr.as_string() if direction_attr is not None else "forward"
         if direction not in DIRECTIONS:
@@ -311,7 +317,7 @@ class FoldRnnWeights(RnnNodeRule):
         prover = ShapeProver()
         hidden = _hidden_size(node, prover)
         reasons = []
-        for index, label in _WEIGHT_INPUTS.items():
+        for index, label in _folded_inputs(spec).items():
             value = node.inputs[index] if len(node.inputs) > index else None
             if value is None:
                 continue

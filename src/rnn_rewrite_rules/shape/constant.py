@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules._ir import NUMPY_DTYPES
 
 __all__ = [
     "FOLDABLE_OPS",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.shape import semantics
 from rnn_rewrite_rules.shape.dim import ONE, Dim, product
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact

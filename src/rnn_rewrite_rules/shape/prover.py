@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import const_array
+from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules.shape.dim import Dim
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
