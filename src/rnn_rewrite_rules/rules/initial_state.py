@@ -56,8 +56,8 @@ from onnxscript.rewriter import MatchResult, RewriteRuleSet
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
-from rnn_rewrite_rules.rules._constants import cached_ints
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import cached_ints
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros, is_finite

@@ -34,8 +34,8 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
-from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
 
@@ -67,7 +67,7 @@ def _step(
             return "Transpose perm does not match the rank"
         return [groups[p] for p in perm]
     if op_type in ("Squeeze", "Unsqueeze"):
-        axes = _axes(node, prover)
+        axes = read_axes(node, prover.ints)
         if axes is None:
             return f"{op_type} axes are not constant"
         if op_type == "Squeeze":
@@ -117,14 +117,6 @@ def _step(
     right = [tuple(reversed(g)) for g in reversed(right)]
     middle = tuple(flat[taken : len(flat) - sum(len(g) for g in right)])
     return [*left, middle, *right]
-
-
-def _axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
-    """Squeeze/Unsqueeze axes: the ``axes`` attribute (opset < 13) or the constant input."""
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return list(attr.as_ints())
-    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
 
 
 def _consume(flat: list[int], wanted: list[Dim], sizes: list[Dim]) -> list[Group] | str:

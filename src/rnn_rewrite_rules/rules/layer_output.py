@@ -25,8 +25,8 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSe
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
-from rnn_rewrite_rules.rules._constants import int64_constant
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import int64_constant, squeeze
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
@@ -108,10 +108,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
 
     def rewrite(self, op, y: ir.Value, transposed: ir.Value, **_):
         if self._num_directions == 1:
-            if self._opset >= 13:
-                result = op.Squeeze(y, self._constant(op, [1]))
-            else:
-                result = op.Squeeze(y, axes=[1])
+            result = squeeze(op, y, [1], self._opset, lambda v: self._constant(op, v))
         else:
             result = op.Reshape(transposed, self._constant(op, [0, 0, self._width]))
         keep_identity(result.producer(), self._root)

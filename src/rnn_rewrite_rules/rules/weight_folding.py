@@ -48,6 +48,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleSet
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import fresh_name
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import ShapeProver
 from rnn_rewrite_rules.shape.constant import (
@@ -268,30 +269,6 @@ def _scope(parents: dict[ir.Graph, ir.Graph], graph: ir.Graph) -> list[ir.Graph]
     return chain
 
 
-def _unique_name(model: ir.Model, base: str) -> str:
-    """``base``, or ``base_<n>``, unused by any value of the model, its subgraphs and functions.
-
-    Graph inputs, initializers (overridable or not) and node outputs all count: an ONNX
-    name is one value in every scope that can see it.
-    """
-    taken: set[str] = set()
-    graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
-    for graph_like in graphs:
-        taken.update(v.name for v in graph_like.inputs if v.name)
-        taken.update(v.name for v in graph_like.outputs if v.name)
-        if isinstance(graph_like, ir.Graph):
-            taken.update(graph_like.initializers)
-    for function in model.functions.values():
-        for node in ir.traversal.RecursiveGraphIterator(function):
-            taken.update(v.name for v in node.outputs if v.name)
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        taken.update(v.name for v in node.outputs if v.name)
-    name, suffix = base, 1
-    while name in taken:
-        name, suffix = f"{base}_{suffix}", suffix + 1
-    return name
-
-
 class FoldRnnWeights(RnnNodeRule):
     """RNN(X, <computed W>, <computed R>, <computed B>, ...) -> RNN(X, W', R', B', ...)."""
 
@@ -415,7 +392,7 @@ class FoldRnnWeights(RnnNodeRule):
         owners = {leaf.graph for leaf in leaves}
         target = next((g for g in scope if g in owners), graph)
         named = [leaf.name for leaf in leaves if leaf.name]
-        name = _unique_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
+        name = fresh_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
         # IR < 4: every initializer is a graph input, so overridable; a Constant is not.
         return ("new", array, name, target, digest, model.ir_version < 4)
 

@@ -1,4 +1,5 @@
-"""Merge a bidirectional layer built by hand from forward RNNs into one ONNX RNN node.
+"""Hand-built pairs: a forward RNN and one on the time-reversed input (or a reverse one),
+concatenated, or a lone reversed half.
 
 Pattern (converters without a ``direction`` attribute, hand-written graphs): a forward
 ``LSTM``/``GRU``/``RNN`` on ``x`` and another on ``Slice(x, starts=[-1],
@@ -32,25 +33,22 @@ or the one node with ``direction="reverse"`` reading ``x``.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
-from rnn_rewrite_rules.rules._bidirectional_states import state_rules
-from rnn_rewrite_rules.rules._constants import int64_constant
-from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._pair import (
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, squeeze
+from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
     emit_merged,
     node_reason,
     only_reader,
     pair_reason,
-    squeeze_axes,
 )
 from rnn_rewrite_rules.shape import ShapeProver
 
-__all__ = ["FAMILY", "MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal", "rules"]
+__all__ = ["MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal"]
 
 #: An end at or below this reverses an axis of any length a tensor can have.
 _FULL_END = -(2**62)
@@ -90,7 +88,7 @@ def _half(value: ir.Value, prover: ShapeProver) -> Half | str:
                 return reason
             reversed_ = True
         elif node.domain == "" and node.op_type == "Squeeze" and not squeezed:
-            axes = squeeze_axes(node, prover)
+            axes = read_axes(node, prover.ints)
             if axes not in ([1], [-3]):
                 return "the Squeeze does not remove the direction axis"
             squeezed = True
@@ -206,21 +204,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         half, x = self._plan
         result = emit_merged(op, None, half.node, None, x)[0]  # stacks nothing
         if half.squeezed:
-            if self._opset < 13:
-                return op.Squeeze(result, axes=[1])
-            axes = int64_constant(op, self._graph, [1], as_node=not self._main_graph)
-            result = op.Squeeze(result, axes)
+            as_node = not self._main_graph
+            ints = lambda v: int64_constant(op, self._graph, v, as_node=as_node)  # noqa: E731
+            result = squeeze(op, result, [1], self._opset, ints)
         return result
-
-
-rules = RewriteRuleSet(
-    [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
-)
-
-FAMILY = RuleFamily(
-    name="bidirectional",
-    description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
-    install_by_default=True,
-    fixes=("hand-built-direction",),
-)

@@ -1,6 +1,6 @@
 """Two one-direction RNN nodes that are one bidirectional layer: the proof and the merged node.
 
-Shared by the ``bidirectional`` family's rules (``bidirectional``, ``_bidirectional_states``).
+Shared by the ``bidirectional`` family's rules (``hand_built``, ``states``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._constants import fresh_name
+from rnn_rewrite_rules.rules._graph import fresh_name, input_at
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -22,11 +22,9 @@ __all__ = [
     "Half",
     "direction",
     "emit_merged",
-    "input_at",
     "node_reason",
     "only_reader",
     "pair_reason",
-    "squeeze_axes",
 ]
 
 _MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
@@ -46,21 +44,9 @@ def only_reader(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def squeeze_axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
-    """The axes of a Squeeze (attribute before opset 13, input after), None if unknown."""
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return list(attr.as_ints())
-    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
-
-
 def direction(node: ir.Node) -> str:
     attr = node.attributes.get("direction")
     return "forward" if attr is None else attr.as_string()
-
-
-def input_at(node: ir.Node, index: int) -> ir.Value | None:
-    return node.inputs[index] if index < len(node.inputs) else None
 
 
 def node_reason(

@@ -35,12 +35,19 @@ import dataclasses
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
-from rnn_rewrite_rules.rules import reroll as _r
-from rnn_rewrite_rules.rules._constants import cached_ints
+from rnn_rewrite_rules.rules._graph import producer, read_axes
+from rnn_rewrite_rules.rules.reroll._chain import (
+    ChainRule,
+    read_step,
+    redirect,
+    same_constant,
+    static_size,
+    walk_back,
+    weight_array,
+)
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
@@ -48,13 +55,6 @@ __all__ = ["RerollCell", "plan_cell_chain"]
 
 #: PyTorch gate blocks in ONNX order.
 _GATE_ORDER = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}
-
-
-def _op(value: ir.Value | None, *op_types: str) -> ir.Node | None:
-    node = None if value is None else value.producer()
-    if node is None or node.domain != "" or node.op_type not in op_types:
-        return None
-    return node
 
 
 @dataclasses.dataclass
@@ -71,7 +71,7 @@ class _Linear:
 
 def _linear(value: ir.Value | None) -> _Linear | str:
     """A ``Gemm(v, W, b, transB=1)`` or ``MatMul(v, W^T) [+ b]``."""
-    gemm = _op(value, "Gemm")
+    gemm = producer(value, "Gemm")
     if gemm is not None:
         a = gemm.attributes
         if (
@@ -83,15 +83,15 @@ def _linear(value: ir.Value | None) -> _Linear | str:
             return "a Gemm is not v @ W^T + b (transA/transB/alpha/beta)"
         bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
         return _Linear(gemm.inputs[0], gemm.inputs[1], bias, (gemm,), False)
-    add = _op(value, "Add")
+    add = producer(value, "Add")
     bias = None
     nodes: tuple[ir.Node, ...] = ()
     if add is not None:
         a, b = add.inputs
-        if _op(a, "MatMul") is None:
+        if producer(a, "MatMul") is None:
             a, b = b, a
         value, bias, nodes = a, b, (add,)
-    matmul = _op(value, "MatMul")
+    matmul = producer(value, "MatMul")
     if matmul is None:
         return "a gate projection is not Gemm or MatMul [+ Add]"
     return _Linear(matmul.inputs[0], matmul.inputs[1], bias, (*nodes, matmul), True)
@@ -99,13 +99,13 @@ def _linear(value: ir.Value | None) -> _Linear | str:
 
 def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None] | str:
     """(weight [G*H, in], bias [G*H] | None) as constants."""
-    weight = _r.weight_array(linear.weight)
+    weight = weight_array(linear.weight)
     if weight is None or weight.ndim != 2:
         return "a gate weight is not a constant matrix"
     weight = weight.T if linear.transposed else weight
     bias = None
     if linear.bias is not None:
-        bias = _r.weight_array(linear.bias)
+        bias = weight_array(linear.bias)
         if bias is None:
             return "a gate bias is not a constant"
         if bias.shape != (weight.shape[0],):
@@ -120,7 +120,7 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
     (of the rank-2 gate projections): sizes from the ``split`` input (opset >= 13) or
     attribute, else an even split (``num_outputs`` of opset 18 is the output count; the
     parts' width ``G*H`` is a multiple of ``G``, checked with the weights)."""
-    node = _op(value, "Split")
+    node = producer(value, "Split")
     if node is None or len(node.outputs) != gates:
         return None
     if node.attributes.get_int("axis", 0) not in (1, -1):
@@ -139,7 +139,7 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
 
 def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     """``(X, t)`` for ``Gather(X, t, axis=0)`` with a scalar t >= 0, or the Slice form."""
-    gather = _op(value, "Gather")
+    gather = producer(value, "Gather")
     if gather is not None:
         index = const_array(gather.inputs[1])
         if (
@@ -150,7 +150,7 @@ def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
         ):
             return None
         return gather.inputs[0], int(index)
-    return _r._read(value)
+    return read_step(value)
 
 
 def _pair(node: ir.Node | None, first, second):
@@ -166,11 +166,11 @@ def _pair(node: ir.Node | None, first, second):
 
 
 def _sigmoid(value) -> bool:
-    return _op(value, "Sigmoid") is not None
+    return producer(value, "Sigmoid") is not None
 
 
 def _tanh(value) -> bool:
-    return _op(value, "Tanh") is not None
+    return producer(value, "Tanh") is not None
 
 
 def _anything(_value) -> bool:
@@ -212,10 +212,10 @@ def _lstm_step(root: ir.Node) -> _CellStep | str:
         return "h_t is not sigmoid(o) * tanh(c_t)"
     o_sig, c_tanh = (v.producer() for v in pair)
     c = c_tanh.inputs[0]
-    c_add = _op(c, "Add")
+    c_add = producer(c, "Add")
     if c_add is None:
         return "c_t is not an Add of f * c_{t-1} and i * g"
-    terms = [_op(v, "Mul") for v in c_add.inputs]
+    terms = [producer(v, "Mul") for v in c_add.inputs]
     if None in terms:
         return "c_t is not an Add of f * c_{t-1} and i * g"
     ig = next((t for t in terms if _pair(t, _sigmoid, _tanh) is not None), None)
@@ -235,7 +235,7 @@ def _lstm_step(root: ir.Node) -> _CellStep | str:
     for node, index, gate in ((i_sig, 0, "i"), (f_sig, 1, "f"), (g_tanh, 2, "g"), (o_sig, 3, "o")):
         if not _gate_input(node.inputs[0], split, index):
             return f"gate {gate} is not part {index} of the Split (PyTorch order i, f, g, o)"
-    add = _op(split.inputs[0], "Add")
+    add = producer(split.inputs[0], "Add")
     if add is None:
         return "the Split's input is not an Add of the two projections"
     read = None
@@ -267,11 +267,11 @@ def _gru_step(root: ir.Node) -> _CellStep | str:
     """``h_t = Add(Mul(Sub(h_{t-1}, n), z), n)``."""
     if root.op_type != "Add":
         return "not an Add"
-    pair = _pair(root, lambda v: _op(v, "Mul") is not None, _tanh)
+    pair = _pair(root, lambda v: producer(v, "Mul") is not None, _tanh)
     if pair is None:
         return "h_t is not (h_{t-1} - n) * z + n"
     mul, n = pair[0].producer(), pair[1]
-    inner = _pair(mul, lambda v: _op(v, "Sub") is not None, _sigmoid)
+    inner = _pair(mul, lambda v: producer(v, "Sub") is not None, _sigmoid)
     if inner is None:
         return "h_t is not (h_{t-1} - n) * z + n"
     sub, z_sig = inner[0].producer(), inner[1].producer()
@@ -279,8 +279,8 @@ def _gru_step(root: ir.Node) -> _CellStep | str:
         return "the Sub is not h_{t-1} - n"
     h_prev = sub.inputs[0]
     n_tanh = n.producer()
-    n_add = _op(n_tanh.inputs[0], "Add")
-    n_pair = _pair(n_add, lambda v: _op(v, "Mul") is not None, _anything)
+    n_add = producer(n_tanh.inputs[0], "Add")
+    n_pair = _pair(n_add, lambda v: producer(v, "Mul") is not None, _anything)
     if n_pair is None:
         return "n is not tanh(xn + r * hn)"
     r_mul, xn = n_pair[0].producer(), n_pair[1]
@@ -294,7 +294,7 @@ def _gru_step(root: ir.Node) -> _CellStep | str:
     x_split, h_split = x_part[0], h_part[0]
     gate_nodes = []
     for sig, index, gate in ((r_sig, 0, "r"), (z_sig, 1, "z")):
-        add = _op(sig.inputs[0], "Add")
+        add = producer(sig.inputs[0], "Add")
         ok = _pair(
             add,
             lambda v, i=index: _gate_input(v, x_split, i),
@@ -314,7 +314,7 @@ def _gru_step(root: ir.Node) -> _CellStep | str:
         return hidden
     h_linear, folded = hidden
     if h_linear is not None and not (
-        h_linear.input is h_prev or _r._same_constant(h_linear.input, h_prev)
+        h_linear.input is h_prev or same_constant(h_linear.input, h_prev)
     ):
         return "the hidden projection and the update read different h_{t-1}"
     nodes = {root, mul, sub, z_sig, n_tanh, n_add, r_mul, r_sig, x_split, h_split, *gate_nodes}
@@ -348,26 +348,13 @@ def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) ->
     return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
 
 
-def _same(a: ir.Value | None, b: ir.Value | None) -> bool:
-    return _r._same_constant(a, b)
-
-
 def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
     """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop."""
     parse = _STEP[op_type]
     last = parse(root)
     if isinstance(last, str):
         return last
-    steps = [last]
-    while steps[-1].h_prev is not None:
-        producer = steps[-1].h_prev.producer()
-        if producer is None or producer.domain != "":
-            break
-        previous = parse(producer)
-        if isinstance(previous, str) or previous.source is not last.source:
-            break
-        steps.append(previous)
-    steps.reverse()
+    steps = walk_back(last, parse)
     count = len(steps)
     if count < 2:
         return "a single cell step is not a loop (left alone)"
@@ -392,10 +379,12 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         if step.h_linear is not None:
             pairs.append((step.h_linear, reference.h_linear))
         for mine, theirs in pairs:
-            if mine.transposed != theirs.transposed or not _same(mine.weight, theirs.weight):
+            if mine.transposed != theirs.transposed or not same_constant(
+                mine.weight, theirs.weight
+            ):
                 return f"step {t} uses other weights"
             if (mine.bias is None) != (theirs.bias is None) or (
-                mine.bias is not None and not _same(mine.bias, theirs.bias)
+                mine.bias is not None and not same_constant(mine.bias, theirs.bias)
             ):
                 return f"step {t} uses another bias"
     x_weights = _weights(reference.x_linear, gates)
@@ -445,7 +434,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
             return f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
             return "the folded first step is not b_hh (a non-zero initial state)"
-        if folded.shape[0] != 1 and _r.static_size(prover, x, 1) != folded.shape[0]:
+        if folded.shape[0] != 1 and static_size(prover, x, 1) != folded.shape[0]:
             return "the folded first step fixes a batch X does not provably have"
     elif not _state_ok(prover, h0, x, hidden):
         return "cannot prove h_0 is [batch of X, H]"
@@ -483,7 +472,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         bias,
         h0,
         c0,
-        _r.static_size(prover, x, 0) != count,
+        static_size(prover, x, 0) != count,
         concat,
     )
 
@@ -493,7 +482,7 @@ def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value) -> bool:
     array = const_array(value)
     if array is None or array.ndim != 2 or np.any(array != 0):
         return False
-    return array.shape[0] == 1 or _r.static_size(prover, x, 1) == array.shape[0]
+    return array.shape[0] == 1 or static_size(prover, x, 1) == array.shape[0]
 
 
 def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
@@ -522,13 +511,13 @@ def _stacks(node: ir.Node | None, h: ir.Value) -> bool:
         and node.op_type == "Unsqueeze"
         and node.domain == ""
         and node.inputs[0] is h
-        and _r.node_axes(node, 1) == [0]
+        and read_axes(node) == [0]
         and len(node.outputs[0].uses()) == 1
         and not node.outputs[0].is_graph_output()
     )
 
 
-class RerollCell(RewriteRuleClassBase):
+class RerollCell(ChainRule[_CellPlan]):
     """h_T of an unrolled LSTMCell/GRUCell loop -> Squeeze(Y_h) of one LSTM/GRU node."""
 
     def __init__(self, op_type: str) -> None:
@@ -538,64 +527,37 @@ class RerollCell(RewriteRuleClassBase):
     def pattern(self, op, a, b):
         return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
 
-    def check(self, context, **_) -> MatchResult:
-        check_result = MatchResult()
-        root = context.root
-        plan = plan_cell_chain(root, self.op_type)
-        if isinstance(plan, str):
-            return check_result.fail(plan, root)
+    def plan_chain(self, root: ir.Node) -> _CellPlan | str:
+        return plan_cell_chain(root, self.op_type)
+
+    def refuse(self, context, plan: _CellPlan) -> str | None:
         h = plan.steps[-1].h
         parse = _STEP[self.op_type]
         for user, _ in h.uses():
             for candidate in _downstream(user, 6):
                 step = parse(candidate)
                 if not isinstance(step, str) and step.h_prev is h:
-                    return check_result.fail("h_T feeds another step: not the last step", root)
+                    return "h_T feeds another step: not the last step"
         c = plan.steps[-1].c
-        if c is not None and not _readers_after(context.graph_or_function, c, root, plan):
-            return check_result.fail("a reader of c_T comes before h_T", root)
-        self._plan = plan
-        self._graph = context.graph_or_function
-        opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
-            return check_result.fail(opset, root)
-        self._opset = opset
-        return check_result
+        if c is not None and not _readers_after(context.graph_or_function, c, context.root, plan):
+            return "a reader of c_T comes before h_T"
+        return None
 
     def rewrite(self, op, **_):
-        plan = self._plan
-        graph, cache = self._graph, {}
-
-        def ints(values: list[int]) -> ir.Value:
-            return cached_ints(op, graph, cache, values)
-
+        plan, emit = self.plan, self.emitter(op)
         prefix = f"reroll_{plan.steps[-1].h.name or 'cell'}"
-        w = _r.new_constant(op, graph, plan.w, f"{prefix}_W")
-        r = _r.new_constant(op, graph, plan.r, f"{prefix}_R")
-        b = None if plan.b is None else _r.new_constant(op, graph, plan.b, f"{prefix}_B")
+        w = emit.constant(plan.w, f"{prefix}_W")
+        r = emit.constant(plan.r, f"{prefix}_R")
+        b = None if plan.b is None else emit.constant(plan.b, f"{prefix}_B")
         x = plan.x
         if plan.slice_x:
-            count = len(plan.steps)
-            x = op.Slice(x, ints([0]), ints([count]), ints([0]))
-
-        def unsqueeze(v: ir.Value | None) -> ir.Value | None:
-            if v is None:
-                return None
-            if self._opset >= 13:
-                return op.Unsqueeze(v, ints([0]))
-            return op.Unsqueeze(v, axes=[0])
-
-        def squeeze(v: ir.Value, axis: int) -> ir.Value:
-            if self._opset >= 13:
-                return op.Squeeze(v, ints([axis]))
-            return op.Squeeze(v, axes=[axis])
-
-        inputs = [x, w, r, b, None, unsqueeze(plan.h0)]
+            x = emit.first_steps(x, len(plan.steps), reverse=False)
+        inputs = [x, w, r, b, None, emit.unsqueeze(plan.h0, 0)]
         attributes = {"hidden_size": int(plan.r.shape[2]), "direction": "forward"}
         if plan.reverse:
             attributes["direction"] = "reverse"
         if self.op_type == "LSTM":
-            inputs.append(unsqueeze(plan.c0))
+            inputs.append(emit.unsqueeze(plan.c0, 0))
             while inputs[-1] is None:
                 inputs.pop()
             y, y_h, y_c = op.LSTM(*inputs, _outputs=3, **attributes)
@@ -606,10 +568,10 @@ class RerollCell(RewriteRuleClassBase):
             y_c = None
         last = plan.steps[-1]
         if y_c is not None and last.c is not None and _outside_uses(last):
-            _r._redirect(last.c, squeeze(y_c, 0))
+            redirect(last.c, emit.squeeze(y_c, 0))
         if plan.concat is not None:
-            _r._redirect(plan.concat.outputs[0], squeeze(y, 1))
-        return squeeze(y_h, 0)
+            redirect(plan.concat.outputs[0], emit.squeeze(y, 1))
+        return emit.squeeze(y_h, 0)
 
 
 def _outside_uses(step: _CellStep) -> bool:

@@ -28,8 +28,8 @@ from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._constants import int64_constant
-from rnn_rewrite_rules.rules._pair import Half, emit_merged, pair_reason, squeeze_axes
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
+from rnn_rewrite_rules.rules.bidirectional._pair import Half, emit_merged, pair_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver, Sym
 
 __all__ = ["ConcatWholeSplit", "MergeForwardReverse", "MergeForwardReverseY", "state_rules"]
@@ -194,7 +194,7 @@ class MergeForwardReverse(RewriteRuleClassBase):
             for value in root.inputs:
                 squeeze = value.producer() if value is not None else None
                 assert squeeze is not None
-                if squeeze_axes(squeeze, prover) not in ([1], [-3]):
+                if read_axes(squeeze, prover.ints) not in ([1], [-3]):
                     reason = "the Squeeze does not remove the direction axis"
                     return check_result.fail(reason, squeeze)
         elif axis not in (1, -3):
