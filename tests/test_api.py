@@ -107,8 +107,8 @@ def test_the_errors_rewrite_file_raises_are_exported(tmp_path) -> None:
 
 
 def test_the_rules_do_not_keep_the_last_model_alive() -> None:
-    """The rules are module-level objects; what they kept from their last match (the
-    matcher's graph, a check's nodes) would keep the model and its folded weights alive."""
+    """What the rules keep from their last match (the matcher's graph, a check's plan)
+    would keep the model and its folded weights alive: each rewrite builds its own."""
     model = ir.serde.deserialize_model(build_torchlib_model(RnnConfig(num_layers=2)))
     rnn_rewrite_rules.rewrite(model)
     graph = weakref.ref(model.graph)

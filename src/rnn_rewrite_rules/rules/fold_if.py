@@ -22,14 +22,14 @@ chain then dies.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
-__all__ = ["FAMILY", "FoldProvenIf", "condition_reason", "rules"]
+__all__ = ["FAMILY", "FoldProvenIf", "condition_reason", "make_rules"]
 
 _MAX_OUTPUTS = 8
 
@@ -122,12 +122,14 @@ class FoldProvenIf(RewriteRuleClassBase):
         return results if len(results) > 1 else results[0]
 
 
-rules = RewriteRuleSet([FoldProvenIf.rule(n) for n in range(1, _MAX_OUTPUTS + 1)])
+def make_rules() -> list[RewriteRule]:
+    return [FoldProvenIf.rule(n) for n in range(1, _MAX_OUTPUTS + 1)]
+
 
 FAMILY = RuleFamily(
     name="fold_if",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-rank-check",),
 )

@@ -51,7 +51,7 @@ from typing import Union
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
@@ -69,7 +69,7 @@ __all__ = [
     "explicit_zero_form",
     "is_all_zeros",
     "is_finite",
-    "rules",
+    "make_rules",
     "state_reason",
 ]
 
@@ -325,18 +325,23 @@ def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     return inner.inputs[0], int(index[0])
 
 
-share_rules = RewriteRuleSet(rnn_node_rules(ShareZeroInitialState))
-drop_rules = RewriteRuleSet(rnn_node_rules(DropZeroInitialState))
-#: The default (portable) target's rules.
-rules = share_rules
+def make_rules() -> list[RewriteRule]:
+    """The default (portable) target's rules: zero states become one shared one."""
+    return rnn_node_rules(ShareZeroInitialState)
+
+
+def make_drop_rules() -> list[RewriteRule]:
+    """ONNX Runtime's: zero states are dropped."""
+    return rnn_node_rules(DropZeroInitialState)
+
 
 FAMILY = RuleFamily(
     name="initial_state",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=share_rules,
+    make_rules=make_rules,
     install_by_default=True,
     # tract 0.23.9 panics (``UndeterminedSymbol("batch")``) on an LSTM/GRU without
     # ``initial_h`` when the batch axis is symbolic: dropping is for ONNX Runtime only.
-    target_rule_sets={"onnxruntime": drop_rules},
+    target_rules={"onnxruntime": make_drop_rules},
     fixes=("unproven-zero-state",),
 )

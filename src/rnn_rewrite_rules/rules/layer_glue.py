@@ -30,7 +30,7 @@ than the chain (a computed Reshape target counts as one more node).
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
@@ -39,7 +39,7 @@ from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
 
-__all__ = ["FAMILY", "CollapseRnnGlue", "rules"]
+__all__ = ["FAMILY", "CollapseRnnGlue", "make_rules"]
 
 
 _GLUE_OPS = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
@@ -376,12 +376,14 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         return current
 
 
-rules = RewriteRuleSet([CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS])
+def make_rules() -> list[RewriteRule]:
+    return [CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS]
+
 
 FAMILY = RuleFamily(
     name="layer_glue",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-shape-chain",),
 )

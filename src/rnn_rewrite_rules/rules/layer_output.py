@@ -21,7 +21,7 @@ dynamic axis stays dynamic.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._rnn import rnn_facts
@@ -30,7 +30,7 @@ from rnn_rewrite_rules.rules._graph import int64_constant, squeeze
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
-__all__ = ["FAMILY", "RnnOutputToSequence", "rules"]
+__all__ = ["FAMILY", "RnnOutputToSequence", "make_rules"]
 
 _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
@@ -118,15 +118,14 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         return int64_constant(op, self._graph, values, as_node=not self._main_graph)
 
 
-rnn_output_to_sequence_rule = RnnOutputToSequence.rule()
+def make_rules() -> list[RewriteRule]:
+    return [RnnOutputToSequence.rule()]
 
-
-rules = RewriteRuleSet([rnn_output_to_sequence_rule])
 
 FAMILY = RuleFamily(
     name="layer_output",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-shape-chain",),
 )

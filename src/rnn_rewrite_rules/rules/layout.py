@@ -27,7 +27,7 @@ run on ONNX Runtime is what the command is for; pass ``"layout"`` to
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn import rnn_facts
@@ -36,7 +36,7 @@ from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, keep_identity, rnn_node_rules
 from rnn_rewrite_rules.rules.unused_outputs import is_unused
 
-__all__ = ["FAMILY", "LayoutToTimeMajor", "rules"]
+__all__ = ["FAMILY", "LayoutToTimeMajor", "make_rules"]
 
 
 class LayoutToTimeMajor(RnnNodeRule):
@@ -83,12 +83,14 @@ class LayoutToTimeMajor(RnnNodeRule):
         return result
 
 
-rules = RewriteRuleSet(rnn_node_rules(LayoutToTimeMajor))
+def make_rules() -> list[RewriteRule]:
+    return rnn_node_rules(LayoutToTimeMajor)
+
 
 FAMILY = RuleFamily(
     name="layout",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=False,
     fixes=("layout-1",),
 )

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
@@ -59,7 +59,7 @@ from rnn_rewrite_rules.shape.constant import (
     preparation_nodes,
 )
 
-__all__ = ["FAMILY", "FoldRnnWeights", "rules"]
+__all__ = ["FAMILY", "FoldRnnWeights", "make_rules"]
 
 
 #: Key of ``ir.Value.meta`` (in memory only) holding a folded initializer's digest.
@@ -431,12 +431,14 @@ class FoldRnnWeights(RnnNodeRule):
         self._fold = None  # never keep a folded tensor alive past the pass
 
 
-rules = RewriteRuleSet(rnn_node_rules(FoldRnnWeights))
+def make_rules() -> list[RewriteRule]:
+    return rnn_node_rules(FoldRnnWeights)
+
 
 FAMILY = RuleFamily(
     name="weight_folding",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-weight-prep",),
 )

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from onnxscript.rewriter import RewriteRuleSet
+from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules.bidirectional.hand_built import (
@@ -17,16 +17,23 @@ from rnn_rewrite_rules.rules.bidirectional.hand_built import (
 )
 from rnn_rewrite_rules.rules.bidirectional.states import state_rules
 
-__all__ = ["FAMILY", "MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal", "rules"]
+__all__ = [
+    "FAMILY",
+    "MergeHandBuiltBidirectional",
+    "MergeHandBuiltReverse",
+    "is_reversal",
+    "make_rules",
+]
 
-rules = RewriteRuleSet(
-    [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
-)
+
+def make_rules() -> list[RewriteRule]:
+    return [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
+
 
 FAMILY = RuleFamily(
     name="bidirectional",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("hand-built-direction",),
 )

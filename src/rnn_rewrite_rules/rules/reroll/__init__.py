@@ -8,23 +8,25 @@
 
 from __future__ import annotations
 
-from onnxscript.rewriter import RewriteRuleSet
+from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules.reroll.cells import RerollCell, plan_cell_chain
 from rnn_rewrite_rules.rules.reroll.rnn import ACTIVATIONS, RerollRnn, plan_chain
 
-__all__ = ["FAMILY", "RerollCell", "RerollRnn", "plan_cell_chain", "plan_chain", "rules"]
+__all__ = ["FAMILY", "RerollCell", "RerollRnn", "make_rules", "plan_cell_chain", "plan_chain"]
 
-rules = RewriteRuleSet(
-    [RerollRnn.rule(activation) for activation in ACTIVATIONS]
-    + [RerollCell.rule(op_type) for op_type in ("LSTM", "GRU")]
-)
+
+def make_rules() -> list[RewriteRule]:
+    return [RerollRnn.rule(activation) for activation in ACTIVATIONS] + [
+        RerollCell.rule(op_type) for op_type in ("LSTM", "GRU")
+    ]
+
 
 FAMILY = RuleFamily(
     name="reroll",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=(),
 )
