@@ -1,4 +1,4 @@
-"""Third-party exporter forms (issue 13): what fires, what is refused and why, and that
+"""Third-party exporter forms: what fires, what is refused and why, and that
 every rewrite equals the original at several sizes (ONNX Runtime), batch 0 included
 (``onnx.reference``: ORT aborts on LSTM/GRU with batch 0)."""
 
