@@ -12,11 +12,11 @@ import onnx_ir as ir
 import onnxruntime
 import pytest
 from onnx.reference import ReferenceEvaluator
-from rnn_rewrite_rules.rules._bidirectional_states import state_rules
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import diagnostics, runtime
 from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules.rules.bidirectional.states import state_rules
 from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from tests.exporter_support import all_nodes, all_op_counts, assert_target_form, rnn_nodes

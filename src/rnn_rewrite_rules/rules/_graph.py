@@ -145,23 +145,10 @@ def int64_constant(
     also a graph input is not (a caller may override it), and a new name never collides
     with a graph input, an initializer or any other value.
     """
-    tensor = ir.tensor(np.array(values, dtype=np.int64))
     if as_node or not isinstance(graph, ir.Graph):
-        return op.Constant(value=tensor)
+        return op.Constant(value=ir.tensor(np.array(values, dtype=np.int64)))
     base = "rnn_rewrite_rules_" + "_".join(str(v) for v in values).replace("-", "m")
-    name, index = base, 0
-    while name in graph.initializers:
-        value = graph.initializers[name]
-        if (
-            not value.is_graph_input()
-            and value.const_value is not None
-            and value.const_value.dtype == ir.DataType.INT64
-            and value.const_value.numpy().tolist() == values
-        ):
-            return value
-        index += 1
-        name = f"{base}_{index}"
-    return op.initializer(tensor, fresh_name(graph, name))
+    return _initializer(op, graph, np.array(values, dtype=np.int64), base)
 
 
 def cached_ints(
@@ -183,19 +170,26 @@ def cached_ints(
 def array_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: str) -> ir.Value:
     """``array`` as an initializer named ``name`` (or the first free ``name_1``...), reusing
     an equal one an earlier rewrite made; a ``Constant`` in a function."""
-    tensor = ir.tensor(np.ascontiguousarray(array))
     if not isinstance(graph, ir.Graph):
-        return op.Constant(value=tensor)
-    base, index = name, 0
+        return op.Constant(value=ir.tensor(np.ascontiguousarray(array)))
+    return _initializer(op, graph, array, name)
+
+
+def _initializer(op, graph: ir.Graph, array: np.ndarray, base: str) -> ir.Value:
+    """The initializer ``base`` (or ``base_1``...) an earlier rewrite made with ``array``'s
+    type and values, else a new one named with the first of those names no value uses.
+    An initializer that is also a graph input is never reused (a caller may override it)."""
+    name, index = base, 0
     while name in graph.initializers:
         existing = graph.initializers[name]
+        tensor = existing.const_value
         if (
             not existing.is_graph_input()
-            and existing.const_value is not None
-            and existing.const_value.numpy().dtype == array.dtype
-            and np.array_equal(existing.const_value.numpy(), array)
+            and tensor is not None
+            and tensor.numpy().dtype == array.dtype
+            and np.array_equal(tensor.numpy(), array)
         ):
             return existing
         index += 1
         name = f"{base}_{index}"
-    return op.initializer(tensor, fresh_name(graph, name))
+    return op.initializer(ir.tensor(np.ascontiguousarray(array)), fresh_name(graph, name))
