@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._refusal import Refusal
+
 __all__ = ["NUMPY_DTYPES", "const_array", "opset_version"]
 
 #: Element types with a native numpy dtype (what runs, casts and random feeds use).
@@ -27,7 +29,7 @@ NUMPY_DTYPES = frozenset(
 
 def opset_version(
     model: ir.Model, graph_or_function: ir.Graph | ir.Function, domain: str = ""
-) -> int | str:
+) -> int | Refusal:
     """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use, or
     why no emitted form is safe there.
 
@@ -41,7 +43,7 @@ def opset_version(
     if isinstance(graph_or_function, ir.Function):
         own = graph_or_function.opset_imports.get(domain)
         if own is not None and own != version:
-            return (
+            return Refusal(
                 f"function {graph_or_function.name!r} imports opset {own} of "
                 f"{domain or 'ai.onnx'!r} but the model {version}: "
                 "an emitted op would be invalid in one of them"

@@ -10,6 +10,7 @@ import dataclasses
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -30,7 +31,7 @@ class RnnFacts:
         return self.node.op_type
 
 
-def rnn_facts(node: ir.Node | None, prover: ShapeProver | None = None) -> RnnFacts | str:
+def rnn_facts(node: ir.Node | None, prover: ShapeProver | None = None) -> RnnFacts | Refusal:
     """The static facts of an RNN node, or a reason why they cannot be proven.
 
     ``num_directions`` and ``hidden_size`` come from the attributes and the sizes of
@@ -38,10 +39,10 @@ def rnn_facts(node: ir.Node | None, prover: ShapeProver | None = None) -> RnnFac
     from value_info.
     """
     if node is None:
-        return "value is not produced by a node"
+        return Refusal("value is not produced by a node")
     if rnn_op(node) is None:
-        return f"producer is {node.op_type}, not an RNN op"
+        return Refusal(f"producer is {node.op_type}, not an RNN op")
     sizes = (prover or ShapeProver()).rnn_sizes(node)
-    if isinstance(sizes, str):
+    if isinstance(sizes, Refusal):
         return sizes
     return RnnFacts(node, *sizes)

@@ -54,6 +54,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
@@ -79,27 +80,29 @@ Piece = Union[int, tuple[ir.Value, int]]  # noqa: UP007 (Python 3.10 evaluates a
 ZeroForm = tuple[ir.DataType, tuple[Piece, ...]]
 
 
-def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> str | None:
+def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> Refusal | None:
     """None when ``state`` provably has the shape ``node`` requires of its initial states:
     ``[D, batch of X, H]`` (layout 1: ``[batch of X, D, H]``), else why not."""
     facts = rnn_facts(node, prover)
-    if isinstance(facts, str):
+    if isinstance(facts, Refusal):
         return facts
     x = node.inputs[0]
     if x is None:
-        return "the node has no X"
+        return Refusal("the node has no X")
     batch_axis = 0 if facts.layout == 1 else 1
     batch = prover.dim(x, batch_axis)
     if batch is None:
-        return "the rank of X is not proven"
+        return Refusal("the rank of X is not proven")
     d, h = Dim.const(facts.num_directions), Dim.const(facts.hidden_size)
     expected = (batch, d, h) if facts.layout == 1 else (d, batch, h)
     shape = prover.dims(state)
     if shape is None:
-        return "cannot prove the zero state's shape"
+        return Refusal("cannot prove the zero state's shape")
     if shape != expected:
         got = "[" + ", ".join(map(str, shape)) + "]"
-        return f"the zero state's shape {got} is not provably [D, batch of X, H] (a frozen axis?)"
+        return Refusal(
+            f"the zero state's shape {got} is not provably [D, batch of X, H] (a frozen axis?)"
+        )
     return None
 
 
@@ -156,10 +159,10 @@ class ShareZeroInitialState(_ZeroStateRule):
         if dtype is None:
             return check_result.fail("cannot prove the initial state's element type", state)
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, node)
         facts = rnn_facts(node, prover)
-        assert not isinstance(facts, str)  # proven by state_reason
+        assert not isinstance(facts, Refusal)  # proven by state_reason
         x = node.inputs[0]
         batch_axis = 0 if facts.layout == 1 else 1
         batch = prover.dim(x, batch_axis)

@@ -30,6 +30,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
@@ -49,7 +50,7 @@ class LayoutToTimeMajor(RnnNodeRule):
         if node.attributes.get_int("layout", 0) != 1:
             return check_result.fail("layout is already 0", node)
         facts = rnn_facts(node)
-        if isinstance(facts, str):
+        if isinstance(facts, Refusal):
             return check_result.fail(facts, node)
         used = [i for i, value in enumerate(node.outputs) if not is_unused(value)]
         if not used:

@@ -45,6 +45,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule
 
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.rules._family import RuleFamily
@@ -76,7 +77,7 @@ def _folded_inputs(spec: RnnOp) -> dict[int, str]:
     return {i: n for i, n in spec.weight_inputs.items() if n != "P"}
 
 
-def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
+def _sinks_of(leaf: ir.Value) -> list[ir.Value] | Refusal:
     """The RNN weight inputs ``leaf``'s data reaches, or why it would stay needed."""
     stack = [leaf]
     seen: set[ir.Value] = set()
@@ -87,7 +88,9 @@ def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
             continue
         seen.add(value)
         if value.is_graph_output():
-            return f"{leaf.name} feeds graph output {value.name}: folding would store it twice"
+            return Refusal(
+                f"{leaf.name} feeds graph output {value.name}: folding would store it twice"
+            )
         for user, index in value.uses():
             if _is_weight_read(user, index):
                 sinks[value] = None
@@ -95,7 +98,7 @@ def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
             if user.domain == "" and user.op_type in FOLDABLE_OPS and index in data_inputs(user):
                 stack.extend(user.outputs)
                 continue
-            return (
+            return Refusal(
                 f"{leaf.name} is also read by {user.op_type} {user.name!r} (input {index}): "
                 "folding would store it twice"
             )
@@ -110,7 +113,7 @@ def _tensor_of(value: ir.Value) -> ir.TensorProtocol | None:
     return ir.convenience.get_const_tensor(value)
 
 
-def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list] | str:
+def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list] | Refusal:
     """Every RNN weight input sharing data with ``value`` (itself first), and their leaves.
 
     Folding ``value`` stores its tensor once; the originals go only when every weight
@@ -125,7 +128,7 @@ def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list]
             continue
         all_leaves[leaf] = None
         found = _sinks_of(leaf)
-        if isinstance(found, str):
+        if isinstance(found, Refusal):
             return found
         for sink in found:
             if sink in sinks:
@@ -134,25 +137,25 @@ def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list]
             if _is_leaf(sink):
                 continue
             more = preparation_nodes(sink)
-            if isinstance(more, str):
-                return f"{sink.name} shares {leaf.name} but is not foldable: {more}"
+            if isinstance(more, Refusal):
+                return Refusal(f"{sink.name} shares {leaf.name} but is not foldable: {more}")
             todo.extend(more[1])
     return list(sinks), list(all_leaves)
 
 
-def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | str:
+def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | Refusal:
     """Bytes the distinct tensors of ``sinks`` take once all are folded (``first`` given)."""
     stored = dict([first])
     for sink in sinks[1:]:
         if _is_leaf(sink):
             tensor = _tensor_of(sink)
             if tensor is None:
-                return f"{sink.name} has no constant value"
+                return Refusal(f"{sink.name} has no constant value")
             array = tensor.numpy()
         else:
             array = fold_value(sink)
-            if isinstance(array, str):
-                return f"{sink.name} shares its weights but cannot be folded: {array}"
+            if isinstance(array, Refusal):
+                return Refusal(f"{sink.name} shares its weights but cannot be folded: {array}")
         stored[_digest(np.ascontiguousarray(array))] = array.nbytes
         del array
     return sum(stored.values())
@@ -199,14 +202,14 @@ def _hidden_size(node: ir.Node, prover: ShapeProver) -> int | None:
 
 def _shape_mismatch(
     actual: tuple[int, ...], expected: Sequence[int | None], declared: Sequence[int | None] | None
-) -> str | None:
+) -> Refusal | None:
     for wanted, what in ((expected, "needs"), (declared, "declares")):
         if wanted is None:
             continue
         if len(wanted) != len(actual) or any(
             w is not None and w != a for w, a in zip(wanted, actual, strict=True)
         ):
-            return f"computed shape {actual}, but the node {what} {tuple(wanted)}"
+            return Refusal(f"computed shape {actual}, but the node {what} {tuple(wanted)}")
     return None
 
 
@@ -302,19 +305,19 @@ class FoldRnnWeights(RnnNodeRule):
             if producer is None or is_constant_node(producer):
                 continue  # already a constant (or a graph input): nothing to fold
             found = preparation_nodes(value)
-            if isinstance(found, str):
+            if isinstance(found, Refusal):
                 reasons.append(f"{label}: {found}")
                 continue
             nodes, leaves = found
             component = _component(value, leaves)
-            if isinstance(component, str):
+            if isinstance(component, Refusal):
                 reasons.append(f"{label}: {component}")
                 continue
             if hidden is None and index != 2:
                 reasons.append(f"{label}: hidden_size is unknown (no attribute, R not constant)")
                 continue
             array = fold_value(value, nodes)
-            if isinstance(array, str):
+            if isinstance(array, Refusal):
                 reasons.append(f"{label}: {array}")
                 continue
             if hidden is None:  # R itself tells H: [D, G*H, H] (transposed for the contrib op)
@@ -333,7 +336,7 @@ class FoldRnnWeights(RnnNodeRule):
             if len(sinks) > 1:
                 before = sum(t.nbytes for t in map(_tensor_of, all_leaves) if t is not None)
                 after = _stored_bytes(sinks, (digest, array.nbytes))
-                if isinstance(after, str):
+                if isinstance(after, Refusal):
                     reasons.append(f"{label}: {after}")
                     continue
                 if after > before:

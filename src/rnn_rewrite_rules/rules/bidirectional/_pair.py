@@ -12,6 +12,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.rules._graph import fresh_name, input_at
@@ -51,21 +52,21 @@ def direction(node: ir.Node) -> str:
 
 def node_reason(
     node: ir.Node, wanted: str = "forward", sliced: bool = True, *, states_read: bool = False
-) -> str | None:
+) -> Refusal | None:
     """Why ``node`` cannot be one direction of a merged node (None: it can).
 
     ``states_read``: the caller proves what reads ``Y_h``/``Y_c`` itself.
     """
     if direction(node) != wanted:
-        return f"the RNN is not a {wanted} one"
+        return Refusal(f"the RNN is not a {wanted} one")
     if node.attributes.get_int("layout", 0) != 0:
-        return "layout=1 RNN"
+        return Refusal("layout=1 RNN")
     if sliced and input_at(node, 4) is not None:
-        return "sequence_lens is present: the Slice reverses the padding too"
+        return Refusal("sequence_lens is present: the Slice reverses the padding too")
     if not states_read:
         for output in node.outputs[1:]:
             if output.uses() or output.is_graph_output():
-                return "Y_h or Y_c is read"
+                return Refusal("Y_h or Y_c is read")
     return None
 
 
@@ -75,7 +76,7 @@ def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
 
 def pair_reason(
     forward_half: Half, backward_half: Half, prover: ShapeProver, *, states_read: bool = False
-) -> str | None:
+) -> Refusal | None:
     """Why the two halves are not one bidirectional layer (None: they are)."""
     forward, backward = forward_half.node, backward_half.node
     sliced = backward_half.reversed
@@ -86,27 +87,27 @@ def pair_reason(
     if reason is not None:
         return reason
     if (forward.domain, forward.op_type) != (backward.domain, backward.op_type):
-        return "the two halves are different ops"
+        return Refusal("the two halves are different ops")
     if input_at(forward, 4) is not input_at(backward, 4):
-        return "the halves have different sequence_lens"
+        return Refusal("the halves have different sequence_lens")
     facts = [rnn_facts(n, prover) for n in (forward, backward)]
     for fact in facts:
-        if isinstance(fact, str):
+        if isinstance(fact, Refusal):
             return fact
     if facts[0].hidden_size != facts[1].hidden_size:  # type: ignore[union-attr]
-        return "the two halves have different hidden sizes"
+        return Refusal("the two halves have different hidden sizes")
     a, b = _attributes(forward), _attributes(backward)
     if set(a) != set(b):
-        return "the two halves have different attributes"
+        return Refusal("the two halves have different attributes")
     for name in a:
         if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
-            return f"the two halves differ in {name}"
+            return Refusal(f"the two halves differ in {name}")
     spec = rnn_op(forward)
     assert spec is not None  # rnn_facts proved both halves RNN ops
     peephole = () if spec.peephole is None else (spec.peephole,)
     for index in (*spec.state_inputs, *peephole):
         if (input_at(forward, index) is None) != (input_at(backward, index) is None):
-            return "only one half has an initial state or peepholes"
+            return Refusal("only one half has an initial state or peepholes")
     return None
 
 

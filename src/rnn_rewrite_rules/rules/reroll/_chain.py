@@ -15,6 +15,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
     cached_ints,
@@ -105,7 +106,7 @@ class Step(Protocol):
 S = TypeVar("S", bound=Step)
 
 
-def walk_back(last: S, parse: Callable[[ir.Node], S | str]) -> list[S]:
+def walk_back(last: S, parse: Callable[[ir.Node], S | Refusal]) -> list[S]:
     """The chain ending at ``last``, first step first: each earlier step is what ``parse``
     reads at the default-domain producer of the next one's ``h_prev``, with the same
     ``source``. A graph has no cycles, so the walk ends."""
@@ -115,7 +116,7 @@ def walk_back(last: S, parse: Callable[[ir.Node], S | str]) -> list[S]:
         if node is None or node.domain != "":
             break
         previous = parse(node)
-        if isinstance(previous, str) or previous.source is not last.source:
+        if isinstance(previous, Refusal) or previous.source is not last.source:
             break
         steps.append(previous)
     steps.reverse()
@@ -145,10 +146,10 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
     graph: ir.Graph | ir.Function
     opset: int
 
-    def plan_chain(self, root: ir.Node) -> P | str:
+    def plan_chain(self, root: ir.Node) -> P | Refusal:
         raise NotImplementedError
 
-    def refuse(self, context, plan: P) -> str | None:
+    def refuse(self, context, plan: P) -> Refusal | None:
         """Why the rule does not apply to a proven chain (None: it does)."""
         return None
 
@@ -156,13 +157,13 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         check_result = MatchResult()
         root = context.root
         plan = self.plan_chain(root)
-        if isinstance(plan, str):
+        if isinstance(plan, Refusal):
             return check_result.fail(plan, root)
         reason = self.refuse(context, plan)
         if reason is not None:
             return check_result.fail(reason, root)
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, root)
         self.plan, self.graph, self.opset = plan, context.graph_or_function, opset
         return check_result

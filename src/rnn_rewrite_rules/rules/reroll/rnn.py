@@ -48,6 +48,7 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
@@ -81,11 +82,11 @@ class _Step:
     internal: tuple[ir.Value, ...]
 
 
-def _parse_step(act: ir.Node) -> _Step | str:
+def _parse_step(act: ir.Node) -> _Step | Refusal:
     """The step whose activation is ``act``, or why it is not one."""
     add = producer(act.inputs[0], "Add")
     if add is None or len(add.inputs) != 2:
-        return f"{act.op_type}'s input is not an Add of a recurrent term and a step input"
+        return Refusal(f"{act.op_type}'s input is not an Add of a recurrent term and a step input")
     for recurrent, step_input in (add.inputs, tuple(reversed(add.inputs))):
         read = read_step(step_input)
         if read is None:
@@ -105,13 +106,15 @@ def _parse_step(act: ir.Node) -> _Step | str:
                     internal.append(recurrent)
                     break
             else:
-                return "the recurrent term is an Add but not MatMul(h, R^T) + constant bias"
+                return Refusal(
+                    "the recurrent term is an Add but not MatMul(h, R^T) + constant bias"
+                )
         if matmul is None or len(matmul.inputs) != 2:
-            return "the recurrent term is not MatMul(h, R^T) [+ b_hh]"
+            return Refusal("the recurrent term is not MatMul(h, R^T) [+ b_hh]")
         internal.append(matmul.outputs[0])
         h_prev, weight = matmul.inputs
         return _Step(act, source, index, h_prev, weight, bias, None, tuple(internal))
-    return "neither Add operand reads one step (Squeeze(Slice(P, [t], [t+1], [0]), [0]))"
+    return Refusal("neither Add operand reads one step (Squeeze(Slice(P, [t], [t+1], [0]), [0]))")
 
 
 @dataclasses.dataclass
@@ -124,16 +127,16 @@ class _Source:
     reverse: bool
 
 
-def _parse_source(value: ir.Value) -> _Source | str:
+def _parse_source(value: ir.Value) -> _Source | Refusal:
     reverse = False
     flip = producer(value, "Slice")
     if flip is not None:
         params = slice_params(flip)
         if params is None or params[2] != 0 or params[3] != -1:
-            return "the step source is a Slice that is not a reversal of axis 0"
+            return Refusal("the step source is a Slice that is not a reversal of axis 0")
         start, end = params[:2]
         if start != -1 or end > -(2**31):
-            return "the step source reverses only part of the sequence"
+            return Refusal("the step source reverses only part of the sequence")
         value, reverse = flip.inputs[0], True
     bias = None
     projection = value
@@ -144,17 +147,17 @@ def _parse_source(value: ir.Value) -> _Source | str:
             a, b = b, a
         bias = weight_array(b)
         if bias is None:
-            return "the input projection's bias is not a constant"
+            return Refusal("the input projection's bias is not a constant")
         projection = a
     matmul = producer(projection, "MatMul")
     if matmul is None:
-        return "the step source is not an input projection MatMul(X, W^T) [+ b_ih]"
+        return Refusal("the step source is not an input projection MatMul(X, W^T) [+ b_ih]")
     x, w = matmul.inputs
     weight = weight_array(w)
     if weight is None:
-        return "the input weight W^T is not a constant"
+        return Refusal("the input weight W^T is not a constant")
     if x is None:
-        return "the input projection has no X"
+        return Refusal("the input projection has no X")
     return _Source(x, weight, bias, reverse)
 
 
@@ -188,65 +191,71 @@ def _uses_outside(value: ir.Value, allowed: set[tuple[int, int]]) -> bool:
     )
 
 
-def plan_chain(root: ir.Node) -> _Plan | str:
+def plan_chain(root: ir.Node) -> _Plan | Refusal:
     """Prove that ``root`` ends an unrolled RNN chain and plan its replacement."""
     last = _parse_step(root)
-    if isinstance(last, str):
+    if isinstance(last, Refusal):
         return last
-    steps = walk_back(
-        last, lambda node: _parse_step(node) if node.op_type == root.op_type else "other act"
-    )
+
+    def parse(node: ir.Node) -> _Step | Refusal:
+        if node.op_type != root.op_type:
+            return Refusal(f"{node.op_type} is not the chain's {root.op_type}")
+        return _parse_step(node)
+
+    steps = walk_back(last, parse)
     for t, step in enumerate(steps):
         if step.index != t:
-            return f"step {t} reads index {step.index} of the sequence, not {t}"
+            return Refusal(f"step {t} reads index {step.index} of the sequence, not {t}")
         if step.folded is not None and t != 0:
-            return f"step {t}'s recurrent term is a constant"
+            return Refusal(f"step {t}'s recurrent term is a constant")
     first = steps[0]
     weight_step = next((s for s in steps if s.weight is not None), None)
     only_folded = None if weight_step is not None else first.folded
     if only_folded is not None:
         # One step from a zero state (seq 1): R is never applied; b_hh is the folded row.
         if only_folded.ndim != 3 or only_folded.shape[0] != 1:
-            return f"the folded first step has shape {list(only_folded.shape)}"
+            return Refusal(f"the folded first step has shape {list(only_folded.shape)}")
         recurrent = np.zeros((only_folded.shape[2],) * 2, only_folded.dtype)
     else:
         assert weight_step is not None
         recurrent = weight_array(weight_step.weight)
     if recurrent is None:
-        return "the recurrent weight R^T is not a constant"
+        return Refusal("the recurrent weight R^T is not a constant")
     for t, step in enumerate(steps):
         if step.weight is None or weight_step is None:
             continue
         if not same_constant(step.weight, weight_step.weight):
-            return f"step {t} uses other recurrent weights than step {steps.index(weight_step)}"
+            return Refusal(
+                f"step {t} uses other recurrent weights than step {steps.index(weight_step)}"
+            )
         if (step.bias is None) != (weight_step.bias is None) or (
             step.bias is not None and not same_constant(step.bias, weight_step.bias)
         ):
-            return f"step {t} uses another recurrent bias"
+            return Refusal(f"step {t} uses another recurrent bias")
     source = _parse_source(last.source)
-    if isinstance(source, str):
+    if isinstance(source, Refusal):
         return source
     hidden = recurrent.shape[-1] if recurrent.ndim == 2 else -1
     if recurrent.ndim != 2 or recurrent.shape[0] != hidden:
-        return f"R^T has shape {list(recurrent.shape)}, not [H, H]"
+        return Refusal(f"R^T has shape {list(recurrent.shape)}, not [H, H]")
     if source.weight.ndim != 2 or source.weight.shape[1] != hidden:
-        return f"W^T has shape {list(source.weight.shape)}, not [I, {hidden}]"
+        return Refusal(f"W^T has shape {list(source.weight.shape)}, not [I, {hidden}]")
     if source.bias is not None and source.bias.shape != (hidden,):
-        return f"b_ih has shape {list(source.bias.shape)}, not [{hidden}]"
+        return Refusal(f"b_ih has shape {list(source.bias.shape)}, not [{hidden}]")
     if only_folded is not None:
         recurrent_bias = only_folded[0, 0] if only_folded.shape[1] else None
     else:
         assert weight_step is not None
         recurrent_bias = None if weight_step.bias is None else weight_array(weight_step.bias)
     if recurrent_bias is not None and recurrent_bias.shape != (hidden,):
-        return f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]"
+        return Refusal(f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]")
     dtypes = {recurrent.dtype, source.weight.dtype}
     dtypes |= {b.dtype for b in (source.bias, recurrent_bias) if b is not None}
     if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64, np.float16):
-        return f"weights have element types {sorted(map(str, dtypes))}"
+        return Refusal(f"weights have element types {sorted(map(str, dtypes))}")
     prover = ShapeProver()
     if prover.rank(source.x) != 3:
-        return "X is not provably of rank 3"
+        return Refusal("X is not provably of rank 3")
 
     # The stacked sequence: one Concat of every h_t in processing (or reverse) order.
     outputs = [s.act.outputs[0] for s in steps]
@@ -257,16 +266,16 @@ def plan_chain(root: ir.Node) -> _Plan | str:
             concat = node
             break
     if concat is not None and concat.attributes.get_int("axis", 0) not in (0, -3):
-        return "the Concat of the steps is not on axis 0"
+        return Refusal("the Concat of the steps is not on axis 0")
     allowed_concat = set() if concat is None else {(id(concat), i) for i in range(len(stacked))}
     for t, step in enumerate(steps):
         for value in step.internal:
             if len(value.uses()) != 1 or value.is_graph_output():
-                return f"an intermediate value of step {t} has another reader"
+                return Refusal(f"an intermediate value of step {t} has another reader")
         if t + 1 < len(steps):
             readers = {(id(n), i) for n, i in outputs[t].uses() if n.op_type == "MatMul"}
             if _uses_outside(outputs[t], allowed_concat | readers) or len(readers) != 1:
-                return f"h_{t + 1} (step {t}) has a reader outside the chain"
+                return Refusal(f"h_{t + 1} (step {t}) has a reader outside the chain")
 
     # h_0 and the batch.
     guard_batch = False
@@ -275,16 +284,18 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         expected = np.zeros(hidden, recurrent.dtype) if recurrent_bias is None else recurrent_bias
         folded = first.folded
         if folded.ndim != 3 or folded.shape[0] != 1 or folded.shape[2] != hidden:
-            return f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
+            return Refusal(
+                f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
+            )
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
-            return "the folded first step is not b_hh (a non-zero initial state)"
+            return Refusal("the folded first step is not b_hh (a non-zero initial state)")
         if folded.shape[1] != 1 and static_size(prover, source.x, 1) != folded.shape[1]:
-            return "the folded first step fixes a batch X does not provably have"
+            return Refusal("the folded first step fixes a batch X does not provably have")
     else:
         assert h0 is not None
         proof = _batch_matches(prover, h0, source.x, hidden)
         if proof is None:
-            return "cannot prove h_0 is [1, batch, H]"
+            return Refusal("cannot prove h_0 is [1, batch, H]")
         guard_batch = not proof
         # zero states stay: the initial_state family shares or drops them (by target)
     slice_x = static_size(prover, source.x, 0) != len(steps)
@@ -311,12 +322,12 @@ class RerollRnn(ChainRule[_Plan]):
     def pattern(self, op, pre):
         return getattr(op, self.activation)(pre)
 
-    def plan_chain(self, root: ir.Node) -> _Plan | str:
+    def plan_chain(self, root: ir.Node) -> _Plan | Refusal:
         return plan_chain(root)
 
-    def refuse(self, context, plan: _Plan) -> str | None:
+    def refuse(self, context, plan: _Plan) -> Refusal | None:
         if _feeds_step(plan.steps[-1].act.outputs[0]):
-            return "h_T feeds another step: not the last step"
+            return Refusal("h_T feeds another step: not the last step")
         return None
 
     def rewrite(self, op, pre: ir.Value, **_):
@@ -367,7 +378,7 @@ def _feeds_step(h: ir.Value) -> bool:
             for user, _ in node.outputs[0].uses() if node.outputs else ():
                 if user.op_type in ACTIVATIONS and user.domain == "":
                     step = _parse_step(user)
-                    if not isinstance(step, str) and step.h_prev is h:
+                    if not isinstance(step, Refusal) and step.h_prev is h:
                         return True
                 following.append(user)
         frontier = following
