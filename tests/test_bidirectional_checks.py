@@ -18,8 +18,8 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules.rules import _bidirectional_states as bidirectional_states
 from rnn_rewrite_rules.rules import bidirectional
+from rnn_rewrite_rules.rules.bidirectional import states as bidirectional_states
 from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import in_if_branches
 from tests.reasons import refusal_reasons

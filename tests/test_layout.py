@@ -117,9 +117,9 @@ def test_layout0_and_quantized_lstm_are_left_alone() -> None:
 
 def test_not_installed_by_default() -> None:
     assert families()["layout"].install_by_default is False
-    layout_rules = set(families()["layout"].rules)
-    assert not layout_rules & set(select_rules(installed_only=True))
-    assert layout_rules <= set(select_rules())  # rules() / the CLI include it
+    layout_rules = {rule.name for rule in families()["layout"].rules}
+    assert not layout_rules & {rule.name for rule in select_rules(installed_only=True)}
+    assert layout_rules <= {rule.name for rule in select_rules()}  # rules() / the CLI include it
 
 
 def test_idempotent() -> None:

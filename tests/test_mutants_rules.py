@@ -454,7 +454,7 @@ def test_every_rule_is_selected_by_its_own_name() -> None:
 
     rules = [rule for family in FAMILIES for rule in family.all_rules]
     for rule in rules:
-        assert select_rules([rule.name]) == [rule], rule.name
+        assert [r.name for r in select_rules([rule.name])] == [rule.name], rule.name
     names = {rule.name for rule in rules}
     expected = {
         "DropZeroInitialState[GRU/2]",

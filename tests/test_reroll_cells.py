@@ -12,7 +12,7 @@ from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules.rules import reroll_cells
+from rnn_rewrite_rules.rules.reroll import cells as reroll_cells
 from rnn_rewrite_rules.testing.unrolled import (
     CELL_MUTATIONS,
     UnrolledCellConfig,

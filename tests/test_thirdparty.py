@@ -1,4 +1,4 @@
-"""Third-party exporter forms (issue 13): what fires, what is refused and why, and that
+"""Third-party exporter forms: what fires, what is refused and why, and that
 every rewrite equals the original at several sizes (ONNX Runtime), batch 0 included
 (``onnx.reference``: ORT aborts on LSTM/GRU with batch 0)."""
 
@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 import rnn_rewrite_rules
 from rnn_rewrite_rules import diagnostics, runtime
 from rnn_rewrite_rules._report import _RecordingTracer
-from rnn_rewrite_rules.rules._bidirectional_states import state_rules
+from rnn_rewrite_rules.rules.bidirectional.states import state_rules
 from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from tests.exporter_support import all_nodes, all_op_counts, assert_target_form, rnn_nodes

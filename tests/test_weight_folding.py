@@ -20,7 +20,7 @@ from onnxscript.rewriter import MatchingTracer, MatchStatus
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import diagnostics, runtime
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules._ir import NUMPY_DTYPES
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
 from rnn_rewrite_rules.testing.exporters import (

@@ -14,7 +14,7 @@ import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _lazy_io
-from rnn_rewrite_rules._compat import check_onnxscript, release_match_state
+from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
     InitializerInfoFromTensorPass,
@@ -99,15 +99,15 @@ def select(
     try:
         selected = select_rules(names, installed_only=installed_only, target=target)
         available = families()
-        dropped: set[RewriteRule] = set()
+        dropped: set[str] = set()  # by name: each call builds its rules anew
         for name in excluded:  # a family excluded takes its rules of every target with it
             in_family = available[name].all_rules if name in available else None
-            dropped.update(in_family or select_rules([name], target=target))
+            dropped.update(r.name for r in in_family or select_rules([name], target=target))
     except KeyError as error:
         raise UnknownRule(error.args[0]) from None
     except ValueError as error:  # an unknown target
         raise BadOptions(str(error)) from None
-    kept = [rule for rule in selected if rule not in dropped]
+    kept = [rule for rule in selected if rule.name not in dropped]
     if selected and not kept:
         raise BadOptions(f"--exclude {','.join(excluded)} leaves no rule to apply")
     return kept
@@ -213,9 +213,7 @@ def rewrite(
 
 def _rewrite(model: ir.Model, rule_set: RewriteRuleSet) -> bool:
     """Rewrite ``model`` in place and clean up; True when a rule fired."""
-    fired = apply_rounds(model, rule_set)
-    release_match_state(rule_set.rules)
-    return fired
+    return apply_rounds(model, rule_set)
 
 
 def apply_rounds(

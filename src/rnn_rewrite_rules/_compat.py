@@ -8,9 +8,6 @@ public name lives here, each with the versions it was read from:
   ``optimize_ir`` and ``rewrite(model)`` read at call time (0.5.0 to 0.7.2).
 * ``RewriteRule._condition_function`` and ``._replacement_pattern._function``: the
   callables a rule was made from, for its description (0.5.0 to 0.7.2).
-* ``RewriteRule._matcher``: its ``SimplePatternMatcher`` keeps the last graph, node,
-  match and tracer it saw (``_graph``, ``_current_node``, ``_match``, ``_tracer``; 0.5.0
-  to 0.7.2), which :func:`release_match_state` drops.
 
 Version differences:
 
@@ -26,14 +23,14 @@ Version differences:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 import onnx_ir as ir
 import onnxscript
 import onnxscript.rewriter as _rewriter
-from onnxscript.rewriter import MatchingTracer, MatchResult, RewriteRule
+from onnxscript.rewriter import RewriteRule
 
 __all__ = [
     "ONNXSCRIPT_BELOW",
@@ -46,7 +43,6 @@ __all__ = [
     "emit_node",
     "gru_export_bug",
     "onnxscript_version",
-    "release_match_state",
     "rule_callables",
     "set_default_rewrite_rules",
 ]
@@ -126,43 +122,6 @@ def rule_callables(rule: RewriteRule) -> tuple[Callable | None, Callable | None]
     condition = getattr(rule, "_condition_function", None)
     replacement = getattr(getattr(rule, "_replacement_pattern", None), "_function", None)
     return condition, replacement
-
-
-#: What a rule or its matcher may keep from its last match.
-_MATCH_STATE = (ir.Graph, ir.Function, ir.Node, ir.Value, ir.Model, MatchResult, MatchingTracer)
-
-
-def release_match_state(rules: Iterable[RewriteRule]) -> None:
-    """Drop what ``rules`` keep from their last match (each is set again by the next one).
-
-    The matcher of a rule keeps the last graph it matched in, and a rule class may keep
-    its check's graph, nodes or values (also in a tuple or dict): the module-level rules
-    would keep the last model rewritten, and every weight folded into it, alive after the
-    rewrite returns. An attribute that is, or holds, such an object is set to None.
-    """
-    for rule in rules:
-        owners = (
-            rule,
-            getattr(rule, "_matcher", None),
-            getattr(getattr(rule, "_condition_function", None), "__self__", None),
-        )
-        for owner in owners:
-            for name, value in list(getattr(owner, "__dict__", {}).items()):
-                if _holds_match_state(value):
-                    setattr(owner, name, None)
-
-
-def _holds_match_state(value: object, depth: int = 0) -> bool:
-    """Whether ``value`` is, or a container (nested up to three deep) holds, graph state."""
-    if isinstance(value, _MATCH_STATE):
-        return True
-    if depth >= 3:
-        return False
-    if isinstance(value, dict):
-        value = [*value.keys(), *value.values()]
-    if isinstance(value, list | tuple | set | frozenset):
-        return any(_holds_match_state(item, depth + 1) for item in value)
-    return False
 
 
 def emit_node(

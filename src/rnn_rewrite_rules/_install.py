@@ -62,6 +62,8 @@ def install(
         warnings.warn(hazard, UserWarning, stacklevel=2)
     with _lock:
         rules = tuple(select(names, installed_only=True, target=target, exclude=exclude))
+        if is_installed() and [r.name for r in rules] == [r.name for r in _ours]:
+            return  # the same rules, built anew: keep those installed
         current = [r for r in _compat.default_rewrite_rules() if r not in _ours]
         _ours = rules
         _compat.set_default_rewrite_rules((*rules, *current))

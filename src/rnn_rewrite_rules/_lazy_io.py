@@ -28,7 +28,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules._ir import NUMPY_DTYPES
 
 __all__ = [
     "LAZY_MIN_BYTES",

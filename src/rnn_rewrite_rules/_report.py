@@ -23,7 +23,8 @@ from onnxscript.rewriter import (
 )
 
 from rnn_rewrite_rules import _api, _compat, _io, diagnostics
-from rnn_rewrite_rules._rnn import RNN_OPS, rnn_facts
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import fixed_by
 
@@ -67,19 +68,15 @@ def rule_name(rule: RewriteRule) -> str:
     return rule.name or repr(rule)
 
 
-#: RNN outputs by position; GRU and RNN have no cell state (initial_c, Y_c).
-_OUTPUTS = ("Y", "Y_h", "Y_c")
-_WITH_CELL = {"LSTM", "DynamicQuantizeLSTM"}
-
-
 def _for_op(text: str, op_type: str, num_outputs: int) -> str:
     """A description written for a generic ``RNN(...)`` (LSTM's inputs and outputs) said
     for ``op_type`` with ``num_outputs`` outputs."""
     text = re.sub(r"\bRNN\(", f"{op_type}(", text)
-    if op_type not in _WITH_CELL:
+    spec = rnn_op_of_type(op_type)
+    if spec is None or not spec.cell_state:
         text = re.sub(r", initial_c=\w+", "", text).replace('(..., "", "")', '(..., "")')
         text = text.replace("(..., z, z)", "(..., z)")
-    names = list(_OUTPUTS[:num_outputs])
+    names = list(spec.outputs[:num_outputs]) if spec else []
     if "<unused Y_c>" in text and names:
         kept = ", ".join(names[:-1])
         unused = ", ".join([*names[:-1], f"<unused {names[-1]}>"])
@@ -246,7 +243,7 @@ def unimproved_rnns(
     for node, hazards in remaining.items():
         reasons: list[str] = []
         facts = rnn_facts(node)
-        if isinstance(facts, str) and (node.domain, node.op_type) in RNN_OPS:
+        if isinstance(facts, str) and is_rnn(node):
             reasons.append(f"static facts unknown: {facts}")
         for family in dict.fromkeys(f for h in hazards for f in fixers[h.kind]):
             found = [

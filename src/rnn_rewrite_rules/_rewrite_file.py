@@ -22,7 +22,6 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
 from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
-from rnn_rewrite_rules._compat import release_match_state
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, fixed_by
 
 __all__ = [
@@ -249,7 +248,6 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
     current[0].done()
     explain = progress.task("explaining what was not rewritten")
     unimproved = _report.unimproved_rnns(model, rules, rule_families())
-    release_match_state(rules)  # the module-level rules would keep the model alive
     explain.done()
     return Report(Path(), None, before, _report.model_stats(model), fired, unimproved, len(rules))
 

@@ -41,7 +41,9 @@ import onnx
 import onnx_ir as ir
 
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules._rnn import RNN_OPS, const_array, rnn_facts
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.diagnostics import is_rnn
 from rnn_rewrite_rules.runtime import OnnxRuntimeMissing, require_onnxruntime
 

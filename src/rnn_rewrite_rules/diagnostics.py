@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules._rnn_ops import describe_node, is_rnn, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
@@ -51,7 +51,6 @@ _SHAPE_ARITHMETIC = {
     "Shape", "Slice", "Gather", "Concat", "Mul", "Add", "Sub", "Div", "Reshape", "Squeeze",
     "Unsqueeze", "Cast", "Identity", "ReduceProd", "Max", "Min", "Range", "Equal", "Where",
 }  # fmt: skip
-_WEIGHT_INPUTS = {"LSTM": {1: "W", 2: "R", 3: "B", 7: "P"}, "GRU": {1: "W", 2: "R", 3: "B"}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,19 +62,6 @@ class Hazard:
 
     def __str__(self) -> str:
         return f"[{self.kind}] {self.node}: {self.message}"
-
-
-def is_rnn(node: ir.Node) -> bool:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    return (domain, node.op_type) in RNN_OPS
-
-
-def describe_node(node: ir.Node) -> str:
-    """``LSTM 'name'``, or ``LSTM (-> 'first output')`` for an unnamed node."""
-    if node.name:
-        return f"{node.op_type} {node.name!r}"
-    outputs = [v.name for v in node.outputs if v is not None and v.name]
-    return f"{node.op_type} (-> {outputs[0]!r})" if outputs else node.op_type
 
 
 def _summary(nodes: Iterable[ir.Node]) -> str:
@@ -157,7 +143,7 @@ def _preparation(value: ir.Value) -> set[ir.Node] | None:
 
 
 def _weight_preparation(rnn: ir.Node) -> Hazard | None:
-    names = _WEIGHT_INPUTS.get(rnn.op_type, {1: "W", 2: "R", 3: "B"})
+    names = rnn_op(rnn).weight_inputs  # type: ignore[union-attr]
     prepared: list[str] = []
     cone: set[ir.Node] = set()
     for index, name in names.items():

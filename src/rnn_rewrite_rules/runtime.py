@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules._ir import NUMPY_DTYPES
 
 __all__ = [
     "OnnxRuntimeMissing",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules._rnn_ops import is_rnn
 from rnn_rewrite_rules.rules.unused_outputs import is_unused
 
 __all__ = ["EmptyUnusedRnnOutputsPass", "empty_unused_rnn_outputs"]
@@ -21,7 +21,7 @@ def empty_unused_rnn_outputs(graph_like: ir.Graph | ir.Function) -> int:
     """
     count = 0
     for node in ir.traversal.RecursiveGraphIterator(graph_like):
-        if (node.domain, node.op_type) not in RNN_OPS:
+        if not is_rnn(node):
             continue
         for value in node.outputs:
             if value.name and is_unused(value):

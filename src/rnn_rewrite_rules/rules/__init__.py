@@ -76,7 +76,7 @@ def select_rules(
     installed_only: bool = False,
     target: str = DEFAULT_TARGET,
 ) -> list[RewriteRule]:
-    """Rules by family or rule name (all families when ``names`` is None).
+    """New rules by family or rule name (all families when ``names`` is None).
 
     ``installed_only`` keeps the families ``install()`` adds by default; a family gives
     its rules for ``target`` (see :data:`TARGETS`); a rule named gives that rule.
@@ -90,13 +90,15 @@ def select_rules(
     available = families()
     if names is None:
         names = [f.name for f in FAMILIES if f.install_by_default or not installed_only]
-    by_rule = {rule.name: rule for family in FAMILIES for rule in family.all_rules}
-    selected: list[RewriteRule] = []
+    family_of = {rule.name: family for family in FAMILIES for rule in family.all_rules}
+    selected: dict[str, RewriteRule] = {}  # by name: each rule once, in first-named order
     for name in names:
         if name in available:
-            selected.extend(available[name].rules_for(target))
-        elif name in by_rule:
-            selected.append(by_rule[name])
+            rules = available[name].rules_for(target)
+        elif name in family_of:
+            rules = tuple(r for r in family_of[name].all_rules if r.name == name)
         else:
             raise KeyError(name)
-    return list(dict.fromkeys(selected))
+        for rule in rules:
+            selected.setdefault(str(rule.name), rule)
+    return list(selected.values())

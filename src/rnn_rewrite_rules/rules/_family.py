@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
-from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+from onnxscript.rewriter import RewriteRule
 
-__all__ = ["RuleFamily"]
+__all__ = ["MakeRules", "RuleFamily"]
+
+#: Builds a family's rules anew: each rewrite gets its own, so what a rule and its matcher
+#: keep from their last match (the graph, a plan) is freed with them when it returns.
+MakeRules = Callable[[], Sequence[RewriteRule]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,31 +21,35 @@ class RuleFamily:
     Attributes:
         name: what ``--rules`` and ``rules(names)`` call it.
         description: one line, shown by ``--list-rules``.
-        rule_set: its rules for the default target (``portable``), in the order they are tried.
+        make_rules: builds its rules for the default target (``portable``), in the order
+            they are tried.
         install_by_default: whether :func:`rnn_rewrite_rules.install` adds it.
-        target_rule_sets: the rules that replace ``rule_set`` for another target (see
-            ``rules.TARGETS``), e.g. a form only ONNX Runtime accepts.
+        target_rules: builds the rules that replace ``make_rules``'s for another target
+            (see ``rules.TARGETS``), e.g. a form only ONNX Runtime accepts.
         fixes: the ``diagnostics`` hazard kinds it was written to remove.
     """
 
     name: str
     description: str
-    rule_set: RewriteRuleSet
+    make_rules: MakeRules
     install_by_default: bool = True
-    target_rule_sets: Mapping[str, RewriteRuleSet] = dataclasses.field(default_factory=dict)
+    target_rules: Mapping[str, MakeRules] = dataclasses.field(default_factory=dict)
     fixes: tuple[str, ...] = ()
 
     @property
     def rules(self) -> tuple[RewriteRule, ...]:
-        """The rules for the default target."""
-        return tuple(self.rule_set)
+        """New rules for the default target."""
+        return tuple(self.make_rules())
 
     def rules_for(self, target: str) -> tuple[RewriteRule, ...]:
-        """The rules for ``target``."""
-        return tuple(self.target_rule_sets.get(target, self.rule_set))
+        """New rules for ``target``."""
+        return tuple(self.target_rules.get(target, self.make_rules)())
 
     @property
     def all_rules(self) -> tuple[RewriteRule, ...]:
-        """Every rule of every target, each once (what a rule name can select)."""
-        sets = (self.rule_set, *self.target_rule_sets.values())
-        return tuple(dict.fromkeys(rule for rule_set in sets for rule in rule_set))
+        """New rules of every target, one per name (what a rule name can select)."""
+        by_name: dict[str, RewriteRule] = {}
+        for make in (self.make_rules, *self.target_rules.values()):
+            for rule in make():
+                by_name.setdefault(str(rule.name), rule)
+        return tuple(by_name.values())

@@ -13,11 +13,9 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._rnn import RNN_OPS
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 
 __all__ = ["RnnNodeRule", "copy_rnn_node", "keep_identity", "rnn_node_rules"]
-
-_MAX_OUTPUTS = {"LSTM": 3, "GRU": 2, "RNN": 2, "DynamicQuantizeLSTM": 3}
 
 
 class RnnNodeRule(RewriteRuleClassBase):
@@ -97,7 +95,7 @@ def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
 def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:
     """One rule per RNN op and output count, most outputs first."""
     return [
-        rule_class.rule(domain, op_type, n)
-        for (domain, op_type) in RNN_OPS
-        for n in range(_MAX_OUTPUTS[op_type], 0, -1)
+        rule_class.rule(spec.domain, spec.op_type, n)
+        for spec in RNN_OPS.values()
+        for n in range(len(spec.outputs), 0, -1)
     ]

@@ -22,24 +22,25 @@ chain then dies.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
-__all__ = ["FAMILY", "FoldProvenIf", "condition_reason", "rules"]
+__all__ = ["FAMILY", "FoldProvenIf", "condition_reason", "make_rules"]
 
 _MAX_OUTPUTS = 8
 
 
-def condition_reason(node: ir.Node, prover: ShapeProver) -> bool | str:
+def condition_reason(node: ir.Node, prover: ShapeProver) -> bool | Refusal:
     """The proven value of ``node``'s condition, or why it is not proven."""
     cond = node.inputs[0] if node.inputs else None
     taken = prover.ints(cond)
     if taken is None or len(taken) != 1:
-        return "the If condition is not provable from the graph (a runtime value or size)"
+        return Refusal("the If condition is not provable from the graph (a runtime value or size)")
     return bool(taken[0])
 
 
@@ -64,7 +65,7 @@ class FoldProvenIf(RewriteRuleClassBase):
         if len(node.outputs) != self.num_outputs:
             return check_result.fail(f"If has {len(node.outputs)} outputs", node)
         taken = condition_reason(node, ShapeProver())
-        if isinstance(taken, str):
+        if isinstance(taken, Refusal):
             return check_result.fail(taken, cond)
         attr = node.attributes.get("then_branch" if taken else "else_branch")
         if attr is None:
@@ -122,12 +123,14 @@ class FoldProvenIf(RewriteRuleClassBase):
         return results if len(results) > 1 else results[0]
 
 
-rules = RewriteRuleSet([FoldProvenIf.rule(n) for n in range(1, _MAX_OUTPUTS + 1)])
+def make_rules() -> list[RewriteRule]:
+    return [FoldProvenIf.rule(n) for n in range(1, _MAX_OUTPUTS + 1)]
+
 
 FAMILY = RuleFamily(
     name="fold_if",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-rank-check",),
 )

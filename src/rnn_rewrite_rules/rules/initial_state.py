@@ -51,11 +51,14 @@ from typing import Union
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
-from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
-from rnn_rewrite_rules.rules._constants import cached_ints
+from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import cached_ints
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros, is_finite
@@ -67,7 +70,7 @@ __all__ = [
     "explicit_zero_form",
     "is_all_zeros",
     "is_finite",
-    "rules",
+    "make_rules",
     "state_reason",
 ]
 
@@ -77,32 +80,30 @@ Piece = Union[int, tuple[ir.Value, int]]  # noqa: UP007 (Python 3.10 evaluates a
 ZeroForm = tuple[ir.DataType, tuple[Piece, ...]]
 
 
-def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> str | None:
+def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> Refusal | None:
     """None when ``state`` provably has the shape ``node`` requires of its initial states:
     ``[D, batch of X, H]`` (layout 1: ``[batch of X, D, H]``), else why not."""
     facts = rnn_facts(node, prover)
-    if isinstance(facts, str):
+    if isinstance(facts, Refusal):
         return facts
     x = node.inputs[0]
     if x is None:
-        return "the node has no X"
+        return Refusal("the node has no X")
     batch_axis = 0 if facts.layout == 1 else 1
     batch = prover.dim(x, batch_axis)
     if batch is None:
-        return "the rank of X is not proven"
+        return Refusal("the rank of X is not proven")
     d, h = Dim.const(facts.num_directions), Dim.const(facts.hidden_size)
     expected = (batch, d, h) if facts.layout == 1 else (d, batch, h)
     shape = prover.dims(state)
     if shape is None:
-        return "cannot prove the zero state's shape"
+        return Refusal("cannot prove the zero state's shape")
     if shape != expected:
         got = "[" + ", ".join(map(str, shape)) + "]"
-        return f"the zero state's shape {got} is not provably [D, batch of X, H] (a frozen axis?)"
+        return Refusal(
+            f"the zero state's shape {got} is not provably [D, batch of X, H] (a frozen axis?)"
+        )
     return None
-
-
-def _state_indices(op_type: str) -> tuple[int, ...]:
-    return (5, 6) if op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,)
 
 
 class _ZeroStateRule(RnnNodeRule):
@@ -113,7 +114,9 @@ class _ZeroStateRule(RnnNodeRule):
         check_result = MatchResult()
         inputs = node.inputs
         candidates = [
-            i for i in _state_indices(self.op_type) if i < len(inputs) and inputs[i] is not None
+            i
+            for i in RNN_OPS[(self.domain, self.op_type)].state_inputs
+            if i < len(inputs) and inputs[i] is not None
         ]
         zeros = [i for i in candidates if is_all_zeros(inputs[i])]
         if not zeros:
@@ -156,10 +159,10 @@ class ShareZeroInitialState(_ZeroStateRule):
         if dtype is None:
             return check_result.fail("cannot prove the initial state's element type", state)
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, node)
         facts = rnn_facts(node, prover)
-        assert not isinstance(facts, str)  # proven by state_reason
+        assert not isinstance(facts, Refusal)  # proven by state_reason
         x = node.inputs[0]
         batch_axis = 0 if facts.layout == 1 else 1
         batch = prover.dim(x, batch_axis)
@@ -325,18 +328,23 @@ def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     return inner.inputs[0], int(index[0])
 
 
-share_rules = RewriteRuleSet(rnn_node_rules(ShareZeroInitialState))
-drop_rules = RewriteRuleSet(rnn_node_rules(DropZeroInitialState))
-#: The default (portable) target's rules.
-rules = share_rules
+def make_rules() -> list[RewriteRule]:
+    """The default (portable) target's rules: zero states become one shared one."""
+    return rnn_node_rules(ShareZeroInitialState)
+
+
+def make_drop_rules() -> list[RewriteRule]:
+    """ONNX Runtime's: zero states are dropped."""
+    return rnn_node_rules(DropZeroInitialState)
+
 
 FAMILY = RuleFamily(
     name="initial_state",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=share_rules,
+    make_rules=make_rules,
     install_by_default=True,
     # tract 0.23.9 panics (``UndeterminedSymbol("batch")``) on an LSTM/GRU without
     # ``initial_h`` when the batch axis is symbolic: dropping is for ONNX Runtime only.
-    target_rule_sets={"onnxruntime": drop_rules},
+    target_rules={"onnxruntime": make_drop_rules},
     fixes=("unproven-zero-state",),
 )

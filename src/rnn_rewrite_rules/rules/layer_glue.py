@@ -30,15 +30,17 @@ than the chain (a computed Reshape target counts as one more node).
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
-from rnn_rewrite_rules._rnn import const_array, opset_version, rnn_facts
-from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
 
-__all__ = ["FAMILY", "CollapseRnnGlue", "rules"]
+__all__ = ["FAMILY", "CollapseRnnGlue", "make_rules"]
 
 
 _GLUE_OPS = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
@@ -54,7 +56,7 @@ def _product(group: Group, sizes: list[Dim]) -> Dim:
 
 def _step(
     node: ir.Node, groups: list[Group], sizes: list[Dim], prover: ShapeProver
-) -> list[Group] | str:
+) -> list[Group] | Refusal:
     """The groups after ``node``, or why its effect cannot be proven."""
     op_type = node.op_type
     if op_type == "Identity":
@@ -63,20 +65,20 @@ def _step(
         perm_attr = node.attributes.get("perm")
         perm = list(perm_attr.as_ints()) if perm_attr else list(reversed(range(len(groups))))
         if sorted(perm) != list(range(len(groups))):
-            return "Transpose perm does not match the rank"
+            return Refusal("Transpose perm does not match the rank")
         return [groups[p] for p in perm]
     if op_type in ("Squeeze", "Unsqueeze"):
-        axes = _axes(node, prover)
+        axes = read_axes(node, prover.ints)
         if axes is None:
-            return f"{op_type} axes are not constant"
+            return Refusal(f"{op_type} axes are not constant")
         if op_type == "Squeeze":
             squeezed = normalize_axes(axes, len(groups))
             if squeezed is None or any(groups[a] for a in squeezed):
-                return "Squeeze of an axis that is not provably 1"
+                return Refusal("Squeeze of an axis that is not provably 1")
             return [g for i, g in enumerate(groups) if i not in squeezed]
         inserted = normalize_axes(axes, len(groups) + len(axes))
         if inserted is None:
-            return "Unsqueeze axes out of range or repeated"
+            return Refusal("Unsqueeze axes out of range or repeated")
         result = list(groups)
         for a in sorted(inserted):
             result.insert(a, ())
@@ -84,49 +86,43 @@ def _step(
     # Reshape
     terms = prover.vector(node.inputs[1]) if len(node.inputs) > 1 else None
     if terms is None or None in terms:
-        return "Reshape target is not a provable shape computation"
+        return Refusal("Reshape target is not a provable shape computation")
     allowzero = node.attributes.get_int("allowzero", 0)
     wanted: list[Dim | None] = []
     for i, term in enumerate(terms):
         assert term is not None
         if term.value == 0:
             if allowzero or i >= len(groups):
-                return "Reshape target has a 0 that does not copy an axis"
+                return Refusal("Reshape target has a 0 that does not copy an axis")
             term = _product(groups[i], sizes)
         elif term.value is not None and term.value < 0:
             if term.value != -1 or None in wanted:
-                return "Reshape target has a negative element other than one -1"
+                return Refusal("Reshape target has a negative element other than one -1")
             term = None
         elif term.value is None and not allowzero and not term.positive:
             copy = _product(groups[i], sizes) if i < len(groups) else None
             if term != copy:  # a computed 0 copies the input's axis instead
-                return "Reshape target has a computed element that may be 0 and copy an axis"
+                return Refusal(
+                    "Reshape target has a computed element that may be 0 and copy an axis"
+                )
         wanted.append(term)
     flat = [a for g in groups for a in g]
     unknown = wanted.index(None) if None in wanted else len(wanted)
     left = _consume(flat, wanted[:unknown], sizes)
-    if isinstance(left, str):
+    if isinstance(left, Refusal):
         return left
     taken = sum(len(g) for g in left)
     if unknown == len(wanted):
-        return left if taken == len(flat) else "Reshape target does not cover every axis"
+        return left if taken == len(flat) else Refusal("Reshape target does not cover every axis")
     right = _consume(list(reversed(flat[taken:])), list(reversed(wanted[unknown + 1 :])), sizes)
-    if isinstance(right, str):
+    if isinstance(right, Refusal):
         return right
     right = [tuple(reversed(g)) for g in reversed(right)]
     middle = tuple(flat[taken : len(flat) - sum(len(g) for g in right)])
     return [*left, middle, *right]
 
 
-def _axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
-    """Squeeze/Unsqueeze axes: the ``axes`` attribute (opset < 13) or the constant input."""
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return list(attr.as_ints())
-    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
-
-
-def _consume(flat: list[int], wanted: list[Dim], sizes: list[Dim]) -> list[Group] | str:
+def _consume(flat: list[int], wanted: list[Dim], sizes: list[Dim]) -> list[Group] | Refusal:
     """Split a prefix of ``flat`` into runs of the wanted sizes."""
     groups: list[Group] = []
     position = 0
@@ -135,12 +131,14 @@ def _consume(flat: list[int], wanted: list[Dim], sizes: list[Dim]) -> list[Group
         size = ONE
         while size != want:
             if position >= len(flat) or want.divide(size) is None:
-                return "Reshape target element is not a product of the input's axes (frozen?)"
+                return Refusal(
+                    "Reshape target element is not a product of the input's axes (frozen?)"
+                )
             run.append(flat[position])
             size = size * sizes[flat[position]]
             position += 1
         if want.divide(size) is None:
-            return "Reshape target element is not a product of the input's axes (frozen?)"
+            return Refusal("Reshape target element is not a product of the input's axes (frozen?)")
         groups.append(tuple(run))
     return groups
 
@@ -308,7 +306,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             value = producer.inputs[0]
         y = value
         facts = rnn_facts(y.producer(), prover)
-        if not isinstance(facts, str):
+        if not isinstance(facts, Refusal):
             rank = 4 if y is facts.node.outputs[0] else 3
         else:  # not after an RNN: only a chain feeding an RNN's X (its input glue)
             feeds_rnn = readers and all(
@@ -327,7 +325,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         old_cost = 0
         for node in chain:
             result = _step(node, groups, sizes, prover)
-            if isinstance(result, str):
+            if isinstance(result, Refusal):
                 return check_result.fail(result, node)
             groups = result
             if node not in dying:
@@ -351,7 +349,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             return check_result.fail(reason, context.root)
         self._plan = (y, perm, second)
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, context.root)
         self._opset = opset
         self._main_graph = context.graph_or_function is context.model.graph
@@ -383,12 +381,14 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         return current
 
 
-rules = RewriteRuleSet([CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS])
+def make_rules() -> list[RewriteRule]:
+    return [CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS]
+
 
 FAMILY = RuleFamily(
     name="layer_glue",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-shape-chain",),
 )

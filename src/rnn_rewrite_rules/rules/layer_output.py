@@ -21,36 +21,40 @@ dynamic axis stays dynamic.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
-from rnn_rewrite_rules._rnn import opset_version, rnn_facts
-from rnn_rewrite_rules.rules._constants import int64_constant
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import int64_constant, squeeze
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
-__all__ = ["FAMILY", "RnnOutputToSequence", "rules"]
+__all__ = ["FAMILY", "RnnOutputToSequence", "make_rules"]
 
 _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
 
 def _target_reason(
     target: tuple[Dim | None, ...], input_dims: tuple[Dim, ...], allowzero: int
-) -> str | None:
+) -> Refusal | None:
     """None when ``Reshape`` of ``input_dims`` by ``target`` is ``[seq, batch, D*H]``."""
     expected = (input_dims[0], input_dims[1], input_dims[2] * input_dims[3])
     out = reshape(input_dims, target, allowzero)
-    if isinstance(out, str):
-        return f"reshape target: {out}"
+    if isinstance(out, Refusal):
+        return Refusal(f"reshape target: {out}")
     for axis, (got, want, element) in enumerate(zip(out, expected, target, strict=True)):
         if got == want:
             continue
         if element is None:
-            return f"target's {_AXIS_NAMES[axis]} element is not a provable shape computation"
+            return Refusal(
+                f"target's {_AXIS_NAMES[axis]} element is not a provable shape computation"
+            )
         if element.value == -1:
-            return "cannot prove what the -1 in the target infers"
+            return Refusal("cannot prove what the -1 in the target infers")
         what = f"the constant {element.value}" if element.is_const else "another dimension"
-        return f"target's {_AXIS_NAMES[axis]} element is {what}, not the input's"
+        return Refusal(f"target's {_AXIS_NAMES[axis]} element is {what}, not the input's")
     return None
 
 
@@ -70,7 +74,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         check_result = MatchResult()
         prover = ShapeProver()
         facts = rnn_facts(y.producer(), prover)
-        if isinstance(facts, str):
+        if isinstance(facts, Refusal):
             return check_result.fail(facts, y)
         if y is not facts.node.outputs[0]:
             return check_result.fail("transposed value is not the RNN's Y output", y)
@@ -92,7 +96,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         self._num_directions = facts.num_directions
         self._width = facts.num_directions * facts.hidden_size
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, context.root)
         self._opset = opset
         self._graph = context.graph_or_function
@@ -107,10 +111,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
 
     def rewrite(self, op, y: ir.Value, transposed: ir.Value, **_):
         if self._num_directions == 1:
-            if self._opset >= 13:
-                result = op.Squeeze(y, self._constant(op, [1]))
-            else:
-                result = op.Squeeze(y, axes=[1])
+            result = squeeze(op, y, [1], self._opset, lambda v: self._constant(op, v))
         else:
             result = op.Reshape(transposed, self._constant(op, [0, 0, self._width]))
         keep_identity(result.producer(), self._root)
@@ -120,15 +121,14 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         return int64_constant(op, self._graph, values, as_node=not self._main_graph)
 
 
-rnn_output_to_sequence_rule = RnnOutputToSequence.rule()
+def make_rules() -> list[RewriteRule]:
+    return [RnnOutputToSequence.rule()]
 
-
-rules = RewriteRuleSet([rnn_output_to_sequence_rule])
 
 FAMILY = RuleFamily(
     name="layer_output",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-shape-chain",),
 )

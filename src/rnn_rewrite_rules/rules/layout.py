@@ -27,18 +27,17 @@ run on ONNX Runtime is what the command is for; pass ``"layout"`` to
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, keep_identity, rnn_node_rules
 from rnn_rewrite_rules.rules.unused_outputs import is_unused
 
-__all__ = ["FAMILY", "LayoutToTimeMajor", "rules"]
-
-
-_STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+__all__ = ["FAMILY", "LayoutToTimeMajor", "make_rules"]
 
 
 class LayoutToTimeMajor(RnnNodeRule):
@@ -46,12 +45,12 @@ class LayoutToTimeMajor(RnnNodeRule):
 
     def check_node(self, context, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
-        if node.domain != "" or node.op_type not in _STATE_INPUTS:
+        if "layout" not in RNN_OPS[(self.domain, self.op_type)].attributes:
             return check_result.fail(f"{node.op_type} has no layout attribute", node)
         if node.attributes.get_int("layout", 0) != 1:
             return check_result.fail("layout is already 0", node)
         facts = rnn_facts(node)
-        if isinstance(facts, str):
+        if isinstance(facts, Refusal):
             return check_result.fail(facts, node)
         used = [i for i, value in enumerate(node.outputs) if not is_unused(value)]
         if not used:
@@ -63,7 +62,7 @@ class LayoutToTimeMajor(RnnNodeRule):
         node = self.node(out0)
         inputs: list[ir.Value | None] = list(node.inputs)
         inputs[0] = op.Transpose(inputs[0], perm=[1, 0, 2])
-        for index in _STATE_INPUTS[node.op_type]:
+        for index in RNN_OPS[(node.domain, node.op_type)].state_inputs:
             if index < len(inputs) and inputs[index] is not None:
                 inputs[index] = op.Transpose(inputs[index], perm=[1, 0, 2])
         while inputs and inputs[-1] is None:
@@ -85,12 +84,14 @@ class LayoutToTimeMajor(RnnNodeRule):
         return result
 
 
-rules = RewriteRuleSet(rnn_node_rules(LayoutToTimeMajor))
+def make_rules() -> list[RewriteRule]:
+    return rnn_node_rules(LayoutToTimeMajor)
+
 
 FAMILY = RuleFamily(
     name="layout",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=False,
     fixes=("layout-1",),
 )

@@ -20,7 +20,7 @@ case is handled by :class:`rnn_rewrite_rules.passes.EmptyUnusedRnnOutputsPass`, 
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
@@ -29,7 +29,7 @@ __all__ = [
     "FAMILY",
     "DropTrailingUnusedOutputs",
     "is_unused",
-    "rules",
+    "make_rules",
 ]
 
 
@@ -58,12 +58,14 @@ class DropTrailingUnusedOutputs(RnnNodeRule):
         return [*kept, *node.outputs[self._keep :]]
 
 
-rules = RewriteRuleSet(rnn_node_rules(DropTrailingUnusedOutputs))
+def make_rules() -> list[RewriteRule]:
+    return rnn_node_rules(DropTrailingUnusedOutputs)
+
 
 FAMILY = RuleFamily(
     name="unused_outputs",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=(),
 )

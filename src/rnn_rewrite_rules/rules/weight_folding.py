@@ -43,11 +43,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRule
 
-from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._graph import fresh_name
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import ShapeProver
 from rnn_rewrite_rules.shape.constant import (
@@ -58,20 +60,24 @@ from rnn_rewrite_rules.shape.constant import (
     preparation_nodes,
 )
 
-__all__ = ["FAMILY", "FoldRnnWeights", "rules"]
+__all__ = ["FAMILY", "FoldRnnWeights", "make_rules"]
 
 
-#: RNN input index -> name.
-_WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B"}
 #: Key of ``ir.Value.meta`` (in memory only) holding a folded initializer's digest.
 _DIGEST_KEY = "rnn_rewrite_rules.weight_folding.digest"
 
 
 def _is_weight_read(user: ir.Node, index: int) -> bool:
-    return (user.domain, user.op_type) in RNN_OPS and index in _WEIGHT_INPUTS
+    spec = rnn_op(user)
+    return spec is not None and index in _folded_inputs(spec)
 
 
-def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
+def _folded_inputs(spec: RnnOp) -> dict[int, str]:
+    """The inputs this family folds: ``W``, ``R`` and ``B`` (not the peepholes)."""
+    return {i: n for i, n in spec.weight_inputs.items() if n != "P"}
+
+
+def _sinks_of(leaf: ir.Value) -> list[ir.Value] | Refusal:
     """The RNN weight inputs ``leaf``'s data reaches, or why it would stay needed."""
     stack = [leaf]
     seen: set[ir.Value] = set()
@@ -82,7 +88,9 @@ def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
             continue
         seen.add(value)
         if value.is_graph_output():
-            return f"{leaf.name} feeds graph output {value.name}: folding would store it twice"
+            return Refusal(
+                f"{leaf.name} feeds graph output {value.name}: folding would store it twice"
+            )
         for user, index in value.uses():
             if _is_weight_read(user, index):
                 sinks[value] = None
@@ -90,7 +98,7 @@ def _sinks_of(leaf: ir.Value) -> list[ir.Value] | str:
             if user.domain == "" and user.op_type in FOLDABLE_OPS and index in data_inputs(user):
                 stack.extend(user.outputs)
                 continue
-            return (
+            return Refusal(
                 f"{leaf.name} is also read by {user.op_type} {user.name!r} (input {index}): "
                 "folding would store it twice"
             )
@@ -105,7 +113,7 @@ def _tensor_of(value: ir.Value) -> ir.TensorProtocol | None:
     return ir.convenience.get_const_tensor(value)
 
 
-def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list] | str:
+def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list] | Refusal:
     """Every RNN weight input sharing data with ``value`` (itself first), and their leaves.
 
     Folding ``value`` stores its tensor once; the originals go only when every weight
@@ -120,7 +128,7 @@ def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list]
             continue
         all_leaves[leaf] = None
         found = _sinks_of(leaf)
-        if isinstance(found, str):
+        if isinstance(found, Refusal):
             return found
         for sink in found:
             if sink in sinks:
@@ -129,25 +137,25 @@ def _component(value: ir.Value, leaves: Sequence[ir.Value]) -> tuple[list, list]
             if _is_leaf(sink):
                 continue
             more = preparation_nodes(sink)
-            if isinstance(more, str):
-                return f"{sink.name} shares {leaf.name} but is not foldable: {more}"
+            if isinstance(more, Refusal):
+                return Refusal(f"{sink.name} shares {leaf.name} but is not foldable: {more}")
             todo.extend(more[1])
     return list(sinks), list(all_leaves)
 
 
-def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | str:
+def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | Refusal:
     """Bytes the distinct tensors of ``sinks`` take once all are folded (``first`` given)."""
     stored = dict([first])
     for sink in sinks[1:]:
         if _is_leaf(sink):
             tensor = _tensor_of(sink)
             if tensor is None:
-                return f"{sink.name} has no constant value"
+                return Refusal(f"{sink.name} has no constant value")
             array = tensor.numpy()
         else:
             array = fold_value(sink)
-            if isinstance(array, str):
-                return f"{sink.name} shares its weights but cannot be folded: {array}"
+            if isinstance(array, Refusal):
+                return Refusal(f"{sink.name} shares its weights but cannot be folded: {array}")
         stored[_digest(np.ascontiguousarray(array))] = array.nbytes
         del array
     return sum(stored.values())
@@ -194,14 +202,14 @@ def _hidden_size(node: ir.Node, prover: ShapeProver) -> int | None:
 
 def _shape_mismatch(
     actual: tuple[int, ...], expected: Sequence[int | None], declared: Sequence[int | None] | None
-) -> str | None:
+) -> Refusal | None:
     for wanted, what in ((expected, "needs"), (declared, "declares")):
         if wanted is None:
             continue
         if len(wanted) != len(actual) or any(
             w is not None and w != a for w, a in zip(wanted, actual, strict=True)
         ):
-            return f"computed shape {actual}, but the node {what} {tuple(wanted)}"
+            return Refusal(f"computed shape {actual}, but the node {what} {tuple(wanted)}")
     return None
 
 
@@ -264,30 +272,6 @@ def _scope(parents: dict[ir.Graph, ir.Graph], graph: ir.Graph) -> list[ir.Graph]
     return chain
 
 
-def _unique_name(model: ir.Model, base: str) -> str:
-    """``base``, or ``base_<n>``, unused by any value of the model, its subgraphs and functions.
-
-    Graph inputs, initializers (overridable or not) and node outputs all count: an ONNX
-    name is one value in every scope that can see it.
-    """
-    taken: set[str] = set()
-    graphs: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
-    for graph_like in graphs:
-        taken.update(v.name for v in graph_like.inputs if v.name)
-        taken.update(v.name for v in graph_like.outputs if v.name)
-        if isinstance(graph_like, ir.Graph):
-            taken.update(graph_like.initializers)
-    for function in model.functions.values():
-        for node in ir.traversal.RecursiveGraphIterator(function):
-            taken.update(v.name for v in node.outputs if v.name)
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        taken.update(v.name for v in node.outputs if v.name)
-    name, suffix = base, 1
-    while name in taken:
-        name, suffix = f"{base}_{suffix}", suffix + 1
-    return name
-
-
 class FoldRnnWeights(RnnNodeRule):
     """RNN(X, <computed W>, <computed R>, <computed B>, ...) -> RNN(X, W', R', B', ...)."""
 
@@ -303,7 +287,9 @@ class FoldRnnWeights(RnnNodeRule):
         bug = onnxscript_gru_bug(node)
         if bug is not None:  # folded, the weights would no longer show who wrote them
             return check_result.fail(bug, node)
-        gates = RNN_OPS[(node.domain, node.op_type)]
+        spec = rnn_op(node)
+        assert spec is not None  # the pattern matched an RNN op
+        gates = spec.gates
         direction_attr = node.attributes.get("direction")
         direction = direction_attr.as_string() if direction_attr is not None else "forward"
         if direction not in DIRECTIONS:
@@ -311,7 +297,7 @@ class FoldRnnWeights(RnnNodeRule):
         prover = ShapeProver()
         hidden = _hidden_size(node, prover)
         reasons = []
-        for index, label in _WEIGHT_INPUTS.items():
+        for index, label in _folded_inputs(spec).items():
             value = node.inputs[index] if len(node.inputs) > index else None
             if value is None:
                 continue
@@ -319,19 +305,19 @@ class FoldRnnWeights(RnnNodeRule):
             if producer is None or is_constant_node(producer):
                 continue  # already a constant (or a graph input): nothing to fold
             found = preparation_nodes(value)
-            if isinstance(found, str):
+            if isinstance(found, Refusal):
                 reasons.append(f"{label}: {found}")
                 continue
             nodes, leaves = found
             component = _component(value, leaves)
-            if isinstance(component, str):
+            if isinstance(component, Refusal):
                 reasons.append(f"{label}: {component}")
                 continue
             if hidden is None and index != 2:
                 reasons.append(f"{label}: hidden_size is unknown (no attribute, R not constant)")
                 continue
             array = fold_value(value, nodes)
-            if isinstance(array, str):
+            if isinstance(array, Refusal):
                 reasons.append(f"{label}: {array}")
                 continue
             if hidden is None:  # R itself tells H: [D, G*H, H] (transposed for the contrib op)
@@ -350,7 +336,7 @@ class FoldRnnWeights(RnnNodeRule):
             if len(sinks) > 1:
                 before = sum(t.nbytes for t in map(_tensor_of, all_leaves) if t is not None)
                 after = _stored_bytes(sinks, (digest, array.nbytes))
-                if isinstance(after, str):
+                if isinstance(after, Refusal):
                     reasons.append(f"{label}: {after}")
                     continue
                 if after > before:
@@ -409,7 +395,7 @@ class FoldRnnWeights(RnnNodeRule):
         owners = {leaf.graph for leaf in leaves}
         target = next((g for g in scope if g in owners), graph)
         named = [leaf.name for leaf in leaves if leaf.name]
-        name = _unique_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
+        name = fresh_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
         # IR < 4: every initializer is a graph input, so overridable; a Constant is not.
         return ("new", array, name, target, digest, model.ir_version < 4)
 
@@ -448,12 +434,14 @@ class FoldRnnWeights(RnnNodeRule):
         self._fold = None  # never keep a folded tensor alive past the pass
 
 
-rules = RewriteRuleSet(rnn_node_rules(FoldRnnWeights))
+def make_rules() -> list[RewriteRule]:
+    return rnn_node_rules(FoldRnnWeights)
+
 
 FAMILY = RuleFamily(
     name="weight_folding",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
     fixes=("runtime-weight-prep",),
 )

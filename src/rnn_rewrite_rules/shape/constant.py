@@ -19,7 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import NUMPY_DTYPES
+from rnn_rewrite_rules._ir import NUMPY_DTYPES
+from rnn_rewrite_rules._refusal import Refusal
 
 __all__ = [
     "FOLDABLE_OPS",
@@ -68,19 +69,19 @@ def is_constant_node(node: ir.Node | None) -> bool:
     return node is not None and node.domain == "" and node.op_type == "Constant"
 
 
-def _leaf_reason(value: ir.Value) -> str | None:
+def _leaf_reason(value: ir.Value) -> Refusal | None:
     """Why a producer-less ``value`` is not a constant leaf, or None if it is one."""
     name = value.name or "<unnamed>"
     if value.is_graph_input():
         if value.is_initializer():
-            return f"{name} is an initializer that is also a graph input (overridable)"
-        return f"{name} is a graph input"
+            return Refusal(f"{name} is an initializer that is also a graph input (overridable)")
+        return Refusal(f"{name} is a graph input")
     if not value.is_initializer() or value.const_value is None:
-        return f"{name} is neither an initializer nor a Constant output"
+        return Refusal(f"{name} is neither an initializer nor a Constant output")
     return None
 
 
-def preparation_nodes(value: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] | str:
+def preparation_nodes(value: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] | Refusal:
     """The sub-graph computing ``value`` (topologically ordered) and its data leaves.
 
     Returns a reason instead when a node is not in :data:`FOLDABLE_OPS` or a leaf is not
@@ -114,7 +115,7 @@ def preparation_nodes(value: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] |
         seen.add((current, is_data))
         if node.domain != "" or node.op_type not in FOLDABLE_OPS:
             op = f"{node.domain}::{node.op_type}" if node.domain else node.op_type
-            return f"{current.name} is computed by {op}, not one of the foldable ops"
+            return Refusal(f"{current.name} is computed by {op}, not one of the foldable ops")
         stack.append((current, is_data, True))
         data = data_inputs(node)
         for index in reversed(range(len(node.inputs))):  # first input popped first
@@ -506,7 +507,7 @@ def _evaluate_node(node: ir.Node, operands: list[_Array | None]) -> list[_Array]
     raise FoldError(f"{op_type} is not foldable")
 
 
-def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.ndarray | str:
+def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.ndarray | Refusal:
     """Evaluate ``value`` from its constant sub-graph (see :func:`preparation_nodes`).
 
     Returns a C-contiguous array that owns its data, or a reason. Intermediates are
@@ -515,7 +516,7 @@ def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.nd
     """
     if nodes is None:
         found = preparation_nodes(value)
-        if isinstance(found, str):
+        if isinstance(found, Refusal):
             return found
         nodes = found[0]
     pending: dict[ir.Value, int] = {value: 1}  # remaining reads inside the sub-graph
@@ -568,7 +569,7 @@ def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.nd
             return owned
         return array
     except (FoldError, ValueError, TypeError) as error:
-        return f"cannot evaluate {value.name}: {error}"
+        return Refusal(f"cannot evaluate {value.name}: {error}")
     finally:
         computed.clear()
         for tensor in sources:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import DIRECTIONS, RNN_OPS
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.shape import semantics
 from rnn_rewrite_rules.shape.dim import ONE, Dim, product
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
@@ -117,7 +118,7 @@ def _reshape(node: ir.Node, ins: Inputs) -> list[Fact]:
     if data.dims is None:
         return [Fact((None,) * len(target.elements))]
     out = semantics.reshape(data.dims, target.elements, node.attributes.get_int("allowzero", 0))
-    if isinstance(out, str):
+    if isinstance(out, Refusal):
         return [UNKNOWN]
     elements = data.elements if data.elements is not None and len(out) <= 1 else None
     return [Fact(out, elements)]
@@ -480,7 +481,7 @@ def _gemm(node: ir.Node, ins: Inputs) -> list[Fact]:
 # ---------------------------------------------------------------- recurrent ops
 
 
-def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | str:
+def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | Refusal:
     """``(num_directions, hidden_size, layout)`` of an RNN node, or why they are unknown.
 
     From the ``direction``, ``hidden_size`` and ``layout`` attributes and the proven
@@ -490,14 +491,14 @@ def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | str:
     direction_attr = node.attributes.get("direction")
     direction = direction_attr.as_string() if direction_attr is not None else "forward"
     if direction not in DIRECTIONS:
-        return f"unknown direction {direction!r}"
+        return Refusal(f"unknown direction {direction!r}")
     directions = DIRECTIONS[direction]
     layout = node.attributes.get_int("layout", 0)
     w, r = _fact(ins, 1), _fact(ins, 2)
     for weight in (w, r):
         found = weight.dims[0].value if weight.rank == 3 and weight.dims[0] else None  # type: ignore[index]
         if found is not None and found != directions:
-            return f"direction {direction!r} disagrees with a weight of {found} directions"
+            return Refusal(f"direction {direction!r} disagrees with a weight of {found} directions")
     hidden_attr = node.attributes.get("hidden_size")
     hidden = hidden_attr.as_int() if hidden_attr is not None else None
     r_axis = 2 if node.domain == "" else 1
@@ -505,11 +506,11 @@ def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | str:
     if hidden is None:
         hidden = r_hidden
     elif r_hidden is not None and r_hidden != hidden:
-        return f"hidden_size={hidden} disagrees with R's hidden size {r_hidden}"
+        return Refusal(f"hidden_size={hidden} disagrees with R's hidden size {r_hidden}")
     if hidden is None:
-        return "hidden_size is not static (no attribute, and R's size is not proven)"
+        return Refusal("hidden_size is not static (no attribute, and R's size is not proven)")
     if hidden <= 0:
-        return f"hidden_size={hidden} is not positive"
+        return Refusal(f"hidden_size={hidden} is not positive")
     return directions, hidden, layout
 
 
@@ -518,7 +519,7 @@ def rnn_output_facts(node: ir.Node, ins: Inputs) -> list[Fact]:
     ``[batch, seq, D, H]``, ``[batch, D, H]`` (layout 1), seq and batch read from X."""
     sizes = rnn_sizes(node, ins)
     x_value = node.inputs[0] if node.inputs else None
-    if isinstance(sizes, str) or x_value is None:
+    if isinstance(sizes, Refusal) or x_value is None:
         return []
     x = _fact(ins, 0)
     if x.rank is None:  # the op requires X of rank 3: name its sizes by X's axes

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import const_array
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape.dim import Dim
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
@@ -67,7 +68,7 @@ class ShapeProver:
         """The content of a rank-0/1 int tensor when every element is a constant."""
         return self.fact(value).ints()
 
-    def rnn_sizes(self, node: ir.Node) -> tuple[int, int, int] | str:
+    def rnn_sizes(self, node: ir.Node) -> tuple[int, int, int] | Refusal:
         """``(num_directions, hidden_size, layout)`` of an RNN node, or why unknown."""
         return rnn_sizes(node, [None if v is None else self.fact(v) for v in node.inputs])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape.dim import ONE, Dim, product
 
 __all__ = [
@@ -35,7 +36,7 @@ def normalize_axes(axes: Sequence[int], rank: int) -> list[int] | None:
 
 def reshape(
     input_dims: Sequence[Dim], target: Sequence[Dim | None], allowzero: int
-) -> tuple[Dim | None, ...] | str:
+) -> tuple[Dim | None, ...] | Refusal:
     """The output sizes of ``Reshape(input, target)``, or why the target is invalid.
 
     An element that is None is unknown, and so is its output size. A ``0`` copies the
@@ -54,14 +55,16 @@ def reshape(
             out.append(None)
         elif value == -1:
             if infer is not None:
-                return "more than one -1 in the target"
+                return Refusal("more than one -1 in the target")
             infer = i
             out.append(None)
         elif value is not None and value < -1:
-            return f"negative target element {value}"
+            return Refusal(f"negative target element {value}")
         elif value == 0 and not allowzero:
             if copy is None:
-                return f"target element {i} is 0 but the input has only {len(input_dims)} axes"
+                return Refusal(
+                    f"target element {i} is 0 but the input has only {len(input_dims)} axes"
+                )
             out.append(copy)
         elif value is not None or allowzero:
             out.append(element)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import const_array
+from rnn_rewrite_rules._ir import const_array
 
 __all__ = ["is_all_zeros", "is_finite"]
 

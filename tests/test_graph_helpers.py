@@ -1,4 +1,4 @@
-"""rules._constants: the names and the int64 constants rewrites emit."""
+"""rules._graph: the names and the int64 constants rewrites emit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import onnx_ir as ir
 import pytest
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from rnn_rewrite_rules.rules._constants import fresh_name, int64_constant
+from rnn_rewrite_rules.rules._graph import fresh_name, int64_constant
 
 
 def _graph() -> ir.Graph:

@@ -1,6 +1,6 @@
 """Two one-direction RNN nodes that are one bidirectional layer: the proof and the merged node.
 
-Shared by the ``bidirectional`` family's rules (``bidirectional``, ``_bidirectional_states``).
+Shared by the ``bidirectional`` family's rules (``hand_built``, ``states``).
 """
 
 from __future__ import annotations
@@ -11,26 +11,23 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._rnn import const_array, rnn_facts
-from rnn_rewrite_rules.rules._constants import fresh_name
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op
+from rnn_rewrite_rules.rules._graph import fresh_name, input_at
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = [
-    "STATES",
     "Half",
     "direction",
     "emit_merged",
-    "input_at",
     "node_reason",
     "only_reader",
     "pair_reason",
-    "squeeze_axes",
 ]
 
-#: The initial-state inputs of each op (initial_h, initial_c).
-STATES = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
-_PEEPHOLE = 7
 _MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
 
 
@@ -48,40 +45,28 @@ def only_reader(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def squeeze_axes(node: ir.Node, prover: ShapeProver) -> list[int] | None:
-    """The axes of a Squeeze (attribute before opset 13, input after), None if unknown."""
-    attr = node.attributes.get("axes")
-    if attr is not None:
-        return list(attr.as_ints())
-    return prover.ints(node.inputs[1]) if len(node.inputs) > 1 else None
-
-
 def direction(node: ir.Node) -> str:
     attr = node.attributes.get("direction")
     return "forward" if attr is None else attr.as_string()
 
 
-def input_at(node: ir.Node, index: int) -> ir.Value | None:
-    return node.inputs[index] if index < len(node.inputs) else None
-
-
 def node_reason(
     node: ir.Node, wanted: str = "forward", sliced: bool = True, *, states_read: bool = False
-) -> str | None:
+) -> Refusal | None:
     """Why ``node`` cannot be one direction of a merged node (None: it can).
 
     ``states_read``: the caller proves what reads ``Y_h``/``Y_c`` itself.
     """
     if direction(node) != wanted:
-        return f"the RNN is not a {wanted} one"
+        return Refusal(f"the RNN is not a {wanted} one")
     if node.attributes.get_int("layout", 0) != 0:
-        return "layout=1 RNN"
+        return Refusal("layout=1 RNN")
     if sliced and input_at(node, 4) is not None:
-        return "sequence_lens is present: the Slice reverses the padding too"
+        return Refusal("sequence_lens is present: the Slice reverses the padding too")
     if not states_read:
         for output in node.outputs[1:]:
             if output.uses() or output.is_graph_output():
-                return "Y_h or Y_c is read"
+                return Refusal("Y_h or Y_c is read")
     return None
 
 
@@ -91,7 +76,7 @@ def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
 
 def pair_reason(
     forward_half: Half, backward_half: Half, prover: ShapeProver, *, states_read: bool = False
-) -> str | None:
+) -> Refusal | None:
     """Why the two halves are not one bidirectional layer (None: they are)."""
     forward, backward = forward_half.node, backward_half.node
     sliced = backward_half.reversed
@@ -102,24 +87,27 @@ def pair_reason(
     if reason is not None:
         return reason
     if (forward.domain, forward.op_type) != (backward.domain, backward.op_type):
-        return "the two halves are different ops"
+        return Refusal("the two halves are different ops")
     if input_at(forward, 4) is not input_at(backward, 4):
-        return "the halves have different sequence_lens"
+        return Refusal("the halves have different sequence_lens")
     facts = [rnn_facts(n, prover) for n in (forward, backward)]
     for fact in facts:
-        if isinstance(fact, str):
+        if isinstance(fact, Refusal):
             return fact
     if facts[0].hidden_size != facts[1].hidden_size:  # type: ignore[union-attr]
-        return "the two halves have different hidden sizes"
+        return Refusal("the two halves have different hidden sizes")
     a, b = _attributes(forward), _attributes(backward)
     if set(a) != set(b):
-        return "the two halves have different attributes"
+        return Refusal("the two halves have different attributes")
     for name in a:
         if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
-            return f"the two halves differ in {name}"
-    for index in (*STATES[forward.op_type], _PEEPHOLE):
+            return Refusal(f"the two halves differ in {name}")
+    spec = rnn_op(forward)
+    assert spec is not None  # rnn_facts proved both halves RNN ops
+    peephole = () if spec.peephole is None else (spec.peephole,)
+    for index in (*spec.state_inputs, *peephole):
         if (input_at(forward, index) is None) != (input_at(backward, index) is None):
-            return "only one half has an initial state or peepholes"
+            return Refusal("only one half has an initial state or peepholes")
     return None
 
 

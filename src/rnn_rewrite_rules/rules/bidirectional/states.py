@@ -25,14 +25,15 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._rnn import opset_version, rnn_facts
-from rnn_rewrite_rules.rules._constants import int64_constant
-from rnn_rewrite_rules.rules._pair import Half, emit_merged, pair_reason, squeeze_axes
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
+from rnn_rewrite_rules.rules.bidirectional._pair import Half, emit_merged, pair_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver, Sym
 
 __all__ = ["ConcatWholeSplit", "MergeForwardReverse", "MergeForwardReverseY", "state_rules"]
-
-_STATE_NAMES = ("Y", "Y_h", "Y_c")
 
 
 def _axis(node: ir.Node, rank: int | None) -> int | None:
@@ -115,33 +116,37 @@ def _position(graph: ir.Graph | ir.Function, *nodes: ir.Node) -> list[int]:
 
 def state_reason(
     forward: ir.Value, reverse: ir.Value, root: ir.Node, graph, prover: ShapeProver
-) -> str | None:
+) -> Refusal | None:
     """Why the pair's state output (``Y_h`` or ``Y_c``) stops the merge (None: it does not).
 
     Unread on both nodes, or read only by one Concat on axis 0 as ``[forward, reverse]``
     after ``root``.
     """
-    name = _STATE_NAMES[forward.index() or 0]
+    rnn = forward.producer()
+    spec = rnn_op(rnn) if rnn is not None else None
+    name = spec.outputs[forward.index() or 0] if spec else forward.name
     uses = [list(v.uses()) for v in (forward, reverse)]
     outputs = [v.is_graph_output() for v in (forward, reverse)]
     if not any(outputs) and not any(uses):
         return None
     if any(outputs) or [len(u) for u in uses] != [1, 1]:
-        return f"a half's {name} is read by something other than one Concat of the pair"
+        return Refusal(f"a half's {name} is read by something other than one Concat of the pair")
     (concat, index), (other, other_index) = uses[0][0], uses[1][0]
     if concat is not other or concat.domain != "" or concat.op_type != "Concat":
-        return f"the halves' {name} are not read by one Concat"
+        return Refusal(f"the halves' {name} are not read by one Concat")
     if other_index != index + 1:
-        return f"the Concat does not read the forward {name} right before the reverse {name}"
+        return Refusal(
+            f"the Concat does not read the forward {name} right before the reverse {name}"
+        )
     axis = _axis(concat, prover.rank(forward))
     if axis != 0:
         attr = concat.attributes.get_int("axis", 0)
-        return f"the {name} Concat is on axis {attr}, not the direction axis 0"
+        return Refusal(f"the {name} Concat is on axis {attr}, not the direction axis 0")
     mine, theirs = _position(graph, root, concat)
     if theirs < 0:
-        return f"the {name} Concat is in a subgraph"
+        return Refusal(f"the {name} Concat is in a subgraph")
     if theirs < mine:
-        return f"the {name} Concat comes before the Y Concat"
+        return Refusal(f"the {name} Concat comes before the Y Concat")
     return None
 
 
@@ -192,7 +197,7 @@ class MergeForwardReverse(RewriteRuleClassBase):
             for value in root.inputs:
                 squeeze = value.producer() if value is not None else None
                 assert squeeze is not None
-                if squeeze_axes(squeeze, prover) not in ([1], [-3]):
+                if read_axes(squeeze, prover.ints) not in ([1], [-3]):
                     reason = "the Squeeze does not remove the direction axis"
                     return check_result.fail(reason, squeeze)
         elif axis not in (1, -3):
@@ -213,10 +218,10 @@ class MergeForwardReverse(RewriteRuleClassBase):
                 return check_result.fail(reason, pair[0])
             read.append(bool(pair[0].uses()))
         opset = opset_version(context.model, graph)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, root)
         facts = rnn_facts(forward, prover)
-        assert not isinstance(facts, str)
+        assert not isinstance(facts, Refusal)
         self._plan = (forward, backward, xf, 2 * facts.hidden_size, read, opset)
         self._graph = graph
         self._main_graph = graph is context.model.graph

@@ -46,82 +46,24 @@ import dataclasses
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from rnn_rewrite_rules._rnn import const_array, opset_version
-from rnn_rewrite_rules.rules._constants import cached_ints
-from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import producer, slice_params
+from rnn_rewrite_rules.rules.reroll._chain import (
+    ChainRule,
+    read_step,
+    redirect,
+    same_constant,
+    static_size,
+    walk_back,
+    weight_array,
+)
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["FAMILY", "RerollRnn", "rules"]
+__all__ = ["ACTIVATIONS", "RerollRnn", "plan_chain"]
 
-_ACTIVATIONS = ("Tanh", "Relu")
-_INT64_MAX = 2**63 - 1
-_MAX_DEPTH = 24
-
-
-def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
-    """The producer of ``value`` when it is a default-domain ``op_type`` node."""
-    node = None if value is None else value.producer()
-    if node is None or node.domain != "" or node.op_type != op_type:
-        return None
-    return node
-
-
-def node_ints(value: ir.Value | None) -> list[int] | None:
-    """A constant int tensor of rank <= 1 as a list (None if not constant)."""
-    array = const_array(value)
-    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
-        return None
-    return [int(v) for v in np.atleast_1d(array)]
-
-
-def node_axes(node: ir.Node, index: int) -> list[int] | None:
-    """Squeeze/Unsqueeze axes from input ``index`` (opset >= 13) or the ``axes`` attribute."""
-    if len(node.inputs) > index and node.inputs[index] is not None:
-        return node_ints(node.inputs[index])
-    attr = node.attributes.get("axes")
-    return None if attr is None else list(attr.as_ints())
-
-
-def static_size(prover: ShapeProver, value: ir.Value, axis: int) -> int | None:
-    """The size of ``axis`` of ``value`` when the shape prover fixes it to a number."""
-    dim = prover.dim(value, axis)
-    return None if dim is None else dim.value
-
-
-def _optional_input(node: ir.Node, index: int) -> ir.Value | None:
-    return node.inputs[index] if len(node.inputs) > index else None
-
-
-def _slice_params(node: ir.Node) -> tuple[int, int, int, int] | None:
-    """(start, end, axis, step) of a one-axis opset >= 10 Slice with constant parameters."""
-    if len(node.inputs) < 3:
-        return None
-    starts, ends = node_ints(node.inputs[1]), node_ints(node.inputs[2])
-    axes_value, steps_value = _optional_input(node, 3), _optional_input(node, 4)
-    axes = [0] if axes_value is None else node_ints(axes_value)
-    steps = [1] if steps_value is None else node_ints(steps_value)
-    if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == 1:
-        return None
-    if len(steps) != 1:
-        return None
-    return starts[0], ends[0], axes[0], steps[0]
-
-
-def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
-    """``(P', t)`` when ``value`` is ``Squeeze(Slice(P', [t], [t+1], [0]), [0])``."""
-    squeeze = _producer(value, "Squeeze")
-    if squeeze is None or node_axes(squeeze, 1) != [0]:
-        return None
-    sliced = _producer(squeeze.inputs[0], "Slice")
-    params = None if sliced is None else _slice_params(sliced)
-    if params is None:
-        return None
-    start, end, axis, step = params
-    if axis != 0 or step != 1 or start < 0 or end != start + 1 or sliced.inputs[0] is None:
-        return None
-    return sliced.inputs[0], start
+ACTIVATIONS = ("Tanh", "Relu")
 
 
 @dataclasses.dataclass
@@ -140,13 +82,13 @@ class _Step:
     internal: tuple[ir.Value, ...]
 
 
-def _parse_step(act: ir.Node) -> _Step | str:
+def _parse_step(act: ir.Node) -> _Step | Refusal:
     """The step whose activation is ``act``, or why it is not one."""
-    add = _producer(act.inputs[0], "Add")
+    add = producer(act.inputs[0], "Add")
     if add is None or len(add.inputs) != 2:
-        return f"{act.op_type}'s input is not an Add of a recurrent term and a step input"
+        return Refusal(f"{act.op_type}'s input is not an Add of a recurrent term and a step input")
     for recurrent, step_input in (add.inputs, tuple(reversed(add.inputs))):
-        read = _read(step_input)
+        read = read_step(step_input)
         if read is None:
             continue
         source, index = read
@@ -155,22 +97,24 @@ def _parse_step(act: ir.Node) -> _Step | str:
         if folded is not None:
             return _Step(act, source, index, None, None, None, folded, tuple(internal))
         bias = None
-        matmul = _producer(recurrent, "MatMul")
-        biased = _producer(recurrent, "Add")
+        matmul = producer(recurrent, "MatMul")
+        biased = producer(recurrent, "Add")
         if biased is not None:
             for a, b in (biased.inputs, tuple(reversed(biased.inputs))):
-                if _producer(a, "MatMul") is not None and weight_array(b) is not None:
+                if producer(a, "MatMul") is not None and weight_array(b) is not None:
                     matmul, bias = a.producer(), b
                     internal.append(recurrent)
                     break
             else:
-                return "the recurrent term is an Add but not MatMul(h, R^T) + constant bias"
+                return Refusal(
+                    "the recurrent term is an Add but not MatMul(h, R^T) + constant bias"
+                )
         if matmul is None or len(matmul.inputs) != 2:
-            return "the recurrent term is not MatMul(h, R^T) [+ b_hh]"
+            return Refusal("the recurrent term is not MatMul(h, R^T) [+ b_hh]")
         internal.append(matmul.outputs[0])
         h_prev, weight = matmul.inputs
         return _Step(act, source, index, h_prev, weight, bias, None, tuple(internal))
-    return "neither Add operand reads one step (Squeeze(Slice(P, [t], [t+1], [0]), [0]))"
+    return Refusal("neither Add operand reads one step (Squeeze(Slice(P, [t], [t+1], [0]), [0]))")
 
 
 @dataclasses.dataclass
@@ -183,37 +127,37 @@ class _Source:
     reverse: bool
 
 
-def _parse_source(value: ir.Value) -> _Source | str:
+def _parse_source(value: ir.Value) -> _Source | Refusal:
     reverse = False
-    flip = _producer(value, "Slice")
+    flip = producer(value, "Slice")
     if flip is not None:
-        params = _slice_params(flip)
+        params = slice_params(flip)
         if params is None or params[2] != 0 or params[3] != -1:
-            return "the step source is a Slice that is not a reversal of axis 0"
+            return Refusal("the step source is a Slice that is not a reversal of axis 0")
         start, end = params[:2]
         if start != -1 or end > -(2**31):
-            return "the step source reverses only part of the sequence"
+            return Refusal("the step source reverses only part of the sequence")
         value, reverse = flip.inputs[0], True
     bias = None
     projection = value
-    add = _producer(value, "Add")
+    add = producer(value, "Add")
     if add is not None:
         a, b = add.inputs
-        if _producer(a, "MatMul") is None:
+        if producer(a, "MatMul") is None:
             a, b = b, a
         bias = weight_array(b)
         if bias is None:
-            return "the input projection's bias is not a constant"
+            return Refusal("the input projection's bias is not a constant")
         projection = a
-    matmul = _producer(projection, "MatMul")
+    matmul = producer(projection, "MatMul")
     if matmul is None:
-        return "the step source is not an input projection MatMul(X, W^T) [+ b_ih]"
+        return Refusal("the step source is not an input projection MatMul(X, W^T) [+ b_ih]")
     x, w = matmul.inputs
     weight = weight_array(w)
     if weight is None:
-        return "the input weight W^T is not a constant"
+        return Refusal("the input weight W^T is not a constant")
     if x is None:
-        return "the input projection has no X"
+        return Refusal("the input projection has no X")
     return _Source(x, weight, bias, reverse)
 
 
@@ -226,36 +170,6 @@ def _batch_matches(prover: ShapeProver, h0: ir.Value, x: ir.Value, hidden: int) 
     if shape is None or len(shape) != 3 or shape[0] != one or shape[2] != h:
         return None
     return shape[1] == prover.dim(x, 1)
-
-
-def weight_array(value: ir.Value | None) -> np.ndarray | None:
-    """A constant, through ``Identity`` (TorchScript shares an initializer that way) and a
-    2-D ``Transpose`` (torch leaves ``W^T`` unfolded above onnxscript's folding limit)."""
-    for _ in range(_MAX_DEPTH):
-        identity = _producer(value, "Identity")
-        if identity is None:
-            break
-        value = identity.inputs[0]
-    array = const_array(value)
-    if array is not None or value is None:
-        return array
-    node = _producer(value, "Transpose")
-    if node is None:
-        return None
-    inner = weight_array(node.inputs[0])
-    perm = node.attributes.get("perm")
-    if inner is None or inner.ndim != 2 or (perm is not None and list(perm.as_ints()) != [1, 0]):
-        return None
-    return inner.T
-
-
-def _same_constant(a: ir.Value | None, b: ir.Value | None) -> bool:
-    if a is b:
-        return True
-    if a is None or b is None:
-        return False
-    x, y = weight_array(a), weight_array(b)
-    return x is not None and y is not None and x.dtype == y.dtype and np.array_equal(x, y)
 
 
 @dataclasses.dataclass
@@ -277,73 +191,71 @@ def _uses_outside(value: ir.Value, allowed: set[tuple[int, int]]) -> bool:
     )
 
 
-def plan_chain(root: ir.Node) -> _Plan | str:
+def plan_chain(root: ir.Node) -> _Plan | Refusal:
     """Prove that ``root`` ends an unrolled RNN chain and plan its replacement."""
     last = _parse_step(root)
-    if isinstance(last, str):
+    if isinstance(last, Refusal):
         return last
-    steps = [last]
-    while True:
-        h_prev = steps[-1].h_prev
-        node = None if h_prev is None else h_prev.producer()
-        if node is None or node.domain != "" or node.op_type != root.op_type:
-            break
-        previous = _parse_step(node)
-        if isinstance(previous, str) or previous.source is not last.source:
-            break
-        steps.append(previous)  # a graph has no cycles: the walk ends
-    steps.reverse()
+
+    def parse(node: ir.Node) -> _Step | Refusal:
+        if node.op_type != root.op_type:
+            return Refusal(f"{node.op_type} is not the chain's {root.op_type}")
+        return _parse_step(node)
+
+    steps = walk_back(last, parse)
     for t, step in enumerate(steps):
         if step.index != t:
-            return f"step {t} reads index {step.index} of the sequence, not {t}"
+            return Refusal(f"step {t} reads index {step.index} of the sequence, not {t}")
         if step.folded is not None and t != 0:
-            return f"step {t}'s recurrent term is a constant"
+            return Refusal(f"step {t}'s recurrent term is a constant")
     first = steps[0]
     weight_step = next((s for s in steps if s.weight is not None), None)
     only_folded = None if weight_step is not None else first.folded
     if only_folded is not None:
         # One step from a zero state (seq 1): R is never applied; b_hh is the folded row.
         if only_folded.ndim != 3 or only_folded.shape[0] != 1:
-            return f"the folded first step has shape {list(only_folded.shape)}"
+            return Refusal(f"the folded first step has shape {list(only_folded.shape)}")
         recurrent = np.zeros((only_folded.shape[2],) * 2, only_folded.dtype)
     else:
         assert weight_step is not None
         recurrent = weight_array(weight_step.weight)
     if recurrent is None:
-        return "the recurrent weight R^T is not a constant"
+        return Refusal("the recurrent weight R^T is not a constant")
     for t, step in enumerate(steps):
         if step.weight is None or weight_step is None:
             continue
-        if not _same_constant(step.weight, weight_step.weight):
-            return f"step {t} uses other recurrent weights than step {steps.index(weight_step)}"
+        if not same_constant(step.weight, weight_step.weight):
+            return Refusal(
+                f"step {t} uses other recurrent weights than step {steps.index(weight_step)}"
+            )
         if (step.bias is None) != (weight_step.bias is None) or (
-            step.bias is not None and not _same_constant(step.bias, weight_step.bias)
+            step.bias is not None and not same_constant(step.bias, weight_step.bias)
         ):
-            return f"step {t} uses another recurrent bias"
+            return Refusal(f"step {t} uses another recurrent bias")
     source = _parse_source(last.source)
-    if isinstance(source, str):
+    if isinstance(source, Refusal):
         return source
     hidden = recurrent.shape[-1] if recurrent.ndim == 2 else -1
     if recurrent.ndim != 2 or recurrent.shape[0] != hidden:
-        return f"R^T has shape {list(recurrent.shape)}, not [H, H]"
+        return Refusal(f"R^T has shape {list(recurrent.shape)}, not [H, H]")
     if source.weight.ndim != 2 or source.weight.shape[1] != hidden:
-        return f"W^T has shape {list(source.weight.shape)}, not [I, {hidden}]"
+        return Refusal(f"W^T has shape {list(source.weight.shape)}, not [I, {hidden}]")
     if source.bias is not None and source.bias.shape != (hidden,):
-        return f"b_ih has shape {list(source.bias.shape)}, not [{hidden}]"
+        return Refusal(f"b_ih has shape {list(source.bias.shape)}, not [{hidden}]")
     if only_folded is not None:
         recurrent_bias = only_folded[0, 0] if only_folded.shape[1] else None
     else:
         assert weight_step is not None
         recurrent_bias = None if weight_step.bias is None else weight_array(weight_step.bias)
     if recurrent_bias is not None and recurrent_bias.shape != (hidden,):
-        return f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]"
+        return Refusal(f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]")
     dtypes = {recurrent.dtype, source.weight.dtype}
     dtypes |= {b.dtype for b in (source.bias, recurrent_bias) if b is not None}
     if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64, np.float16):
-        return f"weights have element types {sorted(map(str, dtypes))}"
+        return Refusal(f"weights have element types {sorted(map(str, dtypes))}")
     prover = ShapeProver()
     if prover.rank(source.x) != 3:
-        return "X is not provably of rank 3"
+        return Refusal("X is not provably of rank 3")
 
     # The stacked sequence: one Concat of every h_t in processing (or reverse) order.
     outputs = [s.act.outputs[0] for s in steps]
@@ -354,16 +266,16 @@ def plan_chain(root: ir.Node) -> _Plan | str:
             concat = node
             break
     if concat is not None and concat.attributes.get_int("axis", 0) not in (0, -3):
-        return "the Concat of the steps is not on axis 0"
+        return Refusal("the Concat of the steps is not on axis 0")
     allowed_concat = set() if concat is None else {(id(concat), i) for i in range(len(stacked))}
     for t, step in enumerate(steps):
         for value in step.internal:
             if len(value.uses()) != 1 or value.is_graph_output():
-                return f"an intermediate value of step {t} has another reader"
+                return Refusal(f"an intermediate value of step {t} has another reader")
         if t + 1 < len(steps):
             readers = {(id(n), i) for n, i in outputs[t].uses() if n.op_type == "MatMul"}
             if _uses_outside(outputs[t], allowed_concat | readers) or len(readers) != 1:
-                return f"h_{t + 1} (step {t}) has a reader outside the chain"
+                return Refusal(f"h_{t + 1} (step {t}) has a reader outside the chain")
 
     # h_0 and the batch.
     guard_batch = False
@@ -372,16 +284,18 @@ def plan_chain(root: ir.Node) -> _Plan | str:
         expected = np.zeros(hidden, recurrent.dtype) if recurrent_bias is None else recurrent_bias
         folded = first.folded
         if folded.ndim != 3 or folded.shape[0] != 1 or folded.shape[2] != hidden:
-            return f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
+            return Refusal(
+                f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
+            )
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
-            return "the folded first step is not b_hh (a non-zero initial state)"
+            return Refusal("the folded first step is not b_hh (a non-zero initial state)")
         if folded.shape[1] != 1 and static_size(prover, source.x, 1) != folded.shape[1]:
-            return "the folded first step fixes a batch X does not provably have"
+            return Refusal("the folded first step fixes a batch X does not provably have")
     else:
         assert h0 is not None
         proof = _batch_matches(prover, h0, source.x, hidden)
         if proof is None:
-            return "cannot prove h_0 is [1, batch, H]"
+            return Refusal("cannot prove h_0 is [1, batch, H]")
         guard_batch = not proof
         # zero states stay: the initial_state family shares or drops them (by target)
     slice_x = static_size(prover, source.x, 0) != len(steps)
@@ -398,22 +312,7 @@ def plan_chain(root: ir.Node) -> _Plan | str:
     )
 
 
-def new_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: str) -> ir.Value:
-    """A new initializer ``name`` (or a ``Constant`` in a function); an equal one is reused."""
-    tensor = ir.tensor(np.ascontiguousarray(array))
-    if not isinstance(graph, ir.Graph):
-        return op.Constant(value=tensor)
-    base, index = name, 0
-    while name in graph.initializers:
-        existing = graph.initializers[name].const_value
-        if existing is not None and np.array_equal(existing.numpy(), array):
-            return graph.initializers[name]
-        index += 1
-        name = f"{base}_{index}"
-    return op.initializer(tensor, name)
-
-
-class RerollRnn(RewriteRuleClassBase):
+class RerollRnn(ChainRule[_Plan]):
     """h_T = act(... act(MatMul(h_0, R^T) + b + x_0) ...) -> Y_h of RNN(X, W, R, B, h_0)."""
 
     def __init__(self, activation: str) -> None:
@@ -423,57 +322,37 @@ class RerollRnn(RewriteRuleClassBase):
     def pattern(self, op, pre):
         return getattr(op, self.activation)(pre)
 
-    def check(self, context, pre: ir.Value, **_) -> MatchResult:
-        check_result = MatchResult()
-        root = context.root
-        plan = plan_chain(root)
-        if isinstance(plan, str):
-            return check_result.fail(plan, root)
+    def plan_chain(self, root: ir.Node) -> _Plan | Refusal:
+        return plan_chain(root)
+
+    def refuse(self, context, plan: _Plan) -> Refusal | None:
         if _feeds_step(plan.steps[-1].act.outputs[0]):
-            return check_result.fail("h_T feeds another step: not the last step", root)
-        self._plan = plan
-        self._graph = context.graph_or_function
-        opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
-            return check_result.fail(opset, root)
-        self._opset = opset
-        return check_result
-
-    def _constant(self, op, array: np.ndarray, name: str) -> ir.Value:
-        return new_constant(op, self._graph, array, name)
-
-    def _ints(self, op, values: list[int]) -> ir.Value:
-        return cached_ints(op, self._graph, self._int_cache, values)
+            return Refusal("h_T feeds another step: not the last step")
+        return None
 
     def rewrite(self, op, pre: ir.Value, **_):
-        plan = self._plan
-        self._int_cache: dict[tuple[int, ...], ir.Value] = {}
+        plan, emit = self.plan, self.emitter(op)
         source, steps = plan.source, plan.steps
         hidden = plan.recurrent.shape[0]
         prefix = f"reroll_{steps[-1].act.name or 'rnn'}"
-        w = self._constant(op, source.weight.T[np.newaxis], f"{prefix}_W")
-        r = self._constant(op, plan.recurrent.T[np.newaxis], f"{prefix}_R")
+        w = emit.constant(source.weight.T[np.newaxis], f"{prefix}_W")
+        r = emit.constant(plan.recurrent.T[np.newaxis], f"{prefix}_R")
         biases = (source.bias, plan.recurrent_bias)
         b = None
         if any(v is not None for v in biases):
             dtype = plan.recurrent.dtype
             parts = [np.zeros(hidden, dtype) if v is None else v for v in biases]
-            b = self._constant(op, np.concatenate(parts)[np.newaxis], f"{prefix}_B")
+            b = emit.constant(np.concatenate(parts)[np.newaxis], f"{prefix}_B")
         x = source.x
         if plan.slice_x:
-            count = len(steps)
-            if source.reverse:
-                starts, ends = [-count], [_INT64_MAX]
-            else:
-                starts, ends = [0], [count]
-            x = op.Slice(x, self._ints(op, starts), self._ints(op, ends), self._ints(op, [0]))
+            x = emit.first_steps(x, len(steps), source.reverse)
         h0 = plan.h0
         if plan.guard_batch:
             assert h0 is not None
-            one = self._ints(op, [1])
-            x_batch = op.Slice(op.Shape(x), one, self._ints(op, [2]), self._ints(op, [0]))
+            one = emit.ints([1])
+            x_batch = emit.slice(op.Shape(x), [1], [2], [0])
             h0 = op.Expand(h0, op.Concat(one, x_batch, one, axis=0))
-            h_batch = op.Slice(op.Shape(h0), one, self._ints(op, [2]), self._ints(op, [0]))
+            h_batch = emit.slice(op.Shape(h0), [1], [2], [0])
             x = op.Expand(x, op.Concat(one, h_batch, one, axis=0))
         inputs = [x, w, r, b, None, h0]
         while inputs[-1] is None:
@@ -486,11 +365,7 @@ class RerollRnn(RewriteRuleClassBase):
             _outputs=2,
         )
         if plan.concat is not None:
-            if self._opset >= 13:
-                sequence = op.Squeeze(y, self._ints(op, [1]))
-            else:
-                sequence = op.Squeeze(y, axes=[1])
-            _redirect(plan.concat.outputs[0], sequence)
+            redirect(plan.concat.outputs[0], emit.squeeze(y, 1))
         return y_h
 
 
@@ -501,36 +376,10 @@ def _feeds_step(h: ir.Value) -> bool:
         following = []
         for node in frontier:
             for user, _ in node.outputs[0].uses() if node.outputs else ():
-                if user.op_type in _ACTIVATIONS and user.domain == "":
+                if user.op_type in ACTIVATIONS and user.domain == "":
                     step = _parse_step(user)
-                    if not isinstance(step, str) and step.h_prev is h:
+                    if not isinstance(step, Refusal) and step.h_prev is h:
                         return True
                 following.append(user)
         frontier = following
     return False
-
-
-def _redirect(old: ir.Value, new: ir.Value) -> None:
-    """Point every reader of ``old`` (graph outputs too) at ``new``, which takes its name."""
-    new.type = old.type if old.type is not None else new.type
-    new.shape = old.shape if old.shape is not None else new.shape
-    name = old.name
-    old.name = None if name is None else f"{name}__unrolled"
-    new.name = name
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
-
-
-from rnn_rewrite_rules.rules import reroll_cells  # noqa: E402  (it uses this module's helpers)
-
-rules = RewriteRuleSet(
-    [RerollRnn.rule(activation) for activation in _ACTIVATIONS]
-    + [reroll_cells.RerollCell.rule(op_type) for op_type in ("LSTM", "GRU")]
-)
-
-FAMILY = RuleFamily(
-    name="reroll",
-    description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
-    install_by_default=True,
-    fixes=(),
-)

@@ -35,11 +35,20 @@ import dataclasses
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules._rnn import const_array, opset_version
-from rnn_rewrite_rules.rules import reroll as _r
-from rnn_rewrite_rules.rules._constants import cached_ints
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
+from rnn_rewrite_rules.rules._graph import producer, read_axes
+from rnn_rewrite_rules.rules.reroll._chain import (
+    ChainRule,
+    read_step,
+    redirect,
+    same_constant,
+    static_size,
+    walk_back,
+    weight_array,
+)
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
@@ -47,14 +56,6 @@ __all__ = ["RerollCell", "plan_cell_chain"]
 
 #: PyTorch gate blocks in ONNX order.
 _GATE_ORDER = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}
-_GATES = {"LSTM": 4, "GRU": 3}
-
-
-def _op(value: ir.Value | None, *op_types: str) -> ir.Node | None:
-    node = None if value is None else value.producer()
-    if node is None or node.domain != "" or node.op_type not in op_types:
-        return None
-    return node
 
 
 @dataclasses.dataclass
@@ -69,9 +70,9 @@ class _Linear:
     folded: np.ndarray | None = None
 
 
-def _linear(value: ir.Value | None) -> _Linear | str:
+def _linear(value: ir.Value | None) -> _Linear | Refusal:
     """A ``Gemm(v, W, b, transB=1)`` or ``MatMul(v, W^T) [+ b]``."""
-    gemm = _op(value, "Gemm")
+    gemm = producer(value, "Gemm")
     if gemm is not None:
         a = gemm.attributes
         if (
@@ -80,38 +81,38 @@ def _linear(value: ir.Value | None) -> _Linear | str:
             or a.get_float("alpha", 1.0) != 1.0
             or a.get_float("beta", 1.0) != 1.0
         ):
-            return "a Gemm is not v @ W^T + b (transA/transB/alpha/beta)"
+            return Refusal("a Gemm is not v @ W^T + b (transA/transB/alpha/beta)")
         bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
         return _Linear(gemm.inputs[0], gemm.inputs[1], bias, (gemm,), False)
-    add = _op(value, "Add")
+    add = producer(value, "Add")
     bias = None
     nodes: tuple[ir.Node, ...] = ()
     if add is not None:
         a, b = add.inputs
-        if _op(a, "MatMul") is None:
+        if producer(a, "MatMul") is None:
             a, b = b, a
         value, bias, nodes = a, b, (add,)
-    matmul = _op(value, "MatMul")
+    matmul = producer(value, "MatMul")
     if matmul is None:
-        return "a gate projection is not Gemm or MatMul [+ Add]"
+        return Refusal("a gate projection is not Gemm or MatMul [+ Add]")
     return _Linear(matmul.inputs[0], matmul.inputs[1], bias, (*nodes, matmul), True)
 
 
-def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None] | str:
+def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None] | Refusal:
     """(weight [G*H, in], bias [G*H] | None) as constants."""
-    weight = _r.weight_array(linear.weight)
+    weight = weight_array(linear.weight)
     if weight is None or weight.ndim != 2:
-        return "a gate weight is not a constant matrix"
+        return Refusal("a gate weight is not a constant matrix")
     weight = weight.T if linear.transposed else weight
     bias = None
     if linear.bias is not None:
-        bias = _r.weight_array(linear.bias)
+        bias = weight_array(linear.bias)
         if bias is None:
-            return "a gate bias is not a constant"
+            return Refusal("a gate bias is not a constant")
         if bias.shape != (weight.shape[0],):
-            return f"a gate bias has shape {list(bias.shape)}, not [{weight.shape[0]}]"
+            return Refusal(f"a gate bias has shape {list(bias.shape)}, not [{weight.shape[0]}]")
     if weight.shape[0] % gates:
-        return f"a gate weight has {weight.shape[0]} rows, not a multiple of {gates}"
+        return Refusal(f"a gate weight has {weight.shape[0]} rows, not a multiple of {gates}")
     return weight, bias
 
 
@@ -120,7 +121,7 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
     (of the rank-2 gate projections): sizes from the ``split`` input (opset >= 13) or
     attribute, else an even split (``num_outputs`` of opset 18 is the output count; the
     parts' width ``G*H`` is a multiple of ``G``, checked with the weights)."""
-    node = _op(value, "Split")
+    node = producer(value, "Split")
     if node is None or len(node.outputs) != gates:
         return None
     if node.attributes.get_int("axis", 0) not in (1, -1):
@@ -139,7 +140,7 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
 
 def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     """``(X, t)`` for ``Gather(X, t, axis=0)`` with a scalar t >= 0, or the Slice form."""
-    gather = _op(value, "Gather")
+    gather = producer(value, "Gather")
     if gather is not None:
         index = const_array(gather.inputs[1])
         if (
@@ -150,7 +151,7 @@ def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
         ):
             return None
         return gather.inputs[0], int(index)
-    return _r._read(value)
+    return read_step(value)
 
 
 def _pair(node: ir.Node | None, first, second):
@@ -166,11 +167,11 @@ def _pair(node: ir.Node | None, first, second):
 
 
 def _sigmoid(value) -> bool:
-    return _op(value, "Sigmoid") is not None
+    return producer(value, "Sigmoid") is not None
 
 
 def _tanh(value) -> bool:
-    return _op(value, "Tanh") is not None
+    return producer(value, "Tanh") is not None
 
 
 def _anything(_value) -> bool:
@@ -195,64 +196,66 @@ def _gate_input(value, split: ir.Node, index: int) -> bool:
     return _split(value, len(split.outputs)) == (split, index)
 
 
-def _hidden_linear(value: ir.Value) -> tuple[_Linear | None, np.ndarray | None] | str:
+def _hidden_linear(value: ir.Value) -> tuple[_Linear | None, np.ndarray | None] | Refusal:
     folded = const_array(value)
     if folded is not None:
         return None, folded
     linear = _linear(value)
-    return linear if isinstance(linear, str) else (linear, None)
+    return linear if isinstance(linear, Refusal) else (linear, None)
 
 
-def _lstm_step(root: ir.Node) -> _CellStep | str:
+def _lstm_step(root: ir.Node) -> _CellStep | Refusal:
     """``h_t = Mul(sigmoid(o), tanh(c_t))`` with ``c_t = f * c + i * g``."""
     if root.op_type != "Mul":
-        return "not a Mul"
+        return Refusal("not a Mul")
     pair = _pair(root, _sigmoid, _tanh)
     if pair is None:
-        return "h_t is not sigmoid(o) * tanh(c_t)"
+        return Refusal("h_t is not sigmoid(o) * tanh(c_t)")
     o_sig, c_tanh = (v.producer() for v in pair)
     c = c_tanh.inputs[0]
-    c_add = _op(c, "Add")
+    c_add = producer(c, "Add")
     if c_add is None:
-        return "c_t is not an Add of f * c_{t-1} and i * g"
-    terms = [_op(v, "Mul") for v in c_add.inputs]
+        return Refusal("c_t is not an Add of f * c_{t-1} and i * g")
+    terms = [producer(v, "Mul") for v in c_add.inputs]
     if None in terms:
-        return "c_t is not an Add of f * c_{t-1} and i * g"
+        return Refusal("c_t is not an Add of f * c_{t-1} and i * g")
     ig = next((t for t in terms if _pair(t, _sigmoid, _tanh) is not None), None)
     fc = next((t for t in terms if t is not ig), None)
     if ig is None or fc is None:
-        return "c_t has no i * g term"
+        return Refusal("c_t has no i * g term")
     i_sig, g_tanh = (v.producer() for v in _pair(ig, _sigmoid, _tanh))
     fc_pair = _pair(fc, _sigmoid, _anything)
     if fc_pair is None:
-        return "c_t has no f * c_{t-1} term"
+        return Refusal("c_t has no f * c_{t-1} term")
     f_sig = fc_pair[0].producer()
     c_prev = fc_pair[1]
     located = _split(o_sig.inputs[0], 4)
     if located is None:
-        return "the gates are not 4 equal parts of one Split on axis 1"
+        return Refusal("the gates are not 4 equal parts of one Split on axis 1")
     split = located[0]
     for node, index, gate in ((i_sig, 0, "i"), (f_sig, 1, "f"), (g_tanh, 2, "g"), (o_sig, 3, "o")):
         if not _gate_input(node.inputs[0], split, index):
-            return f"gate {gate} is not part {index} of the Split (PyTorch order i, f, g, o)"
-    add = _op(split.inputs[0], "Add")
+            return Refusal(
+                f"gate {gate} is not part {index} of the Split (PyTorch order i, f, g, o)"
+            )
+    add = producer(split.inputs[0], "Add")
     if add is None:
-        return "the Split's input is not an Add of the two projections"
+        return Refusal("the Split's input is not an Add of the two projections")
     read = None
     for x_side, h_side in (add.inputs, tuple(reversed(add.inputs))):
         x_linear = _linear(x_side)
-        if isinstance(x_linear, str):
+        if isinstance(x_linear, Refusal):
             continue
         read = _read(x_linear.input)
         if read is None:
             continue
         hidden = _hidden_linear(h_side)
-        if isinstance(hidden, str):
+        if isinstance(hidden, Refusal):
             return hidden
         h_linear, folded = hidden
         break
     if read is None:
-        return "no projection reads one step of X (Gather(X, t) or Slice)"
+        return Refusal("no projection reads one step of X (Gather(X, t) or Slice)")
     nodes = {root, o_sig, c_tanh, c_add, ig, fc, i_sig, g_tanh, f_sig, split, add}
     nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
     if h_linear is not None:
@@ -263,60 +266,62 @@ def _lstm_step(root: ir.Node) -> _CellStep | str:
     )
 
 
-def _gru_step(root: ir.Node) -> _CellStep | str:
+def _gru_step(root: ir.Node) -> _CellStep | Refusal:
     """``h_t = Add(Mul(Sub(h_{t-1}, n), z), n)``."""
     if root.op_type != "Add":
-        return "not an Add"
-    pair = _pair(root, lambda v: _op(v, "Mul") is not None, _tanh)
+        return Refusal("not an Add")
+    pair = _pair(root, lambda v: producer(v, "Mul") is not None, _tanh)
     if pair is None:
-        return "h_t is not (h_{t-1} - n) * z + n"
+        return Refusal("h_t is not (h_{t-1} - n) * z + n")
     mul, n = pair[0].producer(), pair[1]
-    inner = _pair(mul, lambda v: _op(v, "Sub") is not None, _sigmoid)
+    inner = _pair(mul, lambda v: producer(v, "Sub") is not None, _sigmoid)
     if inner is None:
-        return "h_t is not (h_{t-1} - n) * z + n"
+        return Refusal("h_t is not (h_{t-1} - n) * z + n")
     sub, z_sig = inner[0].producer(), inner[1].producer()
     if sub.inputs[1] is not n:
-        return "the Sub is not h_{t-1} - n"
+        return Refusal("the Sub is not h_{t-1} - n")
     h_prev = sub.inputs[0]
     n_tanh = n.producer()
-    n_add = _op(n_tanh.inputs[0], "Add")
-    n_pair = _pair(n_add, lambda v: _op(v, "Mul") is not None, _anything)
+    n_add = producer(n_tanh.inputs[0], "Add")
+    n_pair = _pair(n_add, lambda v: producer(v, "Mul") is not None, _anything)
     if n_pair is None:
-        return "n is not tanh(xn + r * hn)"
+        return Refusal("n is not tanh(xn + r * hn)")
     r_mul, xn = n_pair[0].producer(), n_pair[1]
     r_pair = _pair(r_mul, _sigmoid, _anything)
     if r_pair is None:
-        return "n is not tanh(xn + r * hn)"
+        return Refusal("n is not tanh(xn + r * hn)")
     r_sig, hn = r_pair[0].producer(), r_pair[1]
     x_part, h_part = _split(xn, 3), _split(hn, 3)
     if x_part is None or h_part is None or x_part[1] != 2 or h_part[1] != 2:
-        return "xn and hn are not part 2 of Splits in 3 (PyTorch order r, z, n)"
+        return Refusal("xn and hn are not part 2 of Splits in 3 (PyTorch order r, z, n)")
     x_split, h_split = x_part[0], h_part[0]
     gate_nodes = []
     for sig, index, gate in ((r_sig, 0, "r"), (z_sig, 1, "z")):
-        add = _op(sig.inputs[0], "Add")
+        add = producer(sig.inputs[0], "Add")
         ok = _pair(
             add,
             lambda v, i=index: _gate_input(v, x_split, i),
             lambda v, i=index: _gate_input(v, h_split, i),
         )
         if ok is None:
-            return f"gate {gate} is not sigmoid(part {index} of both Splits) (order r, z, n)"
+            return Refusal(
+                f"gate {gate} is not sigmoid(part {index} of both Splits) (order r, z, n)"
+            )
         gate_nodes.append(add)
     x_linear = _linear(x_split.inputs[0])
-    if isinstance(x_linear, str):
+    if isinstance(x_linear, Refusal):
         return x_linear
     read = _read(x_linear.input)
     if read is None:
-        return "the input projection does not read one step of X (Gather(X, t) or Slice)"
+        return Refusal("the input projection does not read one step of X (Gather(X, t) or Slice)")
     hidden = _hidden_linear(h_split.inputs[0])
-    if isinstance(hidden, str):
+    if isinstance(hidden, Refusal):
         return hidden
     h_linear, folded = hidden
     if h_linear is not None and not (
-        h_linear.input is h_prev or _r._same_constant(h_linear.input, h_prev)
+        h_linear.input is h_prev or same_constant(h_linear.input, h_prev)
     ):
-        return "the hidden projection and the update read different h_{t-1}"
+        return Refusal("the hidden projection and the update read different h_{t-1}")
     nodes = {root, mul, sub, z_sig, n_tanh, n_add, r_mul, r_sig, x_split, h_split, *gate_nodes}
     nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
     if h_linear is not None:
@@ -348,43 +353,30 @@ def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) ->
     return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
 
 
-def _same(a: ir.Value | None, b: ir.Value | None) -> bool:
-    return _r._same_constant(a, b)
-
-
-def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
+def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | Refusal:
     """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop."""
     parse = _STEP[op_type]
     last = parse(root)
-    if isinstance(last, str):
+    if isinstance(last, Refusal):
         return last
-    steps = [last]
-    while steps[-1].h_prev is not None:
-        producer = steps[-1].h_prev.producer()
-        if producer is None or producer.domain != "":
-            break
-        previous = parse(producer)
-        if isinstance(previous, str) or previous.source is not last.source:
-            break
-        steps.append(previous)
-    steps.reverse()
+    steps = walk_back(last, parse)
     count = len(steps)
     if count < 2:
-        return "a single cell step is not a loop (left alone)"
+        return Refusal("a single cell step is not a loop (left alone)")
     indices = [s.index for s in steps]
     if indices == list(range(count)):
         reverse = False
     elif indices == list(range(count - 1, -1, -1)):
         reverse = True
     else:
-        return f"the steps read indices {indices}, not 0..{count - 1} in order or reversed"
+        return Refusal(f"the steps read indices {indices}, not 0..{count - 1} in order or reversed")
     first = steps[0]
     for t, step in enumerate(steps):
         if step.h_linear is None and t:
-            return f"step {t}'s hidden projection is a constant"
+            return Refusal(f"step {t}'s hidden projection is a constant")
         if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
-            return f"step {t} does not read c_{t} of the step before"
-    gates = _GATES[op_type]
+            return Refusal(f"step {t} does not read c_{t} of the step before")
+    gates = RNN_OPS[("", op_type)].gates
     reference = next(s for s in steps if s.h_linear is not None)
     assert reference.h_linear is not None
     for t, step in enumerate(steps):
@@ -392,29 +384,31 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         if step.h_linear is not None:
             pairs.append((step.h_linear, reference.h_linear))
         for mine, theirs in pairs:
-            if mine.transposed != theirs.transposed or not _same(mine.weight, theirs.weight):
-                return f"step {t} uses other weights"
-            if (mine.bias is None) != (theirs.bias is None) or (
-                mine.bias is not None and not _same(mine.bias, theirs.bias)
+            if mine.transposed != theirs.transposed or not same_constant(
+                mine.weight, theirs.weight
             ):
-                return f"step {t} uses another bias"
+                return Refusal(f"step {t} uses other weights")
+            if (mine.bias is None) != (theirs.bias is None) or (
+                mine.bias is not None and not same_constant(mine.bias, theirs.bias)
+            ):
+                return Refusal(f"step {t} uses another bias")
     x_weights = _weights(reference.x_linear, gates)
     h_weights = _weights(reference.h_linear, gates)
     for found in (x_weights, h_weights):
-        if isinstance(found, str):
+        if isinstance(found, Refusal):
             return found
     (w, b_ih), (r, b_hh) = x_weights, h_weights
     hidden = r.shape[0] // gates
     if r.shape != (gates * hidden, hidden):
-        return f"W_hh has shape {list(r.shape)}, not [{gates}*H, H]"
+        return Refusal(f"W_hh has shape {list(r.shape)}, not [{gates}*H, H]")
     if w.shape[0] != gates * hidden:
-        return f"W_ih has shape {list(w.shape)}, not [{gates}*H, I] with H = {hidden}"
+        return Refusal(f"W_ih has shape {list(w.shape)}, not [{gates}*H, I] with H = {hidden}")
     if len({w.dtype, r.dtype}) != 1 or w.dtype not in (np.float32, np.float64, np.float16):
-        return "the weights are not one floating-point type"
+        return Refusal("the weights are not one floating-point type")
     x = last.source
     prover = ShapeProver()
     if prover.rank(x) != 3:
-        return "X is not provably of rank 3"
+        return Refusal("X is not provably of rank 3")
 
     # Every value of a step is read inside the step, by the next one or by the stack.
     stack_inputs = [s.h for s in (steps[::-1] if reverse else steps)]
@@ -431,9 +425,11 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
                         continue
                     if value is step.h and id(user) in allowed_h_readers:
                         continue
-                    return f"a value of step {t} ({value.name}) has a reader outside the loop"
+                    return Refusal(
+                        f"a value of step {t} ({value.name}) has a reader outside the loop"
+                    )
                 if value.is_graph_output():
-                    return f"a value of step {t} ({value.name}) is a graph output"
+                    return Refusal(f"a value of step {t} ({value.name}) is a graph output")
 
     h0 = first.h_prev
     c0 = first.c_prev
@@ -442,23 +438,25 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         assert folded is not None
         expected = np.zeros(gates * hidden, r.dtype) if b_hh is None else b_hh
         if folded.ndim != 2 or folded.shape[1] != gates * hidden:
-            return f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
+            return Refusal(
+                f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
+            )
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
-            return "the folded first step is not b_hh (a non-zero initial state)"
-        if folded.shape[0] != 1 and _r.static_size(prover, x, 1) != folded.shape[0]:
-            return "the folded first step fixes a batch X does not provably have"
+            return Refusal("the folded first step is not b_hh (a non-zero initial state)")
+        if folded.shape[0] != 1 and static_size(prover, x, 1) != folded.shape[0]:
+            return Refusal("the folded first step fixes a batch X does not provably have")
     elif not _state_ok(prover, h0, x, hidden):
-        return "cannot prove h_0 is [batch of X, H]"
+        return Refusal("cannot prove h_0 is [batch of X, H]")
     if op_type == "GRU" and first.h_linear is None:
         # the update reads h_0 itself: it must be zeros of X's batch
         if not (
             is_all_zeros(h0) and (_state_ok(prover, h0, x, hidden) or _folded_zero(prover, h0, x))
         ):
-            return "the folded first step's h_0 is not provably zeros of X's batch"
+            return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
         h0 = None
     c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden)
     if op_type == "LSTM" and not (c0_proven or (c0 is not None and _folded_zero(prover, c0, x))):
-        return "cannot prove c_0 is [batch of X, H]"
+        return Refusal("cannot prove c_0 is [batch of X, H]")
     if not c0_proven:
         c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
     # zero states stay: the initial_state family shares or drops them (by target); a folded
@@ -483,7 +481,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | str:
         bias,
         h0,
         c0,
-        _r.static_size(prover, x, 0) != count,
+        static_size(prover, x, 0) != count,
         concat,
     )
 
@@ -493,7 +491,7 @@ def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value) -> bool:
     array = const_array(value)
     if array is None or array.ndim != 2 or np.any(array != 0):
         return False
-    return array.shape[0] == 1 or _r.static_size(prover, x, 1) == array.shape[0]
+    return array.shape[0] == 1 or static_size(prover, x, 1) == array.shape[0]
 
 
 def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
@@ -522,13 +520,13 @@ def _stacks(node: ir.Node | None, h: ir.Value) -> bool:
         and node.op_type == "Unsqueeze"
         and node.domain == ""
         and node.inputs[0] is h
-        and _r.node_axes(node, 1) == [0]
+        and read_axes(node) == [0]
         and len(node.outputs[0].uses()) == 1
         and not node.outputs[0].is_graph_output()
     )
 
 
-class RerollCell(RewriteRuleClassBase):
+class RerollCell(ChainRule[_CellPlan]):
     """h_T of an unrolled LSTMCell/GRUCell loop -> Squeeze(Y_h) of one LSTM/GRU node."""
 
     def __init__(self, op_type: str) -> None:
@@ -538,64 +536,37 @@ class RerollCell(RewriteRuleClassBase):
     def pattern(self, op, a, b):
         return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
 
-    def check(self, context, **_) -> MatchResult:
-        check_result = MatchResult()
-        root = context.root
-        plan = plan_cell_chain(root, self.op_type)
-        if isinstance(plan, str):
-            return check_result.fail(plan, root)
+    def plan_chain(self, root: ir.Node) -> _CellPlan | Refusal:
+        return plan_cell_chain(root, self.op_type)
+
+    def refuse(self, context, plan: _CellPlan) -> Refusal | None:
         h = plan.steps[-1].h
         parse = _STEP[self.op_type]
         for user, _ in h.uses():
             for candidate in _downstream(user, 6):
                 step = parse(candidate)
-                if not isinstance(step, str) and step.h_prev is h:
-                    return check_result.fail("h_T feeds another step: not the last step", root)
+                if not isinstance(step, Refusal) and step.h_prev is h:
+                    return Refusal("h_T feeds another step: not the last step")
         c = plan.steps[-1].c
-        if c is not None and not _readers_after(context.graph_or_function, c, root, plan):
-            return check_result.fail("a reader of c_T comes before h_T", root)
-        self._plan = plan
-        self._graph = context.graph_or_function
-        opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
-            return check_result.fail(opset, root)
-        self._opset = opset
-        return check_result
+        if c is not None and not _readers_after(context.graph_or_function, c, context.root, plan):
+            return Refusal("a reader of c_T comes before h_T")
+        return None
 
     def rewrite(self, op, **_):
-        plan = self._plan
-        graph, cache = self._graph, {}
-
-        def ints(values: list[int]) -> ir.Value:
-            return cached_ints(op, graph, cache, values)
-
+        plan, emit = self.plan, self.emitter(op)
         prefix = f"reroll_{plan.steps[-1].h.name or 'cell'}"
-        w = _r.new_constant(op, graph, plan.w, f"{prefix}_W")
-        r = _r.new_constant(op, graph, plan.r, f"{prefix}_R")
-        b = None if plan.b is None else _r.new_constant(op, graph, plan.b, f"{prefix}_B")
+        w = emit.constant(plan.w, f"{prefix}_W")
+        r = emit.constant(plan.r, f"{prefix}_R")
+        b = None if plan.b is None else emit.constant(plan.b, f"{prefix}_B")
         x = plan.x
         if plan.slice_x:
-            count = len(plan.steps)
-            x = op.Slice(x, ints([0]), ints([count]), ints([0]))
-
-        def unsqueeze(v: ir.Value | None) -> ir.Value | None:
-            if v is None:
-                return None
-            if self._opset >= 13:
-                return op.Unsqueeze(v, ints([0]))
-            return op.Unsqueeze(v, axes=[0])
-
-        def squeeze(v: ir.Value, axis: int) -> ir.Value:
-            if self._opset >= 13:
-                return op.Squeeze(v, ints([axis]))
-            return op.Squeeze(v, axes=[axis])
-
-        inputs = [x, w, r, b, None, unsqueeze(plan.h0)]
+            x = emit.first_steps(x, len(plan.steps), reverse=False)
+        inputs = [x, w, r, b, None, emit.unsqueeze(plan.h0, 0)]
         attributes = {"hidden_size": int(plan.r.shape[2]), "direction": "forward"}
         if plan.reverse:
             attributes["direction"] = "reverse"
         if self.op_type == "LSTM":
-            inputs.append(unsqueeze(plan.c0))
+            inputs.append(emit.unsqueeze(plan.c0, 0))
             while inputs[-1] is None:
                 inputs.pop()
             y, y_h, y_c = op.LSTM(*inputs, _outputs=3, **attributes)
@@ -606,10 +577,10 @@ class RerollCell(RewriteRuleClassBase):
             y_c = None
         last = plan.steps[-1]
         if y_c is not None and last.c is not None and _outside_uses(last):
-            _r._redirect(last.c, squeeze(y_c, 0))
+            redirect(last.c, emit.squeeze(y_c, 0))
         if plan.concat is not None:
-            _r._redirect(plan.concat.outputs[0], squeeze(y, 1))
-        return squeeze(y_h, 0)
+            redirect(plan.concat.outputs[0], emit.squeeze(y, 1))
+        return emit.squeeze(y_h, 0)
 
 
 def _outside_uses(step: _CellStep) -> bool:

@@ -1,4 +1,5 @@
-"""Merge a bidirectional layer built by hand from forward RNNs into one ONNX RNN node.
+"""Hand-built pairs: a forward RNN and one on the time-reversed input (or a reverse one),
+concatenated, or a lone reversed half.
 
 Pattern (converters without a ``direction`` attribute, hand-written graphs): a forward
 ``LSTM``/``GRU``/``RNN`` on ``x`` and another on ``Slice(x, starts=[-1],
@@ -32,76 +33,75 @@ or the one node with ``direction="reverse"`` reading ``x``.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules._rnn import opset_version, rnn_facts
-from rnn_rewrite_rules.rules._bidirectional_states import state_rules
-from rnn_rewrite_rules.rules._constants import int64_constant
-from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._pair import (
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, squeeze
+from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
     emit_merged,
     node_reason,
     only_reader,
     pair_reason,
-    squeeze_axes,
 )
 from rnn_rewrite_rules.shape import ShapeProver
 
-__all__ = ["FAMILY", "MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal", "rules"]
+__all__ = ["MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal"]
 
 #: An end at or below this reverses an axis of any length a tensor can have.
 _FULL_END = -(2**62)
 
 
-def is_reversal(node: ir.Node | None, prover: ShapeProver) -> str | None:
+def is_reversal(node: ir.Node | None, prover: ShapeProver) -> Refusal | None:
     """None when ``node`` is a Slice reversing axis 0 entirely, else why not."""
     if node is None or node.domain != "" or node.op_type != "Slice":
-        return "not a Slice"
+        return Refusal("not a Slice")
     if len(node.inputs) < 5 or node.inputs[4] is None:
-        return "the Slice has no steps (step 1)"
+        return Refusal("the Slice has no steps (step 1)")
     starts, ends, steps = (prover.ints(node.inputs[i]) for i in (1, 2, 4))
     axes = prover.ints(node.inputs[3]) if node.inputs[3] is not None else [0]
     if None in (starts, ends, steps, axes) or len(starts) != 1:  # type: ignore[arg-type]
-        return "the Slice's bounds are not constant or not one axis"
+        return Refusal("the Slice's bounds are not constant or not one axis")
     rank = prover.rank(node.inputs[0])
     axis = axes[0] + (rank or 0) if axes[0] < 0 else axes[0]  # type: ignore[index]
     if axis != 0 or steps != [-1]:
-        return "the Slice does not step backwards over axis 0"
+        return Refusal("the Slice does not step backwards over axis 0")
     if starts[0] != -1 and starts[0] < 2**62:  # type: ignore[index]
-        return f"the Slice starts at {starts[0]}, not at the last element"  # type: ignore[index]
+        return Refusal(f"the Slice starts at {starts[0]}, not at the last element")  # type: ignore[index]
     if ends[0] > _FULL_END:  # type: ignore[index]
-        return f"the Slice ends at {ends[0]}: not a full reversal"  # type: ignore[index]
+        return Refusal(f"the Slice ends at {ends[0]}: not a full reversal")  # type: ignore[index]
     return None
 
 
-def _half(value: ir.Value, prover: ShapeProver) -> Half | str:
+def _half(value: ir.Value, prover: ShapeProver) -> Half | Refusal:
     """Follow ``value`` back through one reversal and one ``Squeeze(axes=[1])`` to a Y."""
     reversed_, squeezed = False, False
     while True:
         node = value.producer()
         if node is None:
-            return "the concatenated value is not computed from an RNN's Y"
+            return Refusal("the concatenated value is not computed from an RNN's Y")
         if node.domain == "" and node.op_type == "Slice" and not reversed_:
             reason = is_reversal(node, prover)
             if reason is not None:
                 return reason
             reversed_ = True
         elif node.domain == "" and node.op_type == "Squeeze" and not squeezed:
-            axes = squeeze_axes(node, prover)
+            axes = read_axes(node, prover.ints)
             if axes not in ([1], [-3]):
-                return "the Squeeze does not remove the direction axis"
+                return Refusal("the Squeeze does not remove the direction axis")
             squeezed = True
         else:
             if isinstance(rnn_facts(node, prover), str) or node.domain != "":
-                return f"{node.op_type} between the RNN and the Concat"
+                return Refusal(f"{node.op_type} between the RNN and the Concat")
             if value is not node.outputs[0]:
-                return "the value is not the RNN's Y"
+                return Refusal("the value is not the RNN's Y")
             return Half(node, reversed_, squeezed)
         source = node.inputs[0]
         if source is None or not only_reader(source):
-            return "an intermediate value has another reader"
+            return Refusal("an intermediate value has another reader")
         value = source
 
 
@@ -119,7 +119,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             if not only_reader(value):
                 return check_result.fail("a concatenated value has another reader", value)
             half = _half(value, prover)
-            if isinstance(half, str):
+            if isinstance(half, Refusal):
                 return check_result.fail(half, value)
             halves.append(half)
         forward, backward = halves
@@ -154,7 +154,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             if reason is not None:
                 return check_result.fail(reason, slice_node)
         facts = rnn_facts(forward.node, prover)
-        assert not isinstance(facts, str)
+        assert not isinstance(facts, Refusal)
         self._plan = (forward, backward, x, 2 * facts.hidden_size)
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
@@ -183,7 +183,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         root = context.root
         out = root.outputs[0]
         half = _half(out, prover)  # reversed: its walk starts at the root, a reversal
-        if isinstance(half, str):
+        if isinstance(half, Refusal):
             return check_result.fail(half, out)
         reason = node_reason(half.node)
         if reason is not None:
@@ -196,7 +196,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return check_result.fail(opset, context.root)
         self._opset = opset
         return check_result
@@ -205,21 +205,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         half, x = self._plan
         result = emit_merged(op, None, half.node, None, x)[0]  # stacks nothing
         if half.squeezed:
-            if self._opset < 13:
-                return op.Squeeze(result, axes=[1])
-            axes = int64_constant(op, self._graph, [1], as_node=not self._main_graph)
-            result = op.Squeeze(result, axes)
+            as_node = not self._main_graph
+            ints = lambda v: int64_constant(op, self._graph, v, as_node=as_node)  # noqa: E731
+            result = squeeze(op, result, [1], self._opset, ints)
         return result
-
-
-rules = RewriteRuleSet(
-    [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
-)
-
-FAMILY = RuleFamily(
-    name="bidirectional",
-    description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
-    install_by_default=True,
-    fixes=("hand-built-direction",),
-)

@@ -1,0 +1,62 @@
+"""IR helpers that are not about recurrent ops: constant values, dtypes, opset versions."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules._refusal import Refusal
+
+__all__ = ["NUMPY_DTYPES", "const_array", "opset_version"]
+
+#: Element types with a native numpy dtype (what runs, casts and random feeds use).
+NUMPY_DTYPES = frozenset(
+    {
+        ir.DataType.FLOAT,
+        ir.DataType.DOUBLE,
+        ir.DataType.FLOAT16,
+        ir.DataType.INT8,
+        ir.DataType.INT16,
+        ir.DataType.INT32,
+        ir.DataType.INT64,
+        ir.DataType.UINT8,
+        ir.DataType.UINT16,
+        ir.DataType.UINT32,
+        ir.DataType.UINT64,
+        ir.DataType.BOOL,
+    }
+)
+
+
+def opset_version(
+    model: ir.Model, graph_or_function: ir.Graph | ir.Function, domain: str = ""
+) -> int | Refusal:
+    """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use, or
+    why no emitted form is safe there.
+
+    Subgraphs of If/Loop/Scan use the model's imports (a GraphProto has none; the
+    rewriter even writes ``"": 1`` into a subgraph's ``ir`` imports after a rewrite there,
+    which must not be read as the opset). A function may import its own version, but ONNX
+    Runtime inlines it at the model's version (and the onnx checker rejects the mismatch),
+    so an op whose form differs between the two (``Squeeze`` axes) is valid in only one.
+    """
+    version = model.graph.opset_imports.get(domain, 0)
+    if isinstance(graph_or_function, ir.Function):
+        own = graph_or_function.opset_imports.get(domain)
+        if own is not None and own != version:
+            return Refusal(
+                f"function {graph_or_function.name!r} imports opset {own} of "
+                f"{domain or 'ai.onnx'!r} but the model {version}: "
+                "an emitted op would be invalid in one of them"
+            )
+    return version
+
+
+def const_array(value: ir.Value | None):
+    """The numpy value of a constant (initializer or Constant output), else None.
+
+    An initializer that is also a graph input is not a constant: a caller can override it.
+    """
+    if value is None or value.is_graph_input():  # an initializer listed as input can be fed
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    return None if tensor is None else tensor.numpy()

@@ -1,0 +1,195 @@
+"""Graph helpers the rule families share.
+
+Reading: a node's producer of one op type, an optional input, constant int lists,
+Squeeze/Unsqueeze axes (attribute before opset 13, input after) and one-axis Slice
+parameters. Emitting: Squeeze/Unsqueeze/Slice in the form of the graph's opset, and
+constants (int64 lists, arrays) whose new names collide with no value of the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from rnn_rewrite_rules._ir import const_array
+
+__all__ = [
+    "Ints",
+    "array_constant",
+    "cached_ints",
+    "const_ints",
+    "fresh_name",
+    "input_at",
+    "int64_constant",
+    "producer",
+    "read_axes",
+    "slice_",
+    "slice_params",
+    "squeeze",
+    "unsqueeze",
+]
+
+#: Makes the int64 1-D constant of a list (what a rewrite's Squeeze axes and Slice bounds read).
+Ints = Callable[[list[int]], ir.Value]
+
+
+def producer(value: ir.Value | None, *op_types: str) -> ir.Node | None:
+    """The producer of ``value`` when it is a default-domain node of one of ``op_types``."""
+    node = None if value is None else value.producer()
+    if node is None or node.domain != "" or node.op_type not in op_types:
+        return None
+    return node
+
+
+def input_at(node: ir.Node, index: int) -> ir.Value | None:
+    """Input ``index`` of ``node``; None when it is empty or past the last input."""
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def const_ints(value: ir.Value | None) -> list[int] | None:
+    """A constant int tensor of rank <= 1 as a list (None if not constant)."""
+    array = const_array(value)
+    if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
+        return None
+    return [int(v) for v in np.atleast_1d(array)]
+
+
+def read_axes(
+    node: ir.Node, ints: Callable[[ir.Value], list[int] | None] = const_ints
+) -> list[int] | None:
+    """Squeeze/Unsqueeze axes: the ``axes`` attribute (opset < 13), else input 1 as
+    ``ints`` reads it (a constant by default; a rule passes its prover's ``ints``)."""
+    attr = node.attributes.get("axes")
+    if attr is not None:
+        return list(attr.as_ints())
+    value = input_at(node, 1)
+    return None if value is None else ints(value)
+
+
+def slice_params(node: ir.Node) -> tuple[int, int, int, int] | None:
+    """(start, end, axis, step) of a one-axis opset >= 10 Slice with constant parameters."""
+    if len(node.inputs) < 3:
+        return None
+    starts, ends = const_ints(node.inputs[1]), const_ints(node.inputs[2])
+    axes_value, steps_value = input_at(node, 3), input_at(node, 4)
+    axes = [0] if axes_value is None else const_ints(axes_value)
+    steps = [1] if steps_value is None else const_ints(steps_value)
+    if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == 1:  # type: ignore[arg-type]
+        return None
+    if len(steps) != 1:  # type: ignore[arg-type]
+        return None
+    return starts[0], ends[0], axes[0], steps[0]  # type: ignore[index]
+
+
+def squeeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:
+    """``Squeeze(value, axes)``: axes an input from opset 13, an attribute before."""
+    if opset >= 13:
+        return op.Squeeze(value, ints(axes))
+    return op.Squeeze(value, axes=axes)
+
+
+def slice_(
+    op, value: ir.Value, starts: list[int], ends: list[int], axes: list[int], opset: int, ints: Ints
+) -> ir.Value:
+    """``Slice(value, starts, ends, axes)``: inputs from opset 10, attributes before."""
+    if opset >= 10:
+        return op.Slice(value, ints(starts), ints(ends), ints(axes))
+    return op.Slice(value, starts=starts, ends=ends, axes=axes)
+
+
+def unsqueeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:
+    """``Unsqueeze(value, axes)``: axes an input from opset 13, an attribute before."""
+    if opset >= 13:
+        return op.Unsqueeze(value, ints(axes))
+    return op.Unsqueeze(value, axes=axes)
+
+
+def _taken_names(scope: ir.Graph | ir.Model) -> set[str]:
+    """Every value name of a graph and the subgraphs in it (ONNX forbids shadowing), or of
+    a model's graph and its functions: inputs, outputs, initializers and node values."""
+    scopes: list[ir.Graph | ir.Function] = (
+        [scope.graph, *scope.functions.values()] if isinstance(scope, ir.Model) else [scope]
+    )
+    names: set[str] = set()
+    for graph_like in scopes:
+        names.update(v.name for v in (*graph_like.inputs, *graph_like.outputs) if v.name)
+        if isinstance(graph_like, ir.Graph):
+            names.update(name for name in graph_like.initializers if name)
+        for node in ir.traversal.RecursiveGraphIterator(graph_like):
+            names.update(v.name for v in node.outputs if v is not None and v.name)
+            names.update(v.name for v in node.inputs if v is not None and v.name)
+    return names
+
+
+def fresh_name(scope: ir.Graph | ir.Model, base: str) -> str:
+    """``base``, or ``base_1``, ``base_2`` ...: the first name no value of ``scope`` (a
+    graph and its subgraphs, or a whole model with its functions) uses."""
+    taken = _taken_names(scope)
+    name, index = base, 0
+    while name in taken:
+        index += 1
+        name = f"{base}_{index}"
+    return name
+
+
+def int64_constant(
+    op, graph: ir.Graph | ir.Function, values: list[int], *, as_node: bool = False
+) -> ir.Value:
+    """An int64 1-D constant: a shared initializer of the main ``graph``, or a ``Constant``.
+
+    Pass ``as_node`` for a subgraph (its names must be unique across the whole model, which
+    only the main graph can tell); a function cannot hold initializers either. An
+    initializer with the same values that an earlier rewrite made is reused; one that is
+    also a graph input is not (a caller may override it), and a new name never collides
+    with a graph input, an initializer or any other value.
+    """
+    if as_node or not isinstance(graph, ir.Graph):
+        return op.Constant(value=ir.tensor(np.array(values, dtype=np.int64)))
+    base = "rnn_rewrite_rules_" + "_".join(str(v) for v in values).replace("-", "m")
+    return _initializer(op, graph, np.array(values, dtype=np.int64), base)
+
+
+def cached_ints(
+    op,
+    graph: ir.Graph | ir.Function,
+    cache: dict[tuple[int, ...], ir.Value],
+    values: list[int],
+    *,
+    as_node: bool = False,
+) -> ir.Value:
+    """:func:`int64_constant`, once per value list and rewrite (``cache``): the rewriter adds
+    a rewrite's initializers after it, so a second lookup would not find the first."""
+    key = tuple(values)
+    if key not in cache:
+        cache[key] = int64_constant(op, graph, values, as_node=as_node)
+    return cache[key]
+
+
+def array_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: str) -> ir.Value:
+    """``array`` as an initializer named ``name`` (or the first free ``name_1``...), reusing
+    an equal one an earlier rewrite made; a ``Constant`` in a function."""
+    if not isinstance(graph, ir.Graph):
+        return op.Constant(value=ir.tensor(np.ascontiguousarray(array)))
+    return _initializer(op, graph, array, name)
+
+
+def _initializer(op, graph: ir.Graph, array: np.ndarray, base: str) -> ir.Value:
+    """The initializer ``base`` (or ``base_1``...) an earlier rewrite made with ``array``'s
+    type and values, else a new one named with the first of those names no value uses.
+    An initializer that is also a graph input is never reused (a caller may override it)."""
+    name, index = base, 0
+    while name in graph.initializers:
+        existing = graph.initializers[name]
+        tensor = existing.const_value
+        if (
+            not existing.is_graph_input()
+            and tensor is not None
+            and tensor.numpy().dtype == array.dtype
+            and np.array_equal(tensor.numpy(), array)
+        ):
+            return existing
+        index += 1
+        name = f"{base}_{index}"
+    return op.initializer(ir.tensor(np.ascontiguousarray(array)), fresh_name(graph, name))

@@ -1,0 +1,32 @@
+"""Re-roll unrolled ``nn.RNN`` recurrences into one ONNX ``RNN`` node per layer and direction.
+
+* :mod:`.rnn`: the ``nn.RNN`` chain (torch dynamo form) -> ``RNN``.
+* :mod:`.cells`: Python loops over ``nn.LSTMCell`` / ``nn.GRUCell`` -> ``LSTM`` / ``GRU``.
+* :mod:`._chain`: what both share (the walk back along a chain, the check's tail, the
+  rewrite's emission).
+"""
+
+from __future__ import annotations
+
+from onnxscript.rewriter import RewriteRule
+
+from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules.reroll.cells import RerollCell, plan_cell_chain
+from rnn_rewrite_rules.rules.reroll.rnn import ACTIVATIONS, RerollRnn, plan_chain
+
+__all__ = ["FAMILY", "RerollCell", "RerollRnn", "make_rules", "plan_cell_chain", "plan_chain"]
+
+
+def make_rules() -> list[RewriteRule]:
+    return [RerollRnn.rule(activation) for activation in ACTIVATIONS] + [
+        RerollCell.rule(op_type) for op_type in ("LSTM", "GRU")
+    ]
+
+
+FAMILY = RuleFamily(
+    name="reroll",
+    description=(__doc__ or "").partition("\n")[0],
+    make_rules=make_rules,
+    install_by_default=True,
+    fixes=(),
+)

@@ -1,0 +1,203 @@
+"""What the two reroll rules share: reading a step's input and constant weights, walking
+a chain of steps back from its last one, the check's tail and the rewrite's emission.
+
+A rule (:class:`ChainRule`) plans the chain ending at the matched node; the plan is kept
+for ``rewrite`` on the rule, which is built per rewrite call (``rules.select_rules``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+
+from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import (
+    array_constant,
+    cached_ints,
+    producer,
+    read_axes,
+    slice_,
+    slice_params,
+    squeeze,
+    unsqueeze,
+)
+from rnn_rewrite_rules.shape import ShapeProver
+
+__all__ = [
+    "ChainRule",
+    "read_step",
+    "redirect",
+    "same_constant",
+    "static_size",
+    "walk_back",
+    "weight_array",
+]
+
+_INT64_MAX = 2**63 - 1
+_MAX_DEPTH = 24
+
+
+def static_size(prover: ShapeProver, value: ir.Value, axis: int) -> int | None:
+    """The size of ``axis`` of ``value`` when the shape prover fixes it to a number."""
+    dim = prover.dim(value, axis)
+    return None if dim is None else dim.value
+
+
+def read_step(value: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """``(P, t)`` when ``value`` is ``Squeeze(Slice(P, [t], [t+1], [0]), [0])``."""
+    squeezed = producer(value, "Squeeze")
+    if squeezed is None or read_axes(squeezed) != [0]:
+        return None
+    sliced = producer(squeezed.inputs[0], "Slice")
+    params = None if sliced is None else slice_params(sliced)
+    if params is None:
+        return None
+    start, end, axis, step = params
+    if axis != 0 or step != 1 or start < 0 or end != start + 1 or sliced.inputs[0] is None:  # type: ignore[union-attr]
+        return None
+    return sliced.inputs[0], start  # type: ignore[union-attr]
+
+
+def weight_array(value: ir.Value | None) -> np.ndarray | None:
+    """A constant, through ``Identity`` (TorchScript shares an initializer that way) and a
+    2-D ``Transpose`` (torch leaves ``W^T`` unfolded above onnxscript's folding limit)."""
+    for _ in range(_MAX_DEPTH):
+        identity = producer(value, "Identity")
+        if identity is None:
+            break
+        value = identity.inputs[0]
+    array = const_array(value)
+    if array is not None or value is None:
+        return array
+    node = producer(value, "Transpose")
+    if node is None:
+        return None
+    inner = weight_array(node.inputs[0])
+    perm = node.attributes.get("perm")
+    if inner is None or inner.ndim != 2 or (perm is not None and list(perm.as_ints()) != [1, 0]):
+        return None
+    return inner.T
+
+
+def same_constant(a: ir.Value | None, b: ir.Value | None) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    x, y = weight_array(a), weight_array(b)
+    return x is not None and y is not None and x.dtype == y.dtype and np.array_equal(x, y)
+
+
+class Step(Protocol):
+    """What the walk reads of a step: the state it reads and the sequence it indexes."""
+
+    @property
+    def h_prev(self) -> ir.Value | None: ...
+
+    @property
+    def source(self) -> ir.Value: ...
+
+
+S = TypeVar("S", bound=Step)
+
+
+def walk_back(last: S, parse: Callable[[ir.Node], S | Refusal]) -> list[S]:
+    """The chain ending at ``last``, first step first: each earlier step is what ``parse``
+    reads at the default-domain producer of the next one's ``h_prev``, with the same
+    ``source``. A graph has no cycles, so the walk ends."""
+    steps = [last]
+    while steps[-1].h_prev is not None:
+        node = steps[-1].h_prev.producer()  # type: ignore[union-attr]
+        if node is None or node.domain != "":
+            break
+        previous = parse(node)
+        if isinstance(previous, Refusal) or previous.source is not last.source:
+            break
+        steps.append(previous)
+    steps.reverse()
+    return steps
+
+
+def redirect(old: ir.Value, new: ir.Value) -> None:
+    """Point every reader of ``old`` (graph outputs too) at ``new``, which takes its name."""
+    new.type = old.type if old.type is not None else new.type
+    new.shape = old.shape if old.shape is not None else new.shape
+    name = old.name
+    old.name = None if name is None else f"{name}__unrolled"
+    new.name = name
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
+
+
+P = TypeVar("P")
+
+
+class ChainRule(RewriteRuleClassBase, Generic[P]):
+    """A rule rooted at the last step of a chain: ``plan`` proves the chain, ``refuse``
+    adds the rule's own conditions on the plan, and the check's tail (the opset the
+    replacement is emitted in) is shared; ``rewrite`` reads :attr:`plan`.
+    """
+
+    plan: P
+    graph: ir.Graph | ir.Function
+    opset: int
+
+    def plan_chain(self, root: ir.Node) -> P | Refusal:
+        raise NotImplementedError
+
+    def refuse(self, context, plan: P) -> Refusal | None:
+        """Why the rule does not apply to a proven chain (None: it does)."""
+        return None
+
+    def check(self, context, **_) -> MatchResult:
+        check_result = MatchResult()
+        root = context.root
+        plan = self.plan_chain(root)
+        if isinstance(plan, Refusal):
+            return check_result.fail(plan, root)
+        reason = self.refuse(context, plan)
+        if reason is not None:
+            return check_result.fail(reason, root)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, Refusal):
+            return check_result.fail(opset, root)
+        self.plan, self.graph, self.opset = plan, context.graph_or_function, opset
+        return check_result
+
+    def emitter(self, op) -> _Emitter:
+        """The rewrite's emission helpers (one int64 cache per rewrite)."""
+        return _Emitter(op, self.graph, self.opset)
+
+
+class _Emitter:
+    """Constants, Slice and Squeeze/Unsqueeze of one rewrite, in the graph's opset form."""
+
+    def __init__(self, op, graph: ir.Graph | ir.Function, opset: int) -> None:
+        self.op, self.graph, self.opset = op, graph, opset
+        self._cache: dict[tuple[int, ...], ir.Value] = {}
+
+    def ints(self, values: list[int]) -> ir.Value:
+        return cached_ints(self.op, self.graph, self._cache, values)
+
+    def constant(self, array: np.ndarray, name: str) -> ir.Value:
+        return array_constant(self.op, self.graph, array, name)
+
+    def squeeze(self, value: ir.Value, axis: int) -> ir.Value:
+        return squeeze(self.op, value, [axis], self.opset, self.ints)
+
+    def unsqueeze(self, value: ir.Value | None, axis: int) -> ir.Value | None:
+        return None if value is None else unsqueeze(self.op, value, [axis], self.opset, self.ints)
+
+    def slice(
+        self, value: ir.Value, starts: list[int], ends: list[int], axes: list[int]
+    ) -> ir.Value:
+        return slice_(self.op, value, starts, ends, axes, self.opset, self.ints)
+
+    def first_steps(self, x: ir.Value, count: int, reverse: bool) -> ir.Value:
+        """The first ``count`` rows of ``x`` (the last ``count`` when ``reverse``)."""
+        starts, ends = ([-count], [_INT64_MAX]) if reverse else ([0], [count])
+        return self.slice(x, starts, ends, [0])
