@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._rnn_ops import rnn_op
+
 __all__ = ["onnxscript_gru_bug"]
 
 #: Ops that torchlib puts between a direction's reordered W and the GRU.
@@ -26,11 +28,13 @@ _MAX_HOPS = 4
 def onnxscript_gru_bug(node: ir.Node) -> str | None:
     """What is wrong with ``node`` when it is a GRU as the buggy onnxscript releases export
     ``nn.GRU`` (``linear_before_reset=0`` and torchlib's gate reordering of W), else None."""
-    if node.op_type != "GRU" or node.domain not in ("", "ai.onnx"):
+    spec = rnn_op(node)
+    if spec is None or (spec.domain, spec.op_type) != ("", "GRU"):
         return None
     if node.attributes.get_int("linear_before_reset", 0) != 0:
         return None
-    if len(node.inputs) < 2 or node.inputs[1] is None or not _torchlib_reordered(node.inputs[1]):
+    w = spec.inputs.index("W")
+    if len(node.inputs) <= w or node.inputs[w] is None or not _torchlib_reordered(node.inputs[w]):
         return None
     return (
         "linear_before_reset=0 with torchlib's weight reordering: exported by onnxscript "
