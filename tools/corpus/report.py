@@ -19,11 +19,9 @@ import datetime
 import importlib.metadata
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -67,35 +65,21 @@ class ModelResult:
     portability: dict[str, str]
 
 
-def _run_once(path: Path, feeds: dict, calls: int) -> tuple[float, float]:
-    """(session creation seconds, median seconds per call) in a fresh session."""
-    start = time.perf_counter()
-    session = runtime.session(str(path), threads=1)
-    created = time.perf_counter() - start
-    for _ in range(2):
-        session.run(None, feeds)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return created, statistics.median(times)
-
-
 def _timing(original: list[float], rewritten: list[float]) -> Timing:
     ratios = [r / o for o, r in zip(original, rewritten, strict=True)]
     return Timing(min(rewritten) / min(original), min(ratios), max(ratios), min(original))
 
 
 def measure(original: Path, rewritten: Path, feeds: dict, rounds: int) -> tuple[Timing, Timing]:
-    """(latency, session creation), the two models interleaved, the order swapped each round."""
-    _, first = _run_once(original, feeds, 3)
+    """(latency, session creation), the two models interleaved, the order swapped each
+    round; each round a fresh session (``runtime.latency``: one thread, median of calls)."""
+    _, first = runtime.latency(str(original), feeds, 3)
     calls = max(5, min(200, int(0.3 / max(first, 1e-6))))
     results: dict[Path, list[tuple[float, float]]] = {original: [], rewritten: []}
     for index in range(rounds):
         order = (original, rewritten) if index % 2 == 0 else (rewritten, original)
         for path in order:
-            results[path].append(_run_once(path, feeds, calls))
+            results[path].append(runtime.latency(str(path), feeds, calls))
     created = [[c for c, _ in results[p]] for p in (original, rewritten)]
     latency = [[t for _, t in results[p]] for p in (original, rewritten)]
     return _timing(*latency), _timing(*created)
