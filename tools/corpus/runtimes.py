@@ -7,6 +7,7 @@ of the error that stopped it.
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -19,7 +20,18 @@ import onnx
 
 from rnn_rewrite_rules import runtime
 
-__all__ = ["Outcome", "agree", "feeds", "onnxruntime", "openvino", "run_sizes", "shapes", "tract"]
+__all__ = [
+    "Aborted",
+    "Outcome",
+    "agree",
+    "feeds",
+    "onnxruntime",
+    "onnxruntime_child",
+    "openvino",
+    "run_sizes",
+    "shapes",
+    "tract",
+]
 
 Feeds = dict[str, np.ndarray]
 #: Per feed: the outputs, or why the runtime could not produce them.
@@ -126,20 +138,52 @@ with open(sys.argv[1], "wb") as handle:
 
 def openvino(path: Path, runs: Sequence[Feeds], timeout: float = 600) -> Outcome:
     """OpenVINO's outputs per feed, in a child process (a crash is an error text)."""
-    with tempfile.TemporaryDirectory(prefix="corpus-openvino-") as scratch:
+    return _child(_OPENVINO, path, runs, "OpenVINO", timeout)
+
+
+#: The ONNX Runtime child: run the model on the pickled feeds, pickle the outputs or error.
+_ONNXRUNTIME = """
+import pickle, sys
+from rnn_rewrite_rules import runtime
+path, runs = pickle.load(sys.stdin.buffer)
+out = []
+for feeds in runs:
+    try:
+        out.append(list(runtime.run(path, feeds)))
+    except Exception as error:
+        out.append(runtime.short_error(error))
+with open(sys.argv[1], "wb") as handle:
+    pickle.dump(out, handle)
+"""
+
+
+class Aborted(str):
+    """The runtime ended the process (ONNX Runtime on LSTM/GRU at batch 0): its text."""
+
+
+def onnxruntime_child(path: Path, feeds: Feeds, timeout: float = 600) -> list[np.ndarray] | str:
+    """ONNX Runtime's outputs in a child process: an error text, or :class:`Aborted`."""
+    return _child(_ONNXRUNTIME, path, [feeds], "ONNX Runtime", timeout)[0]
+
+
+def _child(script: str, path: Path, runs: Sequence[Feeds], name: str, timeout: float) -> Outcome:
+    """``script`` in a child process on ``(path, runs)``; its pickled outcome, or one
+    :class:`Aborted` per run when the child died."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    with tempfile.TemporaryDirectory(prefix="corpus-child-") as scratch:
         result = Path(scratch) / "out.pickle"
         done = subprocess.run(
-            [sys.executable, "-c", _OPENVINO, str(result)],
+            [sys.executable, "-c", script, str(result)],
             input=pickle.dumps((str(path), [dict(r) for r in runs])),
             capture_output=True,
             timeout=timeout,
+            env=env,
             check=False,
         )
         if not result.exists():
             last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-            return [f"OpenVINO ended its process (code {done.returncode}): {last[0][:200]}"] * len(
-                runs
-            )
+            message = f"{name} ended its process (code {done.returncode}): {last[0][:200]}"
+            return [Aborted(message)] * len(runs)
         return pickle.loads(result.read_bytes())
 
 
