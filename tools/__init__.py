@@ -1,0 +1,1 @@
+"""Maintenance tools that are not part of the package (``tools/corpus``: the real-model corpus)."""
