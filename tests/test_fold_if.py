@@ -229,3 +229,83 @@ def test_two_outputs_are_both_replaced() -> None:
     )
     after = _folded(_read_if_model(then, outputs=2))
     assert _source(after).op_type == "Abs" and _source(after, "y1").op_type == "Sqrt"
+
+
+# ---------------------------------------------- conditions the prover must not decide
+
+
+def _condition_model(case: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``If(Equal(Size(Shape(v)), 0), Identity(x), Relu(x))`` (or ``Equal(v, n)``) where
+    ``v`` reads an optional operand fed at run time, or wraps in a narrowing Cast: read as
+    absent (or unwrapped), the condition is true; at run time it is false."""
+    nodes = {
+        "Squeeze": [helper.make_node("Squeeze", ["ones", "k"], ["v"])],  # fed [0]: rank 1
+        "Slice": [
+            helper.make_node("Slice", ["ones", "zero", "one", "k"], ["sliced"]),  # fed [1]
+            helper.make_node("Shape", ["sliced"], ["sliced_shape"]),
+            helper.make_node("Gather", ["sliced_shape", "zero_scalar"], ["v"]),
+        ],
+        "Split": [
+            helper.make_node("Split", ["six", "k"], ["part", "rest"]),  # fed [2, 4]
+            helper.make_node("Shape", ["part"], ["part_shape"]),
+            helper.make_node("Gather", ["part_shape", "zero_scalar"], ["v"]),
+        ],
+        "Cast": [
+            helper.make_node("Shape", ["six"], ["six_shape"]),
+            helper.make_node("Mul", ["six_shape", "big"], ["scaled"]),
+            helper.make_node("Cast", ["scaled"], ["v32"], to=TensorProto.INT32),
+            helper.make_node("Cast", ["v32"], ["v"], to=TensorProto.INT64),
+        ],
+    }[case]
+    if case == "Squeeze":  # rank of v: 0 read as absent axes, 1 at run time
+        nodes += [
+            helper.make_node("Shape", ["v"], ["v_shape"]),
+            helper.make_node("Size", ["v_shape"], ["v_rank"]),
+            helper.make_node("Equal", ["v_rank", "zero_scalar"], ["cond"]),
+        ]
+    else:  # v read wrongly: 1, 3, 6 * 2**32; at run time 3, 2, 0
+        expected = {"Slice": 1, "Split": 3, "Cast": 6 * 2**32}[case]
+        nodes.append(helper.make_node("Equal", ["v", "expected"], ["cond"]))
+    then = _branch("then", [helper.make_node("Identity", ["x"], ["t0"])], ["t0"])
+    other = _branch("else", [helper.make_node("Relu", ["x"], ["e0"])], ["e0"])
+    nodes.append(helper.make_node("If", ["cond"], ["y0"], then_branch=then, else_branch=other))
+    k = {"Squeeze": [0], "Slice": [1], "Split": [2, 4], "Cast": [0]}[case]
+    inits = [
+        numpy_helper.from_array(
+            np.ones((1, 1), np.float32) if case == "Squeeze" else np.ones((3, 4), np.float32),
+            "ones",
+        ),
+        numpy_helper.from_array(np.ones(6, np.float32), "six"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero"),
+        numpy_helper.from_array(np.array([1], np.int64), "one"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero_scalar"),
+        numpy_helper.from_array(np.array([2**32], np.int64), "big"),
+    ]
+    if case != "Squeeze":
+        inits.append(numpy_helper.from_array(np.array([expected], np.int64), "expected"))
+    graph = helper.make_graph(
+        nodes,
+        "runtime_operand",
+        [_tensor("x"), helper.make_tensor_value_info("k", TensorProto.INT64, [len(k)])],
+        [_tensor("y0")],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    x = np.linspace(-1, 1, 24).astype(np.float32).reshape(2, 3, 4)
+    return model, {"x": x, "k": np.array(k, np.int64)}
+
+
+@pytest.mark.parametrize("case", ["Squeeze", "Slice", "Split", "Cast"])
+def test_a_runtime_operand_or_a_wrapping_cast_decides_nothing(case: str) -> None:
+    """Squeeze axes, Slice axes, Split sizes fed at run time are unknown, not absent; a
+    narrowing Cast wraps. The If runs the else branch (Relu) at run time."""
+    model, feeds = _condition_model(case)
+    (expected,) = runtime.run(model, feeds)
+    assert np.array_equal(expected, np.maximum(feeds["x"], 0))  # the else branch runs
+    after, count = apply(RULES, model)
+    assert count == 0 or np.array_equal(runtime.run(after, feeds)[0], expected)
+    assert count == 0
+    assert _refusals(model) == [
+        "the If condition is not provable from the graph (a runtime value or size)"
+    ]

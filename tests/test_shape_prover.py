@@ -467,3 +467,68 @@ def test_reshape_zero_element_semantics(allowzero) -> None:
     assert reshape(dims, (batch, Dim.const(-1)), 0)[0] is None
     assert reshape(dims, (seq, Dim.const(-1)), 0) == (seq, batch * 4)
     assert reshape(dims, (Dim.const(-1), Dim.const(-1)), 0) == "more than one -1 in the target"
+
+
+# ---------------------------------------------------------------- present but not constant
+
+
+def _runtime_operand_model(op: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``op`` whose optional operand (Slice axes, Squeeze axes, Split sizes) is a graph
+    input, fed a value that differs from what the operand's absence would mean."""
+    if op == "Slice":  # absent axes: axis 0; fed [1]
+        nodes = [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])]
+        inits = [_const("starts", [0]), _const("ends", [1])]
+        x_shape, operand = [3, 4], np.array([1], np.int64)
+    elif op == "Squeeze":  # absent axes: every size-1 axis; fed [0]
+        nodes = [helper.make_node("Squeeze", ["x", "axes"], ["y"])]
+        inits, x_shape, operand = [], [1, 1], np.array([0], np.int64)
+    else:  # absent sizes: an even split; fed [2, 4]
+        nodes = [helper.make_node("Split", ["x", "axes"], ["y", "y2"])]
+        inits, x_shape, operand = [], [6], np.array([2, 4], np.int64)
+    inputs = [
+        _input("x", x_shape, static=set(range(len(x_shape)))),
+        helper.make_tensor_value_info("axes", TensorProto.INT64, [len(operand)]),
+    ]
+    outputs = [*nodes[0].output]
+    nodes += [helper.make_node("Shape", [o], [f"{o}_shape"]) for o in nodes[0].output]
+    outputs += [f"{o}_shape" for o in nodes[0].output]
+    model = _model(nodes, inputs, outputs, inits)
+    return model, {"x": _feed(x_shape), "axes": operand}
+
+
+@pytest.mark.parametrize("op", ["Slice", "Squeeze", "Split"])
+@pytest.mark.parametrize("ort", [False, True])
+def test_a_runtime_operand_is_not_read_as_absent(op: str, ort: bool) -> None:
+    """An optional operand that is present but not constant is unknown, not absent."""
+    model, feeds = _runtime_operand_model(op)
+    check(model, feeds, ort=ort)
+    ir_model = ir.serde.deserialize_model(model)
+    node = ir_model.graph.node(0)
+    prover = ShapeProver()
+    for value in node.outputs:
+        dims = prover.dims(value)
+        assert dims is None or all(not d.is_const for d in dims), (op, dims)
+
+
+@pytest.mark.parametrize("ort", [False, True])
+def test_a_narrowing_cast_wraps(ort: bool) -> None:
+    """``Cast(int64 -> int32)`` of ``5 * 2**32`` is 0 at run time: the unwrapped value is
+    not a fact; a value within the target's range stays one, and so does a widening cast."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Mul", ["s", "big"], ["scaled"]),
+        helper.make_node("Cast", ["scaled"], ["narrow"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["s"], ["small"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["small"], ["wide"], to=TensorProto.INT64),
+        helper.make_node("Mul", ["s", "s"], ["square"]),
+        helper.make_node("Cast", ["square"], ["square32"], to=TensorProto.INT32),
+    ]
+    inputs = [_input("x", [5], static={0}), _input("z", [2])]
+    model = _model(nodes, inputs, [n.output[0] for n in nodes], [_const("big", [2**32])])
+    check(model, {"x": _feed([5]), "z": _feed([2])}, ort=ort)
+    graph = ir.serde.deserialize_model(model).graph
+    prover = ShapeProver()
+    values = {n.outputs[0].name: n.outputs[0] for n in graph}
+    assert prover.ints(values["narrow"]) is None
+    assert prover.ints(values["small"]) == [5] and prover.ints(values["wide"]) == [5]
+    assert prover.ints(values["square32"]) == [25]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
@@ -49,12 +50,29 @@ def _present(ins: Inputs, index: int) -> bool:
     return index < len(ins) and ins[index] is not None
 
 
-def _ints(node: ir.Node, name: str, ins: Inputs, index: int) -> list[int] | None:
-    """An int list from attribute ``name`` or, when absent, constant input ``index``."""
+class _Unknown:
+    """An optional operand that is present but not constant: neither its value nor absent."""
+
+
+#: What :func:`_ints` returns for an operand given at run time.
+RUNTIME = _Unknown()
+
+
+def _operand(ins: Inputs, index: int) -> list[int] | _Unknown | None:
+    """Optional int input ``index``: None when absent, :data:`RUNTIME` when present but
+    not a constant (never read as absent)."""
+    if not _present(ins, index):
+        return None
+    values = _fact(ins, index).ints()
+    return RUNTIME if values is None else values
+
+
+def _ints(node: ir.Node, name: str, ins: Inputs, index: int) -> list[int] | _Unknown | None:
+    """An int list from attribute ``name`` or, when absent, :func:`_operand` ``index``."""
     attr = node.attributes.get(name)
     if attr is not None:
         return list(attr.as_ints())
-    return _fact(ins, index).ints() if _present(ins, index) else None
+    return _operand(ins, index)
 
 
 def _same(fact: Fact) -> Fact:
@@ -78,12 +96,23 @@ def _first_output_same(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
+    """A cast to an integer type keeps the elements it cannot change: a constant within
+    the target's range, and a symbolic one only when cast to int64 (what shape
+    arithmetic computes in). A narrowing cast wraps (``5 * 2**32`` to int32 is 0)."""
     data = _fact(ins, 0)
-    if node.op_type == "Cast":
-        to = ir.DataType(node.attributes.get_int("to", 0))
-        if to in _INT_TYPES:
-            return [data]  # sizes and shape elements are small non-negative ints
-    return [_same(data)]
+    if node.op_type != "Cast" or data.elements is None:
+        return [_same(data)]
+    to = ir.DataType(node.attributes.get_int("to", 0))
+    if to not in _INT_TYPES:
+        return [_same(data)]
+    info = np.iinfo(to.numpy())
+
+    def kept(element: Dim | None) -> Dim | None:
+        if element is None or element.value is None:
+            return element if to == ir.DataType.INT64 else None
+        return element if info.min <= element.value <= info.max else None
+
+    return [Fact(data.dims, tuple(kept(e) for e in data.elements))]
 
 
 def _quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
@@ -138,7 +167,7 @@ def _flatten(node: ir.Node, ins: Inputs) -> list[Fact]:
 def _squeeze(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     axes = _ints(node, "axes", ins, 1)
-    if data.dims is None:
+    if data.dims is None or isinstance(axes, _Unknown):  # axes fed at run time: rank unknown
         return [UNKNOWN]
     dims = list(data.dims)
     elements = data.elements
@@ -197,15 +226,14 @@ def _slice(node: ir.Node, ins: Inputs) -> list[Fact]:
         return [UNKNOWN]
     if len(node.inputs) <= 1:  # Slice-1: attributes
         starts, ends = _ints(node, "starts", [], 0), _ints(node, "ends", [], 0)
-        axes = _ints(node, "axes", [], 0)
-        steps = None if starts is None else [1] * len(starts)
+        axes, steps = _ints(node, "axes", [], 0), None
     else:
         starts, ends = _fact(ins, 1).ints(), _fact(ins, 2).ints()
-        axes = _fact(ins, 3).ints() if _present(ins, 3) else None
-        steps = _fact(ins, 4).ints() if _present(ins, 4) else None
-        if steps is None and not _present(ins, 4) and starts is not None:
-            steps = [1] * len(starts)
-    if starts is None or ends is None or steps is None:
+        axes, steps = _operand(ins, 3), _operand(ins, 4)
+    if not isinstance(starts, list) or not isinstance(ends, list):
+        return [Fact((None,) * len(data.dims))]
+    steps = [1] * len(starts) if steps is None else steps  # absent: all 1
+    if isinstance(steps, _Unknown) or isinstance(axes, _Unknown):
         return [Fact((None,) * len(data.dims))]
     axes = list(range(len(starts))) if axes is None else axes
     norm = semantics.normalize_axes(axes, len(data.dims))
@@ -310,8 +338,10 @@ def _split(node: ir.Node, ins: Inputs) -> list[Fact]:
         return [UNKNOWN] * count
     sizes_int = _ints(node, "split", ins, 1)
     size = data.dims[axis]
-    if sizes_int is not None:
-        sizes: list[Dim | None] = [Dim.const(s) for s in sizes_int]
+    if isinstance(sizes_int, _Unknown):  # sizes fed at run time
+        sizes: list[Dim | None] = [None] * count
+    elif sizes_int is not None:
+        sizes = [Dim.const(s) for s in sizes_int]
     elif "num_outputs" in node.attributes:  # opset 18: ceil division, last one smaller
         n = None if size is None else size.value
         chunk = None if n is None else -(-n // count)
