@@ -309,3 +309,35 @@ def test_a_runtime_operand_or_a_wrapping_cast_decides_nothing(case: str) -> None
     assert _refusals(model) == [
         "the If condition is not provable from the graph (a runtime value or size)"
     ]
+
+
+def _same_as_reference(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    """``after`` computes in ONNX Runtime what ``before`` does in ``onnx.reference`` (ONNX
+    Runtime 1.32 leaves the second output of a branch returning one value twice unset)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.linspace(-1, 1, 24).astype(np.float32).reshape(2, 3, 4)
+    expected = ReferenceEvaluator(before).run(None, {"x": x})
+    assert runtime.max_abs_diff(expected, runtime.run(after, {"x": x})) == 0
+
+
+@pytest.mark.parametrize("op_type", ["Abs", "Identity"])
+def test_one_branch_value_for_two_graph_outputs_keeps_both(op_type: str) -> None:
+    """The branch that runs returns one value twice, for two graph outputs ``y0``, ``y1``:
+    both stay graph outputs, with their names, in their order."""
+    then = _branch("then", [helper.make_node(op_type, ["x"], ["t0"])], ["t0", "t0"])
+    model = _if_model(then_branch=then, outputs=2)
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["If"] == 0
+    assert [o.name for o in after.graph.output] == ["y0", "y1"]
+    _same_as_reference(model, after)
+
+
+def test_one_branch_value_for_two_if_outputs_is_read_by_both() -> None:
+    """The same, the If's outputs read by nodes (not graph outputs)."""
+    then = _branch("then", [helper.make_node("Abs", ["t"], ["t0"])], ["t0", "t0"])
+    model = _read_if_model(then, outputs=2)
+    after, count = apply(RULES, model)
+    assert count == 1 and op_counts(after)["If"] == 0
+    assert [o.name for o in after.graph.output] == ["y0", "y1"]
+    _same_as_reference(model, after)

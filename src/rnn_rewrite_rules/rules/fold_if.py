@@ -15,8 +15,9 @@ tensor) is left alone.
 Replacement: the nodes of the branch that runs, inlined with their names; a branch
 that only forwards an outer value (``Identity(x)``) becomes that value (an ``Identity``
 when either is a graph input, output or initializer: the rewriter renames the
-replacement). The condition's ``Shape``/``Size``/``Equal``
-chain then dies.
+replacement). A value the branch returns for more than one output is copied by an
+``Identity`` for each further output, so that every output keeps its name. The
+condition's ``Shape``/``Size``/``Equal`` chain then dies.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class FoldProvenIf(RewriteRuleClassBase):
                     or source.is_initializer()
                 ):
                     new = source
+            if new in results:  # one value for two outputs: each output keeps its own value
+                new = op.Identity(new)
             results.append(new)
         return results if len(results) > 1 else results[0]
 
