@@ -106,3 +106,43 @@ def test_a_node_emitted_under_a_name_no_one_else_has_keeps_it() -> None:
     result = UniqueRewrittenNodeNamesPass(nodes[:2])(model)
     assert not result.modified
     assert [n.name for n in model_nodes(model)] == ["neg", "abs", "if", "relu", "sigmoid"]
+
+
+_OUTPUT_INITIALIZER = """
+<ir_version: 8, opset_import: ["" : 18]>
+agraph (float[2] x) => (float[2] y, float[2] w, float[2] z)
+<float[2] w = {1.0, 2.0}>
+{
+  shape = Shape (x)
+  rank = Size (shape)
+  one = Constant <value = int64 {1}> ()
+  cond = Equal (rank, one)
+  y = If (cond) <
+    then_branch = g1 () => (float[2] a) { a = Abs (x) },
+    else_branch = g2 () => (float[2] b) { b = Neg (x) }
+  >
+  z = If (flag) <
+    then_branch = g3 () => (float[2] c) <float[2] c = {3.0, 4.0}> { },
+    else_branch = g4 () => (float[2] d) { d = Identity (x) }
+  >
+}
+"""
+
+
+def test_an_initializer_that_is_an_output_keeps_its_type() -> None:
+    """A graph output must declare its type (the checker rejects one without): an
+    initializer that is a graph output, of the main graph or a branch, keeps it."""
+    import onnx
+
+    from rnn_rewrite_rules import rewrite
+    from rnn_rewrite_rules.passes import InitializerInfoFromTensorPass
+
+    text = _OUTPUT_INITIALIZER.replace("(float[2] x)", "(float[2] x, bool flag)")
+    model = ir.from_onnx_text(text)
+    InitializerInfoFromTensorPass()(model)
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto, full_check=True)
+    after = rewrite(proto, ["fold_if"])  # a rule fires, then the passes run
+    assert [n.op_type for n in after.graph.node].count("If") == 1
+    onnx.checker.check_model(after, full_check=True)
+    assert [o.name for o in after.graph.output] == ["y", "w", "z"]
