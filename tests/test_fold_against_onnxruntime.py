@@ -291,7 +291,11 @@ CASES = {
         {"a": _data(1, 2, 3), "b": _data(1, 2, 3), "shape": _ints(4, -1)},
     ),
     # Cast: rounding and the two-step double -> float16, integer targets, bool
-    "cast double to half": _cast(np.array([1 + 2**-11 + 2**-40, 65520.0, -0.1], np.float64), F16),
+    # ONNX Runtime rounds via float, onnx.reference once: folded only where they agree
+    "cast double to half": _cast(np.array([1 + 2**-11, 65520.0, -0.1], np.float64), F16),
+    "cast double to half rounding twice": _cast(
+        np.array([1 + 2**-11 + 2**-40], np.float64), F16, refused=True
+    ),
     "cast float to int truncates": _cast(np.array([1.7, -1.7, 2.5], np.float32), I32),
     # undefined in C++ (x86 and ARM differ): ONNX Runtime gives a value, folding refuses
     "cast float to int out of range": _cast(np.array([3e9], np.float32), I32, refused=True),
@@ -377,6 +381,10 @@ REASONS = {
     "cast to int8 at max + 1": "Cast of values out of the int8 range is platform-dependent",
     "cast to int8 above max + 1": "Cast of values out of the int8 range is platform-dependent",
     "cast to bfloat16": "Cast to BFLOAT16 is not folded",
+    "cast double to half rounding twice": (
+        "Cast of float64 to float16 rounds differently in ONNX Runtime (via float32) "
+        "and onnx.reference (once)"
+    ),
 }
 
 
