@@ -341,3 +341,59 @@ def test_one_branch_value_for_two_if_outputs_is_read_by_both() -> None:
     assert count == 1 and op_counts(after)["If"] == 0
     assert [o.name for o in after.graph.output] == ["y0", "y1"]
     _same_as_reference(model, after)
+
+
+def _loop_body_rank_check() -> onnx.ModelProto:
+    """``Loop`` (one trip) carrying ``x``; its body input ``v`` is declared of rank 3 and
+    the body runs ``If(Equal(Size(Shape(v)), 3), Identity(v), Neg(v))``."""
+    check_rank = helper.make_node(
+        "If",
+        ["is3"],
+        ["picked"],
+        then_branch=_branch("then", [helper.make_node("Identity", ["v"], ["t0"])], ["t0"]),
+        else_branch=_branch("else", [helper.make_node("Neg", ["v"], ["e0"])], ["e0"]),
+    )
+    body = helper.make_graph(
+        [
+            helper.make_node("Shape", ["v"], ["s"]),
+            helper.make_node("Size", ["s"], ["r"]),
+            helper.make_node("Equal", ["r", "three"], ["is3"]),
+            check_rank,
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, ["a", "b", "c"]),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _tensor("picked")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "", "x"], ["y"], body=body)],
+        "loop_rank_check",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["x0", "x1"])],
+        [_tensor("y", 2)],
+        [
+            numpy_helper.from_array(np.array(1, np.int64), "trip"),
+            numpy_helper.from_array(np.array(3, np.int64), "three"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_loop_body_input_declared_rank_decides_nothing() -> None:
+    """ONNX Runtime does not check a body input against its declaration: fed rank 2, the
+    body's rank check is false and ``Neg`` runs. The declared rank is not a fact."""
+    model = _loop_body_rank_check()
+    x = np.linspace(-1, 1, 6).astype(np.float32).reshape(2, 3)
+    (expected,) = runtime.run(model, {"x": x})
+    assert np.array_equal(expected, -x)
+    after, count = apply(RULES, model)
+    assert count == 0 or np.array_equal(runtime.run(after, {"x": x})[0], expected)
+    assert count == 0
+    assert _refusals(model) == [
+        "the If condition is not provable from the graph (a runtime value or size)"
+    ]

@@ -50,7 +50,7 @@ def _c(*sizes: int) -> tuple[Dim, ...]:
 
 def test_declared_input_sizes_and_symbols() -> None:
     v = _graph([], [helper.make_tensor_value_info("x", FLOAT, ["seq", 4])])
-    x, prover = v["x"], ShapeProver()
+    x, prover = v["x"], ShapeProver(v["x"].graph)
     assert prover.dims(x) == (Dim.sym(x, 0), Dim.const(4))
     assert prover.rank(x) == 2
     assert prover.dim(x, -1) == Dim.const(4) and prover.dim(x, -2) == Dim.sym(x, 0)
@@ -102,7 +102,7 @@ def test_an_initializer_that_is_also_an_input_is_only_its_declared_shape() -> No
     """The caller may feed another value: its content is not a fact, its shape is."""
     x = helper.make_tensor_value_info("x", INT64, [3])
     v = _graph([], [x], constants={"x": np.array([1, 2, 3], np.int64)})
-    prover = ShapeProver()
+    prover = ShapeProver(v["x"].graph)
     assert prover.dims(v["x"]) == _c(3) and prover.elements(v["x"]) is None
 
 
@@ -113,7 +113,8 @@ def test_unknown_ops_and_outputs_past_the_transfer_are_unknown() -> None:
         helper.make_node("Relu", ["x"], ["custom"], domain="my.domain"),
         helper.make_node("Dropout", ["x"], ["out", "mask"]),  # the transfer gives output 0
     ]
-    v, prover = _graph(nodes, [x]), ShapeProver()
+    v = _graph(nodes, [x])
+    prover = ShapeProver(v["x"].graph)
     assert prover.dims(v["nz"]) is None
     assert prover.dims(v["custom"]) is None
     assert prover.dims(v["out"]) == _c(2, 3)
@@ -124,7 +125,8 @@ def test_an_unproven_size_is_named_by_the_output_axis() -> None:
     a = helper.make_tensor_value_info("a", FLOAT, ["n", 3])
     b = helper.make_tensor_value_info("b", FLOAT, ["m", 3])
     nodes = [helper.make_node("Add", ["a", "b"], ["out"]), helper.make_node("Relu", ["out"], ["r"])]
-    v, prover = _graph(nodes, [a, b]), ShapeProver()
+    v = _graph(nodes, [a, b])
+    prover = ShapeProver(v["a"].graph)
     out = v["out"]
     assert prover.dims(out) == (Dim.sym(out, 0), Dim.const(3))
     assert prover.dims(v["r"]) == (Dim.sym(out, 0), Dim.const(3))  # the same size downstream
@@ -142,7 +144,7 @@ def test_shape_elements_survive_the_anchoring_of_an_unknown_size() -> None:
         helper.make_node("Reshape", ["s", "target"], ["out"]),
     ]
     v = _graph(nodes, [x, y], {"two": np.array([2], np.int64)})
-    prover = ShapeProver()
+    prover = ShapeProver(v["x"].graph)
     assert prover.elements(v["target"]) == (None,)
     fact = prover.fact(v["out"])
     assert fact.dims == (Dim.sym(v["out"], 0),)
@@ -227,15 +229,17 @@ def _identity_chain(length: int) -> list[ir.Value]:
 
 def test_a_query_visits_at_most_max_visits_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prover_module, "_MAX_VISITS", 5)
-    assert ShapeProver().dims(_identity_chain(5)[-1]) == _c(5)
-    chain, prover = _identity_chain(6), ShapeProver()
+    short = _identity_chain(5)
+    assert ShapeProver(short[0].graph).dims(short[-1]) == _c(5)
+    chain = _identity_chain(6)
+    prover = ShapeProver(chain[0].graph)
     assert prover.dims(chain[-1]) is None
     assert prover.fact(chain[1]).dims is None  # the value past the bound: unknown, not None
     assert prover.dims(chain[0]) == _c(5)
     # past the bound the query goes on: Concat(chain end, x) still has x's rank
     concat = ir.Node("", "Concat", [chain[-1], chain[0]], [ir.AttrInt64("axis", 0)])
     chain[-1].producer().graph.append(concat)
-    assert ShapeProver().rank(concat.outputs[0]) == 1
+    assert ShapeProver(chain[0].graph).rank(concat.outputs[0]) == 1
 
 
 def test_an_absent_optional_input_is_absent_not_unknown() -> None:
@@ -243,7 +247,7 @@ def test_an_absent_optional_input_is_absent_not_unknown() -> None:
     would leave the sizes unknown)."""
     x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
     v = _graph([helper.make_node("ReduceSum", ["x", ""], ["out"])], [x])
-    assert ShapeProver().dims(v["out"]) == _c(1, 1)
+    assert ShapeProver(v["x"].graph).dims(v["out"]) == _c(1, 1)
 
 
 def test_rnn_sizes_from_attributes_and_weights() -> None:
@@ -260,7 +264,8 @@ def test_rnn_sizes_from_attributes_and_weights() -> None:
         helper.make_node("LSTM", ["x", "w", "r"], ["y4"], direction="sideways"),
     ]
     x = helper.make_tensor_value_info("x", FLOAT, ["seq", 2, 2])
-    v, prover = _graph(nodes, [x], constants), ShapeProver()
+    v = _graph(nodes, [x], constants)
+    prover = ShapeProver(v["x"].graph)
 
     def sizes(name: str):
         return prover.rnn_sizes(v[name].producer())
@@ -314,7 +319,7 @@ def test_zeros_of_a_possibly_negative_length_are_unknown_not_an_error() -> None:
         helper.make_node("ConstantOfShape", ["n"], ["out"]),
     ]
     v = _graph(nodes, [x], {"one": np.array([1], np.int64)})
-    prover = ShapeProver()
+    prover = ShapeProver(v["x"].graph)
     assert prover.elements(v["n"]) == (Dim.sym(v["x"], 0) - 1,)
     fact = prover.fact(v["out"])
     assert fact.dims == (Dim.sym(v["out"], 0),) and fact.elements is None

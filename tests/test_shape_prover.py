@@ -85,7 +85,7 @@ def check(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, ort: bool = F
         if v.name in feeds
         for axis in range(feeds[v.name].ndim)
     }
-    prover = ShapeProver()
+    prover = ShapeProver(ir_model.graph)
     checked = 0
     for node in ir_model.graph:
         for value in node.outputs:
@@ -422,7 +422,7 @@ def test_declared_output_shapes_are_not_read() -> None:
     ir_model = ir.serde.deserialize_model(model)
     y = ir_model.graph.node(0).outputs[0]
     assert y.shape is not None and len(y.shape) == 3  # the annotation is there...
-    prover = ShapeProver()
+    prover = ShapeProver(ir_model.graph)
     dims = prover.dims(y)
     assert dims is not None and len(dims) == 2  # ...and ignored
     assert dims[0] == Dim.const(2) and dims[1] == Dim.sym(ir_model.graph.inputs[0], 1)
@@ -442,7 +442,7 @@ def test_unknown_is_never_guessed() -> None:
         ["nz", "s", "sum"],
     )
     ir_model = ir.serde.deserialize_model(model)
-    prover = ShapeProver()
+    prover = ShapeProver(ir_model.graph)
     nz, s, total = (ir_model.graph.node(i).outputs[0] for i in range(3))
     assert prover.dims(nz) is None
     assert prover.elements(s) is None
@@ -504,7 +504,7 @@ def test_a_runtime_operand_is_not_read_as_absent(op: str, ort: bool) -> None:
     check(model, feeds, ort=ort)
     ir_model = ir.serde.deserialize_model(model)
     node = ir_model.graph.node(0)
-    prover = ShapeProver()
+    prover = ShapeProver(ir_model.graph)
     for value in node.outputs:
         dims = prover.dims(value)
         assert dims is None or all(not d.is_const for d in dims), (op, dims)
@@ -527,8 +527,73 @@ def test_a_narrowing_cast_wraps(ort: bool) -> None:
     model = _model(nodes, inputs, [n.output[0] for n in nodes], [_const("big", [2**32])])
     check(model, {"x": _feed([5]), "z": _feed([2])}, ort=ort)
     graph = ir.serde.deserialize_model(model).graph
-    prover = ShapeProver()
+    prover = ShapeProver(graph)
     values = {n.outputs[0].name: n.outputs[0] for n in graph}
     assert prover.ints(values["narrow"]) is None
     assert prover.ints(values["small"]) == [5] and prover.ints(values["wide"]) == [5]
     assert prover.ints(values["square32"]) == [25]
+
+
+def test_a_subgraph_input_declaration_is_not_a_fact() -> None:
+    """A Loop body input's declared shape is not checked by ONNX Runtime: no rank, no
+    size from it; the main graph's inputs' declarations are facts."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Shape", ["v"], ["s"]),
+            helper.make_node("Neg", ["v"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, ["a", 4, "c"]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, ["a", 4, "c"]),
+        ],
+    )
+    nodes = [helper.make_node("Loop", ["trip", "", "x"], ["y"], body=body)]
+    inits = [_const("trip", 1)]
+    model = _model(nodes, [_input("x", [2, 4, 3], static={1})], ["y"], inits)
+    graph = ir.serde.deserialize_model(model).graph
+    prover = ShapeProver(graph)
+    x = graph.inputs[0]
+    assert prover.dims(x) == (Dim.sym(x, 0), Dim.const(4), Dim.sym(x, 2))
+    body_graph = graph.node(0).attributes["body"].as_graph()
+    v = body_graph.inputs[2]
+    shape = body_graph.node(1).outputs[0]
+    assert prover.rank(v) is None and prover.elements(shape) is None
+    assert ShapeProver().rank(x) is None  # no main graph given: no declaration is a fact
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_a_scan_body_input_is_a_slice_of_the_scan_input(axis: int) -> None:
+    """A Scan body's scan input has the sizes of the Scan's input without the scanned
+    axis (the body declares only its rank)."""
+    body = helper.make_graph(
+        [helper.make_node("Shape", ["v"], ["s"]), helper.make_node("Identity", ["s"], ["s_out"])],
+        "body",
+        [helper.make_tensor_value_info("v", TensorProto.FLOAT, ["p", "q"])],
+        [helper.make_tensor_value_info("s_out", TensorProto.INT64, [2])],
+    )
+    scan = helper.make_node(
+        "Scan", ["x"], ["y"], body=body, num_scan_inputs=1, scan_input_axes=[axis]
+    )
+    model = _model([scan], [_input("x", [2, 4, 3], static={1})], ["y"])
+    graph = ir.serde.deserialize_model(model).graph
+    prover = ShapeProver(graph)
+    x = graph.inputs[0]
+    v = graph.node(0).attributes["body"].as_graph().inputs[0]
+    sizes = [Dim.sym(x, 0), Dim.const(4), Dim.sym(x, 2)]
+    del sizes[axis]
+    assert prover.dims(v) == tuple(sizes)
+    body_shape = graph.node(0).attributes["body"].as_graph().node(0).outputs[0]
+    empty = [0, 4, 3] if axis % 3 != 0 else [2, 4, 0]  # a size 0, not the scanned axis
+    for feed in ([2, 4, 3], empty, [1, 4, 5]):
+        (stacked,) = _run_ort(model, {"x": _feed(feed)})
+        env = {Sym.of(x, i).key: feed[i] for i in range(3)}
+        elements = prover.elements(body_shape)
+        assert elements is not None
+        assert all(list(row) == [_evaluate(e, env) for e in elements] for row in stacked)

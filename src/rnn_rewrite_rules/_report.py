@@ -218,7 +218,7 @@ def unimproved_rnns(
         rule_families: rule name -> family name, for every available rule.
     """
     rnn_nodes = [n for n in model.graph.all_nodes() if is_rnn(n)]
-    remaining = {node: diagnostics.rnn_hazards(node) for node in rnn_nodes}
+    remaining = {node: diagnostics.rnn_hazards(node, model.graph) for node in rnn_nodes}
     fixers = fixed_by()
     remaining = {
         node: [h for h in hazards if h.kind in fixers] for node, hazards in remaining.items()

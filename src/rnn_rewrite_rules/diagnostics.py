@@ -304,19 +304,22 @@ def _exporter_bug(rnn: ir.Node) -> Hazard | None:
     return None if bug is None else Hazard("exporter-bug", describe_node(rnn), bug)
 
 
-def rnn_hazards(node: ir.Node) -> list[Hazard]:
-    """The hazards of one RNN node that need no shape inference (all but frozen axes)."""
+def rnn_hazards(node: ir.Node, main_graph: ir.Graph | None = None) -> list[Hazard]:
+    """The hazards of one RNN node that need no shape inference (all but frozen axes).
+
+    ``main_graph``: the model's main graph, whose inputs' declared shapes are facts."""
     checks = (_exporter_bug, _layout, _weight_preparation, _shape_chain)
     hazards = (check(node) for check in checks)
-    return [hazard for hazard in hazards if hazard is not None] + exporter_form_hazards(node)
+    found = [hazard for hazard in hazards if hazard is not None]
+    return found + exporter_form_hazards(node, main_graph)
 
 
 def find_hazards(model: ir.Model) -> list[Hazard]:
     """Every hazard of ``model``; frozen axes are looked for in the main graph only."""
-    hazards = [h for n in model.graph.all_nodes() if is_rnn(n) for h in rnn_hazards(n)]
+    hazards = [h for n in model.graph.all_nodes() if is_rnn(n) for h in rnn_hazards(n, model.graph)]
     symbols = _input_symbols(model)
     if symbols:
-        prover = ShapeProver()
+        prover = ShapeProver(model.graph)
         for node in model.graph:
             if node.op_type == "Reshape" and node.domain in ("", "ai.onnx"):
                 hazard = _frozen_reshape(node, prover, symbols)
@@ -334,9 +337,10 @@ def find_hazards(model: ir.Model) -> list[Hazard]:
 # left alone is still reported (with the family's reason in the report).
 
 
-def exporter_form_hazards(rnn: ir.Node) -> list[Hazard]:
+def exporter_form_hazards(rnn: ir.Node, main_graph: ir.Graph | None = None) -> list[Hazard]:
     """Zero-looking states, hand-built directions and If rank checks around ``rnn``."""
-    found = [_unproven_zero_state(rnn), _hand_built_direction(rnn), *_rank_checks(rnn)]
+    zero_state = _unproven_zero_state(rnn, main_graph)
+    found = [zero_state, _hand_built_direction(rnn), *_rank_checks(rnn)]
     return [hazard for hazard in found if hazard is not None]
 
 
@@ -344,7 +348,7 @@ def exporter_form_hazards(rnn: ir.Node) -> list[Hazard]:
 _STATE_FILLS = {"ConstantOfShape", "Expand", "Tile", "Mul"}
 
 
-def _unproven_zero_state(rnn: ir.Node) -> Hazard | None:
+def _unproven_zero_state(rnn: ir.Node, main_graph: ir.Graph | None) -> Hazard | None:
     """A state computed at run time that looks zero-filled but is not proven zeros of
     shape ``[D, batch of X, H]`` (batch from an unrelated input, ``x * 0`` of a tensor
     that may be inf/NaN): the runtime computes it every call."""
@@ -352,7 +356,7 @@ def _unproven_zero_state(rnn: ir.Node) -> Hazard | None:
     from rnn_rewrite_rules.shape.values import is_all_zeros
 
     indices = (5, 6) if rnn.op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,)
-    prover = ShapeProver()
+    prover = ShapeProver(main_graph)
     for index in indices:
         state = rnn.inputs[index] if index < len(rnn.inputs) else None
         if state is None or state.is_graph_input() or _is_constant(state):

@@ -65,7 +65,7 @@ class FoldProvenIf(RewriteRuleClassBase):
         assert node is not None
         if len(node.outputs) != self.num_outputs:
             return check_result.fail(f"If has {len(node.outputs)} outputs", node)
-        taken = condition_reason(node, ShapeProver())
+        taken = condition_reason(node, ShapeProver(context.model.graph))
         if isinstance(taken, Refusal):
             return check_result.fail(taken, cond)
         attr = node.attributes.get("then_branch" if taken else "else_branch")

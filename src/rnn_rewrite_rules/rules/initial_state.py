@@ -121,7 +121,7 @@ class _ZeroStateRule(RnnNodeRule):
         zeros = [i for i in candidates if is_all_zeros(inputs[i])]
         if not zeros:
             return check_result.fail("no initial state is a provable all-zero tensor", node)
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         for i in zeros:
             reason = state_reason(node, inputs[i], prover)
             if reason is not None:

@@ -276,7 +276,7 @@ class CollapseRnnGlue(RewriteRuleClassBase):
 
     def check(self, context, x: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         root = context.root
         out = root.outputs[0]
         readers = out.uses()

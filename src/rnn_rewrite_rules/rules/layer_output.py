@@ -72,7 +72,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         self, context, y: ir.Value, transposed: ir.Value, target: ir.Value, **_
     ) -> MatchResult:
         check_result = MatchResult()
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         facts = rnn_facts(y.producer(), prover)
         if isinstance(facts, Refusal):
             return check_result.fail(facts, y)

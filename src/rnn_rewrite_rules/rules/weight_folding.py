@@ -294,7 +294,7 @@ class FoldRnnWeights(RnnNodeRule):
         direction = direction_attr.as_string() if direction_attr is not None else "forward"
         if direction not in DIRECTIONS:
             return check_result.fail(f"unknown direction {direction!r}", node)
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         hidden = _hidden_size(node, prover)
         reasons = []
         for index, label in _folded_inputs(spec).items():

@@ -1,9 +1,10 @@
 """The shape prover: the facts of a value, from the graph alone.
 
 Facts come only from what a runtime enforces: initializer and ``Constant`` shapes and
-contents, the declared shapes of graph inputs (ONNX Runtime rejects a feed of another
-rank or static size), attributes, and op semantics (:mod:`.ops`). value_info and the
-declared shapes of computed values are never read. A size no fact determines is the
+contents, the declared shapes of the main graph's inputs (ONNX Runtime rejects a feed of
+another rank or static size; it does not check a Loop or Scan body's inputs, so theirs
+are not facts), attributes, and op semantics (:mod:`.ops`). value_info and the declared
+shapes of computed values are never read. A size no fact determines is the
 symbol "axis k of this value", equal only to itself; an unknown rank is None.
 """
 
@@ -27,11 +28,16 @@ _MAX_VISITS = 20_000
 class ShapeProver:
     """Answers shape questions about the values of one model, memoising per instance.
 
-    Create one per rule check: the graph changes between checks.
+    Create one per rule check: the graph changes between checks. ``main_graph`` is the
+    model's main graph (``context.model.graph`` in a check): the declared shapes of its
+    inputs are facts, and a Scan body's scan inputs are slices of the Scan's inputs.
+    Without it no graph input has a fact.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, main_graph: ir.Graph | None = None) -> None:
         self._facts: dict[ir.Value, Fact] = {}
+        self._main_graph = main_graph
+        self._owners: dict[ir.Graph, ir.Node] | None = None
 
     # ------------------------------------------------------------ queries
 
@@ -84,7 +90,12 @@ class ShapeProver:
                 continue
             node = value.producer()
             if node is None:
-                self._facts[value] = self._leaf(value)
+                source = self._scan_source(value)
+                if source is not None and source[0] not in self._facts and not ready:
+                    stack.append((value, True))
+                    stack.append((source[0], False))
+                    continue
+                self._facts[value] = self._leaf(value, source)
                 continue
             deps = _dependencies(node)
             if not ready:
@@ -124,13 +135,50 @@ class ShapeProver:
             return then_facts if taken[0] else else_facts
         return [_agree(a, b) for a, b in zip(then_facts, else_facts, strict=False)]
 
-    def _leaf(self, value: ir.Value) -> Fact:
-        return self._declared(value) if value.is_graph_input() else self._constant(value)
+    def _leaf(self, value: ir.Value, source: tuple[ir.Value, int] | None) -> Fact:
+        if not value.is_graph_input():
+            return self._constant(value)
+        if self._main_graph is not None and value.graph is self._main_graph:
+            return self._declared(value)
+        if source is None:  # a Loop body's or a Scan's state: what an iteration computed
+            return UNKNOWN
+        outer, axis = source
+        dims = self._facts.get(outer, UNKNOWN).dims
+        if dims is None or not -len(dims) <= axis < len(dims):
+            return UNKNOWN
+        axis += len(dims) if axis < 0 else 0
+        return _anchor(Fact(dims[:axis] + dims[axis + 1 :]), value)
 
-    @staticmethod
-    def _declared(value: ir.Value) -> Fact:
-        """A graph input's declared shape: ONNX Runtime rejects a feed of another rank or
-        static size (for a Scan/Loop body, when the body runs)."""
+    def _scan_source(self, value: ir.Value) -> tuple[ir.Value, int] | None:
+        """For a Scan body's scan input: the Scan's input it slices and the axis it
+        slices (its other sizes are that input's); else None. Only the body's
+        declaration says anything else, and ONNX Runtime does not check a body's inputs
+        against their declarations."""
+        graph = value.graph
+        if self._main_graph is None or graph is None or graph is self._main_graph:
+            return None
+        if not value.is_graph_input() or self._main_graph.opset_imports.get("", 0) < 9:
+            return None  # Scan-8 has a batch axis and sequence lengths first
+        if self._owners is None:
+            self._owners = _subgraph_owners(self._main_graph)
+        node = self._owners.get(graph)
+        if node is None or (node.domain, node.op_type) != ("", "Scan"):
+            return None
+        scan_inputs = node.attributes.get_int("num_scan_inputs", 0)
+        index = list(graph.inputs).index(value)
+        first = len(graph.inputs) - scan_inputs
+        if index < first or index >= len(node.inputs):
+            return None
+        outer = node.inputs[index]
+        axes = node.attributes.get("scan_input_axes")
+        axis_list = list(axes.as_ints()) if axes is not None else [0] * scan_inputs
+        if outer is None or len(axis_list) != scan_inputs:
+            return None
+        return outer, axis_list[index - first]
+
+    def _declared(self, value: ir.Value) -> Fact:
+        """A main-graph input's declared shape: ONNX Runtime rejects a feed of another rank
+        or static size."""
         shape = value.shape
         if shape is None:
             return UNKNOWN
@@ -155,6 +203,18 @@ class ShapeProver:
                 if array is not None:
                     elements = tuple(Dim.const(int(v)) for v in np.atleast_1d(array).tolist())
         return Fact(dims, elements)
+
+
+def _subgraph_owners(graph: ir.Graph) -> dict[ir.Graph, ir.Node]:
+    """Every subgraph under ``graph`` -> the node that holds it as an attribute."""
+    owners: dict[ir.Graph, ir.Node] = {}
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                owners[attr.as_graph()] = node
+            elif attr.type == ir.AttributeType.GRAPHS:
+                owners.update(dict.fromkeys(attr.as_graphs(), node))
+    return owners
 
 
 def _dependencies(node: ir.Node) -> list[ir.Value]:

@@ -113,7 +113,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
 
     def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         halves = []
         for value in (a, b):
             if not only_reader(value):
@@ -179,7 +179,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
 
     def check(self, context, y: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         root = context.root
         out = root.outputs[0]
         half = _half(out, prover)  # reversed: its walk starts at the root, a reversal

@@ -185,7 +185,7 @@ class MergeForwardReverse(RewriteRuleClassBase):
             return MatchResult().fail(reason, context.root)
         xf, xr, f0, r0 = (bindings[name] for name in ("xf", "xr", "f0", "r0"))
         check_result = MatchResult()
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         root = context.root
         forward, backward = f0.producer(), r0.producer()
         assert forward is not None and backward is not None
@@ -263,7 +263,7 @@ class ConcatWholeSplit(RewriteRuleClassBase):
     def check(self, context, **_) -> MatchResult:
         check_result = MatchResult()
         root = context.root
-        prover = ShapeProver()
+        prover = ShapeProver(context.model.graph)
         runs, found = [], False
         index = 0
         while index < len(root.inputs):

@@ -146,7 +146,9 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
     graph: ir.Graph | ir.Function
     opset: int
 
-    def plan_chain(self, root: ir.Node) -> P | Refusal:
+    def plan_chain(self, root: ir.Node, main_graph: ir.Graph) -> P | Refusal:
+        """The plan of the chain ending at ``root`` (``main_graph``: the model's, whose
+        inputs' declared shapes are facts), or why there is none."""
         raise NotImplementedError
 
     def refuse(self, context, plan: P) -> Refusal | None:
@@ -156,7 +158,7 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
     def check(self, context, **_) -> MatchResult:
         check_result = MatchResult()
         root = context.root
-        plan = self.plan_chain(root)
+        plan = self.plan_chain(root, context.model.graph)
         if isinstance(plan, Refusal):
             return check_result.fail(plan, root)
         reason = self.refuse(context, plan)

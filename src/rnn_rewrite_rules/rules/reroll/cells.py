@@ -353,8 +353,13 @@ def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) ->
     return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
 
 
-def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | Refusal:
-    """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop."""
+def plan_cell_chain(
+    root: ir.Node, op_type: str, main_graph: ir.Graph | None = None
+) -> _CellPlan | Refusal:
+    """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop.
+
+    ``main_graph``: the model's main graph (whose inputs' declared shapes are facts);
+    None when ``root`` is in it."""
     parse = _STEP[op_type]
     last = parse(root)
     if isinstance(last, Refusal):
@@ -406,7 +411,7 @@ def plan_cell_chain(root: ir.Node, op_type: str) -> _CellPlan | Refusal:
     if len({w.dtype, r.dtype}) != 1 or w.dtype not in (np.float32, np.float64, np.float16):
         return Refusal("the weights are not one floating-point type")
     x = last.source
-    prover = ShapeProver()
+    prover = ShapeProver(root.graph if main_graph is None else main_graph)
     if prover.rank(x) != 3:
         return Refusal("X is not provably of rank 3")
 
@@ -536,8 +541,8 @@ class RerollCell(ChainRule[_CellPlan]):
     def pattern(self, op, a, b):
         return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
 
-    def plan_chain(self, root: ir.Node) -> _CellPlan | Refusal:
-        return plan_cell_chain(root, self.op_type)
+    def plan_chain(self, root: ir.Node, main_graph: ir.Graph) -> _CellPlan | Refusal:
+        return plan_cell_chain(root, self.op_type, main_graph)
 
     def refuse(self, context, plan: _CellPlan) -> Refusal | None:
         h = plan.steps[-1].h

@@ -191,8 +191,11 @@ def _uses_outside(value: ir.Value, allowed: set[tuple[int, int]]) -> bool:
     )
 
 
-def plan_chain(root: ir.Node) -> _Plan | Refusal:
-    """Prove that ``root`` ends an unrolled RNN chain and plan its replacement."""
+def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Refusal:
+    """Prove that ``root`` ends an unrolled RNN chain and plan its replacement.
+
+    ``main_graph``: the model's main graph (whose inputs' declared shapes are facts);
+    None when ``root`` is in it."""
     last = _parse_step(root)
     if isinstance(last, Refusal):
         return last
@@ -253,7 +256,7 @@ def plan_chain(root: ir.Node) -> _Plan | Refusal:
     dtypes |= {b.dtype for b in (source.bias, recurrent_bias) if b is not None}
     if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64, np.float16):
         return Refusal(f"weights have element types {sorted(map(str, dtypes))}")
-    prover = ShapeProver()
+    prover = ShapeProver(root.graph if main_graph is None else main_graph)
     if prover.rank(source.x) != 3:
         return Refusal("X is not provably of rank 3")
 
@@ -322,8 +325,8 @@ class RerollRnn(ChainRule[_Plan]):
     def pattern(self, op, pre):
         return getattr(op, self.activation)(pre)
 
-    def plan_chain(self, root: ir.Node) -> _Plan | Refusal:
-        return plan_chain(root)
+    def plan_chain(self, root: ir.Node, main_graph: ir.Graph) -> _Plan | Refusal:
+        return plan_chain(root, main_graph)
 
     def refuse(self, context, plan: _Plan) -> Refusal | None:
         if _feeds_step(plan.steps[-1].act.outputs[0]):
