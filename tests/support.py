@@ -234,3 +234,35 @@ def without_output(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
     ir_model.graph.outputs[:] = [v for v in ir_model.graph.outputs if v.name != name]
     ir.passes.common.RemoveUnusedNodesPass()(ir_model)
     return ir.serde.serialize_model(ir_model)
+
+
+def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every float32 tensor float64: inputs, outputs, initializers,
+    ``Constant`` and ``ConstantOfShape`` values and ``Cast`` targets, in every subgraph
+    (what a ``.double()`` module exports)."""
+    from onnx import TensorProto, numpy_helper
+
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+
+    def tensor(t: onnx.TensorProto) -> None:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+
+    def graph(g: onnx.GraphProto) -> None:
+        for info in (*g.input, *g.output, *g.value_info):
+            if info.type.tensor_type.elem_type == TensorProto.FLOAT:
+                info.type.tensor_type.elem_type = TensorProto.DOUBLE
+        for t in g.initializer:
+            tensor(t)
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    tensor(attr.t)
+                elif attr.type == onnx.AttributeProto.GRAPH:
+                    graph(attr.g)
+                elif node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT:
+                    attr.i = TensorProto.DOUBLE
+
+    graph(result.graph)
+    return result

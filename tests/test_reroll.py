@@ -856,3 +856,24 @@ def test_a_folded_batch_1_first_step_serves_every_batch() -> None:
     for seed, batch in enumerate((1, 3)):
         feeds = rnn_inputs(cfg, batch, rng=seed)
         assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5
+
+
+def test_a_float64_chain_is_not_rerolled_into_a_node_onnxruntime_cannot_run() -> None:
+    """An ``nn.RNN(...).double()`` export runs in ONNX Runtime step by step; ORT has no
+    float64 RNN kernel, so the chain stays (for either target); float32 still rerolls."""
+    from rnn_rewrite_rules.rules import TARGETS
+    from rnn_rewrite_rules.rules._kernels import TARGET_RUNTIMES
+    from tests.support import as_float64
+
+    assert set(TARGET_RUNTIMES) == set(TARGETS)
+    cfg = UnrolledRnnConfig()
+    model = as_float64(build_unrolled_rnn(cfg))
+    feeds = {k: v.astype(np.float64) for k, v in rnn_inputs(cfg, 2, cfg.seq).items()}
+    expected = runtime.run(model, feeds)  # the original runs
+    for target in TARGETS:
+        result = rnn_rewrite_rules.rewrite(model, ["reroll"], target=target)
+        assert op_counts(result)["RNN"] == 0, target
+        assert runtime.max_abs_diff(expected, runtime.run(result, feeds)) == 0
+    reasons = set(refusal_reasons(reroll.FAMILY.rules, model))
+    assert "onnxruntime has no float64 RNN kernel (target 'portable')" in reasons
+    assert op_counts(rnn_rewrite_rules.rewrite(build_unrolled_rnn(cfg), ["reroll"]))["RNN"] == 1

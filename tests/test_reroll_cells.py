@@ -825,3 +825,24 @@ def test_the_rules_are_named_after_their_cell() -> None:
     """The name tells the two rules apart in refusal reasons, traces and rule listings."""
     assert reroll_cells.RerollCell("LSTM").name == "RerollCell[LSTM]"
     assert reroll_cells.RerollCell("GRU").name == "RerollCell[GRU]"
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_a_float64_cell_loop_is_not_rerolled_into_a_node_onnxruntime_cannot_run(
+    op_type: str,
+) -> None:
+    """A ``.double()`` LSTMCell/GRUCell loop runs in ONNX Runtime step by step; ORT has no
+    float64 LSTM/GRU kernel, so the loop stays, for either target."""
+    from rnn_rewrite_rules.rules import TARGETS, reroll
+    from tests.support import as_float64
+
+    cfg = UnrolledCellConfig(op_type=op_type)
+    model = as_float64(build_unrolled_cell(cfg))
+    feeds = {k: v.astype(np.float64) for k, v in cell_inputs(cfg, 2).items()}
+    expected = runtime.run(model, feeds)  # the original runs
+    for target in TARGETS:
+        result = rnn_rewrite_rules.rewrite(model, ["reroll"], target=target)
+        assert op_counts(result)[op_type] == 0, target
+        assert runtime.max_abs_diff(expected, runtime.run(result, feeds)) == 0
+    reasons = set(refusal_reasons(reroll.FAMILY.rules, model))
+    assert f"onnxruntime has no float64 {op_type} kernel (target 'portable')" in reasons

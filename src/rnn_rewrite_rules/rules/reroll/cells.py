@@ -40,6 +40,7 @@ from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._graph import producer, read_axes
+from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
     read_step,
@@ -545,6 +546,9 @@ class RerollCell(ChainRule[_CellPlan]):
         return plan_cell_chain(root, self.op_type, main_graph)
 
     def refuse(self, context, plan: _CellPlan) -> Refusal | None:
+        missing = missing_kernel("", self.op_type, plan.w.dtype)
+        if missing is not None:  # the unrolled steps run there
+            return missing
         h = plan.steps[-1].h
         parse = _STEP[self.op_type]
         for user, _ in h.uses():

@@ -50,6 +50,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
+from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
     read_step,
@@ -329,6 +330,9 @@ class RerollRnn(ChainRule[_Plan]):
         return plan_chain(root, main_graph)
 
     def refuse(self, context, plan: _Plan) -> Refusal | None:
+        missing = missing_kernel("", "RNN", plan.recurrent.dtype)
+        if missing is not None:  # the unrolled steps run there
+            return missing
         if _feeds_step(plan.steps[-1].act.outputs[0]):
             return Refusal("h_T feeds another step: not the last step")
         return None

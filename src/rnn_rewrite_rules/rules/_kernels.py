@@ -1,0 +1,51 @@
+"""Which runtimes each target must run on, and the op/element-type pairs they lack.
+
+A rule that emits an op the original model did not run in that element type (``reroll``
+turning float64 MatMul/Add/Tanh steps into one ``RNN``) asks :func:`missing_kernel`
+first: the result must run wherever the original runs. Only checked facts are listed;
+a pair not listed is taken to run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from rnn_rewrite_rules._refusal import Refusal
+
+__all__ = ["MISSING_KERNELS", "TARGET_RUNTIMES", "missing_kernel"]
+
+#: Target (``rules.TARGETS``) -> the runtimes its output must run on.
+TARGET_RUNTIMES: dict[str, tuple[str, ...]] = {
+    "portable": ("onnxruntime", "tract", "openvino", "onnx.reference"),
+    "onnxruntime": ("onnxruntime",),
+}
+
+_RECURRENT = (("", "LSTM"), ("", "GRU"), ("", "RNN"))
+
+#: Runtime -> (domain, op_type) -> the element types it has no kernel for.
+#: ONNX Runtime 1.32 (CPU): LSTM and GRU fail with "does not support double yet", RNN has
+#: no double kernel (float16 runs: ORT casts it to float around the float kernel).
+#: tract 0.23.9: a double LSTM/GRU/RNN fails in its Scan lowering. OpenVINO 2026.4 and
+#: onnx.reference run them.
+MISSING_KERNELS: dict[str, dict[tuple[str, str], frozenset[ir.DataType]]] = {
+    "onnxruntime": dict.fromkeys(_RECURRENT, frozenset({ir.DataType.DOUBLE})),
+    "tract": dict.fromkeys(_RECURRENT, frozenset({ir.DataType.DOUBLE})),
+}
+
+
+def missing_kernel(
+    domain: str, op_type: str, dtype: ir.DataType | np.dtype, targets: tuple[str, ...] | None = None
+) -> Refusal | None:
+    """Why a ``domain::op_type`` node of element type ``dtype`` must not be emitted: the
+    first runtime of ``targets`` (every target when None: a family's rules serve all of
+    them unless it has rules per target) without a kernel for it; None when all have one."""
+    if not isinstance(dtype, ir.DataType):
+        dtype = ir.DataType.from_numpy(np.dtype(dtype))
+    chosen = TARGET_RUNTIMES if targets is None else {t: TARGET_RUNTIMES[t] for t in targets}
+    for target, runtimes in chosen.items():
+        for runtime in runtimes:
+            if dtype in MISSING_KERNELS.get(runtime, {}).get((domain, op_type), ()):
+                name = np.dtype(dtype.numpy()).name
+                return Refusal(f"{runtime} has no {name} {op_type} kernel (target {target!r})")
+    return None
