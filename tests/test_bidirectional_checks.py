@@ -1095,3 +1095,51 @@ def test_state_reader_near_misses(near_miss, edit, reason: str) -> None:
     if edit is not None:
         model = _edited(model, edit)
     _refused(model, reason, STATES)
+
+
+# ---------------------------------------------------------------- activation_alpha / beta
+
+
+def _activations(forward: list[str], backward: list[str], alphas: tuple[list, list]) -> Edit:
+    """The halves' activations and activation_alpha values (the backward node is first)."""
+
+    def edit(graph: ir.Graph) -> None:
+        for node, names, alpha in zip(_rnns(graph), (backward, forward), alphas[::-1], strict=True):
+            node.attributes["activations"] = ir.AttrStrings("activations", names)
+            node.attributes["activation_alpha"] = ir.AttrFloat32s("activation_alpha", alpha)
+
+    return edit
+
+
+@pytest.mark.parametrize("reverse_node", [True, False])
+def test_activation_alphas_one_per_activation_taking_one_are_merged(reverse_node: bool) -> None:
+    """ONNX Runtime hands activation_alpha values in order to the activations that take
+    one: when each half gives one per such activation, the merged list is theirs in turn."""
+    edit = _activations(["HardSigmoid", "LeakyRelu"], ["Sigmoid", "LeakyRelu"], ([0.3, 0.4], [0.7]))
+    before = _edited(tp.hand_built_bidirectional("GRU", reverse_node=reverse_node), edit)
+    (node,) = [n for n in _merged(before).graph.node if n.op_type == "GRU"]
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attributes["activation_alpha"] == pytest.approx([0.3, 0.4, 0.7])
+
+
+@pytest.mark.parametrize(
+    ("alphas", "reason"),
+    [
+        (([0.3], [0.7]), "the forward half gives 1 activation_alpha for 2 activations taking one"),
+        (
+            ([0.3, 0.4], [0.7, 0.8]),
+            "the reverse half gives 2 activation_alpha for 1 activation taking one",
+        ),
+    ],
+    ids=["too_few", "too_many"],
+)
+def test_activation_alphas_that_would_shift_are_not_merged(alphas, reason: str) -> None:
+    """A half that leaves an activation its default (or gives extra values): concatenated,
+    a value would land on the other half's activation (outputs off by up to 1.6)."""
+    edit = _activations(["HardSigmoid", "LeakyRelu"], ["Sigmoid", "LeakyRelu"], alphas)
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
+    feeds = tp.thirdparty_inputs(model, 2, 3)
+    runtime.run(model, feeds)  # the original runs
+    _refused(model, reason)
+    sliced = _edited(tp.hand_built_bidirectional("GRU"), edit)
+    _refused(sliced, reason.replace("reverse half", "backward half"))

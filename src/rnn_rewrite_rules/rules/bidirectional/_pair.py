@@ -29,6 +29,15 @@ __all__ = [
 ]
 
 _MERGED_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta")
+#: The activations that take an ``activation_alpha`` / ``activation_beta`` value (ONNX's
+#: RNN ops; ONNX Runtime matches names case-insensitively). A runtime hands the values,
+#: in order, to these only: any other activation takes none.
+_TAKES = {
+    "activation_alpha": frozenset(
+        {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
+    ),
+    "activation_beta": frozenset({"affine", "scaledtanh", "hardsigmoid"}),
+}
 
 
 @dataclasses.dataclass
@@ -70,6 +79,27 @@ def node_reason(
     return None
 
 
+def _parameter_reason(node: ir.Node, name: str, half: str) -> Refusal | None:
+    """Why ``node``'s ``activation_alpha`` or ``activation_beta`` (``name``) cannot be
+    concatenated with the other half's: a half must give exactly one value per activation
+    that takes one. With fewer, an activation of its own takes its default, and in the
+    merged list the other half's first value instead; with more, the extra values land on
+    the other half's activations."""
+    attr = node.attributes.get(name)
+    if attr is None:
+        return None
+    given = len(attr.as_floats())
+    names = node.attributes.get("activations")
+    activations = [] if names is None else list(names.as_strings())
+    taking = sum(a.lower() in _TAKES[name] for a in activations)
+    if given == taking:
+        return None
+    plural = "" if taking == 1 else "s"
+    return Refusal(
+        f"the {half} half gives {given} {name} for {taking} activation{plural} taking one"
+    )
+
+
 def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
     return {k: v for k, v in node.attributes.items() if k != "direction"}
 
@@ -108,6 +138,12 @@ def pair_reason(
     for index in (*spec.state_inputs, *peephole):
         if (input_at(forward, index) is None) != (input_at(backward, index) is None):
             return Refusal("only one half has an initial state or peepholes")
+    backward_name = "backward" if sliced else "reverse"
+    for name in ("activation_alpha", "activation_beta"):
+        reason = _parameter_reason(forward, name, "forward")
+        reason = reason or _parameter_reason(backward, name, backward_name)
+        if reason is not None:
+            return reason
     return None
 
 

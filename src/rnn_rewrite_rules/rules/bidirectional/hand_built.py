@@ -21,7 +21,9 @@ end at or below ``-2**62``, step ``-1``: every length an axis can have); no
 within its length, the Slice the padded tensor), the same ``sequence_lens`` value on a
 forward/reverse pair; both or neither have initial states and peepholes; ``Y_h``/``Y_c``
 and every intermediate value have no other reader; activations, when given, are given
-for both.
+for both, and ``activation_alpha``/``activation_beta``, when given, hold exactly one
+value per activation of that half that takes one (runtimes hand the values in order to
+those activations only).
 
 Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W``,
 ``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
