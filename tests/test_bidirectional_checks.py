@@ -788,7 +788,7 @@ def test_pair_forms_are_merged(reverse_node: bool, edit: Edit, opset: int | None
     if opset is not None:
         model.opset_import[0].version = opset
     before = _edited(model, edit)
-    # B * 0 for the half without B: a scalar Constant node, when the other B is computed
+    # zeros for the half without B: a Constant node, when the other B is computed
     _merged(before, constant_nodes=edit is _computed_forward_bias)
     if not reverse_node:
         _merged(before, rules=MERGE)
@@ -1143,3 +1143,61 @@ def test_activation_alphas_that_would_shift_are_not_merged(alphas, reason: str) 
     _refused(model, reason)
     sliced = _edited(tp.hand_built_bidirectional("GRU"), edit)
     _refused(sliced, reason.replace("reverse half", "backward half"))
+
+
+# ---------------------------------------------------------------- a missing bias
+
+
+def _bias_input(graph: ir.Graph) -> None:
+    """The forward half's B a graph input (fed at run time), the backward's dropped."""
+    forward = _rnns(graph)[1]
+    bias = ir.Value(name="b_fed", shape=ir.Shape([1, 24]), type=ir.TensorType(ir.DataType.FLOAT))
+    graph.inputs.append(bias)
+    forward.replace_input_with(3, bias)
+    _drop_bias(graph)
+
+
+def test_a_missing_bias_is_zeros_even_beside_an_infinite_one() -> None:
+    """The half without B gets zeros, not ``B_other * 0`` (NaN where B_other is inf)."""
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), _bias_input)
+    after = rnn_rewrite_rules.rewrite(model, ["bidirectional"])
+    onnx.checker.check_model(after, full_check=True)
+    assert b"bidirectional" in _directions(after)
+    feeds = tp.thirdparty_inputs(model, 2, 3)
+    for value in (0.5, np.inf):
+        feeds["b_fed"] = np.full((1, 24), value, np.float32)
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        for a, b in zip(expected, actual, strict=True):
+            np.testing.assert_allclose(b, a, atol=1e-5)  # NaN where (and only where) a is
+
+
+def test_a_missing_bias_has_the_element_type_of_the_weights() -> None:
+    """In a float64 model the zeros are float64 (a float32 ``Mul`` operand is invalid)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from tests.support import as_float64
+
+    model = as_float64(
+        _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), _computed_forward_bias)
+    )
+    after, count = apply(RULES, model)  # the full checker: types included
+    assert count == 1 and b"bidirectional" in _directions(after)
+    feeds = {k: v.astype(np.float64) for k, v in tp.thirdparty_inputs(model, 2, 3).items()}
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    actual = ReferenceEvaluator(after).run(None, feeds)
+    assert runtime.max_abs_diff(expected, actual) <= 1e-12
+
+
+def test_a_missing_bias_without_a_constant_weight_is_refused() -> None:
+    """No constant W or R to take the zeros' element type and size from: refused."""
+
+    def edit(graph: ir.Graph) -> None:
+        _computed_forward_bias(graph)
+        for node in _rnns(graph):
+            for index in (1, 2):
+                copy = ir.Node("", "Identity", [node.inputs[index]])
+                graph.insert_before(node, copy)
+                node.replace_input_with(index, copy.outputs[0])
+
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
+    _refused(model, "a half has no B, and no W or R is a constant to make its zeros of")

@@ -100,6 +100,17 @@ def _parameter_reason(node: ir.Node, name: str, half: str) -> Refusal | None:
     )
 
 
+def zero_bias(forward: ir.Node, backward: ir.Node) -> np.ndarray | str:
+    """Zeros for a half without ``B``: ``[1, 2 * gates * H]`` of the element type of a
+    constant ``W`` or ``R`` (the op requires one type), or why there are none."""
+    for node in (forward, backward):
+        for index in (1, 2):
+            array = const_array(input_at(node, index))
+            if array is not None and array.ndim == 3 and node.domain == "":
+                return np.zeros((1, 2 * array.shape[1]), array.dtype)
+    return "a half has no B, and no W or R is a constant to make its zeros of"
+
+
 def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
     return {k: v for k, v in node.attributes.items() if k != "direction"}
 
@@ -144,6 +155,10 @@ def pair_reason(
         reason = reason or _parameter_reason(backward, name, backward_name)
         if reason is not None:
             return reason
+    if (input_at(forward, 3) is None) != (input_at(backward, 3) is None):
+        zeros = zero_bias(forward, backward)
+        if isinstance(zeros, str):
+            return zeros
     return None
 
 
@@ -216,12 +231,10 @@ def emit_merged(
 
 
 def _bias_or_zeros(op, forward: ir.Node, backward: ir.Node, which: int) -> ir.Value:
-    node = (forward, backward)[which]
-    bias = input_at(node, 3)
+    """The half's ``B``, or typed zeros (never ``B_other * 0``: NaN where it is inf)."""
+    bias = input_at((forward, backward)[which], 3)
     if bias is not None:
         return bias
-    other = input_at((forward, backward)[1 - which], 3)
-    array = const_array(other)
-    if array is not None:
-        return op.Constant(value=ir.tensor(np.zeros_like(array)))
-    return op.Mul(other, op.Constant(value=ir.tensor(np.zeros((), np.float32))))
+    zeros = zero_bias(forward, backward)
+    assert not isinstance(zeros, str)  # pair_reason proved them
+    return op.Constant(value=ir.tensor(zeros))

@@ -27,7 +27,8 @@ those activations only).
 
 Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W``,
 ``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
-``Concat``; a missing ``B`` is zeros), states concatenated, then
+``Concat``; a missing ``B`` is zeros of the type of a constant ``W`` or ``R``, which
+must exist), states concatenated, then
 ``Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, 2H])`` for the ``[seq, batch, 2H]`` form;
 or the one node with ``direction="reverse"`` reading ``x``.
 """
