@@ -846,3 +846,39 @@ def test_a_float64_cell_loop_is_not_rerolled_into_a_node_onnxruntime_cannot_run(
         assert runtime.max_abs_diff(expected, runtime.run(result, feeds)) == 0
     reasons = set(refusal_reasons(reroll.FAMILY.rules, model))
     assert f"onnxruntime has no float64 {op_type} kernel (target 'portable')" in reasons
+
+
+def test_a_reader_of_c_t_inside_a_subgraph_before_h_t_is_refused() -> None:
+    """``c_T`` read inside the branches of an ``If`` that sits between the last steps: the
+    If is the reader in the graph, so it must come after ``h_T`` too (redirected, it would
+    read a value the node defines after it: not topologically sorted)."""
+    from onnx import TensorProto, helper
+
+    model = build_unrolled_cell(UnrolledCellConfig(seq=3))
+    nodes = list(model.graph.node)
+    (reader,) = [n for n in nodes if list(n.output) == ["c_n"]]
+    (producer,) = [n for n in nodes if reader.input[0] in n.output]
+    c_t = reader.input[0]
+    branches = {
+        name: helper.make_graph(
+            [helper.make_node(op, [c_t], [f"{name}_c"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_c", TensorProto.FLOAT, ["b", "h"])],
+        )
+        for name, op in (("then_branch", "Identity"), ("else_branch", "Neg"))
+    }
+    check = helper.make_node("If", ["flag"], ["c_checked"], **branches)
+    nodes.insert(nodes.index(producer) + 1, check)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    model.graph.output.append(
+        helper.make_tensor_value_info("c_checked", TensorProto.FLOAT, ["b", "h"])
+    )
+    onnx.checker.check_model(model)
+    result = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(result, full_check=True)
+    assert op_counts(result)["LSTM"] == 0
+    found = refusal_reasons(_rules("LSTM"), model)
+    assert "a reader of c_T comes before h_T" in found, found
