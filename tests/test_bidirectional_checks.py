@@ -1201,3 +1201,23 @@ def test_a_missing_bias_without_a_constant_weight_is_refused() -> None:
 
     model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
     _refused(model, "a half has no B, and no W or R is a constant to make its zeros of")
+
+
+def test_a_branch_inside_a_function_importing_another_opset_is_left_alone() -> None:
+    """The If branch holding the half is in a function importing opset 11 of an opset-17
+    model: its nodes take the function's form, and an emitted op would be invalid in one
+    of the two (the 2-input Squeeze was emitted there)."""
+    model = tp.hand_built_bidirectional("GRU", halves="reverse")
+    model.opset_import[0].version = 17
+    wrapped = as_function(in_if_branches(model, model), 11)
+    reason = (
+        "function 'layer' imports opset 11 of 'ai.onnx' but the model 17: "
+        "an emitted op would be invalid in one of them"
+    )
+    found = refusal_reasons(RULES, wrapped)
+    assert reason in found, found
+    after = rnn_rewrite_rules.rewrite(wrapped, ["bidirectional"])
+    (if_node,) = after.functions[0].node
+    for branch in if_node.attribute:
+        ops = [node.op_type for node in branch.g.node]
+        assert ops.count("Slice") == 2, ops  # left as it is: both reversals stay

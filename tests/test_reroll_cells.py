@@ -882,3 +882,27 @@ def test_a_reader_of_c_t_inside_a_subgraph_before_h_t_is_refused() -> None:
     assert op_counts(result)["LSTM"] == 0
     found = refusal_reasons(_rules("LSTM"), model)
     assert "a reader of c_T comes before h_T" in found, found
+
+
+@pytest.mark.parametrize(
+    ("opset", "initial_state", "batch"),
+    [(7, "folded", 2), (7, "first_frame", None), (9, "zeros", None), (9, "folded", 2)],
+)
+def test_x_is_sliced_in_the_form_of_the_opset(opset: int, initial_state: str, batch) -> None:
+    """A symbolic sequence axis: X is sliced to the loop's steps, with the bounds as
+    attributes before opset 10 (the checker rejects the input form there)."""
+    cfg = UnrolledCellConfig(opset=opset, initial_state=initial_state, batch=batch)
+    model = build_unrolled_cell(cfg)
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    dim.ClearField("dim_value")
+    dim.dim_param = "seq"
+    result = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(result, full_check=True)
+    assert op_counts(result)["LSTM"] == 1
+    (slice_node,) = [n for n in result.graph.node if n.op_type == "Slice"]
+    assert len(slice_node.input) == 1
+    for seq in (cfg.seq, cfg.seq + 2):  # the original reads the first steps of a longer x
+        for seed, size in enumerate(_batches(cfg)):
+            feeds = cell_inputs(cfg, size, seq=seq, rng=seed)
+            diff = runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds))
+            assert diff <= 1e-5, (seq, size, diff)

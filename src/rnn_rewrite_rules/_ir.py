@@ -33,22 +33,40 @@ def opset_version(
     """The opset of ``domain`` that nodes emitted into ``graph_or_function`` will use, or
     why no emitted form is safe there.
 
-    Subgraphs of If/Loop/Scan use the model's imports (a GraphProto has none; the
-    rewriter even writes ``"": 1`` into a subgraph's ``ir`` imports after a rewrite there,
-    which must not be read as the opset). A function may import its own version, but ONNX
-    Runtime inlines it at the model's version (and the onnx checker rejects the mismatch),
-    so an op whose form differs between the two (``Squeeze`` axes) is valid in only one.
+    Subgraphs of If/Loop/Scan use the imports of what holds them, the model's or a
+    function's (a GraphProto has none; the rewriter even writes ``"": 1`` into a
+    subgraph's ``ir`` imports after a rewrite there, which must not be read as the
+    opset). A function may import its own version, but ONNX Runtime inlines it at the
+    model's version (and the onnx checker rejects the mismatch), so an op whose form
+    differs between the two (``Squeeze`` axes) is valid in only one.
     """
     version = model.graph.opset_imports.get(domain, 0)
-    if isinstance(graph_or_function, ir.Function):
-        own = graph_or_function.opset_imports.get(domain)
+    function = graph_or_function
+    if isinstance(graph_or_function, ir.Graph) and graph_or_function is not model.graph:
+        function = _enclosing_function(model, graph_or_function)  # a subgraph in a function
+    if isinstance(function, ir.Function):
+        own = function.opset_imports.get(domain)
         if own is not None and own != version:
             return Refusal(
-                f"function {graph_or_function.name!r} imports opset {own} of "
+                f"function {function.name!r} imports opset {own} of "
                 f"{domain or 'ai.onnx'!r} but the model {version}: "
                 "an emitted op would be invalid in one of them"
             )
     return version
+
+
+def _enclosing_function(model: ir.Model, subgraph: ir.Graph) -> ir.Function | None:
+    """The function of ``model`` whose nodes hold ``subgraph`` (at any depth), if any."""
+    for function in model.functions.values():
+        for node in ir.traversal.RecursiveGraphIterator(function):
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.GRAPH and attr.as_graph() is subgraph:
+                    return function
+                if attr.type == ir.AttributeType.GRAPHS and any(
+                    g is subgraph for g in attr.as_graphs()
+                ):
+                    return function
+    return None
 
 
 def const_array(value: ir.Value | None):

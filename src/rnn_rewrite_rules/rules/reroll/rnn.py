@@ -47,7 +47,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
 from rnn_rewrite_rules.rules._kernels import missing_kernel
@@ -333,6 +333,9 @@ class RerollRnn(ChainRule[_Plan]):
         missing = missing_kernel("", "RNN", plan.recurrent.dtype)
         if missing is not None:  # the unrolled steps run there
             return missing
+        opset = opset_version(context.model, context.graph_or_function)
+        if plan.guard_batch and isinstance(opset, int) and opset < 8:
+            return Refusal(f"opset {opset} has no Expand (to broadcast h_0's batch)")
         if _feeds_step(plan.steps[-1].act.outputs[0]):
             return Refusal("h_T feeds another step: not the last step")
         return None
