@@ -232,3 +232,46 @@ def test_property_zero_forms_replaced_near_misses_kept(spec: ExporterSpec, targe
     else:
         assert all(_state_inputs(n) for n in nodes)
     assert_spec_equivalent(before, after, spec, sizes=((2, 3), (1, 1), (3, 2)))
+
+
+def test_a_subgraph_input_s_declared_type_is_not_the_state_type() -> None:
+    """In a Loop body, ``X`` is a body input declared double: not a fact; the constant
+    float ``W`` gives the zero state's element type."""
+    import onnx_ir as ir
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rnn_rewrite_rules.rules import initial_state
+
+    hidden, size = 2, 3
+    rng = np.random.default_rng(0)
+    lstm = helper.make_node("LSTM", ["v", "w", "r", "", "", "h0"], ["y"], hidden_size=hidden)
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("ConstantOfShape", ["h0_shape"], ["h0"]),
+            lstm,
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", TensorProto.DOUBLE, ["s", 1, size]),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, [])],
+        [
+            numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, size), np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, hidden), np.float32), "r"),
+            numpy_helper.from_array(np.array([1, 1, hidden], np.int64), "h0_shape"),
+        ],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["", "", "x"], ["x_out"], body=body)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", 1, size])],
+        [helper.make_tensor_value_info("x_out", TensorProto.FLOAT, ["s", 1, size])],
+    )
+    model = ir.serde.deserialize_model(helper.make_model(graph))
+    body_graph = model.graph.node(0).attributes["body"].as_graph()
+    node = body_graph.node(2)
+    dtype = initial_state._state_type(node, node.inputs[5], model.graph)
+    assert dtype == ir.DataType.FLOAT

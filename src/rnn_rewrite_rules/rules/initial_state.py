@@ -155,7 +155,7 @@ class ShareZeroInitialState(_ZeroStateRule):
                 "the zero states already are an explicit ConstantOfShape of the batch size", node
             )
         state = node.inputs[self._zero_states[0]]
-        dtype = _state_type(node, state)
+        dtype = _state_type(node, state, context.model.graph)
         if dtype is None:
             return check_result.fail("cannot prove the initial state's element type", state)
         opset = opset_version(context.model, context.graph_or_function)
@@ -233,12 +233,13 @@ def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> Piece:
     return x, axis
 
 
-def _state_type(node: ir.Node, state: ir.Value) -> ir.DataType | None:
-    """The element type ``T`` of ``node``'s states, from a constant or declared input of
-    type ``T`` (``X``, ``W``, ``R``; ``DynamicQuantizeLSTM``'s ``W``/``R`` are int8), or from
-    the zero state's own constants: every proven-zero chain ends in a typed leaf (a
-    constant, a ConstantOfShape or a Cast) within the depth that proved it, so the last is
-    a guard for graphs whose types do not check."""
+def _state_type(node: ir.Node, state: ir.Value, main_graph: ir.Graph) -> ir.DataType | None:
+    """The element type ``T`` of ``node``'s states, from a constant or a main-graph input
+    of type ``T`` (``X``, ``W``, ``R``; ``DynamicQuantizeLSTM``'s ``W``/``R`` are int8; a
+    subgraph input's declaration is not a fact), or from the zero state's own constants:
+    every proven-zero chain ends in a typed leaf (a constant, a ConstantOfShape or a Cast)
+    within the depth that proved it, so the last is a guard for graphs whose types do not
+    check."""
     quantized = node.op_type == "DynamicQuantizeLSTM"
     for value in node.inputs[:1] if quantized else node.inputs[:3]:
         if value is None:
@@ -246,7 +247,8 @@ def _state_type(node: ir.Node, state: ir.Value) -> ir.DataType | None:
         tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
         if tensor is not None:
             return tensor.dtype
-        if value.is_graph_input() and value.dtype is not None:
+        declared = value.is_graph_input() and value.graph is main_graph
+        if declared and value.dtype is not None:
             return value.dtype
     return _zero_type(state)
 
