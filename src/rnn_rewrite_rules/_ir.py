@@ -6,7 +6,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
 
-__all__ = ["NUMPY_DTYPES", "const_array", "opset_version"]
+__all__ = ["NUMPY_DTYPES", "const_array", "opset_version", "subgraph_owners"]
 
 #: Element types with a native numpy dtype (what runs, casts and random feeds use).
 NUMPY_DTYPES = frozenset(
@@ -58,15 +58,22 @@ def opset_version(
 def _enclosing_function(model: ir.Model, subgraph: ir.Graph) -> ir.Function | None:
     """The function of ``model`` whose nodes hold ``subgraph`` (at any depth), if any."""
     for function in model.functions.values():
-        for node in ir.traversal.RecursiveGraphIterator(function):
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH and attr.as_graph() is subgraph:
-                    return function
-                if attr.type == ir.AttributeType.GRAPHS and any(
-                    g is subgraph for g in attr.as_graphs()
-                ):
-                    return function
+        if subgraph in subgraph_owners(function):
+            return function
     return None
+
+
+def subgraph_owners(graph: ir.Graph | ir.Function) -> dict[ir.Graph, ir.Node]:
+    """Every subgraph under ``graph`` (at any depth) -> the node whose attribute holds it
+    (onnx-ir keeps no link from a graph to its owner)."""
+    owners: dict[ir.Graph, ir.Node] = {}
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                owners[attr.as_graph()] = node
+            elif attr.type == ir.AttributeType.GRAPHS:
+                owners.update(dict.fromkeys(attr.as_graphs(), node))
+    return owners
 
 
 def const_array(value: ir.Value | None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape.dim import Dim
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
@@ -160,7 +160,7 @@ class ShapeProver:
         if not value.is_graph_input() or self._main_graph.opset_imports.get("", 0) < 9:
             return None  # Scan-8 has a batch axis and sequence lengths first
         if self._owners is None:
-            self._owners = _subgraph_owners(self._main_graph)
+            self._owners = subgraph_owners(self._main_graph)
         node = self._owners.get(graph)
         if node is None or (node.domain, node.op_type) != ("", "Scan"):
             return None
@@ -203,18 +203,6 @@ class ShapeProver:
                 if array is not None:
                     elements = tuple(Dim.const(int(v)) for v in np.atleast_1d(array).tolist())
         return Fact(dims, elements)
-
-
-def _subgraph_owners(graph: ir.Graph) -> dict[ir.Graph, ir.Node]:
-    """Every subgraph under ``graph`` -> the node that holds it as an attribute."""
-    owners: dict[ir.Graph, ir.Node] = {}
-    for node in ir.traversal.RecursiveGraphIterator(graph):
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                owners[attr.as_graph()] = node
-            elif attr.type == ir.AttributeType.GRAPHS:
-                owners.update(dict.fromkeys(attr.as_graphs(), node))
-    return owners
 
 
 def _dependencies(node: ir.Node) -> list[ir.Value]:

@@ -36,7 +36,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._graph import producer, read_axes
@@ -609,31 +609,21 @@ def _downstream(node: ir.Node, depth: int) -> list[ir.Node]:
 def _readers_after(graph, value: ir.Value, root: ir.Node, plan: _CellPlan) -> bool:
     """Every reader of ``value`` outside the last step comes after ``root`` in graph order
     (the replacement is inserted right after ``root``). A reader inside a subgraph reads
-    it where the node holding that subgraph (an ``If``, a ``Loop``) is."""
+    it where the node of ``graph`` holding that subgraph (an ``If``, a ``Loop``) is."""
     step_nodes = plan.steps[-1].nodes
-    users = [user for user, _ in value.uses() if user not in step_nodes]
-    readers = {id(user) for user in users if user.graph is graph}
-    inner = {user.graph for user in users if user.graph is not graph}
+    owners = None
+    readers: set[int] = set()
+    for user, _ in value.uses():
+        if user in step_nodes:
+            continue
+        while user is not None and user.graph is not graph:
+            owners = subgraph_owners(graph) if owners is None else owners
+            user = owners.get(user.graph)  # type: ignore[arg-type]
+        if user is not None:
+            readers.add(id(user))
     for node in graph:
         if node is root:
             return True
-        if id(node) in readers or (inner and not inner.isdisjoint(_subgraphs(node))):
+        if id(node) in readers:
             return False
     return True
-
-
-def _subgraphs(node: ir.Node) -> set[ir.Graph]:
-    """The graphs held by ``node``'s attributes and, recursively, by their nodes."""
-    found: set[ir.Graph] = set()
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH:
-            graphs = [attr.as_graph()]
-        elif attr.type == ir.AttributeType.GRAPHS:
-            graphs = list(attr.as_graphs())
-        else:
-            continue
-        for graph in graphs:
-            found.add(graph)
-            for inner in graph:
-                found |= _subgraphs(inner)
-    return found
