@@ -151,9 +151,8 @@ class ShapeProver:
 
     def _scan_source(self, value: ir.Value) -> tuple[ir.Value, int] | None:
         """For a Scan body's scan input: the Scan's input it slices and the axis it
-        slices (its other sizes are that input's); else None. Only the body's
-        declaration says anything else, and ONNX Runtime does not check a body's inputs
-        against their declarations."""
+        slices (its other sizes are that input's); else None (a body input's own
+        declaration is not a fact: ONNX Runtime does not hold a Loop body's to it)."""
         graph = value.graph
         if self._main_graph is None or graph is None or graph is self._main_graph:
             return None
