@@ -100,7 +100,7 @@ def _parameter_reason(node: ir.Node, name: str, half: str) -> Refusal | None:
     )
 
 
-def zero_bias(forward: ir.Node, backward: ir.Node) -> np.ndarray | str:
+def zero_bias(forward: ir.Node, backward: ir.Node) -> np.ndarray | Refusal:
     """Zeros for a half without ``B``: ``[1, 2 * gates * H]`` of the element type of a
     constant ``W`` or ``R`` (the op requires one type), or why there are none."""
     for node in (forward, backward):
@@ -108,7 +108,7 @@ def zero_bias(forward: ir.Node, backward: ir.Node) -> np.ndarray | str:
             array = const_array(input_at(node, index))
             if array is not None and array.ndim == 3 and node.domain == "":
                 return np.zeros((1, 2 * array.shape[1]), array.dtype)
-    return "a half has no B, and no W or R is a constant to make its zeros of"
+    return Refusal("a half has no B, and no W or R is a constant to make its zeros of")
 
 
 def _attributes(node: ir.Node) -> dict[str, ir.Attr]:
@@ -157,7 +157,7 @@ def pair_reason(
             return reason
     if (input_at(forward, 3) is None) != (input_at(backward, 3) is None):
         zeros = zero_bias(forward, backward)
-        if isinstance(zeros, str):
+        if isinstance(zeros, Refusal):
             return zeros
     return None
 
@@ -236,5 +236,5 @@ def _bias_or_zeros(op, forward: ir.Node, backward: ir.Node, which: int) -> ir.Va
     if bias is not None:
         return bias
     zeros = zero_bias(forward, backward)
-    assert not isinstance(zeros, str)  # pair_reason proved them
+    assert not isinstance(zeros, Refusal)  # pair_reason proved them
     return op.Constant(value=ir.tensor(zeros))
