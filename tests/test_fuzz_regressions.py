@@ -190,3 +190,12 @@ def test_double_to_float16_cast_of_a_weight() -> None:
     cast = helper.make_node("Cast", ["wide"], [recurrent.name], to=TensorProto.FLOAT16)
     model.graph.node.insert(0, cast)
     assert _failures(model) == []
+
+
+# --- new class A: a re-rolled relu RNN that onnx.reference cannot run ---------------------
+
+
+@pytest.mark.xfail(strict=True, reason="class A: RNN(activations=[Relu]) on onnx.reference (runs)")
+def test_relu_rnn_chain_runs_where_the_original_runs() -> None:
+    model = unrolled.build_unrolled_rnn(unrolled.UnrolledRnnConfig(nonlinearity="relu", seq=2))
+    assert _failures(model) == []
