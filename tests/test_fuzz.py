@@ -40,19 +40,22 @@ HELD_BACK = {
     "subgraph_reader": "defect 9: a value read inside a subgraph",
     "computed_weight": "defect 10: Cast(double -> float16) folded",
 }
-#: Core arguments that reach an open class: a case whose steps contain one is skipped.
+#: Steps that reach an open class: a case whose steps contain every string of a key is
+#: skipped.
 HELD_BACK_STEPS = {
-    "nonlinearity='relu'": "new class A: RNN(activations=[Relu]), which onnx.reference lacks",
-    "opset=7,": "defect 7: opset-10 Slice emitted into an opset-7 cell loop",
-    "opset=8,": "defect 7: opset-10 Slice emitted into an opset-8 cell loop",
-    "opset=9,": "defect 7: opset-10 Slice emitted into an opset-9 cell loop",
+    ("nonlinearity='relu'",): "new class A: RNN(activations=[Relu]), which onnx.reference lacks",
+    ("opset=7,",): "defect 7: opset-10 Slice emitted into an opset-7 cell loop",
+    ("opset=8,",): "defect 7: opset-10 Slice emitted into an opset-8 cell loop",
+    ("opset=9,",): "defect 7: opset-10 Slice emitted into an opset-9 cell loop",
+    ("unrolled_rnn(", "opset=10,", "overridable("): "new class B: RerollRnn at opset 10",
 }
 
 _LONG = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 _ALL = os.environ.get("FUZZ_ALL") == "1"
 _MUTATORS = sorted(m for m in ALL_MUTATORS if _ALL or m not in HELD_BACK)
 _BUDGET = settings(
-    max_examples=_LONG or settings().max_examples,  # the profile's: 200 in CI, 25 in dev
+    # a fixed budget: 80 models (about a minute on a loaded 2-core machine), fewer in dev
+    max_examples=_LONG or min(settings().max_examples, 80),
     derandomize=not _LONG,
     database=None,
     deadline=None,
@@ -64,7 +67,7 @@ _BUDGET = settings(
 @given(case=fuzz_cases(mutators=_MUTATORS))
 def test_rewrite_keeps_every_oracle(case: Case) -> None:
     steps = "\n".join(case.steps)
-    assume(_ALL or not any(held in steps for held in HELD_BACK_STEPS))
+    assume(_ALL or not any(all(part in steps for part in held) for held in HELD_BACK_STEPS))
     outcome = check_case(case, zero_in_child=os.environ.get("FUZZ_ZERO_CHILD") == "1")
     assert not outcome.failures, "\n".join([*case.steps, *map(str, outcome.failures)])
 

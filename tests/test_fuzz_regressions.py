@@ -199,3 +199,19 @@ def test_double_to_float16_cast_of_a_weight() -> None:
 def test_relu_rnn_chain_runs_where_the_original_runs() -> None:
     model = unrolled.build_unrolled_rnn(unrolled.UnrolledRnnConfig(nonlinearity="relu", seq=2))
     assert _failures(model) == []
+
+
+# --- new class B: an overridable weight in an opset-10 bidirectional chain ---------------
+
+
+@pytest.mark.xfail(strict=True, reason="class B: RerollRnn, the result's Slice fails in ORT (runs)")
+def test_opset10_bidirectional_chain_with_an_overridable_weight() -> None:
+    cfg = unrolled.UnrolledRnnConfig(
+        input_size=1, hidden_size=1, seq=2, bidirectional=True, bias=False,
+        initial_state="input", dynamic_seq=True, opset=10,
+    )  # fmt: skip
+    model = unrolled.build_unrolled_rnn(cfg)
+    weight = next(n.input[1] for n in model.graph.node if n.op_type == "MatMul")  # W_ih^T
+    tensor = next(t for t in model.graph.initializer if t.name == weight)
+    model.graph.input.append(helper.make_tensor_value_info(weight, F32, list(tensor.dims)))
+    assert _failures(model) == []

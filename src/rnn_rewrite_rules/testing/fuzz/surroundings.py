@@ -155,17 +155,24 @@ def _bias(draw, case: Case) -> bool:
     return True
 
 
+def _info(tensor: onnx.TensorProto) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+
+
+def _float_constants(graph: onnx.GraphProto) -> list[onnx.TensorProto]:
+    """Float initializers that are not graph inputs."""
+    inputs = {i.name for i in graph.input}
+    return [t for t in graph.initializer if t.data_type in _FLOATS and t.name not in inputs]
+
+
 def _overridable(draw, case: Case) -> bool:
     """A float initializer that is also a graph input: a value, not a constant."""
     graph = case.model.graph
-    inputs = {i.name for i in graph.input}
-    tensors = [t for t in graph.initializer if t.data_type in _FLOATS and t.name not in inputs]
+    tensors = _float_constants(graph)
     if not tensors or case.model.ir_version < 4:
         return False
     tensor = draw(st.sampled_from(tensors))
-    graph.input.append(
-        helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-    )
+    graph.input.append(_info(tensor))
     case.note(f"overridable({tensor.name})")
     return True
 
@@ -191,8 +198,7 @@ def _computed_weight(draw, case: Case) -> bool:
     """A float initializer read through ``Identity`` or ``Cast`` from float64 (defect 10:
     a double -> float16 Cast folded where the runtimes round differently)."""
     graph = case.model.graph
-    inputs = {i.name for i in graph.input}
-    tensors = [t for t in graph.initializer if t.data_type in _FLOATS and t.name not in inputs]
+    tensors = _float_constants(graph)
     if not tensors:
         return False
     tensor = draw(st.sampled_from(tensors))
@@ -278,9 +284,7 @@ def _extra_output(draw, case: Case) -> bool:
         if not tensors:
             return False
         tensor = draw(st.sampled_from(tensors))
-        graph.output.append(
-            helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-        )
+        graph.output.append(_info(tensor))
         case.note(f"extra_output(initializer {tensor.name})")
         return True
     types = value_types(case.model)
