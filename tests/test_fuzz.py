@@ -44,9 +44,6 @@ HELD_BACK = {
 #: skipped.
 HELD_BACK_STEPS = {
     ("nonlinearity='relu'",): "new class A: RNN(activations=[Relu]), which onnx.reference lacks",
-    ("opset=7,",): "defect 7: opset-10 Slice emitted into an opset-7 cell loop",
-    ("opset=8,",): "defect 7: opset-10 Slice emitted into an opset-8 cell loop",
-    ("opset=9,",): "defect 7: opset-10 Slice emitted into an opset-9 cell loop",
     ("unrolled_rnn(", "opset=10,", "overridable("): "new class B: RerollRnn at opset 10",
 }
 

@@ -142,12 +142,9 @@ def test_initializer_graph_output_keeps_its_type() -> None:
     assert _failures(model) == []
 
 
-# --- defect 7: the opset a rewrite emits into --------------------------------------------
+# --- defect 7: the opset a rewrite emits into (passes on main at 2a33b52) ----------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="defect 7: opset-10 Slice in an opset-9 model (checker, runs)"
-)
 @pytest.mark.parametrize("opset", [7, 9])
 def test_old_opset_cell_loop_with_a_symbolic_sequence(opset: int) -> None:
     cfg = unrolled.UnrolledCellConfig(opset=opset, initial_state="first_frame")
