@@ -1,0 +1,315 @@
+"""Differential oracles: what a rewritten model must keep of the original.
+
+:func:`check_case` rewrites a :class:`~.case.Case` with the public API
+(``rnn_rewrite_rules.rewrite``) and returns every :class:`Failure`:
+
+* ``crash``: the rewrite raised;
+* ``checker``: the original passes ``onnx.checker.check_model(full_check=True)`` and the
+  result does not;
+* ``interface``: graph output names, count, element types or declared ranks changed;
+* ``idempotent``: rewriting the result changes it again;
+* ``runs``: the original runs at a size on a runtime (ONNX Runtime without graph
+  optimizations, ``onnx.reference``) and the result does not;
+* ``outputs``: on such a runtime, the outputs differ (dtype, shape, or values beyond a
+  tolerance of the element type), at several sizes, 0 included where the runtime allows.
+
+ONNX Runtime aborts the process on LSTM/GRU batch 0 and GRU seq 0: sizes with a 0 run
+in-process only when neither model has a recurrent op, else in a child process
+(``zero_in_child=True``) or not at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules.testing.fuzz.case import Case
+from rnn_rewrite_rules.testing.fuzz.walk import has_recurrent_op
+
+__all__ = ["RUNTIMES", "Failure", "Outcome", "blame", "check_case", "plans"]
+
+#: Where the result must run when the original does, and give its outputs.
+RUNTIMES = ("onnxruntime", "reference")
+
+#: (rtol, atol) per float element type.
+_TOLERANCE = {np.float16: (2e-2, 2e-2), np.float32: (1e-4, 1e-5), np.float64: (1e-9, 1e-12)}
+_VOCABULARY = 11  # token ids of the embedding cores index an 11-row table
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """One oracle that failed and how."""
+
+    oracle: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.oracle}: {self.detail}"
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What :func:`check_case` found: ``failures``, whether a rule changed the model, the
+    runtimes the original runs on (``onnxruntime``, ``reference``) and how many sizes
+    were compared on each."""
+
+    failures: list[Failure]
+    fired: bool = False
+    runtimes: list[str] = dataclasses.field(default_factory=list)
+    compared: dict[str, int] = dataclasses.field(default_factory=dict)
+    rewritten: onnx.ModelProto | None = None
+
+
+def _checker_error(model: onnx.ModelProto) -> str | None:
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except Exception as error:
+        return _short(error)
+    return None
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text[:400]
+
+
+def _interface(before: onnx.ModelProto, after: onnx.ModelProto) -> list[Failure]:
+    def describe(model: onnx.ModelProto) -> list[tuple]:
+        result = []
+        for out in model.graph.output:
+            tensor = out.type.tensor_type
+            rank = len(tensor.shape.dim) if tensor.HasField("shape") else None
+            result.append((out.name, tensor.elem_type, rank))
+        return result
+
+    old, new = describe(before), describe(after)
+    if [o[:2] for o in old] != [n[:2] for n in new]:
+        return [Failure("interface", f"outputs {old} became {new}")]
+    for o, n in zip(old, new, strict=True):
+        if o[2] is not None and n[2] is not None and o[2] != n[2]:
+            return [Failure("interface", f"output {o[0]} rank {o[2]} became {n[2]}")]
+    return []
+
+
+def plans(case: Case) -> list[dict[str, int]]:
+    """Sizes for the model's symbolic dimensions: two plans of all-different sizes, all
+    ones, and one 0 per dimension whose smallest size allows it."""
+    params = sorted(
+        {
+            d.dim_param
+            for i in case.model.graph.input
+            for d in i.type.tensor_type.shape.dim
+            if d.dim_param
+        }
+    )
+    least = {p: case.min_sizes.get(p, 0) for p in params}
+    result = [
+        {p: max(least[p], 2 + k) for k, p in enumerate(params)},
+        {p: max(least[p], 3 + 2 * k) for k, p in enumerate(params)},
+        {p: max(least[p], 1) for p in params},
+    ]
+    for p in params:
+        if least[p] == 0:
+            result.append({**result[0], p: 0})
+    return result
+
+
+def _feeds(case: Case, plan: dict[str, int], index: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(index)
+    graph = case.model.graph
+    feeds = {}
+    for value in graph.input:
+        if value.name in case.fixed:
+            feeds[value.name] = case.fixed[value.name]
+            continue
+        tensor = value.type.tensor_type
+        dims = [
+            d.dim_value if d.HasField("dim_value") else plan.get(d.dim_param, 2)
+            for d in tensor.shape.dim
+        ]
+        elem = tensor.elem_type
+        if elem == TensorProto.BOOL:
+            feeds[value.name] = np.full(dims, index % 2 == 0)
+        elif elem == TensorProto.INT32:  # sequence lengths: the full sequence
+            feeds[value.name] = np.full(dims, plan.get("seq", 1), np.int32)
+        elif elem == TensorProto.INT64:
+            feeds[value.name] = rng.integers(0, _VOCABULARY, dims).astype(np.int64)
+        else:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(elem)
+            feeds[value.name] = rng.standard_normal(dims).astype(dtype)
+    return feeds
+
+
+class _Runner:
+    """One model on ONNX Runtime (no graph optimizations) or ``onnx.reference``."""
+
+    def __init__(self, model: onnx.ModelProto, runtime: str) -> None:
+        self.names = [o.name for o in model.graph.output]
+        if runtime == "onnxruntime":
+            import onnxruntime as ort
+
+            ort.set_default_logger_severity(4)
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.log_severity_level = 4
+            self._session = ort.InferenceSession(
+                model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+            inputs = {i.name for i in self._session.get_inputs()}
+            self._run = lambda feeds: self._session.run(
+                None, {k: v for k, v in feeds.items() if k in inputs}
+            )
+        else:
+            from onnx.reference import ReferenceEvaluator
+
+            evaluator = ReferenceEvaluator(model)
+            self._run = lambda feeds: evaluator.run(None, feeds)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(v) for v in self._run(feeds)]
+
+
+_CHILD = """
+import sys, numpy as np, onnxruntime as ort
+model, feeds_path, out_path = sys.argv[1:]
+o = ort.SessionOptions(); o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
+names = {i.name for i in s.get_inputs()}
+feeds = {k: v for k, v in np.load(feeds_path).items() if k in names}
+np.savez(out_path, *s.run(None, feeds))
+"""
+
+
+def _run_in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list | str:
+    """Outputs from ONNX Runtime in a child process, or why there are none."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [os.path.join(tmp, n) for n in ("m.onnx", "f.npz", "o.npz")]
+        onnx.save(model, paths[0])
+        np.savez(paths[1], **feeds)
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, *paths], capture_output=True, text=True, timeout=120
+        )
+        if done.returncode != 0:
+            return f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
+        with np.load(paths[2]) as data:
+            return [data[f"arr_{k}"] for k in range(len(data.files))]
+
+
+def _differences(expected: list[np.ndarray], actual: list[np.ndarray], names) -> str | None:
+    for name, a, b in zip(names, expected, actual, strict=True):
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{name}: {a.dtype}{list(a.shape)} became {b.dtype}{list(b.shape)}"
+        if a.dtype.type in _TOLERANCE:
+            rtol, atol = _TOLERANCE[a.dtype.type]
+            if not np.array_equal(np.isnan(a), np.isnan(b)):
+                return f"{name}: NaN in one model only ({a.dtype})"
+            if not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+                with np.errstate(invalid="ignore"):
+                    worst = np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)))
+                return f"{name}: values differ by up to {worst:.3g} ({a.dtype})"
+        elif not np.array_equal(a, b):
+            return f"{name}: values differ ({a.dtype})"
+    return None
+
+
+def _compare_on(
+    runtime: str, case: Case, after: onnx.ModelProto, outcome: Outcome, zero_in_child: bool
+) -> None:
+    """Compare the models on ``runtime`` wherever the original runs."""
+    before = case.model
+    try:
+        original = _Runner(before, runtime)
+        original.run(_feeds(case, plans(case)[0], 0))
+    except Exception:
+        return  # the original does not run here
+    outcome.runtimes.append(runtime)
+    try:
+        rewritten = _Runner(after, runtime)
+    except Exception as error:
+        outcome.failures.append(Failure("runs", f"{runtime} refuses the result: {_short(error)}"))
+        return
+    recurrent = has_recurrent_op(before) or has_recurrent_op(after)
+    for index, plan in enumerate(plans(case)):
+        feeds = _feeds(case, plan, index)
+        zero = 0 in plan.values()
+        if zero and recurrent and runtime == "onnxruntime":
+            if not zero_in_child:
+                continue
+            expected = _run_in_child(before, feeds)
+            if isinstance(expected, str):
+                continue
+            actual = _run_in_child(after, feeds)
+            if isinstance(actual, str):
+                outcome.failures.append(Failure("runs", f"at {plan}: the result {actual}"))
+                continue
+        else:
+            try:
+                expected = original.run(feeds)
+            except Exception:
+                continue  # the original does not run at these sizes
+            try:
+                actual = rewritten.run(feeds)
+            except Exception as error:
+                outcome.failures.append(Failure("runs", f"{runtime} at {plan}: {_short(error)}"))
+                continue
+        outcome.compared[runtime] = outcome.compared.get(runtime, 0) + 1
+        difference = _differences(expected, actual, original.names)
+        if difference:
+            outcome.failures.append(Failure("outputs", f"{runtime} at {plan}: {difference}"))
+
+
+def check_case(case: Case, *, zero_in_child: bool = False, run: bool = True) -> Outcome:
+    """Rewrite ``case.model`` and apply every oracle (see the module docstring)."""
+    before = case.model
+    outcome = Outcome([])
+    try:
+        after = rnn_rewrite_rules.rewrite(before)
+    except Exception as error:
+        outcome.failures.append(Failure("crash", f"{type(error).__name__}: {_short(error)}"))
+        return outcome
+    outcome.rewritten = after
+    outcome.fired = after.SerializeToString() != before.SerializeToString()
+    if _checker_error(before) is None:
+        error = _checker_error(after)
+        if error is not None:
+            outcome.failures.append(Failure("checker", error))
+    outcome.failures += _interface(before, after)
+    try:
+        twice = rnn_rewrite_rules.rewrite(after)
+    except Exception as error:
+        outcome.failures.append(Failure("crash", f"second rewrite: {_short(error)}"))
+    else:
+        if twice.SerializeToString() != after.SerializeToString():
+            outcome.failures.append(Failure("idempotent", "rewriting the result changes it"))
+    if run:
+        for runtime in RUNTIMES:
+            _compare_on(runtime, case, after, outcome, zero_in_child)
+    return outcome
+
+
+def blame(case: Case, oracle: str) -> list[str]:
+    """The rule classes (names of ``rnn_rewrite_rules.rules()`` up to ``[``) whose rules
+    alone make ``oracle`` fail on ``case``; every class when the cleanup after any rewrite
+    does it, none when only several classes together do."""
+    groups: dict[str, list[str]] = {}
+    for rule in rnn_rewrite_rules.rules().rules:
+        groups.setdefault(rule.name.split("[")[0], []).append(rule.name)
+    real = rnn_rewrite_rules.rewrite
+    guilty = []
+    for group, names in groups.items():
+        try:
+            rnn_rewrite_rules.rewrite = lambda model, _n=names: real(model, _n)
+            failures = check_case(case).failures
+        finally:
+            rnn_rewrite_rules.rewrite = real
+        if any(f.oracle == oracle for f in failures):
+            guilty.append(group)
+    return guilty

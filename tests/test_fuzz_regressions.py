@@ -1,0 +1,214 @@
+"""Failures the fuzzer found (docs/fuzzing.md), each shrunk to a small model builder.
+
+Each test names the defect class of issue 33 it shows and the oracle that fails; it is an
+expected failure until the class is fixed (strict: a fix makes it pass, and then the
+marker goes).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rnn_rewrite_rules.testing import thirdparty, unrolled
+from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
+from rnn_rewrite_rules.testing.fuzz import subgraphs
+from rnn_rewrite_rules.testing.fuzz.case import Case, Graph
+from rnn_rewrite_rules.testing.fuzz.cores import slices_as_attributes
+from rnn_rewrite_rules.testing.fuzz.oracles import check_case
+from rnn_rewrite_rules.testing.fuzz.surroundings import convert_element_type
+
+pytestmark = pytest.mark.fuzz
+
+F32 = TensorProto.FLOAT
+
+
+def _failures(model: onnx.ModelProto, fixed: dict[str, np.ndarray] | None = None) -> list[str]:
+    return [str(f) for f in check_case(Case(model, fixed=fixed or {})).failures]
+
+
+def _rnn_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+
+
+def _bidirectional(op_type: str = "LSTM", **kwargs) -> onnx.ModelProto:
+    return thirdparty.hand_built_bidirectional(op_type, input_size=2, hidden=2, **kwargs)
+
+
+# --- defect 1: float64 recurrences re-rolled into RNN ops ORT has no kernel for ----------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 1: float64 GRU cell loop re-rolled (runs)")
+def test_float64_gru_cell_loop_runs_where_the_original_runs() -> None:
+    model = unrolled.build_unrolled_cell(unrolled.UnrolledCellConfig(op_type="GRU", seq=2))
+    convert_element_type(model, TensorProto.DOUBLE)
+    assert _failures(model) == []
+
+
+@pytest.mark.xfail(strict=True, reason="defect 1: float64 nn.RNN chain re-rolled (runs)")
+def test_float64_rnn_chain_runs_where_the_original_runs() -> None:
+    model = unrolled.build_unrolled_rnn(unrolled.UnrolledRnnConfig(seq=2))
+    convert_element_type(model, TensorProto.DOUBLE)
+    assert _failures(model) == []
+
+
+# --- defect 2: activation_alpha/beta of merged halves -----------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 2: alphas land on the other half (outputs)")
+@pytest.mark.parametrize("reverse_node", [False, True], ids=["reversed_input", "reverse_node"])
+def test_merged_halves_keep_each_activation_alpha(reverse_node: bool) -> None:
+    model = _bidirectional("LSTM", reverse_node=reverse_node)
+    for alphas, node in zip(([0.3, 1.5, 2.0], [2.0, 1.5, 0.3]), _rnn_nodes(model), strict=True):
+        # one alpha per activation: ONNX Runtime gives LeakyRelu the first, the rest go unused
+        node.attribute.append(
+            helper.make_attribute("activations", ["Sigmoid", "LeakyRelu", "Tanh"])
+        )
+        node.attribute.append(helper.make_attribute("activation_alpha", alphas))
+    assert _failures(model) == []
+
+
+# --- defect 3: a missing bias filled from the other half ---------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 3: Mul(B_other, 0) with an inf bias (outputs)")
+def test_missing_bias_next_to_an_infinite_bias_input() -> None:
+    model = _bidirectional("GRU", reverse_node=True)
+    forward, backward = sorted(_rnn_nodes(model), key=lambda n: "reverse" in str(n.attribute))
+    del forward.input[3:]
+    bias = next(t for t in model.graph.initializer if t.name == backward.input[3])
+    array = numpy_helper.to_array(bias).copy()
+    array[0, 0] = np.inf
+    model.graph.initializer.remove(bias)
+    model.graph.input.append(helper.make_tensor_value_info(bias.name, F32, list(array.shape)))
+    assert _failures(model, {bias.name: array}) == []
+
+
+# --- defect 4: optional inputs present at run time read as absent -------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 4: fold_if takes the wrong branch (outputs)")
+@pytest.mark.parametrize(
+    "condition",
+    [
+        lambda g: subgraphs.slice_axes_condition(g, [2, 3], 1),
+        lambda g: subgraphs.squeeze_axes_condition(g, [2]),
+        lambda g: subgraphs.split_sizes_condition(g, 4),
+        lambda g: subgraphs.narrow_cast_condition(g, 1),
+    ],
+    ids=["slice_axes", "squeeze_axes", "split_sizes", "narrow_cast"],
+)
+def test_condition_on_an_optional_input_present_at_run_time(condition) -> None:
+    model = _bidirectional()
+    cond, fixed = condition(Graph(model))
+    subgraphs.add_if(model, cond, "y", F32, 3)
+    assert _failures(model, fixed) == []
+
+
+# --- defect 5: a Loop body input's declared rank -----------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 5: a body input's declared rank (outputs)")
+def test_loop_body_input_rank_is_not_a_fact() -> None:
+    model = _bidirectional()
+    subgraphs.add_loop_rank_check(model, "y", F32, 3, declared=1)
+    assert _failures(model) == []
+
+
+# --- defect 6: one value for two If outputs ----------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 6: If outputs y, y2 become one (interface)")
+def test_taken_branch_returning_one_value_twice() -> None:
+    model = _bidirectional()
+    subgraphs.add_rank_if_two_outputs(model, "x", 3, "y", F32, 3)
+    assert _failures(model) == []
+
+
+# --- defect 8: an initializer that is a graph output -------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="defect 8: the output loses its type (checker, interface)")
+def test_initializer_graph_output_keeps_its_type() -> None:
+    model = build_exporter_model(ExporterSpec(initial_state="constant_of_shape", outputs=("y",)))
+    weight = model.graph.initializer[0]
+    model.graph.output.append(
+        helper.make_tensor_value_info(weight.name, weight.data_type, list(weight.dims))
+    )
+    assert _failures(model) == []
+
+
+# --- defect 7: the opset a rewrite emits into (passes on main at 2a33b52) ----------------
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_old_opset_cell_loop_with_a_symbolic_sequence(opset: int) -> None:
+    cfg = unrolled.UnrolledCellConfig(opset=opset, initial_state="first_frame")
+    model = slices_as_attributes(unrolled.build_unrolled_cell(cfg))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "seq"
+    assert _failures(model) == []
+
+
+# --- defect 9: a value read inside a subgraph --------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="defect 9: If reads the re-rolled c before it is defined (checker)"
+)
+def test_cell_state_read_inside_an_if_between_the_last_steps() -> None:
+    model = unrolled.build_unrolled_cell(unrolled.UnrolledCellConfig(op_type="LSTM"))
+    index, c = max(
+        (i, n.output[0]) for i, n in enumerate(model.graph.node) if re.match(r"c_\d+$", n.output[0])
+    )
+    flag = Graph(model).input("flag", TensorProto.BOOL, [])
+    subgraphs.add_if(model, flag, c, F32, 2, ops=("Abs", "Neg"), at=index + 1)
+    assert _failures(model, {flag: np.array(True)}) == []
+
+
+# --- defect 10: Cast(double -> float16) folded -------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="defect 10: Cast(double -> float16) folded (outputs, ORT and reference)"
+)
+def test_double_to_float16_cast_of_a_weight() -> None:
+    spec = ExporterSpec(op_type="GRU", style="plain", initial_state="constant_of_shape")
+    model = build_exporter_model(spec)
+    convert_element_type(model, TensorProto.FLOAT16)
+    recurrent = next(t for t in model.graph.initializer if t.name.startswith("R"))
+    wide = numpy_helper.to_array(recurrent).astype(np.float64)
+    wide.flat[0] = 65519.9999  # float16: 65504 rounded once, inf through float32
+    model.graph.initializer.remove(recurrent)
+    model.graph.initializer.append(numpy_helper.from_array(wide, "wide"))
+    cast = helper.make_node("Cast", ["wide"], [recurrent.name], to=TensorProto.FLOAT16)
+    model.graph.node.insert(0, cast)
+    assert _failures(model) == []
+
+
+# --- new class A: a re-rolled relu RNN that onnx.reference cannot run ---------------------
+
+
+@pytest.mark.xfail(strict=True, reason="class A: RNN(activations=[Relu]) on onnx.reference (runs)")
+def test_relu_rnn_chain_runs_where_the_original_runs() -> None:
+    model = unrolled.build_unrolled_rnn(unrolled.UnrolledRnnConfig(nonlinearity="relu", seq=2))
+    assert _failures(model) == []
+
+
+# --- new class B: an overridable weight in an opset-10 bidirectional chain ---------------
+
+
+@pytest.mark.xfail(strict=True, reason="class B: RerollRnn, the result's Slice fails in ORT (runs)")
+def test_opset10_bidirectional_chain_with_an_overridable_weight() -> None:
+    cfg = unrolled.UnrolledRnnConfig(
+        input_size=1, hidden_size=1, seq=2, bidirectional=True, bias=False,
+        initial_state="input", dynamic_seq=True, opset=10,
+    )  # fmt: skip
+    model = unrolled.build_unrolled_rnn(cfg)
+    weight = next(n.input[1] for n in model.graph.node if n.op_type == "MatMul")  # W_ih^T
+    tensor = next(t for t in model.graph.initializer if t.name == weight)
+    model.graph.input.append(helper.make_tensor_value_info(weight, F32, list(tensor.dims)))
+    assert _failures(model) == []
