@@ -28,18 +28,7 @@ pytestmark = pytest.mark.fuzz
 #: Mutators that reach a defect class of issue 33 still open on main (the regression
 #: tests in tests/test_fuzz_regressions.py show each): CI leaves them out until the class
 #: is fixed, then the line goes. ``FUZZ_ALL=1`` runs them anyway.
-HELD_BACK = {
-    "element_type": "defects 1, 3, 10: float16/float64 models",
-    "rnn_attributes": "defect 2: activation_alpha/beta of merged halves",
-    "bias": "defect 3: a missing bias filled as Mul(B_other, 0)",
-    "runtime_condition": "defect 4: optional inputs present at run time",
-    "loop_rank": "defect 5: a Loop body input's declared rank",
-    "rank_if_two_outputs": "defect 6: one value for two If outputs",
-    "in_function": "defect 7: a function at another opset",
-    "extra_output": "defect 8: an initializer that is a graph output",
-    "subgraph_reader": "defect 9: a value read inside a subgraph",
-    "computed_weight": "defect 10: Cast(double -> float16) folded",
-}
+HELD_BACK: dict[str, str] = {}
 #: Steps that reach an open class: a case whose steps contain every string of a key is
 #: skipped.
 HELD_BACK_STEPS = {

@@ -42,14 +42,12 @@ def _bidirectional(op_type: str = "LSTM", **kwargs) -> onnx.ModelProto:
 # --- defect 1: float64 recurrences re-rolled into RNN ops ORT has no kernel for ----------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 1: float64 GRU cell loop re-rolled (runs)")
 def test_float64_gru_cell_loop_runs_where_the_original_runs() -> None:
     model = unrolled.build_unrolled_cell(unrolled.UnrolledCellConfig(op_type="GRU", seq=2))
     convert_element_type(model, TensorProto.DOUBLE)
     assert _failures(model) == []
 
 
-@pytest.mark.xfail(strict=True, reason="defect 1: float64 nn.RNN chain re-rolled (runs)")
 def test_float64_rnn_chain_runs_where_the_original_runs() -> None:
     model = unrolled.build_unrolled_rnn(unrolled.UnrolledRnnConfig(seq=2))
     convert_element_type(model, TensorProto.DOUBLE)
@@ -59,7 +57,6 @@ def test_float64_rnn_chain_runs_where_the_original_runs() -> None:
 # --- defect 2: activation_alpha/beta of merged halves -----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 2: alphas land on the other half (outputs)")
 @pytest.mark.parametrize("reverse_node", [False, True], ids=["reversed_input", "reverse_node"])
 def test_merged_halves_keep_each_activation_alpha(reverse_node: bool) -> None:
     model = _bidirectional("LSTM", reverse_node=reverse_node)
@@ -75,7 +72,6 @@ def test_merged_halves_keep_each_activation_alpha(reverse_node: bool) -> None:
 # --- defect 3: a missing bias filled from the other half ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 3: Mul(B_other, 0) with an inf bias (outputs)")
 def test_missing_bias_next_to_an_infinite_bias_input() -> None:
     model = _bidirectional("GRU", reverse_node=True)
     forward, backward = sorted(_rnn_nodes(model), key=lambda n: "reverse" in str(n.attribute))
@@ -91,7 +87,6 @@ def test_missing_bias_next_to_an_infinite_bias_input() -> None:
 # --- defect 4: optional inputs present at run time read as absent -------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 4: fold_if takes the wrong branch (outputs)")
 @pytest.mark.parametrize(
     "condition",
     [
@@ -112,7 +107,6 @@ def test_condition_on_an_optional_input_present_at_run_time(condition) -> None:
 # --- defect 5: a Loop body input's declared rank -----------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 5: a body input's declared rank (outputs)")
 def test_loop_body_input_rank_is_not_a_fact() -> None:
     model = _bidirectional()
     subgraphs.add_loop_rank_check(model, "y", F32, 3, declared=1)
@@ -122,7 +116,6 @@ def test_loop_body_input_rank_is_not_a_fact() -> None:
 # --- defect 6: one value for two If outputs ----------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 6: If outputs y, y2 become one (interface)")
 def test_taken_branch_returning_one_value_twice() -> None:
     model = _bidirectional()
     subgraphs.add_rank_if_two_outputs(model, "x", 3, "y", F32, 3)
@@ -132,7 +125,6 @@ def test_taken_branch_returning_one_value_twice() -> None:
 # --- defect 8: an initializer that is a graph output -------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="defect 8: the output loses its type (checker, interface)")
 def test_initializer_graph_output_keeps_its_type() -> None:
     model = build_exporter_model(ExporterSpec(initial_state="constant_of_shape", outputs=("y",)))
     weight = model.graph.initializer[0]
@@ -156,9 +148,6 @@ def test_old_opset_cell_loop_with_a_symbolic_sequence(opset: int) -> None:
 # --- defect 9: a value read inside a subgraph --------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="defect 9: If reads the re-rolled c before it is defined (checker)"
-)
 def test_cell_state_read_inside_an_if_between_the_last_steps() -> None:
     model = unrolled.build_unrolled_cell(unrolled.UnrolledCellConfig(op_type="LSTM"))
     index, c = max(
@@ -172,9 +161,6 @@ def test_cell_state_read_inside_an_if_between_the_last_steps() -> None:
 # --- defect 10: Cast(double -> float16) folded -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="defect 10: Cast(double -> float16) folded (outputs, ORT and reference)"
-)
 def test_double_to_float16_cast_of_a_weight() -> None:
     spec = ExporterSpec(op_type="GRU", style="plain", initial_state="constant_of_shape")
     model = build_exporter_model(spec)

@@ -205,6 +205,10 @@ def _run_in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list 
 
 def _differences(expected: list[np.ndarray], actual: list[np.ndarray], names) -> str | None:
     for name, a, b in zip(names, expected, actual, strict=True):
+        if a.dtype == object and b.dtype != object:
+            # the original leaves this output unset on this runtime (ONNX Runtime does so
+            # for an If branch returning one value twice): nothing to compare it with here
+            continue
         if a.dtype != b.dtype or a.shape != b.shape:
             return f"{name}: {a.dtype}{list(a.shape)} became {b.dtype}{list(b.shape)}"
         if a.dtype.type in _TOLERANCE:
