@@ -382,29 +382,18 @@ def test_shape_overrides_set_the_verify_runs(models, tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "explicit_states", "warns"),
-    [([], True, False), (["--portable"], True, True), (["--target", "onnxruntime"], False, False)],
+    ("args", "explicit_states"), [([], True), (["--target", "onnxruntime"], False)]
 )
-def test_target_decides_the_zero_states(models, tmp_path, capsys, args, explicit_states, warns):
-    """Default and --portable (deprecated): every LSTM keeps an explicit initial_h (tract
-    rejects RNNs without one); --target onnxruntime drops it. The rest fires either way."""
+def test_target_decides_the_zero_states(models, tmp_path, args, explicit_states) -> None:
+    """Default: every LSTM keeps an explicit initial_h (tract rejects RNNs without one);
+    --target onnxruntime drops it. The rest fires either way."""
     out = tmp_path / "out.onnx"
     assert main([str(models / "small.onnx"), "-o", str(out), "-q", *args]) == 0
-    assert ("--portable is deprecated" in capsys.readouterr().err) == warns
     result = onnx.load(out)
     lstms = [n for n in result.graph.node if n.op_type == "LSTM"]
     assert lstms and all((len(n.input) > 5 and n.input[5] != "") == explicit_states for n in lstms)
     assert op_counts(result)["Mul"] == 0
     assert_equivalent(build_torchlib_model(SMALL), result, SMALL)
-
-
-def test_portable_contradicting_target_is_a_usage_error(models, tmp_path, capsys) -> None:
-    out = tmp_path / "out.onnx"
-    code = main(
-        [str(models / "small.onnx"), "-o", str(out), "--portable", "--target", "onnxruntime"]
-    )
-    assert code == 2 and not out.exists()
-    assert "--portable contradicts --target onnxruntime" in capsys.readouterr().err
 
 
 # --- check ------------------------------------------------------------------------------

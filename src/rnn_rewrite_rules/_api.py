@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -25,7 +24,7 @@ from rnn_rewrite_rules.passes import (
 from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, select_rules
 
-__all__ = ["BadOptions", "UnknownRule", "resolve_target", "rewrite", "rules", "select"]
+__all__ = ["BadOptions", "UnknownRule", "rewrite", "rules", "select"]
 
 _Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
 _MAX_ROUNDS = 4
@@ -49,40 +48,15 @@ class UnknownRule(KeyError):
         )
 
 
-def resolve_target(target: str | None, portable: bool | None = None) -> str:
-    """The target that ``target`` and the deprecated ``portable`` flag ask for.
-
-    ``portable=True`` is the default target now (``"portable"``); ``portable=False`` asked
-    for the old default, the ONNX Runtime-only form (``"onnxruntime"``). Either warns.
-
-    An unknown ``target`` is left to :func:`select`, which names the valid ones.
-
-    Raises:
-        BadOptions: ``target`` contradicts ``portable``.
-    """
-    if portable is None:
-        return target or DEFAULT_TARGET
-    implied = "portable" if portable else "onnxruntime"
-    warnings.warn(
-        f"portable={portable} is deprecated: the portable form is the default now; "
-        f"pass target={implied!r} instead",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if target is not None and target != implied:
-        raise BadOptions(f"portable={portable} contradicts target={target!r}")
-    return implied
-
-
 def select(
     names: Sequence[str] | str | None,
     *,
-    target: str = DEFAULT_TARGET,
+    target: str | None = None,
     installed_only: bool = False,
     exclude: Sequence[str] | str | None = None,
 ) -> list[RewriteRule]:
-    """The rules named for ``target``, less those ``exclude`` names: a string is one name,
-    None all (see ``select_rules``).
+    """The rules named for ``target`` (None: the default), less those ``exclude`` names:
+    a string is one name, None all (see ``select_rules``).
 
     Raises:
         UnknownRule: a name is neither a family nor a rule.
@@ -96,6 +70,7 @@ def select(
             f"(families: {', '.join(families())})"
         )
     excluded = _name_list(exclude) or []
+    target = target or DEFAULT_TARGET
     try:
         selected = select_rules(names, installed_only=installed_only, target=target)
         available = families()
@@ -132,7 +107,6 @@ def rules(
     names: Sequence[str] | str | None = None,
     *,
     target: str | None = None,
-    portable: bool | None = None,
     exclude: Sequence[str] | str | None = None,
 ) -> RewriteRuleSet:
     """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
@@ -144,8 +118,6 @@ def rules(
             (ONNX Runtime, tract, OpenVINO, ``onnx.reference``); ``"onnxruntime"``: the
             smallest graph, which tract rejects (zero initial states dropped). See
             ``rnn_rewrite_rules.rules.TARGETS``.
-        portable: deprecated: ``True`` is ``target="portable"``, ``False``
-            ``target="onnxruntime"``.
         exclude: family or rule names left out of ``names`` (a string for one), e.g.
             ``exclude="reroll"`` for every family but ``reroll``.
 
@@ -154,7 +126,7 @@ def rules(
         BadOptions: ``names`` is empty, the target unknown, or ``exclude`` leaves no rule
             (a ``ValueError``).
     """
-    return RewriteRuleSet(select(names, target=resolve_target(target, portable), exclude=exclude))
+    return RewriteRuleSet(select(names, target=target, exclude=exclude))
 
 
 def rewrite(
@@ -162,13 +134,12 @@ def rewrite(
     names: Sequence[str] | str | None = None,
     *,
     target: str | None = None,
-    portable: bool | None = None,
     exclude: Sequence[str] | str | None = None,
 ) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
-    ``names``, ``target``, ``portable`` and ``exclude`` are as in :func:`rules`.
+    ``names``, ``target`` and ``exclude`` are as in :func:`rules`.
 
     Memory: a ``ModelProto`` is not changed, so the result is a second copy of the weights
     (the folded ones), built while each is dropped from the working model: the peak is the
@@ -192,9 +163,7 @@ def rewrite(
             f"not {type(model).__name__}{hint}"
         )
     check_onnxscript()
-    rule_set = RewriteRuleSet(
-        select(names, target=resolve_target(target, portable), exclude=exclude)
-    )
+    rule_set = RewriteRuleSet(select(names, target=target, exclude=exclude))
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
         fired = _rewrite(ir_model, rule_set)

@@ -178,7 +178,7 @@ def _demo_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--rules", action="append", metavar="NAME,...", help="as for rewriting")
-    # The mission's case: a decoder step (seq 1) at batch 5, where per-call overhead dominates.
+    # A decoder step (seq 1) at batch 5: where per-call overhead dominates.
     parser.add_argument("--batch", type=int, default=5, help="latency batch size (default 5)")
     parser.add_argument("--seq", type=int, default=1, help="latency sequence length (default 1)")
     parser.add_argument("--repeat", type=int, default=50, help="timed runs per model (default 50)")
@@ -195,14 +195,9 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         choices=list(TARGETS),
-        default=None,
+        default=DEFAULT_TARGET,
         help=f"what the result must run on (default {DEFAULT_TARGET}): "
         + "; ".join(f"{name}: {text}" for name, text in TARGETS.items()),
-    )
-    parser.add_argument(
-        "--portable",
-        action="store_true",
-        help="deprecated: the portable form is the default now (--target portable)",
     )
 
 
@@ -217,21 +212,6 @@ def _names(values: Sequence[str] | None, option: str = "--rules") -> list[str] |
     if not names:
         raise _Fail(ExitCode.USAGE, f"{option}: give at least one name")
     return names
-
-
-def _target(args: argparse.Namespace) -> str:
-    """``--target``, with the deprecated ``--portable`` as its alias."""
-    from rnn_rewrite_rules.rules import DEFAULT_TARGET
-
-    if args.portable:
-        if args.target not in (None, "portable"):
-            raise _Fail(ExitCode.USAGE, f"--portable contradicts --target {args.target}")
-        print(
-            f"{PROG}: warning: --portable is deprecated: the portable form is the default "
-            "now (--target portable)",
-            file=sys.stderr,
-        )
-    return args.target or DEFAULT_TARGET
 
 
 def _select(values: Sequence[str] | None, target: str, exclude: Sequence[str] | None) -> None:
@@ -348,7 +328,7 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
         rules=_names(args.rules),
         exclude=_names(args.exclude, "--exclude"),
         allow_no_rnn=args.allow_no_rnn,
-        target=_target(args),
+        target=args.target,
         in_place=args.in_place,
         hazards=args.check,
         verify=args.verify,
@@ -379,7 +359,7 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 def _run(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules._rewrite_file import rewrite_file
 
-    _select(args.rules, _target(args), args.exclude)
+    _select(args.rules, args.target, args.exclude)
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
@@ -398,7 +378,7 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules import _demo as _demo_module
 
-    target = _target(args)
+    target = args.target
     _select(args.rules, target, None)
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
