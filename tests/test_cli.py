@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _io, _report, _verify, diagnostics
+from rnn_rewrite_rules import _load, _report, _save, _verify, diagnostics, errors
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
@@ -440,7 +440,7 @@ def test_in_place(jobs, models) -> None:
 
 def data_files(path: Path) -> set[str]:
     """The external data files the ONNX file at ``path`` names."""
-    return set(_io._external_files(onnx.load(path, load_external_data=False)))
+    return set(_load.external_files(onnx.load(path, load_external_data=False)))
 
 
 def test_external_data_is_kept(models, tmp_path, capsys) -> None:
@@ -553,23 +553,23 @@ def test_truncations_are_damage_not_garbage(tmp_path) -> None:
     data = build_torchlib_model(SMALL).SerializeToString()
     for cut in (3, 40, len(data) // 3, len(data) - 1):
         (tmp_path / "m.onnx").write_bytes(data[:cut])
-        with pytest.raises(_io.DamagedModel):
-            _io.load_model(tmp_path / "m.onnx")
+        with pytest.raises(errors.DamagedModel):
+            _load.load_model(tmp_path / "m.onnx")
     for seed in range(5):
         (tmp_path / "m.onnx").write_bytes(np.random.default_rng(seed).bytes(4096))
-        with pytest.raises(_io.NotOnnx):
-            _io.load_model(tmp_path / "m.onnx")
+        with pytest.raises(errors.NotOnnx):
+            _load.load_model(tmp_path / "m.onnx")
 
 
 def test_large_models_switch_to_external_data(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(_io, "EMBED_LIMIT_BYTES", 1000)  # stands in for protobuf's 2 GB
+    monkeypatch.setattr(_save, "EMBED_LIMIT_BYTES", 1000)  # stands in for protobuf's 2 GB
     proto = build_torchlib_model(SMALL)
     target = tmp_path / "big.onnx"
-    with _io.Staging(target) as staging:
+    with _save.Staging(target) as staging:
         staging.write(ir.serde.deserialize_model(proto))
         assert not target.exists()  # nothing visible before the commit
         staging.commit()
-    loaded = _io.load_model(target)
+    loaded = _load.load_model(target)
     (data,) = loaded.data_files
     assert loaded.external_data and data.startswith("big.onnx.") and data.endswith(".data")
     assert (tmp_path / data).stat().st_size > 1000

@@ -21,7 +21,6 @@ from onnx import TensorProto, helper, numpy_helper
 from rnn_rewrite_rules import _verify, runtime
 from rnn_rewrite_rules._verify import (
     MAX_ELEMENTS,
-    CannotVerify,
     InputSpec,
     VerifyResult,
     _axis_key,
@@ -41,6 +40,7 @@ from rnn_rewrite_rules._verify import (
     weight_fixed_sizes,
     zero_unsafe,
 )
+from rnn_rewrite_rules.errors import CannotVerify
 
 F32 = ir.DataType.FLOAT
 Plan = dict[str, tuple[int, ...]]

@@ -12,8 +12,9 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
-from rnn_rewrite_rules import _lazy_io
+from rnn_rewrite_rules import _serialize
 from rnn_rewrite_rules._compat import check_onnxscript
+from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
     InitializerInfoFromTensorPass,
@@ -28,24 +29,6 @@ __all__ = ["BadOptions", "UnknownRule", "rewrite", "rules", "select"]
 
 _Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
 _MAX_ROUNDS = 4
-
-
-class BadOptions(ValueError):
-    """Options that contradict each other or the model (a usage error)."""
-
-
-class UnknownRule(KeyError):
-    """A rule or family name that does not exist; the message names the valid ones."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-    def __str__(self) -> str:
-        return (
-            f"unknown rule or family {self.name!r} (families: {', '.join(families())}; "
-            "rules: see rnn-rewrite --list-rules)"
-        )
 
 
 def select(
@@ -149,7 +132,7 @@ def rewrite(
     Raises:
         TypeError: ``model`` is neither an ``onnx.ModelProto`` nor an ``onnx_ir.Model``.
         UnknownRule, BadOptions: as :func:`rules`.
-        rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
+        rnn_rewrite_rules.errors.UnsupportedVersionError: onnxscript is outside the
             tested range (a ``RuntimeError``); the model is not touched.
     """
     if not isinstance(model, onnx.ModelProto | ir.Model):
@@ -171,11 +154,11 @@ def rewrite(
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
             # no rule fired: the weights are the model's own, only the rest can differ
-            if _lazy_io.structure(untouched) == _lazy_io.structure(ir_model):
+            if _serialize.structure(untouched) == _serialize.structure(ir_model):
                 result = onnx.ModelProto()
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
                 return result
-        return _lazy_io.serialize_releasing(ir_model)
+        return _serialize.serialize_releasing(ir_model)
     _rewrite(model, rule_set)
     return model
 

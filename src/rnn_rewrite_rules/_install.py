@@ -49,7 +49,7 @@ def install(
     ``nn.GRU`` wrongly (see ``_compat.gru_export_bug``): our rules cannot repair that.
 
     Raises:
-        rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
+        rnn_rewrite_rules.errors.UnsupportedVersionError: onnxscript is outside the
             tested range (a ``RuntimeError``); nothing is installed.
     """
     global _ours, _warned_gru_export

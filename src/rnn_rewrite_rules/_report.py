@@ -22,7 +22,7 @@ from onnxscript.rewriter import (
     RewriteRuleSet,
 )
 
-from rnn_rewrite_rules import _api, _compat, _io, diagnostics
+from rnn_rewrite_rules import _api, _compat, _save, diagnostics
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
@@ -59,7 +59,7 @@ def model_stats(model: ir.Model) -> ModelStats:
     nodes = list(model.graph.all_nodes())
     return ModelStats(
         collections.Counter(_op_name(n) for n in nodes),
-        _io.tensor_bytes(model),
+        _save.tensor_bytes(model),
         sum(is_rnn(n) for n in nodes),
     )
 

@@ -2,7 +2,7 @@
 
 :func:`rewrite_file` is the one call behind the command; tests and benchmarks call it too.
 Nothing is written unless every step succeeded: the result is staged next to the target and
-moved into place last (see :mod:`rnn_rewrite_rules._io`).
+moved into place last (see :mod:`rnn_rewrite_rules._save`).
 """
 
 from __future__ import annotations
@@ -20,21 +20,15 @@ from typing import Protocol
 import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
-from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
+from rnn_rewrite_rules import _load, _report, _save, _verify, diagnostics, runtime
+from rnn_rewrite_rules._api import select
+from rnn_rewrite_rules.errors import BadOptions, InvalidResult, NoRecurrence, VerifyFailed
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, fixed_by
 
 __all__ = [
-    "BadOptions",
-    "CannotVerify",
-    "InvalidResult",
-    "NoRecurrence",
-    "OnnxRuntimeMissing",
     "Progress",
     "Report",
     "RewriteOptions",
-    "UnknownRule",
-    "VerifyFailed",
     "rewrite_file",
     "rule_families",
     "select",
@@ -45,30 +39,6 @@ NO_RECURRENCE = (
     "no RNN, LSTM or GRU node and no recurrence the rules recognize (unrolled steps, cell "
     "loops): nothing to rewrite"
 )
-
-CannotVerify = _verify.CannotVerify
-OnnxRuntimeMissing = runtime.OnnxRuntimeMissing
-
-
-class InvalidResult(Exception):
-    """The rewritten model fails the ONNX checker (and the input passes it)."""
-
-
-class NoRecurrence(Exception):
-    """The model has no RNN, LSTM or GRU node and no rule fired (nothing was written);
-    ``report`` says what was looked at."""
-
-    def __init__(self, message: str, report: Report) -> None:
-        super().__init__(message)
-        self.report = report
-
-
-class VerifyFailed(Exception):
-    """The outputs differ beyond the tolerance; ``report`` says how (nothing was written)."""
-
-    def __init__(self, message: str, report: Report) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 class Task(Protocol):
@@ -218,7 +188,7 @@ def _check_options(options: RewriteOptions) -> None:
 def _check_result(path: Path, original: Path, warnings: list[str]) -> None:
     """The ONNX checker on the staged file; tolerated when the original fails it too."""
     try:
-        _lazy_io.check_model_file(path)  # the tensors' bytes stay on disk
+        _load.check_model_file(path)  # the tensors' bytes stay on disk
     except Exception as error:  # onnx raises ValidationError and friends
         try:
             onnx.checker.check_model(str(original))
@@ -297,7 +267,7 @@ def rewrite_file(
         UnknownRule: ``options.rules`` names something that does not exist.
         OnnxRuntimeMissing: ``options.verify`` without onnxruntime.
         ModelIOError: the input cannot be read or the output cannot be written (a subclass
-            of :class:`rnn_rewrite_rules._io.ModelIOError` says which).
+            of :class:`rnn_rewrite_rules.errors.ModelIOError` says which).
         CannotVerify: ONNX Runtime loads neither model, or the original does not run on
             any sizes tried (or aborts on every size given).
         VerifyFailed: the outputs differ (its ``report`` says how).
@@ -311,7 +281,7 @@ def rewrite_file(
         runtime.require_onnxruntime()
     source = Path(src)
     target = Path(dst) if dst is not None else None
-    loaded = _io.load_model(source)
+    loaded = _load.load_model(source)
     model = loaded.model
     specs = _verify.input_specs(model)
     # what the original model fixes about --verify's sizes, read before the rewrite
@@ -325,7 +295,7 @@ def rewrite_file(
         staging = None
         if target is not None:
             staging = stack.enter_context(
-                _io.output_staging(target, loaded, in_place=options.in_place)
+                _save.output_staging(target, loaded, in_place=options.in_place)
             )
         hazards = diagnostics.find_hazards(model) if options.hazards else None
         progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
@@ -347,7 +317,7 @@ def rewrite_file(
             return report
         if staging is None:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="rnn-rewrite-"))
-            staging = stack.enter_context(_io.Staging(Path(scratch) / source.name))
+            staging = stack.enter_context(_save.Staging(Path(scratch) / source.name))
         writing = progress.task(f"writing {target or 'a scratch copy'}")
         staging.write(model, external_data=loaded.external_data, on_tensor=writing.update)
         writing.done()

@@ -45,12 +45,11 @@ from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.diagnostics import is_rnn
-from rnn_rewrite_rules.runtime import OnnxRuntimeMissing, require_onnxruntime
+from rnn_rewrite_rules.errors import CannotVerify, UnsupportedInput
+from rnn_rewrite_rules.runtime import require_onnxruntime
 
 __all__ = [
-    "CannotVerify",
     "InputSpec",
-    "OnnxRuntimeMissing",
     "VerifyResult",
     "child_pythonpath",
     "input_specs",
@@ -67,10 +66,6 @@ Source = str | bytes
 _DEFAULT_BASES = (2, 5)
 #: The largest input fed (elements): more is a mistyped --shape, not a test.
 MAX_ELEMENTS = 2**27
-
-
-class CannotVerify(Exception):
-    """The comparison cannot be made (the original model does not run, an input has no rank)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,7 +335,7 @@ def make_feeds(
     for spec in specs:
         try:
             feeds[spec.name] = runtime.make_feed(spec.dtype, shapes[spec.name], rng, high=high)
-        except runtime.UnsupportedInput:
+        except UnsupportedInput:
             raise CannotVerify(
                 f"input {spec.name!r} has element type {spec.dtype.name}, not supported"
             ) from None

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnn_rewrite_rules import __version__
+from rnn_rewrite_rules import __version__, errors
 
 if TYPE_CHECKING:
     from rnn_rewrite_rules._rewrite_file import RewriteOptions
@@ -435,37 +435,35 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(getattr(signal, name), handler)
 
 
+#: Each library error the command reports: its exit code and how its message is shown
+#: (``{error}``: the error's own message). A class not listed here, nor any of its bases,
+#: is an internal error.
+_FAILURES: dict[type[Exception], tuple[ExitCode, str]] = {
+    errors.ModelNotFound: (ExitCode.INPUT_NOT_FOUND, "{error}"),
+    errors.ModelIsDirectory: (ExitCode.INPUT_IS_DIRECTORY, "{error}"),
+    errors.NotOnnx: (ExitCode.NOT_ONNX, "{error}"),
+    errors.DamagedModel: (ExitCode.DAMAGED_MODEL, "{error}"),
+    errors.UnsupportedModel: (ExitCode.UNSUPPORTED_MODEL, "{error}"),
+    errors.OutputNotWritable: (ExitCode.OUTPUT_NOT_WRITABLE, "{error}"),
+    errors.SameAsInput: (ExitCode.OUTPUT_IS_INPUT, "{error}"),
+    errors.ModelIOError: (ExitCode.INTERNAL_ERROR, "{error}"),
+    errors.UnsupportedVersionError: (ExitCode.UNSUPPORTED_ONNXSCRIPT, "{error}"),
+    errors.VerifyFailed: (ExitCode.VERIFY_FAILED, "{error}"),
+    errors.BadOptions: (ExitCode.USAGE, "{error} (see " + PROG + " --help)"),
+    errors.UnknownRule: (ExitCode.UNKNOWN_RULE, "{error}"),
+    errors.OnnxRuntimeMissing: (ExitCode.NO_ONNXRUNTIME, "needs onnxruntime: {error}"),
+    errors.CannotVerify: (ExitCode.CANNOT_VERIFY, "cannot verify: {error}"),
+    errors.InvalidResult: (ExitCode.INVALID_RESULT, "{error}"),
+    errors.NoRecurrence: (ExitCode.NO_RECURRENCE, "{error}"),
+}
+
+
 def _failure(error: Exception) -> tuple[ExitCode, str] | None:
     """The exit code and message for a library error, None for an internal error."""
-    from rnn_rewrite_rules import _compat, _io, _rewrite_file
-
-    io_codes: dict[type[_io.ModelIOError], ExitCode] = {
-        _io.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
-        _io.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
-        _io.NotOnnx: ExitCode.NOT_ONNX,
-        _io.DamagedModel: ExitCode.DAMAGED_MODEL,
-        _io.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
-        _io.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
-        _io.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
-    }
-    if isinstance(error, _io.ModelIOError):
-        return io_codes.get(type(error), ExitCode.INTERNAL_ERROR), str(error)
-    if isinstance(error, _compat.UnsupportedVersionError):
-        return ExitCode.UNSUPPORTED_ONNXSCRIPT, str(error)
-    if isinstance(error, _rewrite_file.VerifyFailed):
-        return ExitCode.VERIFY_FAILED, str(error)
-    if isinstance(error, _rewrite_file.BadOptions):
-        return ExitCode.USAGE, f"{error} (see {PROG} --help)"
-    if isinstance(error, _rewrite_file.UnknownRule):
-        return ExitCode.UNKNOWN_RULE, str(error)
-    if isinstance(error, _rewrite_file.OnnxRuntimeMissing):
-        return ExitCode.NO_ONNXRUNTIME, f"needs onnxruntime: {error}"
-    if isinstance(error, _rewrite_file.CannotVerify):
-        return ExitCode.CANNOT_VERIFY, f"cannot verify: {error}"
-    if isinstance(error, _rewrite_file.InvalidResult):
-        return ExitCode.INVALID_RESULT, str(error)
-    if isinstance(error, _rewrite_file.NoRecurrence):
-        return ExitCode.NO_RECURRENCE, str(error)
+    for cls in type(error).__mro__:
+        if cls in _FAILURES:
+            code, shown = _FAILURES[cls]
+            return code, shown.format(error=error)
     return None
 
 
@@ -485,9 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 failure = _failure(error)
                 if failure is None:
                     raise
-                report = getattr(error, "report", None)
-                if report is not None:
-                    _print(report.lines(header=not demo))
+                if isinstance(error, errors.ReportedError):
+                    _print(error.report.lines(header=not demo))
                 code, message = failure
                 if code == ExitCode.NO_ONNXRUNTIME:
                     message = f"{'demo' if demo else '--verify'} {message}"
