@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _load, _report, _save, _verify, diagnostics, errors
+from rnn_rewrite_rules import _api, _load, _report, _save, _verify, diagnostics, errors
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
@@ -596,8 +596,8 @@ def test_verify_plans_vary_every_dynamic_axis() -> None:
 def test_counting_rewrite_matches_the_api() -> None:
     proto = build_torchlib_model(dataclasses.replace(SMALL, fold_limit=0))
     model = ir.serde.deserialize_model(proto)
-    rules = rnn_rewrite_rules.rules().rules
-    fired = _report.rewrite_counting(model, rules)
+    fired: collections.Counter[str] = collections.Counter()
+    _api.apply_rounds(model, rnn_rewrite_rules.rules(), counts=fired)
     assert sum(fired.values()) > 0
     expected = rnn_rewrite_rules.rewrite(proto)
     assert op_counts(model) == op_counts(expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -14,6 +15,7 @@ from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _serialize
 from rnn_rewrite_rules._compat import check_onnxscript
+from rnn_rewrite_rules._report import rule_name
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
@@ -169,14 +171,32 @@ def _rewrite(model: ir.Model, rule_set: RewriteRuleSet) -> bool:
 
 
 def apply_rounds(
-    model: ir.Model, rule_set: RewriteRuleSet, on_round: Callable[[int], None] | None = None
+    model: ir.Model,
+    rule_set: RewriteRuleSet,
+    on_round: Callable[[int], None] | None = None,
+    *,
+    counts: collections.Counter[str] | None = None,
+    on_node: Callable[[], None] | None = None,
 ) -> bool:
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
     Dead nodes are removed after each round that fired, so the next one does not rewrite
-    dead code. ``on_round`` is called with the round number before each round. True when
-    a rule fired."""
+    dead code. True when a rule fired.
+
+    Args:
+        on_round: called with the round number before each round.
+        counts: if given, each rule's rewrites are added to it, by rule name. Each rule is
+            wrapped (the wrapper delegates everything to it), so the count is what the
+            rewriter applied.
+        on_node: called for every node the rules visit (progress); needs ``counts``.
+    """
+    if counts is not None and rule_set.rules:
+        wrapped = [
+            _CountingRule(rule, counts, on_node if index == 0 else None)
+            for index, rule in enumerate(rule_set.rules)
+        ]
+        rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
     fired = False
     for round_number in range(_MAX_ROUNDS):
@@ -188,6 +208,31 @@ def apply_rounds(
         RemoveDeadNodesPass()(model)
     cleanup(model, original)
     return fired
+
+
+class _CountingRule:
+    """Delegates to a rule and counts the rewrites it produced."""
+
+    def __init__(
+        self,
+        rule: RewriteRule,
+        counts: collections.Counter[str],
+        on_node: Callable[[], None] | None = None,
+    ) -> None:
+        self._rule = rule
+        self._counts = counts
+        self._on_node = on_node
+
+    def __getattr__(self, name: str):
+        return getattr(self._rule, name)
+
+    def try_rewrite(self, model, graph_or_function, node, **kwargs):
+        if self._on_node is not None:
+            self._on_node()
+        delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+        if delta is not None and kwargs.get("tracer") is None:
+            self._counts[rule_name(self._rule)] += 1
+        return delta
 
 
 def cleanup(model: ir.Model, original: Iterable[ir.Node] | None = None) -> None:
