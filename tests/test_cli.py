@@ -327,7 +327,7 @@ def test_rewrite_verify_report_and_equivalence(jobs) -> None:
     assert f"nodes: {len(before.graph.node)} -> {len(after.graph.node)}" in proc.stdout
     assert report_op_table(proc.stdout) == (op_counts(before), op_counts(after))
     fired = fired_rules(proc.stdout)
-    known = {f"{f.name}/{_report.rule_name(r)}" for f in families().values() for r in f.rules}
+    known = {f"{f.name}/{_api.rule_name(r)}" for f in families().values() for r in f.rules}
     assert fired and set(fired) <= known
     tensors = sum(numpy_helper.to_array(t).nbytes for t in after.graph.initializer)
     assert f"-> {tensors:,} (" in proc.stdout
@@ -356,7 +356,7 @@ def test_list_rules(jobs) -> None:
     for family in families().values():
         assert f"  {family.name}: {family.description}" in listed.stdout
         for rule in family.rules:
-            name = re.escape(_report.rule_name(rule))
+            name = re.escape(_api.rule_name(rule))
             assert re.search(rf"^    {name}(\s|$)", listed.stdout, re.M), name
     # GRU and RNN have no cell state: their rules do not speak of one
     for line in listed.stdout.splitlines():

@@ -37,7 +37,7 @@ _EXPORTS = {
     "ModelIOError": "errors",
     "NoRecurrence": "errors",
     "OnnxRuntimeMissing": "errors",
-    "Report": "_rewrite_file",
+    "Report": "_report",
     "RewriteOptions": "_rewrite_file",
     "UnknownRule": "errors",
     "VerifyFailed": "errors",
@@ -74,7 +74,8 @@ __all__ = [
 if TYPE_CHECKING:
     from rnn_rewrite_rules._api import rewrite, rules
     from rnn_rewrite_rules._install import install, installed, is_installed, uninstall
-    from rnn_rewrite_rules._rewrite_file import Report, RewriteOptions, rewrite_file
+    from rnn_rewrite_rules._report import Report
+    from rnn_rewrite_rules._rewrite_file import RewriteOptions, rewrite_file
     from rnn_rewrite_rules.errors import (
         BadOptions,
         CannotVerify,

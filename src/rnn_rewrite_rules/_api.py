@@ -15,7 +15,6 @@ from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _serialize
 from rnn_rewrite_rules._compat import check_onnxscript
-from rnn_rewrite_rules._report import rule_name
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
@@ -64,7 +63,7 @@ def select(
             in_family = available[name].all_rules if name in available else None
             dropped.update(r.name for r in in_family or select_rules([name], target=target))
     except KeyError as error:
-        raise UnknownRule(error.args[0]) from None
+        raise UnknownRule(error.args[0], list(families())) from None
     except ValueError as error:  # an unknown target
         raise BadOptions(str(error)) from None
     kept = [rule for rule in selected if rule.name not in dropped]
@@ -208,6 +207,11 @@ def apply_rounds(
         RemoveDeadNodesPass()(model)
     cleanup(model, original)
     return fired
+
+
+def rule_name(rule: RewriteRule) -> str:
+    """The rule's name (what ``--rules`` and the reports use)."""
+    return rule.name or repr(rule)
 
 
 class _CountingRule:

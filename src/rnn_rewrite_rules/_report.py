@@ -12,7 +12,7 @@ import collections
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import onnx_ir as ir
 from onnxscript.rewriter import (
@@ -23,19 +23,18 @@ from onnxscript.rewriter import (
     RewriteRuleSet,
 )
 
-from rnn_rewrite_rules import _compat, _save, diagnostics
+from rnn_rewrite_rules import _compat, _save, _verify, diagnostics
+from rnn_rewrite_rules._api import rule_name
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
 from rnn_rewrite_rules._verify import VerifyResult, format_plan
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import families, fixed_by
 
-if TYPE_CHECKING:
-    from rnn_rewrite_rules._rewrite_file import Report
-
 __all__ = [
     "NO_RECURRENCE",
     "ModelStats",
+    "Report",
     "Unimproved",
     "format_report",
     "hazard_lines",
@@ -71,10 +70,6 @@ def model_stats(model: ir.Model) -> ModelStats:
         _save.tensor_bytes(model),
         sum(is_rnn(n) for n in nodes),
     )
-
-
-def rule_name(rule: RewriteRule) -> str:
-    return rule.name or repr(rule)
 
 
 def rule_families() -> dict[str, str]:
@@ -288,6 +283,36 @@ def format_report(
             lines.extend(f"    still: {hazard}" for hazard in item.hazards)
             lines.extend(f"    why: {reason}" for reason in item.reasons)
     return lines
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`rnn_rewrite_rules.rewrite_file` did."""
+
+    source: Path
+    #: None when nothing was to be written.
+    target: Path | None
+    before: ModelStats
+    after: ModelStats
+    #: Rule name -> rewrites.
+    fired: collections.Counter[str]
+    unimproved: list[Unimproved]
+    rules_used: int
+    hazards_before: list[diagnostics.Hazard] | None = None
+    hazards_after: list[diagnostics.Hazard] | None = None
+    verify: _verify.VerifyResult | None = None
+    written: bool = False
+    #: Things the caller should hear about that did not stop the rewrite.
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def found_no_recurrence(self) -> bool:
+        """No RNN, LSTM or GRU node before the rewrite, and no rule made one."""
+        return not self.fired and self.before.rnn_nodes == 0
+
+    def lines(self, *, header: bool = True) -> list[str]:
+        """The report as text (:func:`report_lines`)."""
+        return report_lines(self, header=header)
 
 
 #: What the report says of a model the rules found nothing in.

@@ -24,12 +24,12 @@ from onnxscript.rewriter import RewriteRuleSet
 from rnn_rewrite_rules import _load, _report, _save, _verify, diagnostics, runtime
 from rnn_rewrite_rules._api import apply_rounds, select
 from rnn_rewrite_rules._compat import check_onnxscript
+from rnn_rewrite_rules._report import Report
 from rnn_rewrite_rules.errors import BadOptions, InvalidResult, NoRecurrence, VerifyFailed
 from rnn_rewrite_rules.rules import DEFAULT_TARGET
 
 __all__ = [
     "Progress",
-    "Report",
     "RewriteOptions",
     "rewrite_file",
     "select",
@@ -96,36 +96,6 @@ class RewriteOptions:
     shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     seed: int = 0
     progress: Progress | None = None
-
-
-@dataclasses.dataclass
-class Report:
-    """What :func:`rewrite_file` did."""
-
-    source: Path
-    #: None when nothing was to be written.
-    target: Path | None
-    before: _report.ModelStats
-    after: _report.ModelStats
-    #: Rule name -> rewrites.
-    fired: collections.Counter[str]
-    unimproved: list[_report.Unimproved]
-    rules_used: int
-    hazards_before: list[diagnostics.Hazard] | None = None
-    hazards_after: list[diagnostics.Hazard] | None = None
-    verify: _verify.VerifyResult | None = None
-    written: bool = False
-    #: Things the caller should hear about that did not stop the rewrite.
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def found_no_recurrence(self) -> bool:
-        """No RNN, LSTM or GRU node before the rewrite, and no rule made one."""
-        return not self.fired and self.before.rnn_nodes == 0
-
-    def lines(self, *, header: bool = True) -> list[str]:
-        """The report as text (:func:`rnn_rewrite_rules._report.report_lines`)."""
-        return _report.report_lines(self, header=header)
 
 
 def _check_options(options: RewriteOptions) -> None:

@@ -222,7 +222,7 @@ def _select(values: Sequence[str] | None, target: str, exclude: Sequence[str] | 
 
 
 def _list_rules() -> int:
-    from rnn_rewrite_rules import _report
+    from rnn_rewrite_rules import _api, _report
     from rnn_rewrite_rules.rules import families
 
     available = families()
@@ -233,7 +233,7 @@ def _list_rules() -> int:
     for family in available.values():
         note = "" if family.install_by_default else "  [not added by install()]"
         print(f"  {family.name}: {family.description}{note}")
-        rules = [(_report.rule_name(r), _report.rule_description(r)) for r in family.rules]
+        rules = [(_api.rule_name(r), _report.rule_description(r)) for r in family.rules]
         width = max((len(name) for name, _ in rules), default=0)
         for name, description in rules:
             print(f"    {name:<{width}}  {description}".rstrip())

@@ -6,6 +6,7 @@ Each message is one line that says what is wrong and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -40,15 +41,15 @@ class BadOptions(ValueError):
 class UnknownRule(KeyError):
     """A rule or family name that does not exist; the message names the valid ones."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, families: Sequence[str] = ()) -> None:
         super().__init__(name)
         self.name = name
+        #: The families there are, for the message.
+        self.families = tuple(families)
 
     def __str__(self) -> str:
-        from rnn_rewrite_rules.rules import families
-
         return (
-            f"unknown rule or family {self.name!r} (families: {', '.join(families())}; "
+            f"unknown rule or family {self.name!r} (families: {', '.join(self.families)}; "
             "rules: see rnn-rewrite --list-rules)"
         )
 
