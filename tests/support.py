@@ -15,11 +15,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
+from tools.mutation.order import mutant_under_test
 
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules._verify import child_pythonpath
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
-from tests.mutation_order import mutant_under_test
 
 SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
 #: The subprocesses' environment, copied once at import: jobs start in pool threads while

@@ -189,3 +189,27 @@ def test_exclude_leaves_families_and_rules_out() -> None:
         rnn_rewrite_rules.rules(exclude="nope")
     with pytest.raises(rnn_rewrite_rules.BadOptions, match="leaves no rule"):
         rnn_rewrite_rules.rules("layout", exclude="layout")
+
+
+# rule names ------------------------------------------------------------------------
+
+
+def test_every_rule_is_selected_by_its_own_name() -> None:
+    """Names are what ``--rules`` and the reports use: one per rule, saying its op."""
+    from rnn_rewrite_rules.rules import FAMILIES, select_rules
+
+    rules = [rule for family in FAMILIES for rule in family.all_rules]
+    for rule in rules:
+        assert [r.name for r in select_rules([rule.name])] == [rule.name], rule.name
+    names = {rule.name for rule in rules}
+    expected = {
+        "DropZeroInitialState[GRU/2]",
+        "ShareZeroInitialState[DynamicQuantizeLSTM/1]",
+        "FoldRnnWeights[RNN/1]",
+        "CollapseRnnGlue[Transpose]",
+        "RerollCell[GRU]",
+        "RerollRnn[Relu]",
+        "FoldProvenIf[3]",
+        "MergeForwardReverseY[RNN/2]",
+    }
+    assert expected <= names, expected - names

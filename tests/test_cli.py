@@ -25,7 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _io, _report, _verify, diagnostics
+from rnn_rewrite_rules import _api, _load, _report, _save, _verify, diagnostics, errors
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
@@ -327,7 +327,7 @@ def test_rewrite_verify_report_and_equivalence(jobs) -> None:
     assert f"nodes: {len(before.graph.node)} -> {len(after.graph.node)}" in proc.stdout
     assert report_op_table(proc.stdout) == (op_counts(before), op_counts(after))
     fired = fired_rules(proc.stdout)
-    known = {f"{f.name}/{_report.rule_name(r)}" for f in families().values() for r in f.rules}
+    known = {f"{f.name}/{_api.rule_name(r)}" for f in families().values() for r in f.rules}
     assert fired and set(fired) <= known
     tensors = sum(numpy_helper.to_array(t).nbytes for t in after.graph.initializer)
     assert f"-> {tensors:,} (" in proc.stdout
@@ -356,7 +356,7 @@ def test_list_rules(jobs) -> None:
     for family in families().values():
         assert f"  {family.name}: {family.description}" in listed.stdout
         for rule in family.rules:
-            name = re.escape(_report.rule_name(rule))
+            name = re.escape(_api.rule_name(rule))
             assert re.search(rf"^    {name}(\s|$)", listed.stdout, re.M), name
     # GRU and RNN have no cell state: their rules do not speak of one
     for line in listed.stdout.splitlines():
@@ -382,29 +382,18 @@ def test_shape_overrides_set_the_verify_runs(models, tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "explicit_states", "warns"),
-    [([], True, False), (["--portable"], True, True), (["--target", "onnxruntime"], False, False)],
+    ("args", "explicit_states"), [([], True), (["--target", "onnxruntime"], False)]
 )
-def test_target_decides_the_zero_states(models, tmp_path, capsys, args, explicit_states, warns):
-    """Default and --portable (deprecated): every LSTM keeps an explicit initial_h (tract
-    rejects RNNs without one); --target onnxruntime drops it. The rest fires either way."""
+def test_target_decides_the_zero_states(models, tmp_path, args, explicit_states) -> None:
+    """Default: every LSTM keeps an explicit initial_h (tract rejects RNNs without one);
+    --target onnxruntime drops it. The rest fires either way."""
     out = tmp_path / "out.onnx"
     assert main([str(models / "small.onnx"), "-o", str(out), "-q", *args]) == 0
-    assert ("--portable is deprecated" in capsys.readouterr().err) == warns
     result = onnx.load(out)
     lstms = [n for n in result.graph.node if n.op_type == "LSTM"]
     assert lstms and all((len(n.input) > 5 and n.input[5] != "") == explicit_states for n in lstms)
     assert op_counts(result)["Mul"] == 0
     assert_equivalent(build_torchlib_model(SMALL), result, SMALL)
-
-
-def test_portable_contradicting_target_is_a_usage_error(models, tmp_path, capsys) -> None:
-    out = tmp_path / "out.onnx"
-    code = main(
-        [str(models / "small.onnx"), "-o", str(out), "--portable", "--target", "onnxruntime"]
-    )
-    assert code == 2 and not out.exists()
-    assert "--portable contradicts --target onnxruntime" in capsys.readouterr().err
 
 
 # --- check ------------------------------------------------------------------------------
@@ -451,7 +440,7 @@ def test_in_place(jobs, models) -> None:
 
 def data_files(path: Path) -> set[str]:
     """The external data files the ONNX file at ``path`` names."""
-    return set(_io._external_files(onnx.load(path, load_external_data=False)))
+    return set(_load.external_files(onnx.load(path, load_external_data=False)))
 
 
 def test_external_data_is_kept(models, tmp_path, capsys) -> None:
@@ -564,23 +553,23 @@ def test_truncations_are_damage_not_garbage(tmp_path) -> None:
     data = build_torchlib_model(SMALL).SerializeToString()
     for cut in (3, 40, len(data) // 3, len(data) - 1):
         (tmp_path / "m.onnx").write_bytes(data[:cut])
-        with pytest.raises(_io.DamagedModel):
-            _io.load_model(tmp_path / "m.onnx")
+        with pytest.raises(errors.DamagedModel):
+            _load.load_model(tmp_path / "m.onnx")
     for seed in range(5):
         (tmp_path / "m.onnx").write_bytes(np.random.default_rng(seed).bytes(4096))
-        with pytest.raises(_io.NotOnnx):
-            _io.load_model(tmp_path / "m.onnx")
+        with pytest.raises(errors.NotOnnx):
+            _load.load_model(tmp_path / "m.onnx")
 
 
 def test_large_models_switch_to_external_data(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(_io, "EMBED_LIMIT_BYTES", 1000)  # stands in for protobuf's 2 GB
+    monkeypatch.setattr(_save, "EMBED_LIMIT_BYTES", 1000)  # stands in for protobuf's 2 GB
     proto = build_torchlib_model(SMALL)
     target = tmp_path / "big.onnx"
-    with _io.Staging(target) as staging:
+    with _save.Staging(target) as staging:
         staging.write(ir.serde.deserialize_model(proto))
         assert not target.exists()  # nothing visible before the commit
         staging.commit()
-    loaded = _io.load_model(target)
+    loaded = _load.load_model(target)
     (data,) = loaded.data_files
     assert loaded.external_data and data.startswith("big.onnx.") and data.endswith(".data")
     assert (tmp_path / data).stat().st_size > 1000
@@ -607,8 +596,8 @@ def test_verify_plans_vary_every_dynamic_axis() -> None:
 def test_counting_rewrite_matches_the_api() -> None:
     proto = build_torchlib_model(dataclasses.replace(SMALL, fold_limit=0))
     model = ir.serde.deserialize_model(proto)
-    rules = rnn_rewrite_rules.rules().rules
-    fired = _report.rewrite_counting(model, rules)
+    fired: collections.Counter[str] = collections.Counter()
+    _api.apply_rounds(model, rnn_rewrite_rules.rules(), counts=fired)
     assert sum(fired.values()) > 0
     expected = rnn_rewrite_rules.rewrite(proto)
     assert op_counts(model) == op_counts(expected)

@@ -23,6 +23,7 @@ import onnx
 import pytest
 
 import rnn_rewrite_rules
+from rnn_rewrite_rules._report import verify_lines
 from tests.support import run
 
 # tools/ is not in every copy of the tests (mutmut's mutants/ has none of it)
@@ -71,7 +72,7 @@ def _rewrite(entry: manifest.Entry, scratch: Path) -> tuple[rnn_rewrite_rules.Re
         try:
             report = rnn_rewrite_rules.rewrite_file(source, target, options)
         except rnn_rewrite_rules.VerifyFailed as error:
-            pytest.fail("\n".join(error.report.verify.lines()))
+            pytest.fail("\n".join(verify_lines(error.report.verify)))
         _rewritten[entry.name] = (report, target)
     return _rewritten[entry.name]
 
@@ -91,7 +92,7 @@ def test_outputs_stay_equal_at_other_sizes(entry: manifest.Entry, scratch: Path)
         assert len(compared) >= 2, f"{axis} compared at {sorted(compared)} only"
         if 0 in sizes:  # compared at 0, or ONNX Runtime aborts there (noted)
             aborted = any("aborts" in note for note in result.notes)
-            assert 0 in compared or aborted, "\n".join(result.lines())
+            assert 0 in compared or aborted, "\n".join(verify_lines(result))
 
 
 def _axis_sizes(path: Path, plan: dict[str, tuple[int, ...]], axis: str) -> set[int]:

@@ -8,9 +8,11 @@ import onnx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from onnx import helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import initial_state
 from rnn_rewrite_rules.testing.exporters import (
     NEAR_MISS_STATE_FORMS,
     ZERO_STATE_FORMS,
@@ -26,6 +28,7 @@ from tests.exporter_support import (
     assert_target_form,
     rnn_nodes,
 )
+from tests.near_misses import BATCH, FLOAT, INPUT, INT64, H, assert_refused, rnn_model, zeros
 from tests.support import apply
 
 FAMILY = ["initial_state"]
@@ -275,3 +278,84 @@ def test_a_subgraph_input_s_declared_type_is_not_the_state_type() -> None:
     node = body_graph.node(2)
     dtype = initial_state._state_type(node, node.inputs[5], model.graph)
     assert dtype == ir.DataType.FLOAT
+
+
+# near misses -----------------------------------------------------------------------
+
+
+def _lstm(h0: str = "", c0: str = "") -> onnx.NodeProto:
+    return helper.make_node("LSTM", ["x", "w", "r", "", "", h0, c0], ["y"], hidden_size=H)
+
+
+def test_state_refused_when_the_rank_of_x_is_not_proven() -> None:
+    model = rnn_model([_lstm("h0")], x_shape=None, constants={"h0": zeros(1, BATCH, H)})
+    assert_refused(initial_state.FAMILY, model, "the rank of X is not proven")
+
+
+def test_state_refused_when_its_shape_is_not_proven() -> None:
+    nodes = [helper.make_node("ConstantOfShape", ["dims"], ["h0"]), _lstm("h0")]
+    dims = helper.make_tensor_value_info("dims", INT64, None)  # not even its rank
+    model = rnn_model(nodes, inputs=(dims,))
+    assert_refused(initial_state.FAMILY, model, "cannot prove the zero state's shape")
+
+
+def test_state_of_a_frozen_batch_is_refused_with_its_shape() -> None:
+    model = rnn_model([_lstm("h0")], constants={"h0": zeros(1, 1, H)})
+    assert_refused(
+        initial_state.FAMILY,
+        model,
+        "the zero state's shape [1, 1, 3] is not provably [D, batch of X, H] (a frozen axis?)",
+    )
+
+
+def test_every_zero_state_must_have_the_right_shape() -> None:
+    """h0 is fine, c0 is frozen: neither is dropped (the check looks at both)."""
+    constants = {"h0": zeros(1, BATCH, H), "c0": zeros(1, 1, H)}
+    model = rnn_model([_lstm("h0", "c0")], x_shape=["seq", BATCH, INPUT], constants=constants)
+    assert_refused(
+        initial_state.FAMILY,
+        model,
+        "the zero state's shape [1, 1, 3] is not provably [D, batch of X, H] (a frozen axis?)",
+    )
+
+
+def test_only_the_zero_states_are_dropped() -> None:
+    """h0 is the caller's, c0 zeros: c0 goes, h0 stays (the LSTM's input 6 is a state)."""
+    h0 = helper.make_tensor_value_info("h0", FLOAT, [1, BATCH, H])
+    model = rnn_model(
+        [_lstm("h0", "c0")],
+        x_shape=["seq", BATCH, INPUT],
+        inputs=(h0,),
+        constants={"c0": zeros(1, BATCH, H)},
+    )
+    after = rnn_rewrite_rules.rewrite(model, ["initial_state"], target="onnxruntime")
+    assert list(after.graph.node[0].input) == ["x", "w", "r", "", "", "h0"]
+
+
+def test_both_zero_states_are_dropped() -> None:
+    constants = {"h0": zeros(1, BATCH, H), "c0": zeros(1, BATCH, H)}
+    model = rnn_model([_lstm("h0", "c0")], x_shape=["seq", BATCH, INPUT], constants=constants)
+    after = rnn_rewrite_rules.rewrite(model, ["initial_state"], target="onnxruntime")
+    assert list(after.graph.node[0].input) == ["x", "w", "r"]
+
+
+def test_layout_one_state_is_batch_first() -> None:
+    """layout=1: the state is [batch, D, H]; the time-major shape is refused, and kept."""
+
+    def node(h0: str) -> onnx.NodeProto:
+        return helper.make_node("GRU", ["x", "w", "r", "", "", h0], ["y"], hidden_size=H, layout=1)
+
+    x_shape = [BATCH + 1, "seq", INPUT]
+    good = rnn_model(
+        [node("h0")], x_shape=x_shape, constants={"h0": zeros(BATCH + 1, 1, H)}, gates=3
+    )
+    after = rnn_rewrite_rules.rewrite(good, ["initial_state"], target="onnxruntime")
+    assert list(after.graph.node[0].input) == ["x", "w", "r"]
+    bad = rnn_model(
+        [node("h0")], x_shape=x_shape, constants={"h0": zeros(1, BATCH + 1, H)}, gates=3
+    )
+    assert_refused(
+        initial_state.FAMILY,
+        bad,
+        "the zero state's shape [1, 3, 3] is not provably [D, batch of X, H] (a frozen axis?)",
+    )

@@ -128,23 +128,6 @@ def test_default_target_keeps_explicit_zero_states() -> None:
     assert not any(name.startswith("ShareZeroInitialState") for name in names)
 
 
-@pytest.mark.parametrize(("portable", "target"), [(True, "portable"), (False, "onnxruntime")])
-def test_portable_flag_is_a_deprecated_alias(portable, target) -> None:
-    model = build_torchlib_model(CFG)
-    with pytest.warns(DeprecationWarning, match=f"target={target!r}"):
-        old = rnn_rewrite_rules.rewrite(model, portable=portable)
-    assert old == rnn_rewrite_rules.rewrite(model, target=target)
-    with pytest.warns(DeprecationWarning):
-        rnn_rewrite_rules.install(portable=portable)
-    expected = {r.name for r in rnn_rewrite_rules.rules(target=target)}
-    names = {r.name for r in onnxscript.rewriter._DEFAULT_REWRITE_RULES}
-    assert {n for n in names if "ZeroInitialState" in (n or "")} == {
-        n for n in expected if "ZeroInitialState" in n
-    }
-
-
-def test_unknown_or_contradicting_target_is_refused() -> None:
+def test_unknown_target_is_refused() -> None:
     with pytest.raises(ValueError, match=r"unknown target .tract.*portable, onnxruntime"):
         rnn_rewrite_rules.rules(target="tract")
-    with pytest.raises(ValueError, match="contradicts"), pytest.warns(DeprecationWarning):
-        rnn_rewrite_rules.rules(target="onnxruntime", portable=True)

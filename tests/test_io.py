@@ -19,7 +19,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from rnn_rewrite_rules import _io
+from rnn_rewrite_rules import _load, _save
 from rnn_rewrite_rules.cli import ExitCode, main
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from tests.support import (
@@ -64,7 +64,7 @@ def work(models, tmp_path) -> Path:
 
 
 def data_files(path: Path) -> set[str]:
-    return set(_io._external_files(onnx.load(path, load_external_data=False)))
+    return set(_load.external_files(onnx.load(path, load_external_data=False)))
 
 
 # --- special files as outputs -----------------------------------------------------------
@@ -279,7 +279,7 @@ def test_interrupt_between_the_final_renames(work, monkeypatch) -> None:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)  # the handler would run here, were the signal not deferred
 
-    monkeypatch.setattr(_io.os, "replace", replace_then_interrupt)
+    monkeypatch.setattr(_save.os, "replace", replace_then_interrupt)
     code = main([str(work / "external.onnx"), "-o", str(work / "out.onnx"), "-q"])
     assert code == ExitCode.INTERRUPTED
     assert len(calls) == 2  # both renames happened, then the interrupt was delivered
@@ -292,14 +292,14 @@ def test_interrupt_between_the_final_renames(work, monkeypatch) -> None:
 
 
 def test_interrupt_before_the_renames_writes_nothing(work, monkeypatch) -> None:
-    fsync = _io._fsync
+    fsync = _save._fsync
 
     def fsync_then_interrupt(path):
         fsync(path)
         if path.name == "out.onnx":
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(_io, "_fsync", fsync_then_interrupt)
+    monkeypatch.setattr(_save, "_fsync", fsync_then_interrupt)
     code = main([str(work / "external.onnx"), "-o", str(work / "out.onnx"), "-q"])
     assert code == ExitCode.INTERRUPTED
     assert not any(p.name.startswith("out.onnx") for p in work.iterdir())

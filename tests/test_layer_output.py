@@ -10,7 +10,9 @@ from onnx import helper, numpy_helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import layer_output
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
+from tests.near_misses import BATCH, INPUT, INT64, H, assert_refused, op_types, rnn_model
 from tests.support import apply, assert_equivalent, op_counts
 
 RULES = rnn_rewrite_rules.rules(["layer_output"])
@@ -232,3 +234,205 @@ def test_failure_reason_is_reported() -> None:
         if match.status == MatchStatus.CONDITION_FAILED
     ]
     assert any("sequence element is the constant 3" in r for r in reasons), reasons
+
+
+# near misses -----------------------------------------------------------------------
+
+
+def _reshape_model(
+    target_nodes: list[onnx.NodeProto],
+    *,
+    y: str = "y",
+    directions: int = 1,
+    constants: dict[str, np.ndarray] | None = None,
+    inputs: tuple[onnx.ValueInfoProto, ...] = (),
+    layout_attr: int = 0,
+    hidden: int = H,
+) -> onnx.ModelProto:
+    direction = "bidirectional" if directions == 2 else "forward"
+    nodes = [
+        helper.make_node(
+            "LSTM",
+            ["x", "w", "r"],
+            ["y", "y_h"],
+            hidden_size=hidden,
+            direction=direction,
+            **({"layout": layout_attr} if layout_attr else {}),  # LSTM-14 and later
+        ),
+        *target_nodes,
+        helper.make_node("Transpose", [y], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["t", "target"], ["out"]),
+    ]
+    return rnn_model(
+        nodes, inputs=inputs, outputs=("out",), constants=constants, directions=directions
+    )
+
+
+def _target(values: list[int]) -> dict[str, np.ndarray]:
+    return {"target": np.array(values, np.int64)}
+
+
+def _seq_batch_nodes() -> list[onnx.NodeProto]:
+    """``seq`` and ``batch`` read from ``Shape(x)`` as 1-vectors."""
+    return [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("Slice", ["sx", "i0", "i1"], ["seq"]),
+        helper.make_node("Slice", ["sx", "i1", "i2"], ["batch"]),
+    ]
+
+
+_INDICES = {f"i{i}": np.array([i], np.int64) for i in range(3)}
+
+
+def test_squeeze_fires_on_the_exact_target() -> None:
+    """The positive twin of the near misses below."""
+    nodes = [
+        *_seq_batch_nodes(),
+        helper.make_node("Concat", ["seq", "batch", "h"], ["target"], axis=0),
+    ]
+    model = _reshape_model(nodes, constants={**_INDICES, "h": np.array([H], np.int64)})
+    assert "Squeeze" in op_types(rnn_rewrite_rules.rewrite(model, ["layer_output"]))
+
+
+def test_target_refused_when_not_a_shape_computation() -> None:
+    target = helper.make_tensor_value_info("target", INT64, [3])
+    model = _reshape_model([], inputs=(target,))
+    assert_refused(layer_output.FAMILY, model, "reshape target is not a provable shape computation")
+
+
+def test_target_refused_with_four_elements() -> None:
+    model = _reshape_model([], constants=_target([0, 0, 1, H]))
+    assert_refused(layer_output.FAMILY, model, "reshape target has 4 elements, not 3")
+
+
+def test_target_refused_when_an_element_is_unknown() -> None:
+    """``batch / 2`` is not an exact size: the element is unknown."""
+    nodes = [
+        *_seq_batch_nodes(),
+        helper.make_node("Div", ["batch", "two"], ["half"]),
+        helper.make_node("Concat", ["seq", "half", "h"], ["target"], axis=0),
+    ]
+    constants = {**_INDICES, "h": np.array([H], np.int64), "two": np.array([2], np.int64)}
+    model = _reshape_model(nodes, constants=constants)
+    assert_refused(
+        layer_output.FAMILY, model, "target's batch element is not a provable shape computation"
+    )
+
+
+def test_target_refused_when_the_minus_one_cannot_be_inferred() -> None:
+    model = _reshape_model([], constants=_target([-1, 5, H]))
+    assert_refused(layer_output.FAMILY, model, "cannot prove what the -1 in the target infers")
+
+
+def test_target_refused_when_an_element_is_another_dimension() -> None:
+    nodes = [
+        *_seq_batch_nodes(),
+        helper.make_node("Concat", ["seq", "seq", "h"], ["target"], axis=0),
+    ]
+    model = _reshape_model(nodes, constants={**_INDICES, "h": np.array([H], np.int64)})
+    assert_refused(
+        layer_output.FAMILY, model, "target's batch element is another dimension, not the input's"
+    )
+
+
+def test_target_refused_when_the_width_is_another_constant() -> None:
+    model = _reshape_model([], constants=_target([0, 0, H + 1]))
+    assert_refused(
+        layer_output.FAMILY,
+        model,
+        "target's direction*hidden element is the constant 4, not the input's",
+    )
+
+
+def test_target_refused_with_a_negative_element() -> None:
+    model = _reshape_model([], constants=_target([0, -2, H]))
+    assert_refused(layer_output.FAMILY, model, "reshape target: negative target element -2")
+
+
+def test_reshape_of_y_h_is_not_a_layer_output() -> None:
+    model = _reshape_model([], y="y_h", constants=_target([0, 0, H]))
+    assert_refused(layer_output.FAMILY, model, "transposed value is not the RNN's Y output")
+
+
+def test_layer_output_of_an_rnn_with_unproven_sizes_is_refused() -> None:
+    model = _reshape_model([], hidden=H + 1, constants=_target([0, 0, H + 1]))
+    assert_refused(layer_output.FAMILY, model, "hidden_size=4 disagrees with R's hidden size 3")
+
+
+def test_layer_output_of_a_batch_first_rnn_is_refused() -> None:
+    model = _reshape_model([], layout_attr=1, constants=_target([0, 0, H]))
+    assert_refused(layer_output.FAMILY, model, "layout=1 RNN: Y is [batch, seq, D, H]")
+
+
+def test_bidirectional_minimal_target_is_left_alone() -> None:
+    model = _reshape_model([], directions=2, constants=_target([0, 0, 2 * H]))
+    assert_refused(layer_output.FAMILY, model, "target is already the constant [0, 0, D*H]")
+
+
+def test_bidirectional_other_constant_target_is_rewritten() -> None:
+    """[0, -1, 2H] is equivalent but not minimal: it becomes [0, 0, 2H]."""
+    model = _reshape_model([], directions=2, constants=_target([0, -1, 2 * H]))
+    after = rnn_rewrite_rules.rewrite(model, ["layer_output"])
+    targets = [numpy_helper.to_array(i).tolist() for i in after.graph.initializer]
+    assert [0, 0, 2 * H] in targets and [0, -1, 2 * H] not in targets
+
+
+def _squeeze_model(opset: int) -> onnx.ModelProto:
+    """A one-direction layer output whose glue becomes a Squeeze; the Reshape carries a
+    name, a doc string and metadata."""
+    model = _reshape_model([], constants=_target([0, 0, H]))
+    reshape = model.graph.node[-1]
+    reshape.name, reshape.doc_string = "glue", "layer 1 input"
+    reshape.metadata_props.add(key="origin", value="exporter")
+    model.opset_import[0].version = opset
+    return model
+
+
+def _run_both(before: onnx.ModelProto, after: onnx.ModelProto, **feeds: np.ndarray) -> None:
+    x = np.random.default_rng(1).standard_normal((4, BATCH, INPUT)).astype(np.float32)
+    feeds = {"x": x, **feeds}
+    expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
+    assert runtime.max_abs_diff(expected, actual) < 1e-6
+
+
+@pytest.mark.parametrize(("opset", "inputs"), [(12, 1), (13, 2), (14, 2)])
+def test_squeeze_takes_its_axes_the_way_the_opset_reads_them(opset: int, inputs: int) -> None:
+    """Squeeze's axes are an attribute up to opset 12 and an input from opset 13."""
+    model = _squeeze_model(opset)
+    after = rnn_rewrite_rules.rewrite(model, ["layer_output"])
+    (squeeze,) = [n for n in after.graph.node if n.op_type == "Squeeze"]
+    assert len(squeeze.input) == inputs and bool(squeeze.attribute) == (inputs == 1)
+    _run_both(model, after)  # ORT refuses the other form at each opset
+
+
+def test_the_squeeze_keeps_the_reshapes_name_doc_string_and_metadata() -> None:
+    after = rnn_rewrite_rules.rewrite(_squeeze_model(18), ["layer_output"])
+    (squeeze,) = [n for n in after.graph.node if n.op_type == "Squeeze"]
+    assert (squeeze.name, squeeze.doc_string) == ("glue", "layer 1 input")
+    assert {p.key: p.value for p in squeeze.metadata_props}["origin"] == "exporter"
+
+
+def test_a_layer_output_in_a_branch_gets_its_constants_as_nodes() -> None:
+    """A subgraph's constants are Constant nodes: a subgraph initializer's name would
+    have to be unique across the whole model, which the branch cannot see."""
+    inner = _squeeze_model(18).graph
+    branch = helper.make_graph(list(inner.node), "then", [], list(inner.output))
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["other"])],
+        "else",
+        [],
+        [helper.make_empty_tensor_value_info("other")],
+    )
+    flag = helper.make_tensor_value_info("flag", onnx.TensorProto.BOOL, [])
+    model = rnn_model(
+        [helper.make_node("If", ["flag"], ["out"], then_branch=branch, else_branch=other)],
+        inputs=(flag,),
+        outputs=("out",),
+        constants=_target([0, 0, H]),
+    )
+    after = rnn_rewrite_rules.rewrite(model, ["layer_output"])
+    (then,) = [a.g for a in after.graph.node[0].attribute if a.name == "then_branch"]
+    assert "Squeeze" in [n.op_type for n in then.node] and not then.initializer
+    names = {i.name for i in model.graph.initializer}
+    assert {i.name for i in after.graph.initializer} <= names  # none added to the main graph
+    _run_both(model, after, flag=np.array(True))

@@ -7,10 +7,11 @@ import onnx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from onnx import helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules.rules import families, select_rules
+from rnn_rewrite_rules.rules import families, layout, select_rules
 from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
@@ -25,6 +26,8 @@ from tests.exporter_support import (
     rnn_nodes,
     run,
 )
+from tests.near_misses import BATCH, INPUT, H, assert_refused, gru_node, rnn_model
+from tests.reasons import refusal_reasons
 from tests.support import apply
 
 FAMILY = ["layout"]
@@ -146,3 +149,48 @@ def test_property_all_families_make_layout1_models_run_on_ort(spec: ExporterSpec
     onnx.checker.check_model(after, full_check=True)
     assert not has_layout1(after)
     assert_spec_equivalent(before, after, spec, sizes=((2, 3), (1, 1), (4, 2)))
+
+
+# near misses -----------------------------------------------------------------------
+
+
+def test_layout_zero_is_refused() -> None:
+    model = rnn_model([gru_node(["y"], layout=0)], gates=3)
+    assert_refused(layout.FAMILY, model, "layout is already 0")
+
+
+def test_layout_of_an_op_without_the_attribute_is_refused() -> None:
+    node = helper.make_node(
+        "DynamicQuantizeLSTM", ["x", "w", "r"], ["y"], hidden_size=H, domain="com.microsoft"
+    )
+    model = rnn_model([node])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    reasons = refusal_reasons(layout.FAMILY.rules, model)
+    assert any("DynamicQuantizeLSTM has no layout attribute" in r for r in reasons), reasons
+
+
+def test_layout_absent_is_layout_zero() -> None:
+    """No ``layout`` attribute is layout 0: refused (reasons first: a check reading it as 1
+    would make the full rewrite loop)."""
+    model = rnn_model([gru_node(["y"])], gates=3)
+    assert "layout is already 0" in refusal_reasons(layout.FAMILY.rules, model)
+    assert_refused(layout.FAMILY, model, "layout is already 0")
+
+
+def test_layout_refused_when_the_weights_disagree_with_the_direction() -> None:
+    model = rnn_model(
+        [gru_node(["y"], layout=1)], x_shape=[BATCH, "seq", INPUT], directions=2, gates=3
+    )
+    assert_refused(
+        layout.FAMILY, model, "direction 'forward' disagrees with a weight of 2 directions"
+    )
+
+
+def test_layout_rewrite_keeps_the_node_name() -> None:
+    node = gru_node(["y"], layout=1)
+    node.name = "encoder_gru"
+    model = rnn_model([node], x_shape=[BATCH, "seq", INPUT], gates=3)
+    after = rnn_rewrite_rules.rewrite(model, ["layout"])
+    (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    assert gru.name == "encoder_gru"
+    assert all(a.name != "layout" for a in gru.attribute)

@@ -20,7 +20,7 @@ import onnx_ir as ir
 import pytest
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import _io, _lazy_io
+from rnn_rewrite_rules import _load, _save
 from rnn_rewrite_rules.shape.constant import fold_value, preparation_nodes
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from tests.support import assert_equivalent
@@ -28,7 +28,7 @@ from tests.support import assert_equivalent
 _SRC = str(Path(rnn_rewrite_rules.__file__).resolve().parent.parent)
 
 
-def _save(model: onnx.ModelProto, path: Path, external: bool = False) -> Path:
+def _write_model(model: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     if external:  # onnx.save moves the tensors of what it is given: save a copy
         copy = onnx.ModelProto.FromString(model.SerializeToString())
         onnx.save(copy, path, save_as_external_data=True, location=path.name + ".data")
@@ -48,9 +48,9 @@ def small() -> tuple[RnnConfig, onnx.ModelProto]:
 
 def test_lazy_proto_points_into_the_file_and_loads_the_same_tensors(tmp_path, small) -> None:
     _, model = small
-    path = _save(model, tmp_path / "m.onnx")
-    assert _lazy_io.lazy_model_proto(path) is None  # small files are parsed whole
-    proto = _lazy_io.lazy_model_proto(path, min_bytes=0)
+    path = _write_model(model, tmp_path / "m.onnx")
+    assert _load.lazy_model_proto(path) is None  # small files are parsed whole
+    proto = _load.lazy_model_proto(path, min_bytes=0)
     assert proto is not None and proto.ByteSize() < model.ByteSize() / 10
     lazy = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     assert lazy and all(t.external_data[0].value == "m.onnx" for t in lazy)
@@ -69,26 +69,26 @@ def test_lazy_proto_gives_up_on_a_damaged_file(tmp_path, small) -> None:
     data = model.SerializeToString()
     truncated = tmp_path / "cut.onnx"
     truncated.write_bytes(data[: len(data) // 2])
-    assert _lazy_io.lazy_model_proto(truncated, min_bytes=0) is None
+    assert _load.lazy_model_proto(truncated, min_bytes=0) is None
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"\x07" * 4096)
-    assert _lazy_io.lazy_model_proto(garbage, min_bytes=0) is None
+    assert _load.lazy_model_proto(garbage, min_bytes=0) is None
 
 
 def test_load_model_leaves_big_embedded_tensors_in_the_file(tmp_path, monkeypatch, small):
     cfg, model = small
-    path = _save(model, tmp_path / "m.onnx")
-    monkeypatch.setattr(_lazy_io, "LAZY_MIN_BYTES", 0)
-    loaded = _io.load_model(path)
+    path = _write_model(model, tmp_path / "m.onnx")
+    monkeypatch.setattr(_load, "LAZY_MIN_BYTES", 0)
+    loaded = _load.load_model(path)
     assert not loaded.external_data and loaded.data_files == frozenset()  # still embedded
     kinds = {type(v.const_value) for v in loaded.model.graph.initializers.values()}
     assert ir.ExternalTensor in kinds
     rnn_rewrite_rules.rewrite(loaded.model)
     out = tmp_path / "out.onnx"
-    with _io.Staging(out) as staging:
+    with _save.Staging(out) as staging:
         progress = []
         staging.write(loaded.model, on_tensor=lambda done, total: progress.append((done, total)))
-        _lazy_io.check_model_file(staging.model_path)
+        _load.check_model_file(staging.model_path)
         staging.commit()
     assert progress and progress[-1][0] == progress[-1][1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "out.onnx"]  # no .data
@@ -104,12 +104,12 @@ def test_streamed_file_is_what_ir_save_writes(tmp_path, small, source: str) -> N
     if source == "in memory":
         ir_model = ir.serde.deserialize_model(model)
     elif source == "lazily loaded":
-        path = _save(model, tmp_path / "m.onnx")
-        ir_model = ir.serde.deserialize_model(_lazy_io.lazy_model_proto(path, min_bytes=0))
+        path = _write_model(model, tmp_path / "m.onnx")
+        ir_model = ir.serde.deserialize_model(_load.lazy_model_proto(path, min_bytes=0))
         ir.external_data.set_base_dir(ir_model.graph, str(tmp_path))
     else:
-        ir_model = ir.load(_save(model, tmp_path / "m.onnx", external=True))
-    _lazy_io.save_embedded(ir_model, tmp_path / "streamed.onnx")
+        ir_model = ir.load(_write_model(model, tmp_path / "m.onnx", external=True))
+    _save.save_embedded(ir_model, tmp_path / "streamed.onnx")
     ir.save(ir.serde.deserialize_model(model), tmp_path / "plain.onnx")
     streamed = onnx.load(tmp_path / "streamed.onnx")
     assert streamed == onnx.load(tmp_path / "plain.onnx")
@@ -123,19 +123,19 @@ def test_check_model_file_reports_what_the_checker_reports(tmp_path, small) -> N
     broken = onnx.ModelProto()
     broken.CopyFrom(model)
     broken.graph.node[0].input.append("nowhere")  # an input no one produces
-    path = _save(broken, tmp_path / "broken.onnx")
+    path = _write_model(broken, tmp_path / "broken.onnx")
     with pytest.raises(onnx.checker.ValidationError) as plain:
         onnx.checker.check_model(str(path))
     with pytest.raises(onnx.checker.ValidationError) as ours:
-        _lazy_io.check_model_file(path)
+        _load.check_model_file(path)
     assert str(plain.value).splitlines()[0] == str(ours.value).splitlines()[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.onnx"]  # nothing left
-    _lazy_io.check_model_file(_save(model, tmp_path / "fine.onnx"))
+    _load.check_model_file(_write_model(model, tmp_path / "fine.onnx"))
 
 
 def test_folding_unmaps_each_source_once_read(tmp_path, small) -> None:
     _, model = small
-    ir_model = ir.load(_save(model, tmp_path / "m.onnx", external=True))
+    ir_model = ir.load(_write_model(model, tmp_path / "m.onnx", external=True))
     w = next(n for n in ir_model.graph if n.op_type == "LSTM").inputs[1]
     found = preparation_nodes(w)
     assert not isinstance(found, str)
@@ -182,7 +182,7 @@ def test_rewriting_a_big_model_adds_at_most_1_6_times_its_size(tmp_path, externa
     5.1x embedded and 2.0x with external data before tensors were left on disk)."""
     cfg = RnnConfig(input_size=640, hidden_size=640, num_layers=4)
     model = build_torchlib_model(cfg)
-    path = _save(model, tmp_path / "big.onnx", external)
+    path = _write_model(model, tmp_path / "big.onnx", external)
     size = sum(p.stat().st_size for p in tmp_path.iterdir())
     assert 45e6 < size < 80e6
     base = _peak(_IMPORTS)
@@ -205,7 +205,7 @@ def test_verifying_a_big_model_adds_at_most_4_5_times_its_size(tmp_path, externa
     fixed cost at this size; 2.15x on a 1.07 GB model. Both sessions at once, the
     rewrite's model kept alive and the original optimized took 6.4x and 5.4x)."""
     cfg = RnnConfig(input_size=640, hidden_size=640, num_layers=4)
-    path = _save(build_torchlib_model(cfg), tmp_path / "big.onnx", external)
+    path = _write_model(build_torchlib_model(cfg), tmp_path / "big.onnx", external)
     size = sum(p.stat().st_size for p in tmp_path.iterdir())
     base = _peak(_IMPORTS + ", onnxruntime")
     out = str(tmp_path / "out.onnx")

@@ -7,10 +7,12 @@ import onnx_ir as ir
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from onnx import helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _compat
 from rnn_rewrite_rules.passes import empty_unused_rnn_outputs
+from rnn_rewrite_rules.rules import layout, unused_outputs
 from rnn_rewrite_rules.testing.exporters import (
     ExporterSpec,
     build_exporter_model,
@@ -18,6 +20,8 @@ from rnn_rewrite_rules.testing.exporters import (
     quantized_lstm_model,
 )
 from tests.exporter_support import apply_family, assert_spec_equivalent, rnn_nodes
+from tests.near_misses import BATCH, INPUT, H, assert_refused, gru_node, rnn_model
+from tests.reasons import refusal_reasons
 from tests.support import apply
 
 FAMILY = ["unused_outputs"]
@@ -174,3 +178,28 @@ def test_property_outputs_dropped_and_equivalent(spec: ExporterSpec) -> None:
         named = {i for i, name in enumerate(node.output) if name}
         assert named == _used(spec, layer), node.output  # unused interior outputs emptied
     assert_spec_equivalent(before, after, spec, sizes=((2, 3), (1, 4)))
+
+
+# near misses -----------------------------------------------------------------------
+
+
+def test_unused_outputs_refused_when_the_last_output_is_used() -> None:
+    model = rnn_model([gru_node(["y", "y_h"])], outputs=("y_h",), gates=3)
+    assert_refused(unused_outputs.FAMILY, model, "the last output is used")
+
+
+def test_unused_outputs_dropped_up_to_the_last_used_one() -> None:
+    model = rnn_model(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y", "y_h", "y_c"], hidden_size=H)],
+        outputs=("y",),
+    )
+    after = rnn_rewrite_rules.rewrite(model, ["unused_outputs"])
+    assert list(after.graph.node[0].output) == ["y"]
+
+
+def test_dead_rnn_is_refused_by_both_rules() -> None:
+    nodes = [gru_node(["y", "y_h"], layout=1), helper.make_node("Identity", ["x"], ["out"])]
+    model = rnn_model(nodes, x_shape=[BATCH, "seq", INPUT], outputs=("out",), gates=3)
+    reason = "no output is used: the node is dead code"
+    assert reason in refusal_reasons(unused_outputs.FAMILY.rules, model)
+    assert reason in refusal_reasons(layout.FAMILY.rules, model)

@@ -19,9 +19,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rnn_rewrite_rules import _verify, runtime
+from rnn_rewrite_rules._report import verify_lines
 from rnn_rewrite_rules._verify import (
     MAX_ELEMENTS,
-    CannotVerify,
     InputSpec,
     VerifyResult,
     _axis_key,
@@ -41,6 +41,7 @@ from rnn_rewrite_rules._verify import (
     weight_fixed_sizes,
     zero_unsafe,
 )
+from rnn_rewrite_rules.errors import CannotVerify
 
 F32 = ir.DataType.FLOAT
 Plan = dict[str, tuple[int, ...]]
@@ -760,6 +761,28 @@ def test_weights_fix_the_feature_axis_and_both_states_axes() -> None:
     }
 
 
+def test_the_plan_is_read_from_the_model_and_keeps_what_it_knew() -> None:
+    model = _rnn("GRU", ["x", "W", "R"], [_vi("x", ["seq", "batch", None])])
+    plan = _verify.VerifyPlan.of(model)
+    assert [spec.name for spec in plan.specs] == ["x"]
+    assert plan.known == {("x", 2): 3} and plan.zero_unsafe
+    runs = plan.runs({"seq": (2, 4)})
+    assert [(shapes["x"][0], shapes["x"][2]) for shapes in runs] == [(2, 3), (4, 3)]
+    other = _rnn("GRU", ["x", "W", "R"], [_vi("x", ["seq", "batch", None])], features=7)
+    plan.add_fixed_sizes(other)  # a size already known wins
+    assert plan.known == {("x", 2): 3}
+    plan.known = {}
+    plan.add_fixed_sizes(other)
+    assert plan.known == {("x", 2): 7}
+    assert not _verify.VerifyPlan.of(
+        ir.serde.deserialize_model(
+            _model(
+                [helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n"])], [_vi("y", None)], []
+            )
+        )
+    ).zero_unsafe
+
+
 def test_weights_fix_the_directions_axis_1_at_layout_1() -> None:
     model = _rnn(
         "GRU",
@@ -1112,7 +1135,7 @@ def test_lines_summarize_runs_notes_and_differences() -> None:
         max_diff={"y": 0.0, "long_name": 0.5, "edge": 1e-4},
         notes=["first", "second"],
     )
-    assert result.lines() == [
+    assert verify_lines(result) == [
         "verify: 2 runs, seed 3, tolerance 0.0001",
         "  note: first",
         "  note: second",
@@ -1128,7 +1151,7 @@ def test_lines_summarize_runs_notes_and_differences() -> None:
 
 def test_lines_of_one_run_within_tolerance() -> None:
     result = VerifyResult(0.5, 0, [{"x": (1,)}], {"out": 0.25}, reference="onnx.reference")
-    assert result.lines() == [
+    assert verify_lines(result) == [
         "verify: 1 run, seed 0, tolerance 0.5",
         "  run 1: x=1",
         "  max abs diff per output (onnx.reference reference):",
@@ -1140,12 +1163,12 @@ def test_lines_of_one_run_within_tolerance() -> None:
 def test_lines_of_a_failure_before_any_run() -> None:
     """The failure wins over the tolerance; no table without differences."""
     result = VerifyResult(1e-4, 0, [], {}, failure="it broke")
-    assert result.lines() == [
+    assert verify_lines(result) == [
         "verify: 0 runs, seed 0, tolerance 0.0001",
         "verify: FAILED: it broke",
     ]
     result.max_diff = {"y": 2.0}
-    assert result.lines()[-1] == "verify: FAILED: it broke"
+    assert verify_lines(result)[-1] == "verify: FAILED: it broke"
 
 
 # ----------------------------------------------------------------------------- input_specs

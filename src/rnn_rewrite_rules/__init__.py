@@ -8,9 +8,9 @@ Three ways in:
   ``onnxscript.optimizer.optimize()``;
 * :func:`rewrite_file` for models on disk, or the ``rnn-rewrite`` command built on it.
 
-Errors (each names what to do): :class:`UnknownRule` (a ``KeyError``) and
-:class:`BadOptions` (a ``ValueError``) for names and options; :class:`ModelIOError` (its
-subclasses in ``rnn_rewrite_rules._io`` say which) for a file that cannot be read or
+Errors (each names what to do; all in :mod:`rnn_rewrite_rules.errors`): :class:`UnknownRule`
+(a ``KeyError``) and :class:`BadOptions` (a ``ValueError``) for names and options;
+:class:`ModelIOError` (its subclasses say which) for a file that cannot be read or
 written; :class:`OnnxRuntimeMissing`, :class:`CannotVerify` and :class:`VerifyFailed`
 (its ``report`` says how the outputs differ) for ``verify=True``; :class:`InvalidResult`
 when the result fails the ONNX checker; :class:`NoRecurrence` when the model has nothing
@@ -31,16 +31,16 @@ __version__ = "0.2.0"
 
 #: Exported name -> the module that defines it.
 _EXPORTS = {
-    "BadOptions": "_api",
-    "CannotVerify": "_rewrite_file",
-    "InvalidResult": "_rewrite_file",
-    "ModelIOError": "_io",
-    "NoRecurrence": "_rewrite_file",
-    "OnnxRuntimeMissing": "_rewrite_file",
-    "Report": "_rewrite_file",
+    "BadOptions": "errors",
+    "CannotVerify": "errors",
+    "InvalidResult": "errors",
+    "ModelIOError": "errors",
+    "NoRecurrence": "errors",
+    "OnnxRuntimeMissing": "errors",
+    "Report": "_report",
     "RewriteOptions": "_rewrite_file",
-    "UnknownRule": "_api",
-    "VerifyFailed": "_rewrite_file",
+    "UnknownRule": "errors",
+    "VerifyFailed": "errors",
     "install": "_install",
     "installed": "_install",
     "is_installed": "_install",
@@ -72,18 +72,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from rnn_rewrite_rules._api import BadOptions, UnknownRule, rewrite, rules
+    from rnn_rewrite_rules._api import rewrite, rules
     from rnn_rewrite_rules._install import install, installed, is_installed, uninstall
-    from rnn_rewrite_rules._io import ModelIOError
-    from rnn_rewrite_rules._rewrite_file import (
+    from rnn_rewrite_rules._report import Report
+    from rnn_rewrite_rules._rewrite_file import RewriteOptions, rewrite_file
+    from rnn_rewrite_rules.errors import (
+        BadOptions,
         CannotVerify,
         InvalidResult,
+        ModelIOError,
         NoRecurrence,
         OnnxRuntimeMissing,
-        Report,
-        RewriteOptions,
+        UnknownRule,
         VerifyFailed,
-        rewrite_file,
     )
 
 

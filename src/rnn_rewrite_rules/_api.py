@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import collections
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
@@ -13,8 +13,9 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
-from rnn_rewrite_rules import _lazy_io
+from rnn_rewrite_rules import _serialize
 from rnn_rewrite_rules._compat import check_onnxscript
+from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
     InitializerInfoFromTensorPass,
@@ -25,64 +26,21 @@ from rnn_rewrite_rules.passes import (
 from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, select_rules
 
-__all__ = ["BadOptions", "UnknownRule", "resolve_target", "rewrite", "rules", "select"]
+__all__ = ["BadOptions", "UnknownRule", "rewrite", "rules", "select"]
 
 _Model = TypeVar("_Model", onnx.ModelProto, ir.Model)
 _MAX_ROUNDS = 4
 
 
-class BadOptions(ValueError):
-    """Options that contradict each other or the model (a usage error)."""
-
-
-class UnknownRule(KeyError):
-    """A rule or family name that does not exist; the message names the valid ones."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-    def __str__(self) -> str:
-        return (
-            f"unknown rule or family {self.name!r} (families: {', '.join(families())}; "
-            "rules: see rnn-rewrite --list-rules)"
-        )
-
-
-def resolve_target(target: str | None, portable: bool | None = None) -> str:
-    """The target that ``target`` and the deprecated ``portable`` flag ask for.
-
-    ``portable=True`` is the default target now (``"portable"``); ``portable=False`` asked
-    for the old default, the ONNX Runtime-only form (``"onnxruntime"``). Either warns.
-
-    An unknown ``target`` is left to :func:`select`, which names the valid ones.
-
-    Raises:
-        BadOptions: ``target`` contradicts ``portable``.
-    """
-    if portable is None:
-        return target or DEFAULT_TARGET
-    implied = "portable" if portable else "onnxruntime"
-    warnings.warn(
-        f"portable={portable} is deprecated: the portable form is the default now; "
-        f"pass target={implied!r} instead",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    if target is not None and target != implied:
-        raise BadOptions(f"portable={portable} contradicts target={target!r}")
-    return implied
-
-
 def select(
     names: Sequence[str] | str | None,
     *,
-    target: str = DEFAULT_TARGET,
+    target: str | None = None,
     installed_only: bool = False,
     exclude: Sequence[str] | str | None = None,
 ) -> list[RewriteRule]:
-    """The rules named for ``target``, less those ``exclude`` names: a string is one name,
-    None all (see ``select_rules``).
+    """The rules named for ``target`` (None: the default), less those ``exclude`` names:
+    a string is one name, None all (see ``select_rules``).
 
     Raises:
         UnknownRule: a name is neither a family nor a rule.
@@ -96,6 +54,7 @@ def select(
             f"(families: {', '.join(families())})"
         )
     excluded = _name_list(exclude) or []
+    target = target or DEFAULT_TARGET
     try:
         selected = select_rules(names, installed_only=installed_only, target=target)
         available = families()
@@ -104,7 +63,7 @@ def select(
             in_family = available[name].all_rules if name in available else None
             dropped.update(r.name for r in in_family or select_rules([name], target=target))
     except KeyError as error:
-        raise UnknownRule(error.args[0]) from None
+        raise UnknownRule(error.args[0], list(families())) from None
     except ValueError as error:  # an unknown target
         raise BadOptions(str(error)) from None
     kept = [rule for rule in selected if rule.name not in dropped]
@@ -132,7 +91,6 @@ def rules(
     names: Sequence[str] | str | None = None,
     *,
     target: str | None = None,
-    portable: bool | None = None,
     exclude: Sequence[str] | str | None = None,
 ) -> RewriteRuleSet:
     """Our rules as a set for ``onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=...)``.
@@ -144,8 +102,6 @@ def rules(
             (ONNX Runtime, tract, OpenVINO, ``onnx.reference``); ``"onnxruntime"``: the
             smallest graph, which tract rejects (zero initial states dropped). See
             ``rnn_rewrite_rules.rules.TARGETS``.
-        portable: deprecated: ``True`` is ``target="portable"``, ``False``
-            ``target="onnxruntime"``.
         exclude: family or rule names left out of ``names`` (a string for one), e.g.
             ``exclude="reroll"`` for every family but ``reroll``.
 
@@ -154,7 +110,7 @@ def rules(
         BadOptions: ``names`` is empty, the target unknown, or ``exclude`` leaves no rule
             (a ``ValueError``).
     """
-    return RewriteRuleSet(select(names, target=resolve_target(target, portable), exclude=exclude))
+    return RewriteRuleSet(select(names, target=target, exclude=exclude))
 
 
 def rewrite(
@@ -162,13 +118,12 @@ def rewrite(
     names: Sequence[str] | str | None = None,
     *,
     target: str | None = None,
-    portable: bool | None = None,
     exclude: Sequence[str] | str | None = None,
 ) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
-    ``names``, ``target``, ``portable`` and ``exclude`` are as in :func:`rules`.
+    ``names``, ``target`` and ``exclude`` are as in :func:`rules`.
 
     Memory: a ``ModelProto`` is not changed, so the result is a second copy of the weights
     (the folded ones), built while each is dropped from the working model: the peak is the
@@ -178,7 +133,7 @@ def rewrite(
     Raises:
         TypeError: ``model`` is neither an ``onnx.ModelProto`` nor an ``onnx_ir.Model``.
         UnknownRule, BadOptions: as :func:`rules`.
-        rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
+        rnn_rewrite_rules.errors.UnsupportedVersionError: onnxscript is outside the
             tested range (a ``RuntimeError``); the model is not touched.
     """
     if not isinstance(model, onnx.ModelProto | ir.Model):
@@ -192,9 +147,7 @@ def rewrite(
             f"not {type(model).__name__}{hint}"
         )
     check_onnxscript()
-    rule_set = RewriteRuleSet(
-        select(names, target=resolve_target(target, portable), exclude=exclude)
-    )
+    rule_set = RewriteRuleSet(select(names, target=target, exclude=exclude))
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
         fired = _rewrite(ir_model, rule_set)
@@ -202,11 +155,11 @@ def rewrite(
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
             # no rule fired: the weights are the model's own, only the rest can differ
-            if _lazy_io.structure(untouched) == _lazy_io.structure(ir_model):
+            if _serialize.structure(untouched) == _serialize.structure(ir_model):
                 result = onnx.ModelProto()
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
                 return result
-        return _lazy_io.serialize_releasing(ir_model)
+        return _serialize.serialize_releasing(ir_model)
     _rewrite(model, rule_set)
     return model
 
@@ -217,14 +170,32 @@ def _rewrite(model: ir.Model, rule_set: RewriteRuleSet) -> bool:
 
 
 def apply_rounds(
-    model: ir.Model, rule_set: RewriteRuleSet, on_round: Callable[[int], None] | None = None
+    model: ir.Model,
+    rule_set: RewriteRuleSet,
+    on_round: Callable[[int], None] | None = None,
+    *,
+    counts: collections.Counter[str] | None = None,
+    on_node: Callable[[], None] | None = None,
 ) -> bool:
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
     Dead nodes are removed after each round that fired, so the next one does not rewrite
-    dead code. ``on_round`` is called with the round number before each round. True when
-    a rule fired."""
+    dead code. True when a rule fired.
+
+    Args:
+        on_round: called with the round number before each round.
+        counts: if given, each rule's rewrites are added to it, by rule name. Each rule is
+            wrapped (the wrapper delegates everything to it), so the count is what the
+            rewriter applied.
+        on_node: called for every node the rules visit (progress); needs ``counts``.
+    """
+    if counts is not None and rule_set.rules:
+        wrapped = [
+            _CountingRule(rule, counts, on_node if index == 0 else None)
+            for index, rule in enumerate(rule_set.rules)
+        ]
+        rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
     fired = False
     for round_number in range(_MAX_ROUNDS):
@@ -236,6 +207,36 @@ def apply_rounds(
         RemoveDeadNodesPass()(model)
     cleanup(model, original)
     return fired
+
+
+def rule_name(rule: RewriteRule) -> str:
+    """The rule's name (what ``--rules`` and the reports use)."""
+    return rule.name or repr(rule)
+
+
+class _CountingRule:
+    """Delegates to a rule and counts the rewrites it produced."""
+
+    def __init__(
+        self,
+        rule: RewriteRule,
+        counts: collections.Counter[str],
+        on_node: Callable[[], None] | None = None,
+    ) -> None:
+        self._rule = rule
+        self._counts = counts
+        self._on_node = on_node
+
+    def __getattr__(self, name: str):
+        return getattr(self._rule, name)
+
+    def try_rewrite(self, model, graph_or_function, node, **kwargs):
+        if self._on_node is not None:
+            self._on_node()
+        delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+        if delta is not None and kwargs.get("tracer") is None:
+            self._counts[rule_name(self._rule)] += 1
+        return delta
 
 
 def cleanup(model: ir.Model, original: Iterable[ir.Node] | None = None) -> None:

@@ -32,6 +32,8 @@ import onnxscript
 import onnxscript.rewriter as _rewriter
 from onnxscript.rewriter import RewriteRule
 
+from rnn_rewrite_rules.errors import UnsupportedVersionError
+
 __all__ = [
     "ONNXSCRIPT_BELOW",
     "ONNXSCRIPT_MIN",
@@ -54,10 +56,6 @@ ONNXSCRIPT_BELOW = (0, 9)
 ONNXSCRIPT_RANGE = f">={'.'.join(map(str, ONNXSCRIPT_MIN))},<{'.'.join(map(str, ONNXSCRIPT_BELOW))}"
 
 _DEFAULTS = "_DEFAULT_REWRITE_RULES"
-
-
-class UnsupportedVersionError(RuntimeError):
-    """The installed onnxscript is outside the tested range."""
 
 
 def _release(version: str) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules import _io, runtime
+from rnn_rewrite_rules import _save, runtime
 from rnn_rewrite_rules._rewrite_file import RewriteOptions, rewrite_file
 from rnn_rewrite_rules.rules import DEFAULT_TARGET
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, random_inputs
@@ -41,8 +41,8 @@ def run(
         "writes it (built in memory)"
     ]
     if save_seed:
-        target = _io.check_output_path(save_seed, None, in_place=False)
-        with _io.Staging(target) as staging:
+        target = _save.check_output_path(save_seed, None, in_place=False)
+        with _save.Staging(target) as staging:
             staging.write(ir.serde.deserialize_model(proto))
             staging.commit()
         lines.append(f"  seed model written to {save_seed}")

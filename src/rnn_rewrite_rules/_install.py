@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules import _compat
-from rnn_rewrite_rules._api import resolve_target, select
+from rnn_rewrite_rules._api import select
 
 __all__ = ["install", "installed", "is_installed", "uninstall"]
 
@@ -34,7 +34,6 @@ def install(
     names: Sequence[str] | str | None = None,
     *,
     target: str | None = None,
-    portable: bool | None = None,
     exclude: Sequence[str] | str | None = None,
 ) -> None:
     """Add our rules to onnxscript's default rules (idempotent).
@@ -43,19 +42,18 @@ def install(
         names: families or rule names (a string is one name); by default every family marked
             ``INSTALL_BY_DEFAULT`` (all but ``layout``, which changes the layout
             attribute a user may rely on).
-        target, portable, exclude: as in :func:`rnn_rewrite_rules.rules` (default target
+        target, exclude: as in :func:`rnn_rewrite_rules.rules` (default target
             ``"portable"``: the output runs wherever the original runs).
 
     Warns once per process (``UserWarning``) where the installed onnxscript exports
     ``nn.GRU`` wrongly (see ``_compat.gru_export_bug``): our rules cannot repair that.
 
     Raises:
-        rnn_rewrite_rules._compat.UnsupportedVersionError: onnxscript is outside the
+        rnn_rewrite_rules.errors.UnsupportedVersionError: onnxscript is outside the
             tested range (a ``RuntimeError``); nothing is installed.
     """
     global _ours, _warned_gru_export
     _compat.check_onnxscript()
-    target = resolve_target(target, portable)
     hazard = _compat.gru_export_bug()
     if hazard is not None and not _warned_gru_export:
         _warned_gru_export = True
@@ -91,13 +89,12 @@ def installed(
     names: Sequence[str] | str | None = None,
     *,
     target: str | None = None,
-    portable: bool | None = None,
     exclude: Sequence[str] | str | None = None,
 ) -> Iterator[None]:
     """Install for the duration of a ``with`` block, restoring the previous state after."""
     was_installed = is_installed()
     previous = _ours
-    install(names, target=resolve_target(target, portable), exclude=exclude)
+    install(names, target=target, exclude=exclude)
     try:
         yield
     finally:

@@ -1,9 +1,9 @@
-"""What a rewrite did: nodes by op type, rule firings, tensor bytes, and why RNNs were left alone.
+"""What a rewrite did: nodes by op type, rule firings, tensor bytes, and why RNNs were left
+alone; and every line of text the command reports about it (:func:`report_lines`).
 
-Firings are counted by wrapping each rule (the wrapper delegates everything to it), so the
-count is what the rewriter applied. Reasons come from a tracing pass over the rewritten
-model: every condition that failed on a match near an RNN node is reported for that node,
-with the reason the rule's check gave.
+Firings are counted by :func:`rnn_rewrite_rules._api.apply_rounds`. Reasons come from a
+tracing pass over the rewritten model: every condition that failed on a match near an RNN
+node is reported for that node, with the reason the rule's check gave.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import onnx_ir as ir
 from onnxscript.rewriter import (
@@ -22,20 +23,27 @@ from onnxscript.rewriter import (
     RewriteRuleSet,
 )
 
-from rnn_rewrite_rules import _api, _compat, _io, diagnostics
+from rnn_rewrite_rules import _compat, _save, _verify, diagnostics
+from rnn_rewrite_rules._api import rule_name
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
+from rnn_rewrite_rules._verify import VerifyResult, format_plan
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
-from rnn_rewrite_rules.rules import fixed_by
+from rnn_rewrite_rules.rules import families, fixed_by
 
 __all__ = [
+    "NO_RECURRENCE",
     "ModelStats",
+    "Report",
     "Unimproved",
     "format_report",
+    "hazard_lines",
     "model_stats",
-    "rewrite_counting",
+    "report_lines",
     "rule_description",
+    "rule_families",
     "unimproved_rnns",
+    "verify_lines",
 ]
 
 
@@ -59,13 +67,16 @@ def model_stats(model: ir.Model) -> ModelStats:
     nodes = list(model.graph.all_nodes())
     return ModelStats(
         collections.Counter(_op_name(n) for n in nodes),
-        _io.tensor_bytes(model),
+        _save.tensor_bytes(model),
         sum(is_rnn(n) for n in nodes),
     )
 
 
-def rule_name(rule: RewriteRule) -> str:
-    return rule.name or repr(rule)
+def rule_families() -> dict[str, str]:
+    """Rule name -> family name, for every available rule."""
+    return {
+        rule_name(rule): family.name for family in families().values() for rule in family.all_rules
+    }
 
 
 def _for_op(text: str, op_type: str, num_outputs: int) -> str:
@@ -109,57 +120,6 @@ def _docstring_line(rule: RewriteRule) -> str:
         if doc and doc.strip():  # the first paragraph, which may wrap, as one line
             return " ".join(doc.strip().split("\n\n")[0].split())
     return ""
-
-
-class _CountingRule:
-    """Delegates to a rule and counts the rewrites it produced."""
-
-    def __init__(
-        self,
-        rule: RewriteRule,
-        counts: collections.Counter[str],
-        on_node: Callable[[], None] | None = None,
-    ) -> None:
-        self._rule = rule
-        self._counts = counts
-        self._on_node = on_node
-
-    def __getattr__(self, name: str):
-        return getattr(self._rule, name)
-
-    def try_rewrite(self, model, graph_or_function, node, **kwargs):
-        if self._on_node is not None:
-            self._on_node()
-        delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
-        if delta is not None and kwargs.get("tracer") is None:
-            self._counts[rule_name(self._rule)] += 1
-        return delta
-
-
-def rewrite_counting(
-    model: ir.Model,
-    rules: Sequence[RewriteRule],
-    *,
-    on_node: Callable[[], None] | None = None,
-    on_round: Callable[[int], None] | None = None,
-) -> collections.Counter[str]:
-    """:func:`rnn_rewrite_rules.rewrite` on ``model`` in place, counting firings per rule.
-
-    Args:
-        on_node: called for every node visited (progress).
-        on_round: called with the round number before each round.
-    """
-    _compat.check_onnxscript()
-    counts: collections.Counter[str] = collections.Counter()
-    if rules:
-        wrapped = [
-            _CountingRule(rule, counts, on_node if index == 0 else None)
-            for index, rule in enumerate(rules)
-        ]
-        _api.apply_rounds(model, RewriteRuleSet(wrapped), on_round)  # type: ignore[arg-type]
-    else:
-        _api.cleanup(model)
-    return counts
 
 
 class _RecordingTracer(MatchingTracer):
@@ -323,3 +283,107 @@ def format_report(
             lines.extend(f"    still: {hazard}" for hazard in item.hazards)
             lines.extend(f"    why: {reason}" for reason in item.reasons)
     return lines
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`rnn_rewrite_rules.rewrite_file` did."""
+
+    source: Path
+    #: None when nothing was to be written.
+    target: Path | None
+    before: ModelStats
+    after: ModelStats
+    #: Rule name -> rewrites.
+    fired: collections.Counter[str]
+    unimproved: list[Unimproved]
+    rules_used: int
+    hazards_before: list[diagnostics.Hazard] | None = None
+    hazards_after: list[diagnostics.Hazard] | None = None
+    verify: _verify.VerifyResult | None = None
+    written: bool = False
+    #: Things the caller should hear about that did not stop the rewrite.
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def found_no_recurrence(self) -> bool:
+        """No RNN, LSTM or GRU node before the rewrite, and no rule made one."""
+        return not self.fired and self.before.rnn_nodes == 0
+
+    def lines(self, *, header: bool = True) -> list[str]:
+        """The report as text (:func:`report_lines`)."""
+        return report_lines(self, header=header)
+
+
+#: What the report says of a model the rules found nothing in.
+NO_RECURRENCE = (
+    "no RNN, LSTM or GRU node and no recurrence the rules recognize (unrolled steps, cell "
+    "loops): nothing to rewrite"
+)
+
+
+def report_lines(report: Report, *, header: bool = True) -> list[str]:
+    """What :func:`rnn_rewrite_rules.rewrite_file` did, as text: the header, node counts,
+    rules fired, hazards and the verification."""
+    out = []
+    if header:
+        out.append(
+            f"{report.source} -> {report.target}"
+            if report.target
+            else f"{report.source}: nothing written"
+        )
+    out += format_report(
+        report.before,
+        report.after,
+        report.fired,
+        report.unimproved,
+        rule_families=rule_families(),
+        rules_used=report.rules_used,
+    )
+    if report.found_no_recurrence:
+        out.append(NO_RECURRENCE)
+    if report.hazards_before is not None:
+        out += hazard_lines(report.hazards_before, report.hazards_after or [])
+    if report.verify is not None:
+        out += verify_lines(report.verify)
+    return out
+
+
+def hazard_lines(
+    before: Sequence[diagnostics.Hazard], after: Sequence[diagnostics.Hazard]
+) -> list[str]:
+    """``--check``: the hazards found before the rewrite, and those left after it."""
+    if not before:
+        return ["hazards: none found"]
+    lines = [f"hazards ({len(before)}):"]
+    lines += [f"  {hazard}" for hazard in before]
+    kinds = {kind: sum(h.kind == kind for h in after) for kind in diagnostics.KINDS}
+    remaining = ", ".join(f"{kind} x{count}" for kind, count in kinds.items() if count)
+    lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
+    # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
+    lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
+    return lines
+
+
+def verify_lines(result: VerifyResult) -> list[str]:
+    """What ``--verify`` compared and found."""
+    runs = f"{len(result.runs)} run" + ("" if len(result.runs) == 1 else "s")
+    out = [f"verify: {runs}, seed {result.seed}, tolerance {result.tolerance:g}"]
+    out += [f"  note: {note}" for note in result.notes]
+    for index, plan in enumerate(result.runs, 1):
+        out.append(f"  run {index}: {format_plan(plan)}")
+    if result.max_diff:
+        out.append(f"  max abs diff per output ({result.reference} reference):")
+        width = max(len(name) for name in result.max_diff)
+        for name, diff in result.max_diff.items():
+            flag = "" if diff <= result.tolerance else "  > tolerance"
+            out.append(f"    {name:<{width}}  {diff:.3g}{flag}")
+    if result.failure:
+        out.append(f"verify: FAILED: {result.failure}")
+    elif not result.ok:
+        out.append(
+            f"verify: FAILED: max abs diff {result.worst:.3g} > tolerance {result.tolerance:g}"
+        )
+    else:
+        out.append("verify: OK")
+    return out

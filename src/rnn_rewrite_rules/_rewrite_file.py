@@ -2,7 +2,7 @@
 
 :func:`rewrite_file` is the one call behind the command; tests and benchmarks call it too.
 Nothing is written unless every step succeeded: the result is staged next to the target and
-moved into place last (see :mod:`rnn_rewrite_rules._io`).
+moved into place last (see :mod:`rnn_rewrite_rules._save`).
 """
 
 from __future__ import annotations
@@ -19,56 +19,21 @@ from typing import Protocol
 
 import onnx
 import onnx_ir as ir
+from onnxscript.rewriter import RewriteRuleSet
 
-from rnn_rewrite_rules import _io, _lazy_io, _report, _verify, diagnostics, runtime
-from rnn_rewrite_rules._api import BadOptions, UnknownRule, select
-from rnn_rewrite_rules.rules import DEFAULT_TARGET, families, fixed_by
+from rnn_rewrite_rules import _load, _report, _save, _verify, diagnostics, runtime
+from rnn_rewrite_rules._api import apply_rounds, select
+from rnn_rewrite_rules._compat import check_onnxscript
+from rnn_rewrite_rules._report import Report
+from rnn_rewrite_rules.errors import BadOptions, InvalidResult, NoRecurrence, VerifyFailed
+from rnn_rewrite_rules.rules import DEFAULT_TARGET
 
 __all__ = [
-    "BadOptions",
-    "CannotVerify",
-    "InvalidResult",
-    "NoRecurrence",
-    "OnnxRuntimeMissing",
     "Progress",
-    "Report",
     "RewriteOptions",
-    "UnknownRule",
-    "VerifyFailed",
     "rewrite_file",
-    "rule_families",
     "select",
 ]
-
-#: What the report says of a model the rules found nothing in.
-NO_RECURRENCE = (
-    "no RNN, LSTM or GRU node and no recurrence the rules recognize (unrolled steps, cell "
-    "loops): nothing to rewrite"
-)
-
-CannotVerify = _verify.CannotVerify
-OnnxRuntimeMissing = runtime.OnnxRuntimeMissing
-
-
-class InvalidResult(Exception):
-    """The rewritten model fails the ONNX checker (and the input passes it)."""
-
-
-class NoRecurrence(Exception):
-    """The model has no RNN, LSTM or GRU node and no rule fired (nothing was written);
-    ``report`` says what was looked at."""
-
-    def __init__(self, message: str, report: Report) -> None:
-        super().__init__(message)
-        self.report = report
-
-
-class VerifyFailed(Exception):
-    """The outputs differ beyond the tolerance; ``report`` says how (nothing was written)."""
-
-    def __init__(self, message: str, report: Report) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 class Task(Protocol):
@@ -133,79 +98,6 @@ class RewriteOptions:
     progress: Progress | None = None
 
 
-@dataclasses.dataclass
-class Report:
-    """What :func:`rewrite_file` did."""
-
-    source: Path
-    #: None when nothing was to be written.
-    target: Path | None
-    before: _report.ModelStats
-    after: _report.ModelStats
-    #: Rule name -> rewrites.
-    fired: collections.Counter[str]
-    unimproved: list[_report.Unimproved]
-    rules_used: int
-    hazards_before: list[diagnostics.Hazard] | None = None
-    hazards_after: list[diagnostics.Hazard] | None = None
-    verify: _verify.VerifyResult | None = None
-    written: bool = False
-    #: Things the caller should hear about that did not stop the rewrite.
-    warnings: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def found_no_recurrence(self) -> bool:
-        """No RNN, LSTM or GRU node before the rewrite, and no rule made one."""
-        return not self.fired and self.before.rnn_nodes == 0
-
-    def lines(self, *, header: bool = True) -> list[str]:
-        """The report as text: header, node counts, rules fired, hazards, verification."""
-        out = []
-        if header:
-            out.append(
-                f"{self.source} -> {self.target}"
-                if self.target
-                else f"{self.source}: nothing written"
-            )
-        out += _report.format_report(
-            self.before,
-            self.after,
-            self.fired,
-            self.unimproved,
-            rule_families=rule_families(),
-            rules_used=self.rules_used,
-        )
-        if self.found_no_recurrence:
-            out.append(NO_RECURRENCE)
-        if self.hazards_before is not None:
-            out += _hazard_lines(self.hazards_before, self.hazards_after or [])
-        if self.verify is not None:
-            out += self.verify.lines()
-        return out
-
-
-def _hazard_lines(before: list[diagnostics.Hazard], after: list[diagnostics.Hazard]) -> list[str]:
-    if not before:
-        return ["hazards: none found"]
-    lines = [f"hazards ({len(before)}):"]
-    lines += [f"  {hazard}" for hazard in before]
-    kinds = {kind: sum(h.kind == kind for h in after) for kind in diagnostics.KINDS}
-    remaining = ", ".join(f"{kind} x{count}" for kind, count in kinds.items() if count)
-    lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
-    # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
-    lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
-    return lines
-
-
-def rule_families() -> dict[str, str]:
-    """Rule name -> family name, for every available rule."""
-    return {
-        _report.rule_name(rule): family.name
-        for family in families().values()
-        for rule in family.all_rules
-    }
-
-
 def _check_options(options: RewriteOptions) -> None:
     if not options.tolerance >= 0:  # also rejects NaN
         raise BadOptions(f"--tolerance must be >= 0, not {options.tolerance}")
@@ -218,7 +110,7 @@ def _check_options(options: RewriteOptions) -> None:
 def _check_result(path: Path, original: Path, warnings: list[str]) -> None:
     """The ONNX checker on the staged file; tolerated when the original fails it too."""
     try:
-        _lazy_io.check_model_file(path)  # the tensors' bytes stay on disk
+        _load.check_model_file(path)  # the tensors' bytes stay on disk
     except Exception as error:  # onnx raises ValidationError and friends
         try:
             onnx.checker.check_model(str(original))
@@ -242,12 +134,18 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
         current[0].done()
         current[0] = progress.task(f"rewriting, round {number + 1}", node_total)
 
-    fired = _report.rewrite_counting(
-        model, rules, on_node=lambda: current[0].advance(), on_round=on_round
+    fired: collections.Counter[str] = collections.Counter()
+    check_onnxscript()
+    apply_rounds(
+        model,
+        RewriteRuleSet(rules),
+        on_round,
+        counts=fired,
+        on_node=lambda: current[0].advance(),
     )
     current[0].done()
     explain = progress.task("explaining what was not rewritten")
-    unimproved = _report.unimproved_rnns(model, rules, rule_families())
+    unimproved = _report.unimproved_rnns(model, rules, _report.rule_families())
     explain.done()
     return Report(Path(), None, before, _report.model_stats(model), fired, unimproved, len(rules))
 
@@ -255,19 +153,19 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
 def _run_verify(
     before: str,
     after: str,
-    specs: list[_verify.InputSpec],
-    plan: dict,
+    plan: _verify.VerifyPlan,
     options: RewriteOptions,
     progress: Progress,
 ) -> _verify.VerifyResult:
-    runs = len(_verify.plan_runs(specs, options.shapes, known=plan["known"]))
+    runs = len(plan.runs(options.shapes))
     task = progress.task("verifying in ONNX Runtime", 2 * runs)  # the original, the result
     result = _verify.verify(
         before,
         after,
-        specs,
+        plan.specs,
         overrides=options.shapes,
-        **plan,
+        known=plan.known,
+        zero_unsafe=plan.zero_unsafe,
         seed=options.seed,
         tolerance=options.tolerance,
         on_run=task.advance,
@@ -297,7 +195,7 @@ def rewrite_file(
         UnknownRule: ``options.rules`` names something that does not exist.
         OnnxRuntimeMissing: ``options.verify`` without onnxruntime.
         ModelIOError: the input cannot be read or the output cannot be written (a subclass
-            of :class:`rnn_rewrite_rules._io.ModelIOError` says which).
+            of :class:`rnn_rewrite_rules.errors.ModelIOError` says which).
         CannotVerify: ONNX Runtime loads neither model, or the original does not run on
             any sizes tried (or aborts on every size given).
         VerifyFailed: the outputs differ (its ``report`` says how).
@@ -311,27 +209,25 @@ def rewrite_file(
         runtime.require_onnxruntime()
     source = Path(src)
     target = Path(dst) if dst is not None else None
-    loaded = _io.load_model(source)
+    loaded = _load.load_model(source)
     model = loaded.model
-    specs = _verify.input_specs(model)
-    # what the original model fixes about --verify's sizes, read before the rewrite
-    plan = {"known": _verify.weight_fixed_sizes(model), "zero_unsafe": _verify.zero_unsafe(model)}
+    plan = _verify.VerifyPlan.of(model)  # read before the rewrite
     if options.verify:
         try:
-            _verify.plan_runs(specs, options.shapes, known=plan["known"])
+            plan.runs(options.shapes)
         except ValueError as error:
             raise BadOptions(str(error)) from None
     with contextlib.ExitStack() as stack:
         staging = None
         if target is not None:
             staging = stack.enter_context(
-                _io.output_staging(target, loaded, in_place=options.in_place)
+                _save.output_staging(target, loaded, in_place=options.in_place)
             )
         hazards = diagnostics.find_hazards(model) if options.hazards else None
         progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
         report = _rewrite(model, rules, progress)
         # weights the rewrite folded into initializers fix sizes too (W's input size)
-        plan["known"] = {**_verify.weight_fixed_sizes(model), **plan["known"]}
+        plan.add_fixed_sizes(model)
         report.source, report.target = source, target
         if hazards is not None:
             report.hazards_before = hazards
@@ -347,7 +243,7 @@ def rewrite_file(
             return report
         if staging is None:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="rnn-rewrite-"))
-            staging = stack.enter_context(_io.Staging(Path(scratch) / source.name))
+            staging = stack.enter_context(_save.Staging(Path(scratch) / source.name))
         writing = progress.task(f"writing {target or 'a scratch copy'}")
         staging.write(model, external_data=loaded.external_data, on_tensor=writing.update)
         writing.done()
@@ -357,7 +253,7 @@ def rewrite_file(
         gc.collect()
         if options.verify:
             report.verify = _run_verify(
-                str(source), str(staging.model_path), specs, plan, options, progress
+                str(source), str(staging.model_path), plan, options, progress
             )
             if not report.verify.ok:
                 where = f"; {target} not written" if target else ""

@@ -45,12 +45,12 @@ from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.diagnostics import is_rnn
-from rnn_rewrite_rules.runtime import OnnxRuntimeMissing, require_onnxruntime
+from rnn_rewrite_rules.errors import CannotVerify, UnsupportedInput
+from rnn_rewrite_rules.runtime import require_onnxruntime
 
 __all__ = [
-    "CannotVerify",
     "InputSpec",
-    "OnnxRuntimeMissing",
+    "VerifyPlan",
     "VerifyResult",
     "child_pythonpath",
     "input_specs",
@@ -67,10 +67,6 @@ Source = str | bytes
 _DEFAULT_BASES = (2, 5)
 #: The largest input fed (elements): more is a mistyped --shape, not a test.
 MAX_ELEMENTS = 2**27
-
-
-class CannotVerify(Exception):
-    """The comparison cannot be made (the original model does not run, an input has no rank)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,7 +336,7 @@ def make_feeds(
     for spec in specs:
         try:
             feeds[spec.name] = runtime.make_feed(spec.dtype, shapes[spec.name], rng, high=high)
-        except runtime.UnsupportedInput:
+        except UnsupportedInput:
             raise CannotVerify(
                 f"input {spec.name!r} has element type {spec.dtype.name}, not supported"
             ) from None
@@ -377,29 +373,6 @@ class VerifyResult:
     def worst(self) -> float:
         return max(self.max_diff.values(), default=0.0)
 
-    def lines(self) -> list[str]:
-        """A human-readable summary."""
-        runs = f"{len(self.runs)} run" + ("" if len(self.runs) == 1 else "s")
-        out = [f"verify: {runs}, seed {self.seed}, tolerance {self.tolerance:g}"]
-        out += [f"  note: {note}" for note in self.notes]
-        for index, plan in enumerate(self.runs, 1):
-            out.append(f"  run {index}: {format_plan(plan)}")
-        if self.max_diff:
-            out.append(f"  max abs diff per output ({self.reference} reference):")
-            width = max(len(name) for name in self.max_diff)
-            for name, diff in self.max_diff.items():
-                flag = "" if diff <= self.tolerance else "  > tolerance"
-                out.append(f"    {name:<{width}}  {diff:.3g}{flag}")
-        if self.failure:
-            out.append(f"verify: FAILED: {self.failure}")
-        elif not self.ok:
-            out.append(
-                f"verify: FAILED: max abs diff {self.worst:.3g} > tolerance {self.tolerance:g}"
-            )
-        else:
-            out.append("verify: OK")
-        return out
-
 
 def zero_unsafe(model: ir.Model) -> bool:
     """Whether ONNX Runtime may end the process on a size 0 of this model: it has a
@@ -407,6 +380,34 @@ def zero_unsafe(model: ir.Model) -> bool:
     DynamicQuantizeLSTM at batch 0 and on GRU at seq 0, and 1.22 segfaults on RNN at
     seq 0. :func:`verify` runs such sizes in child processes."""
     return any((node.domain, node.op_type) in RNN_OPS for node in model.graph.all_nodes())
+
+
+@dataclasses.dataclass
+class VerifyPlan:
+    """What a model fixes about :func:`verify`'s runs, read from the original before the
+    rewrite (which may fold weights that fix more sizes: :meth:`add_fixed_sizes`)."""
+
+    specs: list[InputSpec]
+    #: Input axis -> the size the weights fix (:func:`weight_fixed_sizes`).
+    known: dict[tuple[str, int], int]
+    #: See :func:`zero_unsafe`.
+    zero_unsafe: bool
+
+    @classmethod
+    def of(cls, model: ir.Model) -> VerifyPlan:
+        return cls(input_specs(model), weight_fixed_sizes(model), zero_unsafe(model))
+
+    def add_fixed_sizes(self, model: ir.Model) -> None:
+        """Add the sizes ``model``'s weights fix (those already known win)."""
+        self.known = {**weight_fixed_sizes(model), **self.known}
+
+    def runs(self, overrides: Mapping[str, tuple[int, ...]]) -> list[dict[str, tuple[int, ...]]]:
+        """:func:`plan_runs` for these inputs.
+
+        Raises:
+            ValueError: ``overrides`` are inconsistent with the inputs.
+        """
+        return plan_runs(self.specs, overrides, known=self.known)
 
 
 def _time_major_equivalent(before: Source) -> bytes | None:

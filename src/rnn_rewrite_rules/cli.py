@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnn_rewrite_rules import __version__
+from rnn_rewrite_rules import __version__, errors
 
 if TYPE_CHECKING:
     from rnn_rewrite_rules._rewrite_file import RewriteOptions
@@ -178,7 +178,7 @@ def _demo_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--rules", action="append", metavar="NAME,...", help="as for rewriting")
-    # The mission's case: a decoder step (seq 1) at batch 5, where per-call overhead dominates.
+    # A decoder step (seq 1) at batch 5: where per-call overhead dominates.
     parser.add_argument("--batch", type=int, default=5, help="latency batch size (default 5)")
     parser.add_argument("--seq", type=int, default=1, help="latency sequence length (default 1)")
     parser.add_argument("--repeat", type=int, default=50, help="timed runs per model (default 50)")
@@ -195,14 +195,9 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         choices=list(TARGETS),
-        default=None,
+        default=DEFAULT_TARGET,
         help=f"what the result must run on (default {DEFAULT_TARGET}): "
         + "; ".join(f"{name}: {text}" for name, text in TARGETS.items()),
-    )
-    parser.add_argument(
-        "--portable",
-        action="store_true",
-        help="deprecated: the portable form is the default now (--target portable)",
     )
 
 
@@ -219,21 +214,6 @@ def _names(values: Sequence[str] | None, option: str = "--rules") -> list[str] |
     return names
 
 
-def _target(args: argparse.Namespace) -> str:
-    """``--target``, with the deprecated ``--portable`` as its alias."""
-    from rnn_rewrite_rules.rules import DEFAULT_TARGET
-
-    if args.portable:
-        if args.target not in (None, "portable"):
-            raise _Fail(ExitCode.USAGE, f"--portable contradicts --target {args.target}")
-        print(
-            f"{PROG}: warning: --portable is deprecated: the portable form is the default "
-            "now (--target portable)",
-            file=sys.stderr,
-        )
-    return args.target or DEFAULT_TARGET
-
-
 def _select(values: Sequence[str] | None, target: str, exclude: Sequence[str] | None) -> None:
     """Fail early (before any file is read) on an unknown rule name."""
     from rnn_rewrite_rules._rewrite_file import select
@@ -242,7 +222,7 @@ def _select(values: Sequence[str] | None, target: str, exclude: Sequence[str] | 
 
 
 def _list_rules() -> int:
-    from rnn_rewrite_rules import _report
+    from rnn_rewrite_rules import _api, _report
     from rnn_rewrite_rules.rules import families
 
     available = families()
@@ -253,7 +233,7 @@ def _list_rules() -> int:
     for family in available.values():
         note = "" if family.install_by_default else "  [not added by install()]"
         print(f"  {family.name}: {family.description}{note}")
-        rules = [(_report.rule_name(r), _report.rule_description(r)) for r in family.rules]
+        rules = [(_api.rule_name(r), _report.rule_description(r)) for r in family.rules]
         width = max((len(name) for name, _ in rules), default=0)
         for name, description in rules:
             print(f"    {name:<{width}}  {description}".rstrip())
@@ -348,7 +328,7 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
         rules=_names(args.rules),
         exclude=_names(args.exclude, "--exclude"),
         allow_no_rnn=args.allow_no_rnn,
-        target=_target(args),
+        target=args.target,
         in_place=args.in_place,
         hazards=args.check,
         verify=args.verify,
@@ -379,7 +359,7 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 def _run(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules._rewrite_file import rewrite_file
 
-    _select(args.rules, _target(args), args.exclude)
+    _select(args.rules, args.target, args.exclude)
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
@@ -398,7 +378,7 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules import _demo as _demo_module
 
-    target = _target(args)
+    target = args.target
     _select(args.rules, target, None)
     if args.batch < 1 or args.seq < 1 or args.repeat < 1:
         raise _Fail(ExitCode.USAGE, "--batch, --seq and --repeat must be positive")
@@ -455,37 +435,35 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(getattr(signal, name), handler)
 
 
+#: Each library error the command reports: its exit code and how its message is shown
+#: (``{error}``: the error's own message). A class not listed here, nor any of its bases,
+#: is an internal error.
+_FAILURES: dict[type[Exception], tuple[ExitCode, str]] = {
+    errors.ModelNotFound: (ExitCode.INPUT_NOT_FOUND, "{error}"),
+    errors.ModelIsDirectory: (ExitCode.INPUT_IS_DIRECTORY, "{error}"),
+    errors.NotOnnx: (ExitCode.NOT_ONNX, "{error}"),
+    errors.DamagedModel: (ExitCode.DAMAGED_MODEL, "{error}"),
+    errors.UnsupportedModel: (ExitCode.UNSUPPORTED_MODEL, "{error}"),
+    errors.OutputNotWritable: (ExitCode.OUTPUT_NOT_WRITABLE, "{error}"),
+    errors.SameAsInput: (ExitCode.OUTPUT_IS_INPUT, "{error}"),
+    errors.ModelIOError: (ExitCode.INTERNAL_ERROR, "{error}"),
+    errors.UnsupportedVersionError: (ExitCode.UNSUPPORTED_ONNXSCRIPT, "{error}"),
+    errors.VerifyFailed: (ExitCode.VERIFY_FAILED, "{error}"),
+    errors.BadOptions: (ExitCode.USAGE, "{error} (see " + PROG + " --help)"),
+    errors.UnknownRule: (ExitCode.UNKNOWN_RULE, "{error}"),
+    errors.OnnxRuntimeMissing: (ExitCode.NO_ONNXRUNTIME, "needs onnxruntime: {error}"),
+    errors.CannotVerify: (ExitCode.CANNOT_VERIFY, "cannot verify: {error}"),
+    errors.InvalidResult: (ExitCode.INVALID_RESULT, "{error}"),
+    errors.NoRecurrence: (ExitCode.NO_RECURRENCE, "{error}"),
+}
+
+
 def _failure(error: Exception) -> tuple[ExitCode, str] | None:
     """The exit code and message for a library error, None for an internal error."""
-    from rnn_rewrite_rules import _compat, _io, _rewrite_file
-
-    io_codes: dict[type[_io.ModelIOError], ExitCode] = {
-        _io.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
-        _io.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
-        _io.NotOnnx: ExitCode.NOT_ONNX,
-        _io.DamagedModel: ExitCode.DAMAGED_MODEL,
-        _io.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
-        _io.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
-        _io.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
-    }
-    if isinstance(error, _io.ModelIOError):
-        return io_codes.get(type(error), ExitCode.INTERNAL_ERROR), str(error)
-    if isinstance(error, _compat.UnsupportedVersionError):
-        return ExitCode.UNSUPPORTED_ONNXSCRIPT, str(error)
-    if isinstance(error, _rewrite_file.VerifyFailed):
-        return ExitCode.VERIFY_FAILED, str(error)
-    if isinstance(error, _rewrite_file.BadOptions):
-        return ExitCode.USAGE, f"{error} (see {PROG} --help)"
-    if isinstance(error, _rewrite_file.UnknownRule):
-        return ExitCode.UNKNOWN_RULE, str(error)
-    if isinstance(error, _rewrite_file.OnnxRuntimeMissing):
-        return ExitCode.NO_ONNXRUNTIME, f"needs onnxruntime: {error}"
-    if isinstance(error, _rewrite_file.CannotVerify):
-        return ExitCode.CANNOT_VERIFY, f"cannot verify: {error}"
-    if isinstance(error, _rewrite_file.InvalidResult):
-        return ExitCode.INVALID_RESULT, str(error)
-    if isinstance(error, _rewrite_file.NoRecurrence):
-        return ExitCode.NO_RECURRENCE, str(error)
+    for cls in type(error).__mro__:
+        if cls in _FAILURES:
+            code, shown = _FAILURES[cls]
+            return code, shown.format(error=error)
     return None
 
 
@@ -505,9 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 failure = _failure(error)
                 if failure is None:
                     raise
-                report = getattr(error, "report", None)
-                if report is not None:
-                    _print(report.lines(header=not demo))
+                if isinstance(error, errors.ReportedError):
+                    _print(error.report.lines(header=not demo))
                 code, message = failure
                 if code == ExitCode.NO_ONNXRUNTIME:
                     message = f"{'demo' if demo else '--verify'} {message}"

@@ -331,7 +331,7 @@ def find_hazards(model: ir.Model) -> list[Hazard]:
     return sorted(hazards, key=lambda h: order[h.kind])
 
 
-# ---------------------------------------------------------------- exporter forms (issue 13)
+# ---------------------------------------------------------------------- exporter forms
 # Forms third-party exporters write that a family rewrites when the shape prover proves
 # it equivalent; the hazard names each one whether or not that proof succeeds, so a form
 # left alone is still reported (with the family's reason in the report).

@@ -20,11 +20,10 @@ import onnx
 import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import NUMPY_DTYPES
+from rnn_rewrite_rules.errors import OnnxRuntimeMissing, UnsupportedInput
 
 __all__ = [
-    "OnnxRuntimeMissing",
     "Runner",
-    "UnsupportedInput",
     "compare",
     "diff",
     "latency",
@@ -40,14 +39,6 @@ __all__ = [
 
 #: A model as a path, serialized bytes or a proto.
 Source = str | bytes | onnx.ModelProto
-
-
-class OnnxRuntimeMissing(Exception):
-    """onnxruntime is not installed."""
-
-
-class UnsupportedInput(Exception):
-    """An input's element type cannot be generated."""
 
 
 def require_onnxruntime() -> str:

@@ -38,8 +38,8 @@ import pytest
 _BUILT_AT_IMPORT = ("pattern", "__init__")
 #: The tests that read the names a rule's __init__ gives it. ``select_rules`` lives in
 #: ``rules/__init__.py``, which mutmut does not mutate and so records no tests for: they
-#: are named here (tests/test_mutants_report.py checks that they exist).
-NAME_TESTS = ("tests/test_mutants_rules.py::test_every_rule_is_selected_by_its_own_name",)
+#: are named here (tests/test_mutation_tooling.py checks that they exist).
+NAME_TESTS = ("tests/test_api.py::test_every_rule_is_selected_by_its_own_name",)
 #: What the command runs that in-process tests may not reach: its --verify comparison.
 _COMMAND_MODULES = ("rnn_rewrite_rules._verify.", "rnn_rewrite_rules.runtime.")
 HANG_FACTOR = 5.0

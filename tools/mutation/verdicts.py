@@ -1,5 +1,6 @@
-"""Keep mutmut's verdicts in the repository (``docs/mutation.json``), so that a run on
-another machine resumes where the last one stopped.
+"""Keep mutmut's verdicts in a store outside ``mutants/`` (:func:`store_path`), so that a
+fresh ``mutants/`` (a clean checkout, another machine given the store) resumes where the
+last run stopped.
 
 mutmut keeps each verdict in ``mutants/**/*.meta`` (git-ignored), with a hash of each
 mutated function's source; on its next run it keeps the verdicts of every function whose
@@ -8,7 +9,7 @@ to the store, ``restore`` writes the store back as ``.meta`` files where ``mutan
 none (a fresh checkout or machine), before ``mutmut run``: mutmut's own hash check then
 decides which verdicts still hold. A kept verdict was reached with the tests of its run.
 
-    python benchmarks/mutation_verdicts.py save|restore [--mutants DIR] [--store FILE]
+    python -m tools.mutation.verdicts save|restore [--mutants DIR] [--store FILE]
 
 The store holds, per source file and function, the hash and the exit code and seconds of
 each mutant in mutmut's numbering (``null``: not run).
@@ -18,13 +19,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 from collections.abc import Sequence
 
-__all__ = ["load_store", "main", "restore", "save"]
+__all__ = ["STORE_VARIABLE", "load_store", "main", "restore", "save", "store_path"]
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: The environment variable that names the store; git-ignored ``build/`` by default.
+STORE_VARIABLE = "RNN_REWRITE_MUTATION_STORE"
 _SUFFIX = "__mutmut_"
+
+
+def store_path() -> pathlib.Path:
+    """The verdict store: ``$RNN_REWRITE_MUTATION_STORE``, else
+    ``build/mutation/verdicts.json`` in the repository."""
+    named = os.environ.get(STORE_VARIABLE)
+    return pathlib.Path(named) if named else ROOT / "build" / "mutation" / "verdicts.json"
 
 
 def _split(key: str) -> tuple[str, str, int]:
@@ -59,7 +70,8 @@ def save(mutants_dir: pathlib.Path, store: pathlib.Path) -> int:
         if module is not None:  # a file without mutants has no verdict to keep
             path = meta.relative_to(mutants_dir).as_posix().removesuffix(".meta")
             files[path] = {"module": module, "functions": functions}
-    temporary = store.with_suffix(".json.tmp")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    temporary = store.with_name(store.name + ".tmp")
     temporary.write_text(_dumps(files), encoding="utf-8")
     temporary.replace(store)
     return judged
@@ -120,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("save", "restore"))
     parser.add_argument("--mutants", type=pathlib.Path, default=ROOT / "mutants")
-    parser.add_argument("--store", type=pathlib.Path, default=ROOT / "docs" / "mutation.json")
+    parser.add_argument("--store", type=pathlib.Path, default=store_path())
     args = parser.parse_args(argv)
     if args.action == "save":
         if not args.mutants.is_dir():

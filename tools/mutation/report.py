@@ -1,12 +1,15 @@
-"""Render mutmut's results (``mutants/**/*.meta``) as docs/mutation.md.
+"""Render mutmut's results (``mutants/**/*.meta``): a summary (docs/mutation.md) and
+every mutant that was not killed (``--details``, outside git by default).
 
 Run from the repository root after ``mutmut run`` (``tox -e mutation`` does both). Each
-surviving mutant is matched against ``tests/mutation_equivalent.toml`` by a stable key,
-the mutated function plus the mutated line text (mutmut's numbering changes whenever a
-function gains or loses a mutation site); a match counts as *equivalent* and shows the
-file's reason, any other survivor is listed as behaviour the tests do not pin down.
+surviving mutant is matched against ``tools/mutation/equivalent.toml`` by a stable key,
+the mutated function's name in its module plus the mutated line text (mutmut's numbering
+changes whenever a function gains or loses a mutation site, a module path when a module
+moves); a match counts as *equivalent*, any other survivor is listed in the summary as
+behaviour the tests do not pin down.
 
-    python benchmarks/mutation_report.py [--mutants DIR] [--equivalents FILE] [--out FILE]
+    python -m tools.mutation.report [--mutants DIR] [--equivalents FILE] [--out FILE]
+        [--details FILE]
 
 The diffs come from mutmut itself (``mutmut show``), so the report needs mutmut installed
 (it is, in the tox env).
@@ -30,9 +33,19 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["Mutant", "load_equivalents", "load_mutants", "main", "render", "stale_equivalents"]
+__all__ = [
+    "Mutant",
+    "load_equivalents",
+    "load_mutants",
+    "main",
+    "mutmut_executable",
+    "render",
+    "render_details",
+    "stale_equivalents",
+]
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
 
 #: mutmut 3's exit codes (mutmut/stats.py), grouped as the report counts them.
 _STATUS = {
@@ -69,12 +82,17 @@ class Mutant:
         return self.name.rpartition("__mutmut_")[0].rpartition(".")[0]
 
     @property
+    def qualname(self) -> str:
+        """The mutated function's name in its module: ``reshape``, ``Reshape.apply``."""
+        function = self.name.rpartition("__mutmut_")[0].rpartition(".")[2]
+        if function.startswith("xǁ"):
+            return ".".join(function.split("ǁ")[1:])
+        return function.removeprefix("x_")
+
+    @property
     def function(self) -> str:
-        """The mutated function, readable: ``semantics.reshape``, ``ops.ǁReshapeǁapply``."""
-        mangled = self.name.rpartition("__mutmut_")[0]
-        module, _, function = mangled.rpartition(".")
-        function = function.removeprefix("x_").replace("xǁ", "").replace("ǁ", ".")
-        return f"{module.rpartition('.')[2]}.{function.strip('.')}"
+        """The mutated function, readable: ``semantics.reshape``, ``ops.Reshape.apply``."""
+        return f"{self.module.rpartition('.')[2]}.{self.qualname}"
 
     @property
     def mutated_lines(self) -> list[str]:
@@ -86,12 +104,12 @@ class Mutant:
 
     @property
     def key(self) -> tuple[str, str]:
-        """(mangled function, mutated lines); a mutant that only deletes lines is keyed by
+        """(:attr:`qualname`, mutated lines); a mutant that only deletes lines is keyed by
         what it deletes, ``deleted: <line>``."""
         text = " / ".join(self.mutated_lines)
         if not text and self.original_lines:
             text = "deleted: " + " / ".join(self.original_lines)
-        return self.name.rpartition("__mutmut_")[0], text
+        return self.qualname, text
 
 
 def _changed(diff: str, sign: str) -> list[str]:
@@ -134,10 +152,15 @@ def load_equivalents(path: pathlib.Path) -> dict[tuple[str, str], str]:
     return table
 
 
+def mutmut_executable() -> str | None:
+    """The mutmut beside this interpreter (the tox env's), else the one on PATH."""
+    beside = shutil.which("mutmut", path=str(pathlib.Path(sys.executable).parent))
+    return beside or shutil.which("mutmut")
+
+
 def _show(names: Iterable[str]) -> dict[str, str]:
     """mutmut's diff of each mutant (``mutmut show``)."""
-    executable = shutil.which("mutmut", path=str(pathlib.Path(sys.executable).parent))
-    executable = executable or shutil.which("mutmut")
+    executable = mutmut_executable()
     if executable is None:
         raise SystemExit("mutmut is not installed: run this in `tox -e mutation`")
     diffs = {}
@@ -159,8 +182,10 @@ def _seconds(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.1f} / {max(values):.1f}"
 
 
-def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> str:
-    """The Markdown report."""
+def _counts(
+    mutants: Sequence[Mutant],
+) -> tuple[dict[str, collections.Counter], dict[str, list[float]]]:
+    """Per source file and ``"total"``: the mutants by status, and their durations."""
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     durations: dict[str, list[float]] = collections.defaultdict(list)
     for mutant in mutants:
@@ -171,43 +196,40 @@ def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> 
             # 0.0: not measured (mutmut's forkserver workers record no duration)
             if mutant.duration and status != "not run":
                 durations[module].append(mutant.duration)
+    return counts, durations
+
+
+def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> str:
+    """The summary page: how to run, the counts per module, survivors without a reason."""
+    counts, durations = _counts(mutants)
     lines = [
         "# Mutation testing",
         "",
-        "Generated by `benchmarks/mutation_report.py` from the last `tox -e mutation` run;",
+        "Generated by `tools/mutation/report.py` from the last `tox -e mutation` run;",
         "do not edit. Each mutant is one small change to a module that proves things (the",
         "shape prover, the rules' checks, the weight-folding evaluator, the verify",
         "comparison), run against the torch-free tests that reach the mutated function",
-        "(`[tool.mutmut]` in pyproject.toml). *Killed*: a test failed. *Equivalent*: it",
-        "survived, and `tests/mutation_equivalent.toml` says why no test can tell it apart.",
-        "*Survived*: a behaviour change no test catches. *Not run*: generated but outside",
-        "the runs so far.",
+        "(`[tool.mutmut]` in pyproject.toml). *Killed*: a test failed (a *timeout* is a",
+        "kill too). *Equivalent*: it survived, and `tools/mutation/equivalent.toml` says why",
+        "no test can tell it apart. *Survived*: a behaviour change no test catches.",
         "",
         "```console",
-        "$ nice -n 15 tox -e mutation                # every mutant in scope: hours on 2 cores",
-        "$ nice -n 15 tox -e mutation -- 'rnn_rewrite_rules.shape.values.*'  # a module",
-        "$ python benchmarks/mutation_report.py      # this page again, from mutants/",
+        "$ nice -n 15 tox -e mutation                          # every mutant: hours on 2 cores",
+        "$ nice -n 15 tox -e mutation -- --changed-since main  # the functions changed since main",
+        "$ nice -n 15 tox -e mutation -- 'rnn_rewrite_rules.shape.values.*'  # by mutmut's names",
         "```",
         "",
-        "mutmut keeps each verdict in `mutants/` (git-ignored): a run without names resumes,",
-        "named mutants are rerun, a change of the test selection resets them all. `tox -e",
-        "mutation` keeps them in `docs/mutation.json` too and restores them into a fresh",
-        "`mutants/` (`benchmarks/mutation_verdicts.py`), where mutmut resets those of every",
-        "function whose source changed: the counts below add up runs of several days,",
-        "each verdict reached with the tests of its run. A survivor",
-        "gets a near-miss test (`tests/test_mutants_*.py` and the family's own tests); one",
-        "that cannot, an entry in `tests/mutation_equivalent.toml` (function + mutated line,",
-        "and why). mutmut does not mutate decorated functions: every `@property` is outside",
-        "its reach (`shape/ops.py` registers its transfer functions from a table for this",
-        "reason). The command's tests (marker `command`) run the mutant in their child",
-        "process (`tests.support.child_env`); tests that measure a child (`subprocess`) are",
-        "left out. `tests/mutation_order.py` runs each mutant's fastest tests first, fails a",
-        "test that runs past 5x its recorded time (a hang counts as a kill), maps a rule's",
-        "`pattern` and `__init__`, which run at import, to the tests of the rule's other",
-        "methods, and the command's tests to every function of `_verify` and `runtime`,",
-        "whose calls in the child mutmut cannot see. `pattern` and `__init__` need the package",
-        'imported after the mutant is chosen: `process_isolation = "forkserver"` (the',
-        "default in pyproject.toml); `fork` is faster for every other function.",
+        "mutmut keeps each verdict in `mutants/` (git-ignored); `tox -e mutation` also keeps",
+        "them in a verdict store outside git (`build/mutation/verdicts.json`, or the path in",
+        "`RNN_REWRITE_MUTATION_STORE`) and restores them into a fresh `mutants/`, where",
+        "mutmut resets those of every function whose source changed. The counts below add",
+        "up the runs whose verdicts the store holds. Every mutant that was not killed, with",
+        "its diff and reason, is in `build/mutation/mutants.md` after a run. A survivor",
+        "gets a near-miss test in its subject's test file; one that cannot, an entry in",
+        "`tools/mutation/equivalent.toml` (function name, mutated line, and why).",
+        "`tools/mutation/order.py` orders each mutant's tests fastest first, fails a test",
+        "that runs past 5x its recorded time, and maps the functions mutmut cannot see run",
+        "(a rule's `pattern` and `__init__`, run at import; the command's child process).",
         "",
         "| module | " + " | ".join(COLUMNS) + " | seconds per mutant (median / max) |",
         "| --- | " + " | ".join("---:" for _ in COLUMNS) + " | ---: |",
@@ -216,31 +238,49 @@ def render(mutants: Sequence[Mutant], stale: Sequence[tuple[str, str]] = ()) -> 
         label = f"**{module}**" if module == "total" else f"`{module}`"
         row = [str(counts[module][c]) for c in COLUMNS]
         lines.append(f"| {label} | " + " | ".join(row) + f" | {_seconds(durations[module])} |")
-    survivors = [m for m in mutants if m.status == "survived"]
-    lines += ["", "## Surviving mutants", ""]
-    if not survivors:
+    needs_tests = [m for m in mutants if m.status == "survived" and m.reason is None]
+    lines += ["", "## Survivors without a reason", ""]
+    if not needs_tests:
         lines.append("None.")
     else:
         lines += [
-            "| mutant | function | original | mutated | equivalent because |",
-            "| --- | --- | --- | --- | --- |",
+            f"* `{m.function}`: {_cell(' / '.join(m.original_lines))} -> "
+            f"{_cell(' / '.join(m.mutated_lines))}"
+            for m in needs_tests
         ]
-        for m in survivors:
-            number = m.name.rpartition("__mutmut_")[2]
-            reason = m.reason if m.reason is not None else "**not equivalent: needs a test**"
-            lines.append(
-                f"| {number} | `{m.function}` | {_cell(' / '.join(m.original_lines))} "
-                f"| {_cell(' / '.join(m.mutated_lines))} | {reason} |"
-            )
+    unreached = [m for m in mutants if m.status in ("suspicious", "no tests")]
+    if unreached:
+        lines += ["", "## Mutants no test reaches", ""]
+        lines += [
+            f"* `{m.function}` {m.status}: {_cell(' / '.join(m.mutated_lines))}" for m in unreached
+        ]
+    if stale:
+        lines += ["", "## Equivalents that matched no surviving mutant", ""]
+        lines += [f"* `{function}`: {_cell(text)}" for function, text in stale]
+    return "\n".join(lines) + "\n"
+
+
+def render_details(mutants: Sequence[Mutant]) -> str:
+    """Every mutant that was not killed, one row each, with its reason when equivalent."""
+    lines = ["# Mutants not killed", ""]
+    survivors = [m for m in mutants if m.status == "survived"]
+    lines += [
+        "| mutant | function | original | mutated | equivalent because |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for m in survivors:
+        number = m.name.rpartition("__mutmut_")[2]
+        reason = m.reason if m.reason is not None else "**not equivalent: needs a test**"
+        lines.append(
+            f"| {number} | `{m.function}` | {_cell(' / '.join(m.original_lines))} "
+            f"| {_cell(' / '.join(m.mutated_lines))} | {reason} |"
+        )
     others = [m for m in mutants if m.status in ("timeout", "suspicious", "no tests")]
     if others:
         lines += ["", "## Timeouts and mutants no test reaches", ""]
         lines += [
             f"* `{m.function}` {m.status}: {_cell(' / '.join(m.mutated_lines))}" for m in others
         ]
-    if stale:
-        lines += ["", "## Equivalents that matched no surviving mutant", ""]
-        lines += [f"* `{function}`: {_cell(text)}" for function, text in stale]
     return "\n".join(lines) + "\n"
 
 
@@ -254,13 +294,22 @@ def stale_equivalents(
     return sorted(key for key in equivalents if key[0] in run and key not in survivors)
 
 
+def _write(path: pathlib.Path, text: str) -> None:
+    """Replace ``path`` whole (a temporary file renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=pathlib.Path, default=ROOT / "mutants")
-    parser.add_argument(
-        "--equivalents", type=pathlib.Path, default=ROOT / "tests" / "mutation_equivalent.toml"
-    )
+    parser.add_argument("--equivalents", type=pathlib.Path, default=HERE / "equivalent.toml")
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "docs" / "mutation.md")
+    parser.add_argument(
+        "--details", type=pathlib.Path, default=ROOT / "build" / "mutation" / "mutants.md"
+    )
     args = parser.parse_args(argv)
     if not args.mutants.is_dir():
         parser.error(f"{args.mutants} does not exist: run `tox -e mutation` first")
@@ -275,11 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in mutants:
         if m.status == "survived" and m.key in equivalents:
             m.reason = equivalents[m.key]
-    text = render(mutants, stale_equivalents(mutants, equivalents))
-    temporary = args.out.with_suffix(".md.tmp")
-    temporary.write_text(text)
-    temporary.replace(args.out)
-    print(f"wrote {args.out}")
+    _write(args.out, render(mutants, stale_equivalents(mutants, equivalents)))
+    _write(args.details, render_details(mutants))
+    print(f"wrote {args.out} and {args.details}")
     return 0
 
 

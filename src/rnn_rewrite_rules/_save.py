@@ -1,7 +1,4 @@
-"""Load and save models on disk safely: external data, models over 2 GB, atomic replacement.
-
-Loading classifies every way a file can be unusable (missing, a directory, not ONNX,
-truncated or damaged, unsupported opset) as a distinct :class:`ModelIOError`.
+"""Write a model file safely: external data, models over 2 GB, atomic replacement.
 
 Saving never leaves a partial file behind: the model (and its external data) is written
 into a temporary directory next to the target, then moved into place with ``os.replace``.
@@ -15,12 +12,15 @@ scheme) are deleted, once the model file that referenced them has been replaced.
 Outputs are resolved through symbolic links (the file a link points to is replaced, the
 link stays); special files (devices, FIFOs) and files the input uses are refused. Signals
 are deferred while files are moved into place, so an interrupt never leaves half a pair.
+
+An embedded model is written by :func:`save_embedded`, which writes the protobuf
+``ir.save`` writes, streaming the big main-graph initializers one at a time into the
+file instead of serializing a second copy of every tensor (plus the bytes of that copy).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import re
@@ -33,274 +33,40 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import onnx
 import onnx_ir as ir
-from google.protobuf.message import DecodeError
 
-from rnn_rewrite_rules import _lazy_io
+from rnn_rewrite_rules._ir import NUMPY_DTYPES
+from rnn_rewrite_rules._load import LoadedModel, file_kind, referenced_data_files
+from rnn_rewrite_rules._protobuf import (
+    GRAPH_INITIALIZER,
+    MODEL_GRAPH,
+    TENSOR_RAW_DATA,
+    encode_varint,
+    length_delimited_size,
+    tag,
+)
+from rnn_rewrite_rules._serialize import release, serialize_with_placeholders, stream_index
+from rnn_rewrite_rules.errors import OutputNotWritable, SameAsInput
 
 __all__ = [
-    "DamagedModel",
-    "LoadedModel",
-    "ModelIOError",
-    "ModelIsDirectory",
-    "ModelNotFound",
-    "NotOnnx",
-    "OutputNotWritable",
-    "SameAsInput",
+    "EMBED_LIMIT_BYTES",
     "Staging",
-    "UnsupportedModel",
     "check_output_path",
-    "load_model",
     "output_staging",
+    "progress_callback",
+    "save_embedded",
+    "signals_deferred",
     "tensor_bytes",
 ]
 
 #: Above this many tensor bytes a model is saved with external data (protobuf stops at 2 GiB).
 EMBED_LIMIT_BYTES = 1_800_000_000
+
 #: Tensors at least this large go to the external data file when one is used.
 EXTERNAL_THRESHOLD_BYTES = 1024
-MIN_OPSET = 7
 
-
-class ModelIOError(Exception):
-    """A model file that cannot be read or written; the message is one line for users."""
-
-
-class ModelNotFound(ModelIOError):
-    pass
-
-
-class ModelIsDirectory(ModelIOError):
-    pass
-
-
-class NotOnnx(ModelIOError):
-    pass
-
-
-class DamagedModel(ModelIOError):
-    pass
-
-
-class UnsupportedModel(ModelIOError):
-    pass
-
-
-class OutputNotWritable(ModelIOError):
-    pass
-
-
-class SameAsInput(ModelIOError):
-    pass
-
-
-@dataclasses.dataclass
-class LoadedModel:
-    model: ir.Model
-    path: Path
-    #: Whether any tensor of the file lives in an external data file.
-    external_data: bool
-    #: External data files the model references, relative to its directory.
-    data_files: frozenset[str]
-
-
-# ModelProto field number -> protobuf wire type (0 varint, 2 length-delimited).
-_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2, 26: 2}
-
-
-def _varint(data: bytes, pos: int) -> tuple[int | None, int]:
-    value = shift = 0
-    while pos < len(data):
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            return None, pos
-    return None, pos
-
-
-def _parse_failure_kind(data: bytes) -> str:
-    """Why ``data`` failed to parse: "truncated", "damaged" (inside a field) or "garbage"."""
-    pos = fields = 0
-    while pos < len(data):
-        tag, pos = _varint(data, pos)
-        if tag is None:
-            return "truncated" if fields else "garbage"
-        wire = tag & 7
-        if _MODEL_FIELDS.get(tag >> 3) != wire:
-            return "garbage"
-        value, pos = _varint(data, pos)
-        if value is None:
-            return "truncated" if fields else "garbage"
-        if wire == 2:
-            if pos + value > len(data):
-                return "truncated" if fields else "garbage"
-            pos += value
-        fields += 1
-    return "damaged"
-
-
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _graphs(attr.g)
-            for sub in attr.graphs:
-                yield from _graphs(sub)
-
-
-def _tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
-    for graph in _graphs(proto.graph):
-        yield from graph.initializer
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("t"):
-                    yield attr.t
-                yield from attr.tensors
-
-
-def _external_files(proto: onnx.ModelProto) -> dict[str, list[onnx.TensorProto]]:
-    files: dict[str, list[onnx.TensorProto]] = {}
-    for tensor in _tensors(proto):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            info = {entry.key: entry.value for entry in tensor.external_data}
-            files.setdefault(info.get("location", ""), []).append(tensor)
-    return files
-
-
-def _check_external_data(path: Path, files: dict[str, list[onnx.TensorProto]]) -> None:
-    for location, tensors in files.items():
-        if not location or os.path.isabs(location) or ".." in Path(location).parts:
-            raise DamagedModel(
-                f"{path}: external data location {location!r} is not a relative path"
-            )
-        data_path = path.parent / location
-        if not data_path.is_file():
-            raise DamagedModel(f"{path}: external data file {str(data_path)!r} is missing")
-        size = data_path.stat().st_size
-        for tensor in tensors:
-            info = {entry.key: entry.value for entry in tensor.external_data}
-            offset = int(info.get("offset", 0) or 0)
-            length = info.get("length")
-            if length is None:
-                try:
-                    itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-                except (KeyError, TypeError, ValueError):
-                    continue
-                numel = 1
-                for dim in tensor.dims:
-                    numel *= dim
-                length = numel * itemsize
-            if offset + int(length) > size:
-                raise DamagedModel(
-                    f"{path}: external data file {str(data_path)!r} is too short "
-                    f"for tensor {tensor.name!r} (truncated?)"
-                )
-
-
-def _check_versions(path: Path, proto: onnx.ModelProto) -> None:
-    if proto.ir_version > onnx.IR_VERSION:
-        raise UnsupportedModel(
-            f"{path}: IR version {proto.ir_version} is newer than this onnx {onnx.__version__} "
-            f"supports ({onnx.IR_VERSION})"
-        )
-    newest = onnx.defs.onnx_opset_version()
-    for opset in proto.opset_import:
-        if opset.domain in ("", "ai.onnx"):
-            if opset.version < MIN_OPSET:
-                raise UnsupportedModel(
-                    f"{path}: opset {opset.version} is not supported (need {MIN_OPSET} to {newest})"
-                )
-            if opset.version > newest:
-                raise UnsupportedModel(
-                    f"{path}: opset {opset.version} is newer than this onnx {onnx.__version__} "
-                    f"knows ({newest}); upgrade onnx"
-                )
-
-
-def load_model(path: str | os.PathLike) -> LoadedModel:
-    """Read a model file, checking it thoroughly; external tensors stay on disk (mmap).
-
-    Raises:
-        ModelIOError: a subclass naming what is wrong with the file.
-    """
-    path = Path(path)
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise ModelNotFound(f"{path}: no such file") from None
-    except OSError as error:
-        raise ModelNotFound(f"{path}: cannot read: {error.strerror or error}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ModelIsDirectory(f"{path}: is a directory, not an ONNX file")
-    if not stat.S_ISREG(info.st_mode):
-        raise NotOnnx(f"{path}: is {_kind(info.st_mode)}, not an ONNX file")
-    lazy = _lazy_io.lazy_model_proto(path)  # big embedded tensors stay in the file, mapped
-    if lazy is not None:
-        return _model_from_proto(path, lazy, lazy=True)
-    try:
-        with open(path, "rb") as handle:  # a regular file: never blocks
-            data = handle.read(info.st_size + 1)
-    except OSError as error:
-        raise ModelNotFound(f"{path}: cannot read: {error.strerror or error}") from None
-    if not data:
-        raise NotOnnx(f"{path}: is empty, not an ONNX model")
-    proto = onnx.ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError):
-        kind = _parse_failure_kind(data)
-        if kind == "garbage":
-            raise NotOnnx(f"{path}: is not an ONNX model (not an ONNX protobuf)") from None
-        if kind == "truncated":
-            raise DamagedModel(f"{path}: is truncated (the ONNX protobuf ends early)") from None
-        raise DamagedModel(f"{path}: is a damaged ONNX model (a field does not parse)") from None
-    del data
-    return _model_from_proto(path, proto)
-
-
-def _model_from_proto(path: Path, proto: onnx.ModelProto, *, lazy: bool = False) -> LoadedModel:
-    if proto.ir_version <= 0 or not proto.HasField("graph"):
-        raise NotOnnx(f"{path}: is not an ONNX model (no IR version or graph)")
-    if proto.ir_version >= 3 and not proto.opset_import:
-        raise DamagedModel(f"{path}: has no opset_import (truncated?)")
-    _check_versions(path, proto)
-    files = _external_files(proto)
-    if lazy:  # the tensors lazy_model_proto left in the model file itself: not external data
-        files.pop(path.name, None)
-    _check_external_data(path, files)
-    try:
-        model = ir.serde.deserialize_model(proto)
-    except Exception as error:  # onnx_ir raises many kinds for malformed graphs
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise DamagedModel(f"{path}: cannot be read: {message}") from None
-    ir.external_data.set_base_dir(model.graph, str(path.parent.resolve()))
-    return LoadedModel(model, path, bool(files), frozenset(files))
-
-
-def _referenced_data_files(path: Path) -> frozenset[str]:
-    """External data files the ONNX file at ``path`` references (empty when unreadable)."""
-    lazy = _lazy_io.lazy_model_proto(path)  # not every embedded tensor in memory
-    try:
-        proto = lazy or onnx.load(str(path), load_external_data=False)
-    except Exception:
-        return frozenset()
-    return frozenset(_external_files(proto)) - ({path.name} if lazy else set())
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+#: Text formats ``ir.save`` infers from the suffix: never streamed as protobuf.
+_TEXT_SUFFIXES = frozenset({".textproto", ".prototxt", ".txtpb", ".json", ".onnxtxt"})
 
 
 def _data_paths(model_path: str | os.PathLike, files: frozenset[str]) -> set[str]:
@@ -349,7 +115,7 @@ def check_output_path(
         raise OutputNotWritable(f"{given}: is a directory; give a file name for the output")
     if mode is not None and not stat.S_ISREG(mode):
         raise OutputNotWritable(
-            f"{given}: is {_kind(mode)}; give a regular file name for the output"
+            f"{given}: is {file_kind(mode)}; give a regular file name for the output"
         )
     parent = resolved.parent
     if not parent.is_dir():
@@ -504,7 +270,7 @@ class Staging:
                     self.model_path,
                     external_data=self._data_name,
                     size_threshold_bytes=EXTERNAL_THRESHOLD_BYTES,
-                    callback=_lazy_io.progress_callback(on_tensor),
+                    callback=progress_callback(on_tensor),
                 )
                 data = self._dir / self._data_name
                 if data.exists() and data.stat().st_size == 0:  # every tensor was small
@@ -513,7 +279,7 @@ class Staging:
             else:
                 self._data_name = None
                 # streamed: never a second copy of every tensor in memory
-                _lazy_io.save_embedded(model, self.model_path, on_tensor)
+                save_embedded(model, self.model_path, on_tensor)
         except OSError as error:
             raise _write_error(self.target, error) from None
 
@@ -538,7 +304,7 @@ class Staging:
             raise KeyboardInterrupt
 
     def _move_into_place(self, staged: list[Path]) -> None:
-        old_data = _referenced_data_files(self.target) if self.target.is_file() else frozenset()
+        old_data = referenced_data_files(self.target) if self.target.is_file() else frozenset()
         moved: list[Path] = []
         try:
             for path in staged:
@@ -577,3 +343,98 @@ def output_staging(target: str | os.PathLike, loaded: LoadedModel, *, in_place: 
     same_dir = resolved.parent == Path(os.path.realpath(loaded.path)).parent
     keep = loaded.data_files if same_dir and not in_place else frozenset()
     return Staging(resolved, keep_away=keep)
+
+
+def save_embedded(
+    model: ir.Model,
+    path: str | os.PathLike,
+    on_tensor: Callable[[int, int], None] | None = None,
+) -> None:
+    """Write ``model`` as one ``.onnx`` file, the big initializers streamed one at a time.
+
+    The file holds the same ``ModelProto`` ``ir.save(model, path)`` writes (the main
+    graph's initializers are encoded after its other fields). External tensors read for
+    it are unmapped once written. ``on_tensor(tensors written, total)`` reports progress.
+
+    Raises:
+        OSError: the write failed.
+    """
+    path = Path(path)
+    if path.suffix.lower() in _TEXT_SUFFIXES:
+        ir.external_data.load_to_model(model)
+        ir.save(model, path)
+        return
+    proto, sources = serialize_with_placeholders(model)
+    entries: list[bytes | tuple[bytes, ir.TensorProtocol]] = []
+    for tensor_proto in proto.graph.initializer:
+        index = stream_index(tensor_proto)
+        if index is None:
+            entries.append(tensor_proto.SerializeToString())
+            continue
+        source = sources[index]
+        del tensor_proto.external_data[:]
+        tensor_proto.ClearField("data_location")
+        entries.append((tensor_proto.SerializeToString(), source))
+    proto.graph.ClearField("initializer")
+    graph_rest = proto.graph.SerializeToString()
+    proto.ClearField("graph")
+    model_rest = proto.SerializeToString()
+    del proto
+
+    def message_length(entry) -> int:
+        if isinstance(entry, bytes):
+            return len(entry)
+        header, tensor = entry
+        return len(header) + len(tag(TENSOR_RAW_DATA)) + length_delimited_size(tensor.nbytes)
+
+    def field_length(entry) -> int:
+        return len(tag(GRAPH_INITIALIZER)) + length_delimited_size(message_length(entry))
+
+    total = len(sources)
+    graph_length = len(graph_rest) + sum(field_length(e) for e in entries)
+    written = 0
+    with open(path, "wb") as file:
+        file.write(model_rest)
+        file.write(tag(MODEL_GRAPH) + encode_varint(graph_length))
+        file.write(graph_rest)
+        for entry in entries:
+            file.write(tag(GRAPH_INITIALIZER))
+            file.write(encode_varint(message_length(entry)))
+            if isinstance(entry, bytes):
+                file.write(entry)
+                continue
+            header, tensor = entry
+            file.write(header)
+            file.write(tag(TENSOR_RAW_DATA))
+            file.write(encode_varint(tensor.nbytes))
+            _write_bytes(file, tensor)
+            release(tensor)
+            written += 1
+            if on_tensor is not None:
+                on_tensor(written, total)
+
+
+def progress_callback(on_tensor: Callable[[int, int], None] | None):
+    """``on_tensor(tensors written, total)`` as the ``callback`` ``ir.save`` takes (or None)."""
+    if on_tensor is None:
+        return None
+    written = [0]
+
+    def callback(tensor: ir.TensorProtocol, info: ir.external_data.CallbackInfo) -> None:
+        written[0] += 1
+        on_tensor(written[0], info.total)
+
+    return callback
+
+
+def _write_bytes(file, tensor: ir.TensorProtocol) -> None:
+    """The tensor's ONNX raw bytes, without a copy when numpy's layout already is that."""
+    if tensor.dtype not in NUMPY_DTYPES:
+        file.write(tensor.tobytes())
+        return
+    array = tensor.numpy()
+    if array.dtype.byteorder == ">" or not array.flags.c_contiguous:
+        file.write(tensor.tobytes())
+    else:
+        file.write(memoryview(array.reshape(-1)).cast("B"))
+    del array  # before the mapping, if any, is released

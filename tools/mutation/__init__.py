@@ -1,0 +1,1 @@
+"""Mutation testing with mutmut: ``tox -e mutation`` (docs/mutation.md)."""
