@@ -769,18 +769,22 @@ def test_the_plan_is_read_from_the_model_and_keeps_what_it_knew() -> None:
     runs = plan.runs({"seq": (2, 4)})
     assert [(shapes["x"][0], shapes["x"][2]) for shapes in runs] == [(2, 3), (4, 3)]
     other = _rnn("GRU", ["x", "W", "R"], [_vi("x", ["seq", "batch", None])], features=7)
-    plan.add_fixed_sizes(other)  # a size already known wins
+    plan.add_rewritten(other)  # a size already known wins
     assert plan.known == {("x", 2): 3}
     plan.known = {}
-    plan.add_fixed_sizes(other)
+    plan.add_rewritten(other)
     assert plan.known == {("x", 2): 7}
-    assert not _verify.VerifyPlan.of(
+    plain = _verify.VerifyPlan.of(
         ir.serde.deserialize_model(
             _model(
                 [helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n"])], [_vi("y", None)], []
             )
         )
-    ).zero_unsafe
+    )
+    assert not plain.zero_unsafe
+    # a rewrite that made a recurrent op (a re-rolled loop) makes a size 0 unsafe too
+    plain.add_rewritten(other)
+    assert plain.zero_unsafe
 
 
 def test_weights_fix_the_directions_axis_1_at_layout_1() -> None:

@@ -202,63 +202,104 @@ def rewrite_file(
         InvalidResult: the result fails the ONNX checker and the input does not.
     """
     options = options or RewriteOptions()
-    progress = options.progress or _NoProgress()
-    _check_options(options)
-    rules = select(options.rules, target=options.target, exclude=options.exclude)
-    if options.verify:
-        runtime.require_onnxruntime()
-    source = Path(src)
-    target = Path(dst) if dst is not None else None
-    loaded = _load.load_model(source)
-    model = loaded.model
-    plan = _verify.VerifyPlan.of(model)  # read before the rewrite
-    if options.verify:
-        try:
-            plan.runs(options.shapes)
-        except ValueError as error:
-            raise BadOptions(str(error)) from None
+    job = _Job.start(Path(src), Path(dst) if dst is not None else None, options)
     with contextlib.ExitStack() as stack:
-        staging = None
-        if target is not None:
-            staging = stack.enter_context(
-                _save.output_staging(target, loaded, in_place=options.in_place)
+        job.load(stack)
+        job.rewrite()
+        if job.staging is None and not options.verify:
+            return job.report  # --check: nothing to write or run
+        job.write(stack)
+        job.verify()
+        job.commit()
+    return job.report
+
+
+@dataclasses.dataclass
+class _Job:
+    """One :func:`rewrite_file` call, as stages run in order: :meth:`load` (the input, the
+    output's staging, ``--verify``'s plan), :meth:`rewrite` (hazards, the rules, the report),
+    :meth:`write` (the staged file, checked), :meth:`verify` (both files in ONNX Runtime),
+    :meth:`commit` (the file moved into place). Each stage reads what the earlier ones left
+    here; a stage that fails raises, and nothing is written."""
+
+    source: Path
+    target: Path | None
+    options: RewriteOptions
+    rules: list
+    progress: Progress
+    loaded: _load.LoadedModel | None = None
+    plan: _verify.VerifyPlan | None = None
+    staging: _save.Staging | None = None
+    report: Report | None = None
+
+    @classmethod
+    def start(cls, source: Path, target: Path | None, options: RewriteOptions) -> _Job:
+        """Options checked and rules chosen before any file is read."""
+        _check_options(options)
+        rules = select(options.rules, target=options.target, exclude=options.exclude)
+        if options.verify:
+            runtime.require_onnxruntime()
+        return cls(source, target, options, rules, options.progress or _NoProgress())
+
+    def load(self, stack: contextlib.ExitStack) -> None:
+        self.loaded = _load.load_model(self.source)
+        self.plan = _verify.VerifyPlan.of(self.loaded.model)  # read before the rewrite
+        if self.options.verify:
+            try:
+                self.plan.runs(self.options.shapes)
+            except ValueError as error:
+                raise BadOptions(str(error)) from None
+        if self.target is not None:
+            self.staging = stack.enter_context(
+                _save.output_staging(self.target, self.loaded, in_place=self.options.in_place)
             )
-        hazards = diagnostics.find_hazards(model) if options.hazards else None
-        progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
-        report = _rewrite(model, rules, progress)
-        # weights the rewrite folded into initializers fix sizes too (W's input size)
-        plan.add_fixed_sizes(model)
-        report.source, report.target = source, target
+
+    def rewrite(self) -> None:
+        model = self.loaded.model
+        hazards = diagnostics.find_hazards(model) if self.options.hazards else None
+        self.progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
+        report = _rewrite(model, self.rules, self.progress)
+        self.plan.add_rewritten(model)
+        report.source, report.target = self.source, self.target
         if hazards is not None:
             report.hazards_before = hazards
             report.hazards_after = diagnostics.find_hazards(model)
-        if target is not None and report.found_no_recurrence and not options.allow_no_rnn:
+        self.report = report
+        unasked = self.target is not None and not self.options.allow_no_rnn
+        if unasked and report.found_no_recurrence:
             report.target = None
             raise NoRecurrence(
-                f"{source}: no RNN, LSTM, GRU or recurrence found; {target} not written "
-                "(--allow-no-rnn writes it anyway)",
+                f"{self.source}: no RNN, LSTM, GRU or recurrence found; {self.target} not "
+                "written (--allow-no-rnn writes it anyway)",
                 report,
             )
-        if staging is None and not options.verify:
-            return report
-        if staging is None:
+
+    def write(self, stack: contextlib.ExitStack) -> None:
+        """The result to the staging file (a scratch one for ``--check --verify``)."""
+        if self.staging is None:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="rnn-rewrite-"))
-            staging = stack.enter_context(_save.Staging(Path(scratch) / source.name))
-        writing = progress.task(f"writing {target or 'a scratch copy'}")
-        staging.write(model, external_data=loaded.external_data, on_tensor=writing.update)
+            self.staging = stack.enter_context(_save.Staging(Path(scratch) / self.source.name))
+        writing = self.progress.task(f"writing {self.target or 'a scratch copy'}")
+        self.staging.write(
+            self.loaded.model, external_data=self.loaded.external_data, on_tensor=writing.update
+        )
         writing.done()
-        if target is not None:
-            _check_result(staging.model_path, source, report.warnings)
-        del model, loaded  # the folded weights: verify loads one model at a time from disk
+        if self.target is not None:
+            _check_result(self.staging.model_path, self.source, self.report.warnings)
+        self.loaded = None  # the folded weights: verify loads one model at a time from disk
         gc.collect()
-        if options.verify:
-            report.verify = _run_verify(
-                str(source), str(staging.model_path), plan, options, progress
-            )
-            if not report.verify.ok:
-                where = f"; {target} not written" if target else ""
-                raise VerifyFailed(f"verification failed{where}", report)
-        if target is not None:
-            staging.commit()
-            report.written = True
-    return report
+
+    def verify(self) -> None:
+        if not self.options.verify:
+            return
+        self.report.verify = _run_verify(
+            str(self.source), str(self.staging.model_path), self.plan, self.options, self.progress
+        )
+        if not self.report.verify.ok:
+            where = f"; {self.target} not written" if self.target else ""
+            raise VerifyFailed(f"verification failed{where}", self.report)
+
+    def commit(self) -> None:
+        if self.target is not None:
+            self.staging.commit()
+            self.report.written = True

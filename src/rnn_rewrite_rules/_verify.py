@@ -385,7 +385,7 @@ def zero_unsafe(model: ir.Model) -> bool:
 @dataclasses.dataclass
 class VerifyPlan:
     """What a model fixes about :func:`verify`'s runs, read from the original before the
-    rewrite (which may fold weights that fix more sizes: :meth:`add_fixed_sizes`)."""
+    rewrite (which may fold weights that fix more sizes: :meth:`add_rewritten`)."""
 
     specs: list[InputSpec]
     #: Input axis -> the size the weights fix (:func:`weight_fixed_sizes`).
@@ -397,9 +397,12 @@ class VerifyPlan:
     def of(cls, model: ir.Model) -> VerifyPlan:
         return cls(input_specs(model), weight_fixed_sizes(model), zero_unsafe(model))
 
-    def add_fixed_sizes(self, model: ir.Model) -> None:
-        """Add the sizes ``model``'s weights fix (those already known win)."""
+    def add_rewritten(self, model: ir.Model) -> None:
+        """What the rewritten ``model`` adds: the sizes its weights fix (those already known
+        win), and whether a size 0 may abort it (a re-rolled recurrence can abort where the
+        unrolled original runs)."""
         self.known = {**weight_fixed_sizes(model), **self.known}
+        self.zero_unsafe = self.zero_unsafe or zero_unsafe(model)
 
     def runs(self, overrides: Mapping[str, tuple[int, ...]]) -> list[dict[str, tuple[int, ...]]]:
         """:func:`plan_runs` for these inputs.
