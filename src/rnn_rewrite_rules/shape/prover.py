@@ -18,6 +18,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape.dim import Dim
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
+from rnn_rewrite_rules.shape.schema import infer
 
 __all__ = ["ShapeProver"]
 
@@ -116,7 +117,7 @@ class ShapeProver:
         else:
             transfer = TRANSFER.get((node.domain, node.op_type))
             ins = [None if v is None else self._facts.get(v, UNKNOWN) for v in node.inputs]
-            facts = transfer(node, ins) if transfer is not None else []
+            facts = transfer(node, ins) if transfer is not None else infer(node, ins)
         for index, output in enumerate(node.outputs):
             fact = facts[index] if index < len(facts) else UNKNOWN
             self._facts[output] = _anchor(fact, output)
