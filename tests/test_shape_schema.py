@@ -409,3 +409,96 @@ def test_untrusted_shape_functions_are_not_used() -> None:
     model = _model([node], [_input("x", [0, 1, 2], static={1, 2})], ["y"])
     model.graph.initializer.append(_const("w", np.ones((1, 1, 1), np.float32), np.float32))
     assert _proven_rank(model, "y") is None
+
+
+# ---------------------------------------------------------------- a DeepFilterNet-style path
+
+_DEEPFILTERNET_LIKE = """
+<ir_version: 9, opset_import: ["" : 17]>
+enc (float[B, T, 32] x) => (float[?, ?, ?, ?] y, float[?, ?, ?] y_h)
+<int64[4] groups = {0, 0, 4, 8}, float[4, 8, 8] w_group = {{w_group}},
+ int64[1] one = {1}, float[4, 1, 1, 3] w_conv = {{w_conv}},
+ int64[1] zero = {0}, int64[1] two = {2}, int64[1] minus_one = {-1},
+ float[1, 48, 128] w_gru = {{w_gru}}, float[1, 48, 16] r_gru = {{r_gru}},
+ int64[1] directions = {1}, int64[1] hidden = {16}, float zero_f = {0.0}>
+{
+    x_shape = Shape (x)
+    bt = Slice (x_shape, zero, two)
+    batch = Gather <axis = 0> (x_shape, zero)
+    xg = Reshape (x, groups)
+    lin = Einsum <equation = "btgi,gih->btgh"> (xg, w_group)
+    flat_shape = Concat <axis = 0> (bt, minus_one)
+    flat = Reshape (lin, flat_shape)
+    img = Unsqueeze (flat, one)
+    conv = Conv <pads = [0, 1, 0, 1]> (img, w_conv)
+    btcf = Transpose <perm = [0, 2, 1, 3]> (conv)
+    own_shape = Shape (btcf)
+    own_bt = Slice (own_shape, zero, two)
+    target = Concat <axis = 0> (own_bt, minus_one)
+    seq_in = Reshape (btcf, target)
+    xt = Transpose <perm = [1, 0, 2]> (seq_in)
+    h0_shape = Concat <axis = 0> (directions, batch, hidden)
+    h0 = Expand (zero_f, h0_shape)
+    y, y_h = GRU <hidden_size = 16, linear_before_reset = 1> (xt, w_gru, r_gru, , , h0)
+}
+"""
+
+
+def _deepfilternet_like() -> onnx.ModelProto:
+    """Grouped linear (Einsum) -> Conv -> Reshape by its own Shape -> GRU whose zero
+    initial state is ``Expand(0, [1, batch, 16])``, as DeepFilterNet's TorchScript
+    encoder is written."""
+    rng = np.random.default_rng(0)
+
+    def values(*shape: int) -> str:
+        return ", ".join(f"{v:.4f}" for v in rng.uniform(-0.3, 0.3, shape).reshape(-1))
+
+    text = _DEEPFILTERNET_LIKE
+    weights = {"w_group": (4, 8, 8), "w_conv": (4, 1, 1, 3), "w_gru": (1, 48, 128)}
+    for name, shape in (*weights.items(), ("r_gru", (1, 48, 16))):
+        text = text.replace(f"{{{{{name}}}}}", "{" + values(*shape) + "}")
+    model = onnx.parser.parse_model(text)
+    model.ir_version = 9
+    return model
+
+
+def test_deepfilternet_like_path_proves_x_and_the_zero_state_goes(monkeypatch) -> None:
+    """Without the fallback the Conv's output has no rank, so neither has the GRU's X and
+    ``initial_state`` refuses ("the rank of X is not proven"); with it, X is
+    ``[conv's T, B, 128]`` and the zero state is shared, outputs unchanged."""
+    import rnn_rewrite_rules
+    from rnn_rewrite_rules.shape import prover as prover_module
+    from tests.reasons import refusal_reasons
+
+    model = _deepfilternet_like()
+    onnx.checker.check_model(model, full_check=True)
+    rules = rnn_rewrite_rules.rules(["initial_state"]).rules
+    gru = next(n for n in ir.serde.deserialize_model(model).graph if n.op_type == "GRU")
+
+    with monkeypatch.context() as patch:  # the prover as it was: no fallback
+        patch.setattr(prover_module, "infer", lambda node, ins: [])
+        assert ShapeProver().rank(gru.inputs[0]) is None
+        assert "the rank of X is not proven" in refusal_reasons(rules, model)
+        assert _ops(rnn_rewrite_rules.rewrite(model, ["initial_state"])) == _ops(model)
+
+    x = ShapeProver().dims(gru.inputs[0])
+    assert x is not None and len(x) == 3 and x[2] == Dim.const(128)
+    batch = x[1].symbol  # the graph input's batch, through Einsum, Conv and two Reshapes
+    assert batch is not None and batch.value.name == "x" and batch.axis == 0
+    assert "the rank of X is not proven" not in refusal_reasons(rules, model)
+    after = rnn_rewrite_rules.rewrite(model, ["initial_state"])
+    assert "Expand" in _ops(model) and "Expand" not in _ops(after)  # the shared zero state
+
+    def run(m: onnx.ModelProto, feed: np.ndarray) -> list[np.ndarray]:
+        options = ["CPUExecutionProvider"]
+        session = onnxruntime.InferenceSession(m.SerializeToString(), providers=options)
+        return session.run(None, {"x": feed})
+
+    for b, t in ((1, 5), (3, 2), (2, 7), (4, 1)):
+        feed = np.random.default_rng(b * 10 + t).standard_normal((b, t, 32)).astype(np.float32)
+        for got, want in zip(run(after, feed), run(model, feed), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return sorted(node.op_type for node in model.graph.node)
