@@ -305,7 +305,8 @@ def _graph_value(text: str, name: str) -> tuple[ir.Model, ir.Value]:
 
 
 def test_sequences_do_not_break_anything() -> None:
-    """SplitToSequence -> SequenceAt: no fact for the sequence, no crash after it."""
+    """SplitToSequence -> SequenceAt: the sequence has no sizes of its own, its elements'
+    are known and come back out."""
     model, value = _graph_value(
         """
         <ir_version: 9, opset_import: ["" : 18]>
@@ -319,8 +320,46 @@ def test_sequences_do_not_break_anything() -> None:
     )
     prover = ShapeProver()
     seq = model.graph.node(0).outputs[0]
-    assert prover.dims(seq) is None
-    prover.dims(value)  # whatever it knows, it does not raise
+    assert prover.dims(seq) is None and prover.fact(seq).sequence is not None
+    assert prover.dims(value) == (Dim.const(1), Dim.const(4))
+
+
+@given(
+    data=st.data(),
+    shape=st.lists(sizes, min_size=1, max_size=3),
+    keepdims=st.sampled_from([0, 1]),
+    split=st.sampled_from(["none", "scalar", "list"]),
+)
+def test_sequence_ops(data, shape, keepdims, split) -> None:
+    """SplitToSequence (no split, a chunk size, a list), SequenceAt, ConcatFromSequence,
+    SequenceLength; the sizes not split pass through as the input's symbols."""
+    rank = len(shape)
+    axis = data.draw(st.integers(-rank, rank - 1))
+    inputs, inits = ["x"], []
+    if split == "scalar":
+        inits.append(_const("split", data.draw(st.integers(1, 3))))
+        inputs.append("split")
+    elif split == "list":
+        n = shape[axis]
+        cut = data.draw(st.integers(0, n))
+        inits.append(_const("split", [cut, n - cut]))
+        inputs.append("split")
+    assume(shape[axis] > 0 or split == "list")
+    attrs = {"axis": axis} | ({"keepdims": keepdims} if split == "none" else {})
+    nodes = [
+        helper.make_node("SplitToSequence", inputs, ["seq"], **attrs),
+        helper.make_node("SequenceAt", ["seq", "zero"], ["first"]),
+        helper.make_node("ConcatFromSequence", ["seq"], ["joined"], axis=axis),
+        helper.make_node("SequenceLength", ["seq"], ["count"]),
+    ]
+    inits.append(_const("zero", 0))
+    model = _model(nodes, [_input("x", shape)], ["first", "joined", "count"], inits)
+    squeezed = split == "none" and keepdims == 0
+    ranks = {"first": rank - squeezed, "joined": rank - squeezed, "count": 0}
+    if squeezed:  # ConcatFromSequence on the axis the elements lost: not the input's rank
+        del ranks["joined"]
+    checked = _check_with_rank(model, {"x": _feed(shape)}, ranks, ort=True)
+    assert checked >= rank - 1 - squeezed
 
 
 @pytest.mark.parametrize(

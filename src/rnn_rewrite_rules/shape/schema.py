@@ -14,8 +14,10 @@ outputs, and int tensors whose elements the prover knows: pads, axes, sizes) go 
 Only the node, its attributes and the input facts are read: never value_info or a
 declared output shape. Element types are chosen to satisfy the schema's type
 constraints (a constant's own type first); shape functions do not depend on them.
-Sequence and optional values, nodes carrying subgraphs or referring to function
-attributes, and ops without a schema at that opset are unknown. Any failure of ONNX's
+A sequence value's fact is what every tensor in it is known to be (``Fact.sequence``),
+so ``SplitToSequence`` -> ``SequenceAt`` keeps the rank and the sizes not split. Optional
+and map values, nodes carrying subgraphs or referring to function attributes, and ops
+without a schema at that opset are unknown. Any failure of ONNX's
 inference (an inconsistent node, a missing input) is unknown, never an exception.
 """
 
@@ -41,7 +43,7 @@ _MIN_OPSET = 7
 #: reads a large tensor's content; serialising weights per query would be slow).
 _MAX_DATA = 4096
 _PREFIX = "rnnrw_dim_"
-_PREFERRED = ("tensor(float)", "tensor(int64)")
+_PREFERRED = ("tensor(float)", "tensor(int64)", "seq(tensor(float))")
 
 #: Attributes with which an op's ONNX shape function is wrong (found by the property
 #: tests): ConvTranspose's ``output_shape`` ``[1]`` gives rank 2 for a rank-3 output.
@@ -115,8 +117,16 @@ def _infer(node: ir.Node, ins: Sequence[Fact | None]) -> list[Fact]:
         name = proto.input[i]
         fact = ins[i] if i < len(ins) and ins[i] is not None else UNKNOWN
         type_str = types[i]
-        if not type_str.startswith("tensor("):
-            return []  # a sequence, optional or map value: nothing to say
+        if type_str.startswith("seq(") and type_str[4:-1] in _DTYPES:
+            sequence = onnx.TypeProto()
+            element = fact.sequence or UNKNOWN
+            sequence.sequence_type.elem_type.CopyFrom(
+                _tensor_type(_DTYPES[type_str[4:-1]], element, names)
+            )
+            input_types[name] = sequence
+            continue
+        if type_str not in _DTYPES:
+            return []  # an optional or map value: nothing to say
         dtype = _DTYPES[type_str]
         input_types[name] = _tensor_type(dtype, fact, names)
         data = _data(constants[i], fact, dtype)
@@ -166,7 +176,11 @@ def _tensor_type(dtype: int, fact: Fact, names: _Names) -> onnx.TypeProto:
 
 
 def _fact(type_proto: onnx.TypeProto | None, names: _Names) -> Fact:
-    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
+    kind = None if type_proto is None else type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        element = _fact(type_proto.sequence_type.elem_type, names)  # type: ignore[union-attr]
+        return UNKNOWN if element.dims is None else Fact(sequence=element)
+    if kind != "tensor_type":
         return UNKNOWN
     tensor = type_proto.tensor_type
     if not tensor.HasField("shape"):
@@ -240,13 +254,9 @@ def _element_types(
         if param in allowed and param not in bound:
             choices = allowed[param]
             preferred = [t for t in _PREFERRED if t in choices]
-            tensors = [t for t in choices if t.startswith("tensor(") and t in _DTYPES]
-            bound[param] = (preferred or tensors or choices or ["?"])[0]
-    types = [bound.get(param, param) for param in params]
-    for i, value in enumerate(inputs):
-        if value is not None and types[i].startswith("tensor(") and types[i] not in _DTYPES:
-            return None
-    return types
+            known = [t for t in choices if t in _DTYPES or t[4:-1] in _DTYPES]
+            bound[param] = (preferred or known or choices or ["?"])[0]
+    return [bound.get(param, param) for param in params]
 
 
 _DTYPES: dict[str, int] = {
