@@ -78,13 +78,19 @@ def _opset(node: ir.Node, domain: str) -> int | None:
     return version
 
 
-def _schema(node: ir.Node) -> defs.OpSchema | None:
+def _schema(node: ir.Node) -> tuple[defs.OpSchema, int] | None:
+    """The op's schema at the opset the node runs at, if ONNX has a shape function for it
+    that is trusted with the node's attributes."""
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     version = _opset(node, domain)
     if version is None or not defs.has(node.op_type, version, domain):
         return None
     schema = defs.get_schema(node.op_type, version, domain)
-    return schema if schema.has_type_and_shape_inference_function else None
+    if not schema.has_type_and_shape_inference_function:
+        return None
+    if _UNTRUSTED.get((domain, node.op_type), frozenset()).intersection(node.attributes):
+        return None
+    return schema, version
 
 
 def _infer(node: ir.Node, ins: Sequence[Fact | None]) -> list[Fact]:
@@ -93,11 +99,10 @@ def _infer(node: ir.Node, ins: Sequence[Fact | None]) -> list[Fact]:
         for attr in node.attributes.values()
     ):
         return []
-    schema = _schema(node)
-    if schema is None or _UNTRUSTED.get((schema.domain, node.op_type), set()) & set(
-        node.attributes
-    ):
+    found = _schema(node)
+    if found is None:
         return []
+    schema, version = found
     names = _Names()
     proto = ir.serde.serialize_node(node)
     del proto.input[:], proto.output[:]
@@ -133,7 +138,7 @@ def _infer(node: ir.Node, ins: Sequence[Fact | None]) -> list[Fact]:
         if data is not None:
             data.name = name
             input_data[name] = data
-    opsets = [onnx.helper.make_opsetid(schema.domain, schema.since_version)]
+    opsets = [onnx.helper.make_opsetid(schema.domain, version)]
     outputs = shape_inference.infer_node_outputs(
         schema, proto, input_types, input_data, opset_imports=opsets
     )
@@ -215,14 +220,13 @@ def _data(tensor: ir.TensorProtocol | None, fact: Fact, dtype: int) -> onnx.Tens
     ints = fact.ints()
     if ints is None or fact.rank not in (0, 1) or dtype not in _INT_DTYPES:
         return None
-    array = np.array(ints, dtype=onnx.helper.tensor_dtype_to_np_dtype(dtype))
-    if fact.rank == 0:
-        array = array.reshape(())
-    if not np.array_equal(
-        array.astype(np.int64), np.array(ints, dtype=np.int64).reshape(array.shape)
-    ):
+    np_type = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    limits = np.iinfo(np_type)
+    if not all(limits.min <= v <= limits.max for v in ints):
         return None  # does not fit the chosen type
-    return onnx.numpy_helper.from_array(array)
+    return onnx.numpy_helper.from_array(
+        np.array(ints, np_type).reshape(() if fact.rank == 0 else -1)
+    )
 
 
 def _element_types(
