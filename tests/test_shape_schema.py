@@ -47,9 +47,22 @@ FALLBACK_OPS = (
 )
 
 
+UNARY = {
+    "Hardmax": {"axis": -1},
+    "LpNormalization": {"axis": -1},
+    "Shrink": {},
+    "ThresholdedRelu": {},
+    "Celu": {},
+    "Mish": {},
+    "LRN": {"size": 3},
+    "EyeLike": {},
+    "Det": {},
+}
+
+
 def test_these_ops_have_no_hand_written_function() -> None:
     """Otherwise the tests below would test the hand-written one."""
-    assert not [op for op in FALLBACK_OPS if ("", op) in TRANSFER]
+    assert not [op for op in (*FALLBACK_OPS, *UNARY) if ("", op) in TRANSFER]
 
 
 def _proven_rank(model: onnx.ModelProto, output: str) -> int | None:
@@ -541,3 +554,14 @@ def test_deepfilternet_like_path_proves_x_and_the_zero_state_goes(monkeypatch) -
 
 def _ops(model: onnx.ModelProto) -> list[str]:
     return sorted(node.op_type for node in model.graph.node)
+
+
+@given(data=st.data(), op=st.sampled_from(sorted(UNARY)), shape=st.lists(sizes, max_size=4))
+def test_one_input_ops(data, op, shape) -> None:
+    """Ops with one input and attributes only: the rank is proven (Det drops two axes),
+    and every size stated holds."""
+    node = helper.make_node(op, ["x"], ["out"], **UNARY[op])
+    static = set(range(len(shape))) if data.draw(st.booleans()) else set()
+    model = _model([node], [_input("x", shape, static=static)], ["out"], opset=18)
+    rank = len(shape) - 2 if op == "Det" else len(shape)
+    _check_with_rank(model, {"x": _feed(shape)}, {"out": rank}, ort=True)
