@@ -565,3 +565,33 @@ def test_one_input_ops(data, op, shape) -> None:
     model = _model([node], [_input("x", shape, static=static)], ["out"], opset=18)
     rank = len(shape) - 2 if op == "Det" else len(shape)
     _check_with_rank(model, {"x": _feed(shape)}, {"out": rank}, ort=True)
+
+
+@pytest.mark.parametrize(
+    ("imports", "version", "rank"),
+    [
+        ({"": 18}, None, 3),
+        ({"ai.onnx": 18}, None, 3),  # the default domain under its long name
+        ({"": 7}, None, 3),  # the oldest opset ONNX Runtime loads
+        ({"": 6}, None, None),  # below it: onnxscript's placeholder, not a real opset
+        ({}, 18, 3),  # the node's own version
+        ({}, None, None),
+    ],
+)
+def test_the_opset_the_node_runs_at(imports: dict, version: int | None, rank: int | None) -> None:
+    x = ir.Value(name="x", shape=ir.Shape(["N", 2, 5]), type=ir.TensorType(ir.DataType.FLOAT))
+    w = ir.Value(name="w", shape=ir.Shape([4, 2, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    node = ir.Node("", "Conv", [x, w], version=version)
+    graph = ir.Graph([x, w], node.outputs, nodes=[node], opset_imports=imports)
+    assert graph.opset_imports == imports
+    assert ShapeProver().rank(node.outputs[0]) == rank
+
+
+def test_a_negative_size_is_unknown() -> None:
+    """Pad [2] by -3 at the start: ONNX's shape function says -1; the runtime fails."""
+    _, value = _graph_value(
+        """<ir_version: 9, opset_import: ["" : 18]>
+        g (float[2] x) => (float y) <int64[2] pads = {-3, 0}> { y = Pad (x, pads) }""",
+        "y",
+    )
+    assert ShapeProver().dims(value) == (Dim.sym(value, 0),)
