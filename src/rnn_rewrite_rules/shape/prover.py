@@ -3,8 +3,9 @@
 Facts come only from what a runtime enforces: initializer and ``Constant`` shapes and
 contents, the declared shapes of the main graph's inputs (ONNX Runtime rejects a feed of
 another rank or static size; it does not check a Loop or Scan body's inputs, so theirs
-are not facts), attributes, and op semantics (:mod:`.ops`). value_info and the declared
-shapes of computed values are never read. A size no fact determines is the
+are not facts), attributes, and op semantics (:mod:`.ops`, and for an op without a
+transfer function ONNX's own shape function, :mod:`.schema`). value_info and the
+declared shapes of computed values are never read. A size no fact determines is the
 symbol "axis k of this value", equal only to itself; an unknown rank is None.
 """
 
