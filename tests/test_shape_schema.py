@@ -16,6 +16,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.ops import TRANSFER
@@ -90,6 +91,9 @@ EQUATIONS = [
     "i,i->",
     "...ij,jk->...ik",
     "bhqd,bhkd->bhqk",
+    "ij,jk",  # implicit output: the labels used once, sorted (ik)
+    "ba",  # implicit: ab, a transpose
+    "...ij,jk",
 ]
 
 
@@ -97,7 +101,10 @@ EQUATIONS = [
 def test_einsum(data, equation) -> None:
     """Labels shared between operands at one size each (or 1 somewhere: broadcasting
     then decides), ellipses of any rank, zero sizes."""
-    lhs, rhs = equation.split("->")
+    lhs, _, rhs = equation.partition("->")
+    if "->" not in equation:
+        once = sorted(k for k in set(lhs) - {".", ","} if lhs.count(k) == 1)
+        rhs = ("..." if "..." in lhs else "") + "".join(once)
     label_size = {label: data.draw(sizes) for label in set(lhs) - {".", ","}}
     ellipsis = data.draw(st.lists(sizes, max_size=2))
     shapes = []
@@ -595,3 +602,82 @@ def test_a_negative_size_is_unknown() -> None:
         "y",
     )
     assert ShapeProver().dims(value) == (Dim.sym(value, 0),)
+
+
+def test_einsum_label_of_size_1_broadcasts() -> None:
+    """``g`` is 1 in the first operand and ``G`` in the second: ONNX Runtime's output has
+    ``G`` there (ONNX's shape function says 1, the first operand's)."""
+    model, value = _graph_value(
+        """<ir_version: 9, opset_import: ["" : 18]>
+        g (float[B, T, 1, 4] x, float[G, 4, 8] w) => (float y) {
+            y = Einsum <equation="btgi,gih->btgh"> (x, w)
+        }""",
+        "y",
+    )
+    x, w = model.graph.inputs
+    node = value.producer()
+    assert node is not None
+    x_type = helper.make_tensor_type_proto(TensorProto.FLOAT, ["B", "T", 1, 4])
+    w_type = helper.make_tensor_type_proto(TensorProto.FLOAT, ["G", 4, 8])
+    proto = helper.make_node("Einsum", ["x", "w"], ["y"], equation="btgi,gih->btgh")
+    schema = onnx.defs.get_schema("Einsum", 18)
+    onnx_says = onnx.shape_inference.infer_node_outputs(schema, proto, {"x": x_type, "w": w_type})
+    assert onnx_says["y"].tensor_type.shape.dim[2].dim_value == 1
+    assert ShapeProver().dims(value) == (Dim.sym(x, 0), Dim.sym(x, 1), Dim.sym(w, 0), Dim.const(8))
+    feeds = {"x": np.ones((2, 3, 1, 4), np.float32), "w": np.ones((5, 4, 8), np.float32)}
+    assert onnxruntime.InferenceSession(
+        ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"]
+    ).run(None, feeds)[0].shape == (2, 3, 5, 8)
+
+
+@pytest.mark.parametrize(
+    ("node", "x_shape", "runtime", "onnx_says"),
+    [
+        # ceil_mode: ONNX's shape function says 4, ONNX Runtime computes 3
+        (
+            helper.make_node(
+                "MaxPool", ["x"], ["y"], kernel_shape=[2], strides=[2], pads=[1, 1], ceil_mode=1
+            ),
+            [1, 1, 5],
+            3,
+            4,
+        ),
+        # a window wider than the axis: ONNX says 1, onnx.reference (the spec's floor) 0
+        (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2], strides=[2]), [1, 1, 1], 0, 1),
+        # SAME with output_padding: ONNX adds it, ONNX Runtime does not
+        (
+            helper.make_node(
+                "ConvTranspose",
+                ["x", "w"],
+                ["y"],
+                strides=[2],
+                auto_pad="SAME_UPPER",
+                output_padding=[1],
+            ),
+            [1, 1, 1],
+            2,
+            3,
+        ),
+    ],
+)
+def test_windows_where_onnx_is_wrong(node, x_shape, runtime: int, onnx_says: int) -> None:
+    """The spatial size is unknown (the output's own axis); batch and channels stay."""
+    model = _model([node], [_input("x", x_shape, static={1, 2})], ["y"])
+    model.graph.initializer.append(_const("w", np.ones((1, 1, 2), np.float32), np.float32))
+    types = {"x": helper.make_tensor_type_proto(TensorProto.FLOAT, x_shape)}
+    types["w"] = helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 1, 2])
+    schema = onnx.defs.get_schema(node.op_type, 18)
+    inferred = onnx.shape_inference.infer_node_outputs(schema, node, types)["y"]
+    assert inferred.tensor_type.shape.dim[2].dim_value == onnx_says
+    feeds = {"x": _feed(x_shape)}
+    if runtime == 0:  # ONNX Runtime fails there; onnx.reference follows the spec
+        actual = ReferenceEvaluator(model).run(None, feeds)[0].shape
+    else:
+        options = ["CPUExecutionProvider"]
+        session = onnxruntime.InferenceSession(model.SerializeToString(), providers=options)
+        actual = session.run(None, feeds)[0].shape
+    assert actual[2] == runtime
+    ir_model = ir.serde.deserialize_model(model)
+    (value,) = ir_model.graph.outputs
+    dims = ShapeProver().dims(value)
+    assert dims is not None and dims[1] == Dim.const(1) and dims[2] == Dim.sym(value, 2)

@@ -325,13 +325,13 @@ def _einsum(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> lis
             sorted(k for k, c in counts.items() if c == 1)
         )
     head, _, tail = rhs.partition("...")
+    if any(k not in labels for k in head + tail):
+        return [UNKNOWN]  # an output label no operand has: ONNX's inference raises first
     out: list[Dim | None] = [semantics.broadcast(*[(d,) for d in labels[k]])[0] for k in head]
     if "..." in rhs:
         out.extend(semantics.broadcast(*ellipses))
     out.extend(semantics.broadcast(*[(d,) for d in labels[k]])[0] for k in tail)
-    if len(out) != len(facts[0].dims) or any(k not in labels for k in head + tail):
-        return [UNKNOWN]
-    return [Fact(tuple(out))]
+    return [Fact(tuple(out))] if len(out) == len(facts[0].dims) else [UNKNOWN]
 
 
 def _windows(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> list[Fact]:
