@@ -69,7 +69,7 @@ def test_these_ops_have_no_hand_written_function() -> None:
 def _proven_rank(model: onnx.ModelProto, output: str) -> int | None:
     ir_model = ir.serde.deserialize_model(model)
     value = next(v for n in ir_model.graph for v in n.outputs if v.name == output)
-    return ShapeProver().rank(value)
+    return ShapeProver(ir_model.graph).rank(value)
 
 
 def _check_with_rank(model: onnx.ModelProto, feeds, outputs: dict[str, int], **kw) -> int:
@@ -338,7 +338,7 @@ def test_sequences_do_not_break_anything() -> None:
         """,
         "y",
     )
-    prover = ShapeProver()
+    prover = ShapeProver(model.graph)
     seq = model.graph.node(0).outputs[0]
     assert prover.dims(seq) is None and prover.fact(seq).sequence is not None
     assert prover.dims(value) == (Dim.const(1), Dim.const(4))
@@ -411,30 +411,31 @@ def test_sequence_ops(data, shape, keepdims, split) -> None:
     ],
 )
 def test_unknown_where_onnx_cannot_say(text: str, name: str) -> None:
-    _, value = _graph_value(text, name)
-    assert ShapeProver().dims(value) is None
+    model, value = _graph_value(text, name)
+    assert ShapeProver(model.graph).dims(value) is None
 
 
-def test_subgraph_without_imports_is_unknown() -> None:
-    """A Loop body's node has no opset of its own: a Conv there is not inferred (a
-    rewritten subgraph may carry onnxscript's placeholder import "": 1)."""
-    _, value = _graph_value(
+def test_a_subgraph_node_runs_at_the_main_graph_s_opset() -> None:
+    """A Loop body has no imports of its own (or onnxscript's placeholder "": 1 after a
+    rewrite there): its Conv runs at the main graph's opset; without the main graph it is
+    unknown."""
+    model, value = _graph_value(
         """<ir_version: 9, opset_import: ["" : 18]>
         g (float[N, 2, 5] x, int64 n) => (float[N, 2, 5] y) <float[2, 2, 1] w = {1., 0., 0., 1.}> {
             y = Loop (n, , x) <body = b (int64 i, bool c, float[N, 2, 5] s) => (bool co, float so) {
                 co = Identity (c)
-                so = Conv (s, w)
+                so = Conv (x, w)
             }>
         }""",
         "so",
     )
-    conv = value.producer()
+    conv = value.producer()  # reads x of the main graph (a body input's shape is no fact)
     assert conv is not None and not conv.graph.opset_imports
+    assert ShapeProver(model.graph).rank(value) == 3
     assert ShapeProver().rank(value) is None
     conv.graph.opset_imports[""] = 1  # what onnxscript writes after a rewrite there
+    assert ShapeProver(model.graph).rank(value) == 3
     assert ShapeProver().rank(value) is None
-    conv.graph.opset_imports[""] = 18
-    assert ShapeProver().rank(value) == 3
 
 
 def test_dims_map_back_to_the_same_symbols() -> None:
@@ -449,11 +450,12 @@ def test_dims_map_back_to_the_same_symbols() -> None:
         "y",
     )
     x = model.graph.inputs[0]
-    assert ShapeProver().dims(value) == (Dim.sym(x, 0), Dim.sym(x, 1), Dim.const(8), Dim.const(32))
+    prover = ShapeProver(model.graph)
+    assert prover.dims(value) == (Dim.sym(x, 0), Dim.sym(x, 1), Dim.const(8), Dim.const(32))
     node = value.producer()
     assert node is not None
-    facts = infer(node, [ShapeProver().fact(v) for v in node.inputs])
-    assert facts[0].dims == ShapeProver().dims(value)
+    facts = infer(node, [prover.fact(v) for v in node.inputs], model.graph)
+    assert facts[0].dims == prover.dims(value)
 
 
 def test_untrusted_shape_functions_are_not_used() -> None:
@@ -532,15 +534,16 @@ def test_deepfilternet_like_path_proves_x_and_the_zero_state_goes(monkeypatch) -
     model = _deepfilternet_like()
     onnx.checker.check_model(model, full_check=True)
     rules = rnn_rewrite_rules.rules(["initial_state"]).rules
-    gru = next(n for n in ir.serde.deserialize_model(model).graph if n.op_type == "GRU")
+    ir_model = ir.serde.deserialize_model(model)
+    gru = next(n for n in ir_model.graph if n.op_type == "GRU")
 
     with monkeypatch.context() as patch:  # the prover as it was: no fallback
-        patch.setattr(prover_module, "infer", lambda node, ins: [])
-        assert ShapeProver().rank(gru.inputs[0]) is None
+        patch.setattr(prover_module, "infer", lambda node, ins, main_graph: [])
+        assert ShapeProver(ir_model.graph).rank(gru.inputs[0]) is None
         assert "the rank of X is not proven" in refusal_reasons(rules, model)
         assert _ops(rnn_rewrite_rules.rewrite(model, ["initial_state"])) == _ops(model)
 
-    x = ShapeProver().dims(gru.inputs[0])
+    x = ShapeProver(ir_model.graph).dims(gru.inputs[0])
     assert x is not None and len(x) == 3 and x[2] == Dim.const(128)
     batch = x[1].symbol  # the graph input's batch, through Einsum, Conv and two Reshapes
     assert batch is not None and batch.value.name == "x" and batch.axis == 0
@@ -591,17 +594,17 @@ def test_the_opset_the_node_runs_at(imports: dict, version: int | None, rank: in
     node = ir.Node("", "Conv", [x, w], version=version)
     graph = ir.Graph([x, w], node.outputs, nodes=[node], opset_imports=imports)
     assert graph.opset_imports == imports
-    assert ShapeProver().rank(node.outputs[0]) == rank
+    assert ShapeProver(graph).rank(node.outputs[0]) == rank
 
 
 def test_a_negative_size_is_unknown() -> None:
     """Pad [2] by -3 at the start: ONNX's shape function says -1; the runtime fails."""
-    _, value = _graph_value(
+    model, value = _graph_value(
         """<ir_version: 9, opset_import: ["" : 18]>
         g (float[2] x) => (float y) <int64[2] pads = {-3, 0}> { y = Pad (x, pads) }""",
         "y",
     )
-    assert ShapeProver().dims(value) == (Dim.sym(value, 0),)
+    assert ShapeProver(model.graph).dims(value) == (Dim.sym(value, 0),)
 
 
 def test_einsum_label_of_size_1_broadcasts() -> None:
@@ -623,7 +626,8 @@ def test_einsum_label_of_size_1_broadcasts() -> None:
     schema = onnx.defs.get_schema("Einsum", 18)
     onnx_says = onnx.shape_inference.infer_node_outputs(schema, proto, {"x": x_type, "w": w_type})
     assert onnx_says["y"].tensor_type.shape.dim[2].dim_value == 1
-    assert ShapeProver().dims(value) == (Dim.sym(x, 0), Dim.sym(x, 1), Dim.sym(w, 0), Dim.const(8))
+    dims = ShapeProver(model.graph).dims(value)
+    assert dims == (Dim.sym(x, 0), Dim.sym(x, 1), Dim.sym(w, 0), Dim.const(8))
     feeds = {"x": np.ones((2, 3, 1, 4), np.float32), "w": np.ones((5, 4, 8), np.float32)}
     assert onnxruntime.InferenceSession(
         ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"]
@@ -679,5 +683,5 @@ def test_windows_where_onnx_is_wrong(node, x_shape, runtime: int, onnx_says: int
     assert actual[2] == runtime
     ir_model = ir.serde.deserialize_model(model)
     (value,) = ir_model.graph.outputs
-    dims = ShapeProver().dims(value)
+    dims = ShapeProver(ir_model.graph).dims(value)
     assert dims is not None and dims[1] == Dim.const(1) and dims[2] == Dim.sym(value, 2)

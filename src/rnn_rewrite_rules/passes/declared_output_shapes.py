@@ -89,7 +89,7 @@ def output_shape_fixes(model: ir.Model) -> list[OutputShapeFix]:
     """Every main-graph output whose declared shape the prover contradicts."""
     graph = model.graph
     inputs = _InputSizes(graph)
-    prover = ShapeProver()
+    prover = ShapeProver(graph)
     fixes = []
     for value in graph.outputs:
         if value.is_graph_input() or value.is_initializer() or value.shape is None:

@@ -118,7 +118,7 @@ class ShapeProver:
         else:
             transfer = TRANSFER.get((node.domain, node.op_type))
             ins = [None if v is None else self._facts.get(v, UNKNOWN) for v in node.inputs]
-            facts = transfer(node, ins) if transfer is not None else infer(node, ins)
+            facts = transfer(node, ins) if transfer else infer(node, ins, self._main_graph)
         for index, output in enumerate(node.outputs):
             fact = facts[index] if index < len(facts) else UNKNOWN
             self._facts[output] = _anchor(fact, output)

@@ -53,36 +53,37 @@ _INPUT_PREFIX, _OUTPUT_PREFIX = "rnnrw_in_", "rnnrw_out_"
 _VARIADIC = defs.OpSchema.FormalParameterOption.Variadic
 
 
-def infer(node: ir.Node, ins: Sequence[Fact | None]) -> list[Fact]:
+def infer(
+    node: ir.Node, ins: Sequence[Fact | None], main_graph: ir.Graph | None = None
+) -> list[Fact]:
     """The output facts ONNX's shape function for ``node`` proves from ``ins``; ``[]``
-    (every output unknown) when it cannot run."""
+    (every output unknown) when it cannot run. ``main_graph``: the model's, whose
+    imports a subgraph's node runs at."""
     try:
-        return _infer(node, ins)
+        return _infer(node, ins, main_graph)
     except Exception:
         return []
 
 
-def _opset(node: ir.Node, domain: str) -> int | None:
+def _opset(node: ir.Node, domain: str, main_graph: ir.Graph | None) -> int | None:
     """The opset of ``domain`` the node runs at: its own version, else its graph's (or
-    function's) import. Subgraphs carry no imports of their own: unknown there."""
+    function's) import, else, in a subgraph (which has none, or onnxscript's
+    placeholder), the main graph's."""
     if node.version is not None:
         return node.version
-    graph = node.graph
-    if graph is None:
-        return None
-    version = graph.opset_imports.get(domain)
-    if version is None and domain == "":
-        version = graph.opset_imports.get("ai.onnx")
-    if version is None or (domain == "" and version < _MIN_OPSET):
-        return None
-    return version
+    for graph in (node.graph, main_graph):
+        imports = {} if graph is None else graph.opset_imports
+        version = imports.get(domain, imports.get("ai.onnx") if domain == "" else None)
+        if version is not None and (domain != "" or version >= _MIN_OPSET):
+            return version
+    return None
 
 
-def _schema(node: ir.Node) -> tuple[defs.OpSchema, int] | None:
+def _schema(node: ir.Node, main_graph: ir.Graph | None) -> tuple[defs.OpSchema, int] | None:
     """The op's schema at the opset the node runs at, if ONNX has a shape function for it
     that is trusted with the node's attributes."""
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
-    version = _opset(node, domain)
+    version = _opset(node, domain, main_graph)
     if version is None or not defs.has(node.op_type, version, domain):
         return None
     schema = defs.get_schema(node.op_type, version, domain)
@@ -93,13 +94,13 @@ def _schema(node: ir.Node) -> tuple[defs.OpSchema, int] | None:
     return schema, version
 
 
-def _infer(node: ir.Node, ins: Sequence[Fact | None]) -> list[Fact]:
+def _infer(node: ir.Node, ins: Sequence[Fact | None], main_graph: ir.Graph | None) -> list[Fact]:
     if any(
         attr.is_ref() or attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
         for attr in node.attributes.values()
     ):
         return []
-    found = _schema(node)
+    found = _schema(node, main_graph)
     if found is None:
         return []
     schema, version = found
