@@ -431,21 +431,25 @@ def test_declared_output_shapes_are_not_read() -> None:
 
 
 def test_unknown_is_never_guessed() -> None:
-    """An op without a transfer function gives no facts; a size it cannot prove is its own."""
+    """An op no schema describes gives no facts; a size no fact fixes is its own (NonZero's
+    rank comes from ONNX's shape function, its count is unknown)."""
     model = _model(
         [
             helper.make_node("NonZero", ["x"], ["nz"]),
             helper.make_node("Shape", ["nz"], ["s"]),
             helper.make_node("Add", ["x", "y"], ["sum"]),
+            helper.make_node("Thing", ["x"], ["thing"], domain="custom"),
         ],
         [_input("x", [2, 3]), _input("y", [4, 1])],
-        ["nz", "s", "sum"],
+        ["nz", "s", "sum", "thing"],
     )
+    model.opset_import.append(helper.make_opsetid("custom", 1))
     ir_model = ir.serde.deserialize_model(model)
     prover = ShapeProver(ir_model.graph)
-    nz, s, total = (ir_model.graph.node(i).outputs[0] for i in range(3))
-    assert prover.dims(nz) is None
-    assert prover.elements(s) is None
+    nz, s, total, thing = (ir_model.graph.node(i).outputs[0] for i in range(4))
+    assert prover.dims(nz) == (Dim.const(2), Dim.sym(nz, 1))
+    assert prover.elements(s) == prover.dims(nz)
+    assert prover.dims(thing) is None
     dims = prover.dims(total)  # broadcasting x_0 with 4 cannot be proven: the output's own
     assert dims is not None and dims[0] == Dim.sym(total, 0) and dims[0] != Dim.const(4)
 

@@ -17,6 +17,7 @@ from rnn_rewrite_rules import _serialize
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
+    DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
     InitializerInfoFromTensorPass,
     RemoveDeadNodesPass,
@@ -252,6 +253,7 @@ def cleanup(model: ir.Model, original: Iterable[ir.Node] | None = None) -> None:
             common_passes.RemoveUnusedOpsetsPass(),
             # after every NameFixPass: unused RNN outputs named "" (see unused_outputs)
             EmptyUnusedRnnOutputsPass(),
+            DeclaredOutputShapesPass(),  # outputs declared with sizes the prover refutes
             InitializerInfoFromTensorPass(),
             UniqueRewrittenNodeNamesPass(original),
         ]

@@ -13,6 +13,9 @@
 * ``frozen-axis``: an axis declared dynamic at a graph input but frozen to a constant
   inside, e.g. ``Reshape(Transpose(Y), [3, -1, 32])`` while the input declares ``seq``
   (torch's exporter does this silently): other sizes fail or give wrong shapes.
+* ``declared-output-shape``: a graph output declared with a size the prover refutes
+  (torch's dynamo exporter declares the traced length): the rewrite writes the proven
+  size (:mod:`rnn_rewrite_rules.passes.declared_output_shapes`).
 
 Frozen axes are found with the shape prover (``rnn_rewrite_rules.shape``), which never
 reads value-info annotations (the exporter's annotations may carry the frozen size).
@@ -29,6 +32,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import describe_node, is_rnn, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
+from rnn_rewrite_rules.passes.declared_output_shapes import output_shape_fixes
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["KINDS", "Hazard", "describe_node", "find_hazards", "is_rnn", "rnn_hazards"]
@@ -42,6 +46,7 @@ KINDS = (
     "unproven-zero-state",
     "hand-built-direction",
     "runtime-rank-check",
+    "declared-output-shape",
 )
 
 #: Ops that move a tensor's data without changing what its axes mean to a shape reader.
@@ -327,6 +332,9 @@ def find_hazards(model: ir.Model) -> list[Hazard]:
                     hazards.append(hazard)
             elif is_rnn(node):
                 hazards.extend(_frozen_initial_state(node, prover, symbols))
+    for fix in output_shape_fixes(model):
+        message = f"{fix}: other input sizes contradict it"
+        hazards.append(Hazard("declared-output-shape", f"output {fix.value.name!r}", message))
     order = {kind: index for index, kind in enumerate(KINDS)}
     return sorted(hazards, key=lambda h: order[h.kind])
 

@@ -2,7 +2,10 @@
 
 * :mod:`.dim`: :class:`Dim`, an exact polynomial over unknown sizes (:class:`Sym`).
 * :mod:`.semantics`: ONNX's Reshape, broadcasting and Slice rules on such sizes.
-* :mod:`.ops`: one transfer function per op (the only place an op's shape semantics live).
+* :mod:`.ops`: one transfer function per op whose facts ONNX's own inference cannot give
+  (shape-tensor elements, sizes as polynomials).
+* :mod:`.schema`: every other op through ONNX's own shape function, with the prover's
+  sizes as symbols (rank, static sizes, sizes passed through).
 * :mod:`.prover`: :class:`ShapeProver`, which evaluates a value's :class:`Fact` (its
   sizes, and the content of small int tensors) from the graph alone.
 * :mod:`.values`: facts about what a tensor holds (all zeros, finite).

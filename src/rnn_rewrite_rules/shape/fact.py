@@ -18,10 +18,14 @@ class Fact:
 
     ``elements``: for a rank-0 or rank-1 integer (or bool, as 0/1) tensor, the value of
     each element as a symbolic size (None where unknown); None when not tracked.
+
+    ``sequence``: for a sequence-typed value (``dims`` None), what every tensor in it is
+    known to be; None otherwise or when nothing is known.
     """
 
     dims: tuple[Dim | None, ...] | None = None
     elements: tuple[Dim | None, ...] | None = None
+    sequence: Fact | None = None
 
     @property
     def rank(self) -> int | None:

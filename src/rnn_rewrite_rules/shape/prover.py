@@ -3,8 +3,9 @@
 Facts come only from what a runtime enforces: initializer and ``Constant`` shapes and
 contents, the declared shapes of the main graph's inputs (ONNX Runtime rejects a feed of
 another rank or static size; it does not check a Loop or Scan body's inputs, so theirs
-are not facts), attributes, and op semantics (:mod:`.ops`). value_info and the declared
-shapes of computed values are never read. A size no fact determines is the
+are not facts), attributes, and op semantics (:mod:`.ops`, and for an op without a
+transfer function ONNX's own shape function, :mod:`.schema`). value_info and the
+declared shapes of computed values are never read. A size no fact determines is the
 symbol "axis k of this value", equal only to itself; an unknown rank is None.
 """
 
@@ -18,6 +19,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape.dim import Dim
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
+from rnn_rewrite_rules.shape.schema import infer
 
 __all__ = ["ShapeProver"]
 
@@ -116,7 +118,7 @@ class ShapeProver:
         else:
             transfer = TRANSFER.get((node.domain, node.op_type))
             ins = [None if v is None else self._facts.get(v, UNKNOWN) for v in node.inputs]
-            facts = transfer(node, ins) if transfer is not None else []
+            facts = transfer(node, ins) if transfer else infer(node, ins, self._main_graph)
         for index, output in enumerate(node.outputs):
             fact = facts[index] if index < len(facts) else UNKNOWN
             self._facts[output] = _anchor(fact, output)
