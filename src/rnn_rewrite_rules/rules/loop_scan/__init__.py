@@ -1,0 +1,62 @@
+"""Replace a Loop or Scan whose body is one RNN/LSTM/GRU cell step by one ONNX node.
+
+Pattern: a ``Loop`` (tf2onnx's ``while_loop``, torch's) or a ``Scan`` whose body holds a
+cell: gate pre-activations that are sums of ``MatMul(x_t, W)``, ``MatMul(h_(t-1), R)``,
+``Gemm`` and constant biases (through ``Split`` on axis 1 and per-step weight ``Cast``s),
+and ``h_t = act(...)`` (RNN, Tanh or Relu), ``c_t = σ(f) c_(t-1) + σ(i) tanh(g)``,
+``h_t = σ(o) tanh(c_t)`` (LSTM), ``h_t = z h + (1 - z) n`` or ``(h - n) z + n`` with
+``n = tanh(x_n + r (h R_n + b))`` or ``tanh(x_n + (r h) R_n + b)`` (GRU).
+
+Condition: the gates are told apart by their role in the cell (any gate order); every
+weight is a constant; the carried values are exactly h (and c), counters (``+ 1`` per
+step) and invariants; Loop: the trip count is a constant ``T``, the condition is
+evaluated true after each step but the last, the step input is ``Gather(X, t)`` of a
+rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
+Scan: one scan input on axis 0, forward or reverse; the initial states are provably
+``[batch of X, H]``; every read output is a final state, an invariant or the stacked
+``h_t``; the cell computes in float32 (float16 only in ``loop_scan_widened``).
+
+Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into ONNX
+gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
+backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
+stacked output back in time becomes ``Y`` itself.
+"""
+
+from __future__ import annotations
+
+from onnxscript.rewriter import RewriteRuleSet
+
+from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
+from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
+from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
+
+__all__ = ["FAMILY", "WIDENED_FAMILY", "rules", "widened_rules"]
+
+
+def _rules(float32: bool) -> RewriteRuleSet:
+    counts = range(MAX_OUTPUTS, 0, -1)
+    return RewriteRuleSet(
+        [LoopToRnn.rule(n, float32) for n in counts] + [ScanToRnn.rule(n, float32) for n in counts]
+    )
+
+
+rules = _rules(False)
+widened_rules = _rules(True)
+
+FAMILY = RuleFamily(
+    name="loop_scan",
+    description=(__doc__ or "").partition("\n")[0],
+    rule_set=rules,
+    install_by_default=True,
+)
+
+WIDENED_FAMILY = RuleFamily(
+    name="loop_scan_widened",
+    description=(
+        "loop_scan, with float16 cells computed in float32 between Casts "
+        "(outputs differ by float16 rounding; opt in)"
+    ),
+    rule_set=widened_rules,
+    install_by_default=False,
+)

@@ -1,0 +1,255 @@
+"""What the Loop and Scan rules share: the proven recurrence, its checks and its emission."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+
+from rnn_rewrite_rules._rnn import opset_version
+from rnn_rewrite_rules.rules._constants import cached_ints, fresh_name
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.rules.loop_scan.body import Cell
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+
+__all__ = ["MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "state_reason"]
+
+#: Rules are made for nodes with up to this many outputs (one rule per count).
+MAX_OUTPUTS = 16
+_INT64_MAX = 2**63 - 1
+_FLOAT16 = np.dtype(np.float16)
+
+
+@dataclasses.dataclass
+class Recurrence:
+    """A Loop or Scan proven to run ``cell`` over ``x`` (``[T, batch, I]``, time-major).
+
+    ``last_steps``/``first_steps``: the node reads only that many steps of ``x`` (the
+    last or first ones), which must then be sliced off; None: all of ``x``.
+    ``outputs[k]`` says what output ``k`` of the node is: ``"h"``, ``"c"`` (final
+    states), ``"y"`` (the stacked ``h_t``, ``[T, batch, H]``), ``"y_reversed"`` (the
+    same in reverse step order), a value it equals (an invariant) or None (unused).
+    ``replaced``: values after the node to replace by ``Y`` instead (a reversal undone).
+    """
+
+    node: ir.Node
+    cell: Cell
+    x: ir.Value
+    reverse: bool
+    h0: ir.Value
+    c0: ir.Value | None
+    outputs: list[str | ir.Value | None]
+    first_steps: int | None = None
+    last_steps: int | None = None
+    replaced: list[ir.Value] = dataclasses.field(default_factory=list)
+
+
+def state_reason(
+    prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int, name: str
+) -> str | None:
+    """Why ``state`` is not provably ``[batch of x, hidden]`` (None: it is)."""
+    expected = (prover.dim(x, 1), Dim.const(hidden))
+    if expected[0] is None or prover.dims(state) != expected:
+        return f"cannot prove the initial {name} is [batch of X, {hidden}]"
+    return None
+
+
+def dtype_reason(cell: Cell, float32: bool) -> str | None:
+    """Why the cell's element type cannot be emitted (None: it can)."""
+    if cell.dtype == np.float32:
+        return None
+    if cell.dtype == _FLOAT16 and float32:
+        return None
+    if cell.dtype == _FLOAT16:
+        return (
+            f"the cell computes in float16: ONNX Runtime's CPU {cell.op_type} kernel is "
+            "float32 only (the loop_scan_widened family computes it in float32 between Casts)"
+        )
+    return (
+        f"the cell computes in {cell.dtype}: ONNX Runtime's CPU {cell.op_type} kernel "
+        "is float32 only"
+    )
+
+
+def used(value: ir.Value) -> bool:
+    return bool(value.uses()) or value.is_graph_output()
+
+
+class RecurrenceRule(RewriteRuleClassBase):
+    """Matches a ``Loop``/``Scan`` with ``num_outputs`` outputs.
+
+    The matcher refuses a match when an output the pattern does not name is read and
+    accepts a node with fewer outputs than it names, so one rule per output count.
+    Subclasses implement :meth:`plan`, the proof; it reaches :meth:`rewrite` on the
+    matched node's ``meta`` (the node being replaced), never on the rule.
+    """
+
+    op_type = ""
+
+    def __init__(self, num_outputs: int, float32: bool) -> None:
+        suffix = "Widened" if float32 else ""
+        super().__init__(name=f"{type(self).__name__}{suffix}[{num_outputs}]")
+        self.num_outputs = num_outputs
+        self.float32 = float32
+
+    def pattern(self, op, first):
+        return getattr(op, self.op_type)(
+            first,
+            _allow_other_inputs=True,
+            _allow_other_attributes=True,
+            _outputs=[f"out{i}" for i in range(self.num_outputs)],
+        )
+
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | str:
+        raise NotImplementedError
+
+    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+        node = out0.producer()
+        assert node is not None
+        if len(node.outputs) != self.num_outputs:  # the matcher accepts fewer
+            return MatchResult().fail(
+                f"node has {len(node.outputs)} outputs, not {self.num_outputs}", node
+            )
+        if not any(used(v) for v in node.outputs):
+            return MatchResult().fail("no output of the node is read", node)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, str):
+            return MatchResult().fail(opset, node)
+        found = self.plan(node, context.model)
+        if isinstance(found, str):
+            return MatchResult().fail(found, node)
+        reason = dtype_reason(found.cell, self.float32)
+        if reason is not None:
+            return MatchResult().fail(reason, node)
+        main = context.model.graph if context.graph_or_function is context.model.graph else None
+        # the proof travels to rewrite() on the node (which it replaces), not on the rule
+        node.meta[_PLAN_KEY] = (found, opset, main)
+        return MatchResult()
+
+    def rewrite(self, op, out0: ir.Value, **_):
+        node = out0.producer()
+        assert node is not None
+        plan, opset, main = node.meta.pop(_PLAN_KEY)
+        return emit(op, plan, self.num_outputs, opset, main)
+
+
+_PLAN_KEY = "rnn_rewrite_rules.loop_scan.plan"
+
+
+def emit(
+    op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None
+) -> list[ir.Value]:
+    """The recurrent node for ``plan`` and the values replacing the node's outputs
+    (``main``: the model's graph when the node is in it, for new initializers)."""
+    node, cell = plan.node, plan.cell
+    cache: dict[tuple[int, ...], ir.Value] = {}
+    compute = np.dtype(np.float32)
+    cast_back = cell.dtype != compute
+
+    def constant(array: np.ndarray, suffix: str) -> ir.Value:
+        tensor = ir.tensor(np.ascontiguousarray(array.astype(compute)))
+        if main is None:
+            return op.Constant(value=tensor)
+        return op.initializer(tensor, fresh_name(main, f"{node.name or op_type}_{suffix}"))
+
+    def ints(values: list[int]) -> ir.Value:
+        return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
+
+    def unsqueeze(v: ir.Value) -> ir.Value:
+        return op.Unsqueeze(v, ints([0])) if opset >= 13 else op.Unsqueeze(v, axes=[0])
+
+    def squeeze(v: ir.Value, axis: int) -> ir.Value:
+        out = op.Squeeze(v, ints([axis])) if opset >= 13 else op.Squeeze(v, axes=[axis])
+        return op.Cast(out, to=ir.DataType.FLOAT16) if cast_back else out
+
+    casts: dict[ir.Value, ir.Value] = {}
+
+    def to_compute(v: ir.Value) -> ir.Value:
+        if cast_back and v not in casts:
+            casts[v] = op.Cast(v, to=ir.DataType.FLOAT)
+        return casts.get(v, v)
+
+    op_type = cell.op_type
+    x = plan.x
+    if plan.first_steps is not None:
+        x = op.Slice(x, ints([0]), ints([plan.first_steps]), ints([0]))
+    elif plan.last_steps is not None:
+        x = op.Slice(x, ints([-plan.last_steps]), ints([_INT64_MAX]), ints([0]))
+    inputs: list[ir.Value | None] = [
+        to_compute(x),
+        constant(cell.w[np.newaxis], "W"),
+        constant(cell.r[np.newaxis], "R"),
+        constant(cell.b[np.newaxis], "B"),
+        None,
+        unsqueeze(to_compute(plan.h0)),
+    ]
+    if op_type == "LSTM":
+        assert plan.c0 is not None
+        inputs.append(unsqueeze(to_compute(plan.c0)))
+    attributes: dict = {
+        "hidden_size": cell.hidden_size,
+        "direction": "reverse" if plan.reverse else "forward",
+    }
+    if op_type == "RNN" and cell.activation != "Tanh":
+        attributes["activations"] = [cell.activation]
+    if op_type == "GRU":
+        attributes["linear_before_reset"] = cell.linear_before_reset
+    count = 3 if op_type == "LSTM" else 2
+    outputs = getattr(op, op_type)(*inputs, _outputs=count, **attributes)
+    keep_identity(outputs[0].producer(), node)
+    values: dict[str, ir.Value] = {}
+
+    def value_of(kind: str) -> ir.Value:
+        if kind not in values:
+            if kind == "h":
+                values[kind] = squeeze(outputs[1], 0)
+            elif kind == "c":
+                values[kind] = squeeze(outputs[2], 0)
+            elif kind == "y":
+                values[kind] = squeeze(outputs[0], 1)
+            else:  # y_reversed: Y in the other step order
+                y = squeeze(outputs[0], 1)
+                values[kind] = op.Slice(
+                    y, ints([-1]), ints([-_INT64_MAX - 1]), ints([0]), ints([-1])
+                )
+        return values[kind]
+
+    for old in plan.replaced:
+        _redirect(old, value_of("y"))
+    result: list[ir.Value] = []
+    for index in range(num_outputs):
+        kind = plan.outputs[index]
+        if isinstance(kind, str):
+            new = value_of(kind)
+            if sum(1 for v in result if v is new):  # one value replaces one output
+                new = op.Identity(new)
+            result.append(new)
+        elif kind is None:
+            result.append(op.Identity(value_of("h")))  # an unread output: a dead stand-in
+        else:
+            result.append(op.Identity(kind))
+    _detach_body(node)
+    return result
+
+
+def _detach_body(node: ir.Node) -> None:
+    """Drop the inputs of every node in ``node``'s subgraphs: the node is being replaced,
+    and a value outside that only its body read (a reversed X) must become dead."""
+    for attr in node.attributes.values():
+        if attr.type != ir.AttributeType.GRAPH:
+            continue
+        for inner in ir.traversal.RecursiveGraphIterator(attr.as_graph()):
+            for index in range(len(inner.inputs)):
+                inner.replace_input_with(index, None)
+
+
+def _redirect(old: ir.Value, new: ir.Value) -> None:
+    """Point every reader of ``old`` (graph outputs too) at ``new``, which takes its name."""
+    new.type = old.type if old.type is not None else new.type
+    new.shape = old.shape if old.shape is not None else new.shape
+    name = old.name
+    old.name = None if name is None else f"{name}__replaced"
+    new.name = name
+    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)

@@ -1,0 +1,105 @@
+"""The proof that an ONNX ``Scan`` (opset 9+) runs a recurrent cell over its scan input."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules._rnn import opset_version
+from rnn_rewrite_rules.rules.loop_scan._common import (
+    Recurrence,
+    RecurrenceRule,
+    state_reason,
+    used,
+)
+from rnn_rewrite_rules.rules.loop_scan.body import Constants, prove_cell, through_identity
+from rnn_rewrite_rules.shape import ShapeProver
+
+__all__ = ["ScanToRnn", "plan_scan"]
+
+
+def _ints(node: ir.Node, name: str, count: int, default: int) -> list[int]:
+    attr = node.attributes.get(name)
+    return [default] * count if attr is None else list(attr.as_ints())
+
+
+def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | str:
+    """Prove ``node`` (a ``Scan``) is one recurrent layer, or say why not."""
+    opset = opset_version(model, model.graph)
+    assert isinstance(opset, int)
+    if opset < 9:
+        return f"opset {opset}'s Scan has a batch axis and sequence_lens (opset 9+ only)"
+    body_attr = node.attributes.get("body")
+    if body_attr is None:
+        return "the Scan has no body"
+    body = body_attr.as_graph()
+    scan_inputs = node.attributes.get_int("num_scan_inputs", 0)
+    if scan_inputs != 1:
+        return f"the Scan has {scan_inputs} scan inputs, not 1"
+    count = len(node.inputs) - 1
+    scans = len(body.outputs) - count
+    if len(body.inputs) != count + 1 or scans < 0:
+        return "the body's inputs and outputs do not match the Scan's"
+    if _ints(node, "scan_input_axes", 1, 0) != [0] or any(
+        _ints(node, "scan_output_axes", scans, 0)
+    ):
+        return "the Scan does not scan axis 0"
+    (in_direction,) = _ints(node, "scan_input_directions", 1, 0)
+    out_directions = _ints(node, "scan_output_directions", scans, 0)
+    carried_in, x_t = body.inputs[:count], body.inputs[count]
+    carried_out, stacked = body.outputs[:count], body.outputs[count:]
+    carried_init = list(node.inputs[:count])
+
+    invariants: dict[ir.Value, ir.Value] = {}
+    states: list[int] = []
+    for j, (value_in, value_out, init) in enumerate(
+        zip(carried_in, carried_out, carried_init, strict=True)
+    ):
+        if init is None:
+            return f"state {j} has no initial value"
+        if through_identity(value_out) is value_in:
+            invariants[value_in] = init
+        else:
+            states.append(j)
+    found = prove_cell(
+        [(carried_in[j], carried_out[j]) for j in states], Constants(opset, invariants)
+    )
+    if isinstance(found, str):
+        return found
+    cell, roles = found
+    if cell.x is not x_t:
+        return "the cell's step input is not the scan input"
+    state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
+    h_index = next(j for j, k in state_of.items() if k == "h")
+    h_t = through_identity(carried_out[h_index])
+
+    x = node.inputs[count]
+    prover = ShapeProver()
+    if x is None or prover.rank(x) != 3:
+        return "the scan input is not provably of rank 3"
+    outputs: list[str | ir.Value | None] = []
+    for j, value in enumerate(node.outputs):
+        if not used(value):
+            outputs.append(None)
+        elif j < count:
+            outputs.append(state_of.get(j) or carried_init[j])
+        elif through_identity(stacked[j - count]) is h_t:
+            outputs.append("y" if out_directions[j - count] == in_direction else "y_reversed")
+        else:
+            return f"scan output {j - count} is not h_t (a side output is read)"
+    h0 = carried_init[h_index]
+    c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
+    for state, name in ((h0, "h"), (c0, "c")):
+        if state is not None:
+            reason = state_reason(prover, state, x, cell.hidden_size, name)
+            if reason is not None:
+                return reason
+    return Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)  # type: ignore[arg-type]
+
+
+class ScanToRnn(RecurrenceRule):
+    """Scan running an RNN/LSTM/GRU cell over its scan input -> one RNN/LSTM/GRU node."""
+
+    op_type = "Scan"
+
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | str:
+        return plan_scan(node, model)

@@ -1,0 +1,283 @@
+"""loop_scan: Loop and Scan recurrences become one RNN, LSTM or GRU node."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx.reference import ReferenceEvaluator
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import families, loop_scan
+from rnn_rewrite_rules.testing.loops import NEAR_MISSES, LoopSpec, build_loop_model, loop_inputs
+from tests.reasons import refusal_reasons
+from tests.support import apply, op_counts
+
+RNN_OPS = ("LSTM", "GRU", "RNN")
+RECURRENCES = ("Loop", "Scan")
+
+
+def _outputs(cell: str) -> tuple[str, ...]:
+    return ("y", "h", "c") if cell == "LSTM" else ("y", "h")
+
+
+def _spec(**fields) -> LoopSpec:
+    fields.setdefault("outputs", _outputs(fields.get("cell", "LSTM")))
+    return LoopSpec(**fields)
+
+
+def _sizes(spec: LoopSpec) -> list[tuple[int, int]]:
+    """(batch, seq): the trip count and a longer X (a Loop reads its first T steps; a Scan
+    all of them, so its length changes too)."""
+    return [(1, spec.steps), (3, spec.steps), (2, spec.steps + 3)]
+
+
+def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def assert_same(
+    before: onnx.ModelProto, after: onnx.ModelProto, spec: LoopSpec, atol: float = 1e-5
+) -> None:
+    """Same outputs and shapes in ONNX Runtime at several sizes; at batch 0 the original
+    in ONNX Runtime and the result in the reference evaluator (ONNX Runtime aborts the
+    process on an LSTM/GRU of batch 0; the evaluator's Loop stacks nothing at batch 0)."""
+    for seed, (batch, seq) in enumerate(_sizes(spec)):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
+        for a, b in zip(expected, actual, strict=True):
+            assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        diff = runtime.max_abs_diff(expected, actual)
+        assert diff <= atol, f"batch={batch} seq={seq}: max abs diff {diff}"
+    if not spec.float16 and spec.activation == "Tanh":  # the evaluator's RNN has no Relu
+        feeds = loop_inputs(spec, 0)
+        expected, actual = runtime.run(before, feeds), _reference(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+
+
+def _recurrent_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.op_type in RNN_OPS]
+
+
+FORMS = list(itertools.product(RNN_OPS, ("keras", "torch", "scan"), ("forward", "reverse")))
+
+
+@pytest.mark.parametrize(("cell", "form", "direction"), FORMS)
+def test_every_form_becomes_one_node(cell: str, form: str, direction: str) -> None:
+    spec = _spec(cell=cell, form=form, direction=direction)
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.rules, model)
+    assert count == 1
+    counts = op_counts(after)
+    assert not any(counts[op] for op in RECURRENCES)
+    # the reversals of a backwards layer (ReverseSequence, tf2onnx's Transpose pair) go
+    assert not counts["ReverseSequence"] and not counts["Transpose"]
+    (node,) = _recurrent_nodes(after)
+    assert node.op_type == cell
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attributes["direction"] == direction.encode()
+    assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
+    assert [o.type for o in after.graph.output] == [o.type for o in model.graph.output]
+    assert after.opset_import == model.opset_import
+    assert_same(model, after, spec)
+    again, count = apply(loop_scan.rules, after)
+    assert count == 0 and again == after  # twice is once
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _spec(cell="GRU", linear_before_reset=0),  # Keras reset_after=False
+        _spec(cell="RNN", activation="Relu", form="torch"),
+        _spec(cell="RNN", activation="Relu", form="scan", direction="reverse"),
+        _spec(opset=11),  # Squeeze/Unsqueeze axes as attributes
+        _spec(cell="GRU", form="scan", opset=17),
+        _spec(form="torch", opset=21, outputs=("h",)),
+        _spec(outputs=("c", "y")),
+        _spec(steps=1, input_size=1, hidden_size=1),
+    ],
+    ids=str,
+)
+def test_other_variants(spec: LoopSpec) -> None:
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.rules, model)
+    assert count == 1 and not any(op_counts(after)[op] for op in RECURRENCES)
+    assert_same(model, after, spec)
+
+
+def test_gru_linear_before_reset_read_from_the_body() -> None:
+    for reset_after in (0, 1):
+        model = build_loop_model(_spec(cell="GRU", linear_before_reset=reset_after))
+        after, _ = apply(loop_scan.rules, model)
+        (node,) = _recurrent_nodes(after)
+        attributes = {a.name: a.i for a in node.attribute if a.name == "linear_before_reset"}
+        assert attributes == {"linear_before_reset": reset_after}
+
+
+def test_a_scan_whose_output_runs_the_other_way_is_reversed_once() -> None:
+    spec = _spec(form="scan", direction="reverse")
+    model = build_loop_model(spec)
+    scan = next(n for n in model.graph.node if n.op_type == "Scan")
+    directions = next(a for a in scan.attribute if a.name == "scan_output_directions")
+    directions.ints[:] = [0]  # inputs backwards, the stack in step order
+    after, count = apply(loop_scan.rules, model)
+    assert count == 1 and op_counts(after)["Slice"] >= 1
+    assert_same(model, after, spec)
+
+
+def test_float16_cells_are_refused_by_default() -> None:
+    model = build_loop_model(_spec(float16=True))
+    after, count = apply(loop_scan.rules, model)
+    assert count == 0 and op_counts(after) == op_counts(model)
+    reasons = set(refusal_reasons(loop_scan.rules.rules, model)) - _count_refusals(model)
+    assert reasons == {
+        "the cell computes in float16: ONNX Runtime's CPU LSTM kernel is float32 only "
+        "(the loop_scan_widened family computes it in float32 between Casts)"
+    }
+
+
+@pytest.mark.parametrize(
+    ("cell", "form"), list(itertools.product(RNN_OPS, ("keras", "torch", "scan")))
+)
+def test_float16_cells_in_float32_between_casts(cell: str, form: str) -> None:
+    spec = _spec(cell=cell, form=form, float16=True, direction="reverse")
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.widened_rules, model)
+    assert count == 1
+    (node,) = _recurrent_nodes(after)
+    weights = {i.name: i for i in after.graph.initializer}
+    assert weights[node.input[1]].data_type == onnx.TensorProto.FLOAT
+    assert op_counts(after)["Cast"] >= 2  # X to float32, Y back to float16
+    # the tolerance this changes: the body rounds every op to float16, the node does not
+    assert_same(model, after, spec, atol=4e-3)
+
+
+def _count_refusals(model: onnx.ModelProto) -> set[str]:
+    """The refusals of the rules for other output counts (one rule per count)."""
+    return {r for r in refusal_reasons(loop_scan.rules.rules, model) if " outputs, not " in r}
+
+
+NEAR_MISS_REASONS = {
+    "early_exit": "the condition is false after step 3 (the loop ends early)",
+    "not_the_state": "h_t is not Sigmoid(o) * Tanh(c_t) (LSTM)",
+    "shifted_step": "the step input is not X[t]: the index is not the iteration number",
+    "side_output": "scan output 1 is not h_t (a side output is read)",
+    "wrong_gate": "c_t is not Sigmoid(f) * c_(t-1) + Sigmoid(i) * Tanh(g) (LSTM)",
+    "state_not_batch": "cannot prove the initial h is [batch of X, 4]",
+}
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "form"),
+    [
+        (miss, form)
+        for miss, form in itertools.product(NEAR_MISSES, ("keras", "torch", "scan"))
+        if not (form == "scan" and miss in ("early_exit", "shifted_step"))
+    ],
+)
+def test_near_misses_are_refused_with_their_reason(near_miss: str, form: str) -> None:
+    spec = _spec(form=form, near_miss=near_miss)
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.rules, model)
+    assert count == 0 and op_counts(after) == op_counts(model)
+    reasons = set(refusal_reasons(loop_scan.rules.rules, model)) - _count_refusals(model)
+    assert reasons == {NEAR_MISS_REASONS[near_miss]}
+    if near_miss == "early_exit":  # the twin is real: it stops early, the LSTM would not
+        feeds = loop_inputs(spec, 2)
+        assert runtime.run(model, feeds)[0].shape[0] < spec.steps
+
+
+def test_gru_near_miss_that_drops_the_reset_gate() -> None:
+    model = build_loop_model(_spec(cell="GRU"))
+    graph = next(n for n in model.graph.node if n.op_type == "Loop").attribute[0].g
+    mul = next(n for n in graph.node if n.op_type == "Mul" and "sigmoid" in n.input[0])
+    sigmoid = next(n for n in graph.node if n.output[0] == mul.input[0])
+    sigmoid.op_type = "Tanh"  # tanh(r) where sigmoid(r) belongs
+    _, count = apply(loop_scan.rules, model)
+    assert count == 0
+    (reason,) = set(refusal_reasons(loop_scan.rules.rules, model)) - _count_refusals(model)
+    assert (
+        reason
+        == "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
+    )
+
+
+def test_weights_that_are_graph_inputs_are_not_constants() -> None:
+    model = build_loop_model(_spec(form="scan"))
+    kernel = next(i for i in model.graph.initializer if i.name == "kernel")
+    model.graph.input.append(
+        onnx.helper.make_tensor_value_info("kernel", kernel.data_type, list(kernel.dims))
+    )
+    _, count = apply(loop_scan.rules, model)
+    assert count == 0
+    (reason,) = set(refusal_reasons(loop_scan.rules.rules, model)) - _count_refusals(model)
+    assert "not a constant matrix" in reason
+
+
+def test_registered_and_run_by_rewrite() -> None:
+    registered = families()
+    assert registered["loop_scan"].install_by_default
+    assert not registered["loop_scan_widened"].install_by_default
+    spec = _spec(direction="reverse")
+    model = build_loop_model(spec)
+    after = rnn_rewrite_rules.rewrite(model)
+    assert not any(op_counts(after)[op] for op in RECURRENCES)
+    assert_same(model, after, spec)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    cell=st.sampled_from(RNN_OPS),
+    form=st.sampled_from(["keras", "torch", "scan"]),
+    direction=st.sampled_from(["forward", "reverse"]),
+    input_size=st.integers(1, 7),
+    hidden_size=st.integers(1, 7),
+    steps=st.integers(1, 7),
+    opset=st.sampled_from([11, 13, 17, 21]),
+    seed=st.integers(0, 2**16),
+)
+def test_always_equivalent(
+    cell: str,
+    form: str,
+    direction: str,
+    input_size: int,
+    hidden_size: int,
+    steps: int,
+    opset: int,
+    seed: int,
+) -> None:
+    spec = _spec(
+        cell=cell,
+        form=form,
+        direction=direction,
+        input_size=input_size,
+        hidden_size=hidden_size,
+        steps=steps,
+        opset=opset,
+        seed=seed,
+    )
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.rules, model)
+    assert count == 1
+    assert_same(model, after, spec)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    near_miss=st.sampled_from(sorted(NEAR_MISSES)),
+    form=st.sampled_from(["keras", "torch", "scan"]),
+    cell=st.sampled_from(RNN_OPS),
+    seed=st.integers(0, 2**16),
+)
+def test_near_misses_never_fire(near_miss: str, form: str, cell: str, seed: int) -> None:
+    try:
+        model = build_loop_model(_spec(cell=cell, form=form, near_miss=near_miss, seed=seed))
+    except ValueError:
+        return  # a twin the form has no meaning for
+    _, count = apply(loop_scan.rules, model)
+    assert count == 0
