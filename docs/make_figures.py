@@ -180,14 +180,6 @@ FIGURES: tuple[Figure, ...] = (
             LoopSpec(input_size=4, hidden_size=3, steps=5, direction="reverse")
         ),
     ),
-    Figure(
-        "loop_scan_widened_scan",
-        "loop_scan_widened",
-        "a float16 GRU(3) Scan, computed in float32 between Casts",
-        lambda: build_loop_model(
-            LoopSpec(cell="GRU", form="scan", input_size=4, hidden_size=3, float16=True)
-        ),
-    ),
 )
 
 

@@ -137,7 +137,7 @@ def test_float16_cells_are_refused_by_default() -> None:
     reasons = set(refusal_reasons(loop_scan.rules.rules, model)) - _count_refusals(model)
     assert reasons == {
         "the cell computes in float16: ONNX Runtime's CPU LSTM kernel is float32 only "
-        "(the loop_scan_widened family computes it in float32 between Casts)"
+        "(loop_scan.widened_rules computes it in float32 between Casts)"
     }
 
 
@@ -192,6 +192,19 @@ def test_near_misses_are_refused_with_their_reason(near_miss: str, form: str) ->
         assert runtime.run(model, feeds)[0].shape[0] < spec.steps
 
 
+def test_a_trip_count_of_x_s_length_is_refused() -> None:
+    """At 0 steps ONNX Runtime's Loop stacks a [0, 0, H] output, the node's Y is
+    [0, batch, H] (and its GRU aborts): not equal at every size."""
+    spec = _spec(form="torch", trip_count="length")
+    model = build_loop_model(spec)
+    _, count = apply(loop_scan.rules, model)
+    assert count == 0
+    (reason,) = set(refusal_reasons(loop_scan.rules.rules, model)) - _count_refusals(model)
+    assert reason == "the trip count is X's length, which can be 0: not proven equal there"
+    stacked = runtime.run(model, loop_inputs(spec, 2, 0))[0]
+    assert stacked.shape == (0, 0, spec.hidden_size)  # the premise, in this runtime
+
+
 def test_gru_near_miss_that_drops_the_reset_gate() -> None:
     model = build_loop_model(_spec(cell="GRU"))
     graph = next(n for n in model.graph.node if n.op_type == "Loop").attribute[0].g
@@ -222,7 +235,9 @@ def test_weights_that_are_graph_inputs_are_not_constants() -> None:
 def test_registered_and_run_by_rewrite() -> None:
     registered = families()
     assert registered["loop_scan"].install_by_default
-    assert not registered["loop_scan_widened"].install_by_default
+    # the widened rules change outputs: never in a family, so never in rewrite(model)
+    widened = {rule.name for rule in loop_scan.widened_rules}
+    assert not widened & {rule.name for f in registered.values() for rule in f.all_rules}
     spec = _spec(direction="reverse")
     model = build_loop_model(spec)
     after = rnn_rewrite_rules.rewrite(model)

@@ -47,7 +47,6 @@ DEFAULT_TARGET = "portable"
 FAMILIES: tuple[RuleFamily, ...] = (
     weight_folding.FAMILY,
     loop_scan.FAMILY,
-    loop_scan.WIDENED_FAMILY,
     reroll.FAMILY,
     fold_if.FAMILY,
     bidirectional.FAMILY,

@@ -62,6 +62,7 @@ class LoopSpec:
     near_miss: str | None = None
     opset: int = 13
     outputs: tuple[str, ...] = ("y",)  # "y" (stacked h_t), "h", "c" (final states)
+    trip_count: Literal["constant", "length"] = "constant"  # "length": Gather(Shape(X), 0)
     seed: int = 0
 
     @property
@@ -419,7 +420,12 @@ def _loop(
     graph = helper.make_graph(body.nodes, "loop_body", inputs, body_outputs)
     loop_outputs = [f"loop_{i}" for i in range(len(outputs) - 1)]
     trips = "trips"
-    nodes.append(_const(trips, np.array(steps, np.int64)))
+    if spec.trip_count == "length":  # torch.export's while_loop over the sequence
+        nodes.append(helper.make_node("Shape", [x], ["x_shape"]))
+        nodes.append(_const("time_axis", np.array(0, np.int64)))
+        nodes.append(helper.make_node("Gather", ["x_shape", "time_axis"], [trips], axis=0))
+    else:
+        nodes.append(_const(trips, np.array(steps, np.int64)))
     nodes.append(_const("cond0", np.array(True)))
     carried = []
     if keras:

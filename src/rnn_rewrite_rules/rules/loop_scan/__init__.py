@@ -14,7 +14,7 @@ evaluated true after each step but the last, the step input is ``Gather(X, t)`` 
 rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
 Scan: one scan input on axis 0, forward or reverse; the initial states are provably
 ``[batch of X, H]``; every read output is a final state, an invariant or the stacked
-``h_t``; the cell computes in float32 (float16 only in ``loop_scan_widened``).
+``h_t``; the cell computes in float32 (float16 only with :data:`widened_rules`).
 
 Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into ONNX
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
@@ -31,7 +31,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
 from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
 from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
 
-__all__ = ["FAMILY", "WIDENED_FAMILY", "rules", "widened_rules"]
+__all__ = ["FAMILY", "rules", "widened_rules"]
 
 
 def _rules(float32: bool) -> RewriteRuleSet:
@@ -42,6 +42,9 @@ def _rules(float32: bool) -> RewriteRuleSet:
 
 
 rules = _rules(False)
+#: The explicit option for float16 cells: computed in float32 between Casts. Not a family
+#: (``rewrite(model)`` applies every family, and this one changes outputs by float16's
+#: rounding): apply it yourself, ``widened_rules.apply_to_model(ir_model)``.
 widened_rules = _rules(True)
 
 FAMILY = RuleFamily(
@@ -49,14 +52,4 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     rule_set=rules,
     install_by_default=True,
-)
-
-WIDENED_FAMILY = RuleFamily(
-    name="loop_scan_widened",
-    description=(
-        "loop_scan, with float16 cells computed in float32 between Casts "
-        "(outputs differ by float16 rounding; opt in)"
-    ),
-    rule_set=widened_rules,
-    install_by_default=False,
 )

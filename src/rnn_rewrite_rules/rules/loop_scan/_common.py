@@ -65,7 +65,7 @@ def dtype_reason(cell: Cell, float32: bool) -> str | None:
     if cell.dtype == _FLOAT16:
         return (
             f"the cell computes in float16: ONNX Runtime's CPU {cell.op_type} kernel is "
-            "float32 only (the loop_scan_widened family computes it in float32 between Casts)"
+            "float32 only (loop_scan.widened_rules computes it in float32 between Casts)"
         )
     return (
         f"the cell computes in {cell.dtype}: ONNX Runtime's CPU {cell.op_type} kernel "

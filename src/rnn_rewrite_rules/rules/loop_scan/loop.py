@@ -50,10 +50,10 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
     cond_out, *rest = body.outputs
     carried_out, scans = rest[:count], rest[count:]
 
-    trips = _scalar_int(outer(node.inputs[0])) if node.inputs[0] is not None else None
-    if trips is None:
-        return "the trip count is not a constant"  # a Shape(X)[0] count: not proven yet
-    if not 1 <= trips <= _MAX_TRIPS:
+    if node.inputs[0] is None:
+        return "the Loop has no trip count (the condition alone ends it)"
+    trips = _scalar_int(outer(node.inputs[0]))  # None: a computed count, see the end
+    if trips is not None and not 1 <= trips <= _MAX_TRIPS:
         return f"the trip count is {trips}, not 1..{_MAX_TRIPS}"
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         first = outer(node.inputs[1])
@@ -83,9 +83,12 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
     state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
 
     # the condition is true after every step but the last
-    reason = _condition_reason(cond_out, cond_in, iteration, counters, trips, opset, invariants)
-    if reason is not None:
-        return reason
+    if trips is None and through_identity(cond_out) is not cond_in:
+        return "the condition is not the one passed in and the trip count is not a constant"
+    if trips is not None:
+        reason = _condition_reason(cond_out, cond_in, iteration, counters, trips, opset, invariants)
+        if reason is not None:
+            return reason
 
     # the step input is X[t]: Gather(X, t) with t the iteration number or a counter from 0
     gather = producer_op(cell.x, "Gather")
@@ -127,6 +130,12 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
             reason = state_reason(prover, state, sequence, cell.hidden_size, name)
             if reason is not None:
                 return reason
+    if trips is None:
+        if prover.elements(node.inputs[0]) == (prover.dim(sequence, 0),):
+            # X's length can be 0, where ONNX Runtime's Loop stacks a [0, 0, H] output
+            # (the node's Y is [0, batch, H]) and its GRU kernel aborts the process
+            return "the trip count is X's length, which can be 0: not proven equal there"
+        return "the trip count is neither a constant nor X's length"
     whole = prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
 
