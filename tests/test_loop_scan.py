@@ -130,6 +130,26 @@ def test_a_scan_whose_output_runs_the_other_way_is_reversed_once() -> None:
     assert_same(model, after, spec)
 
 
+@pytest.mark.parametrize(
+    ("form", "static_seq", "nodes"),
+    [("scan", False, 1), ("keras", True, 1), ("torch", True, 1), ("keras", False, 2)],
+)
+def test_bidirectional_layers(form: str, static_seq: bool, nodes: int) -> None:
+    """A forward and a backward layer on one X become one bidirectional node (with
+    the bidirectional family) when both read all of X: a Scan always, a Loop when X's
+    length is provably its trip count; else two nodes (each Loop reads its own window
+    of a longer X: the first T steps, and the last T reversed)."""
+    spec = LoopSpec(form=form, cell="GRU", bidirectional=True, static_seq=static_seq)
+    model = build_loop_model(spec)
+    after = rnn_rewrite_rules.rewrite(model)
+    assert not any(op_counts(after)[op] for op in RECURRENCES)
+    assert len(_recurrent_nodes(after)) == nodes
+    sizes = [(1, spec.steps), (3, spec.steps)] if static_seq else _sizes(spec)
+    for seed, (batch, seq) in enumerate(sizes):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) < 1e-5
+
+
 def test_float16_cells_are_refused_by_default() -> None:
     model = build_loop_model(_spec(float16=True))
     after, count = apply(loop_scan.rules, model)

@@ -63,6 +63,8 @@ class LoopSpec:
     opset: int = 13
     outputs: tuple[str, ...] = ("y",)  # "y" (stacked h_t), "h", "c" (final states)
     trip_count: Literal["constant", "length"] = "constant"  # "length": Gather(Shape(X), 0)
+    bidirectional: bool = False  # a forward and a backward layer, Concat on axis 2 ("y" only)
+    static_seq: bool = False  # x declared [steps, batch, I] (a fixed-length export)
     seed: int = 0
 
     @property
@@ -256,7 +258,11 @@ def _reverse(nodes: list, source: str, name: str) -> str:
 
 def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     """The model: input ``x`` ``[seq, batch, I]`` (time-major, ``seq`` symbolic), outputs
-    ``spec.outputs`` (``y`` ``[T, batch, H]``, ``h``/``c`` ``[batch, H]``)."""
+    ``spec.outputs`` (``y`` ``[T, batch, H]``, ``h``/``c`` ``[batch, H]``); a
+    bidirectional one: ``y`` ``[T, batch, 2H]``, Keras ``Bidirectional``'s concatenation
+    of a forward layer and a backward one (other weights) on the same ``x``."""
+    if spec.bidirectional:
+        return _bidirectional(spec)
     if spec.near_miss is not None and spec.near_miss not in NEAR_MISSES:
         raise ValueError(f"unknown near miss {spec.near_miss!r}")
     if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
@@ -338,7 +344,11 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         f"{spec.form}_{spec.cell.lower()}",
-        [helper.make_tensor_value_info("x", elem, ["seq", "batch", spec.input_size])],
+        [
+            helper.make_tensor_value_info(
+                "x", elem, [spec.steps if spec.static_seq else "seq", "batch", spec.input_size]
+            )
+        ],
         graph_outputs,
         initializers,
     )
@@ -346,6 +356,55 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     model.ir_version = 8
     model.producer_name = "rnn_rewrite_rules.testing.loops"
     return model
+
+
+def _bidirectional(spec: LoopSpec) -> onnx.ModelProto:
+    if spec.outputs != ("y",):
+        raise ValueError("a bidirectional model has the one output y")
+    halves = []
+    for prefix, direction, seed in (("f_", "forward", spec.seed), ("b_", "reverse", spec.seed + 1)):
+        half = dataclasses.replace(spec, bidirectional=False, direction=direction, seed=seed)
+        halves.append(_prefixed(build_loop_model(half), prefix))
+    forward, backward = (half.graph for half in halves)
+    concat = helper.make_node("Concat", ["f_y", "b_y"], ["y"], axis=2)
+    elem = forward.output[0].type.tensor_type.elem_type
+    output = helper.make_tensor_value_info("y", elem, ["steps", "batch", 2 * spec.hidden_size])
+    graph = helper.make_graph(
+        [*forward.node, *backward.node, concat],
+        f"{spec.form}_bidirectional_{spec.cell.lower()}",
+        list(forward.input),
+        [output],
+        [*forward.initializer, *backward.initializer],
+    )
+    model = helper.make_model(graph, opset_imports=list(halves[0].opset_import))
+    model.ir_version = halves[0].ir_version
+    model.producer_name = halves[0].producer_name
+    return model
+
+
+def _prefixed(model: onnx.ModelProto, prefix: str) -> onnx.ModelProto:
+    """Every value name but the input ``x`` prefixed, subgraphs included (a body reads
+    outer names, which ``onnx.compose.add_prefix`` leaves as they were)."""
+
+    def name(old: str) -> str:
+        return old if old in ("", "x") else prefix + old
+
+    def graph(g: onnx.GraphProto) -> None:
+        for info in [*g.input, *g.output, *g.value_info]:
+            info.name = name(info.name)
+        for tensor in g.initializer:
+            tensor.name = name(tensor.name)
+        for node in g.node:
+            node.input[:] = [name(v) for v in node.input]
+            node.output[:] = [name(v) for v in node.output]
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    graph(attribute.g)
+
+    renamed = onnx.ModelProto()
+    renamed.CopyFrom(model)
+    graph(renamed.graph)
+    return renamed
 
 
 def _carried_h(spec: LoopSpec, body: _Body, h_t: str) -> str:
