@@ -14,7 +14,7 @@ evaluated true after each step but the last, the step input is ``Gather(X, t)`` 
 rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
 Scan: one scan input on axis 0, forward or reverse; the initial states are provably
 ``[batch of X, H]``; every read output is a final state, an invariant or the stacked
-``h_t``; the cell computes in float32 (float16 only with :data:`widened_rules`).
+``h_t``; the cell computes in float32 (float16 only with :func:`widened_rules`).
 
 Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into ONNX
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
@@ -24,32 +24,40 @@ stacked output back in time becomes ``Y`` itself.
 
 from __future__ import annotations
 
-from onnxscript.rewriter import RewriteRuleSet
+from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
 from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
 from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
 
-__all__ = ["FAMILY", "rules", "widened_rules"]
+__all__ = ["FAMILY", "LoopToRnn", "ScanToRnn", "make_rules", "widened_rules"]
 
 
-def _rules(float32: bool) -> RewriteRuleSet:
+def _rules(float32: bool) -> list[RewriteRule]:
     counts = range(MAX_OUTPUTS, 0, -1)
-    return RewriteRuleSet(
-        [LoopToRnn.rule(n, float32) for n in counts] + [ScanToRnn.rule(n, float32) for n in counts]
-    )
+    return [LoopToRnn.rule(n, float32) for n in counts] + [
+        ScanToRnn.rule(n, float32) for n in counts
+    ]
 
 
-rules = _rules(False)
-#: The explicit option for float16 cells: computed in float32 between Casts. Not a family
-#: (``rewrite(model)`` applies every family, and this one changes outputs by float16's
-#: rounding): apply it yourself, ``widened_rules.apply_to_model(ir_model)``.
-widened_rules = _rules(True)
+def make_rules() -> list[RewriteRule]:
+    return _rules(False)
+
+
+def widened_rules() -> list[RewriteRule]:
+    """The explicit option for float16 cells: computed in float32 between Casts.
+
+    Not a family: ``rewrite(model)`` applies every family, and these change outputs by
+    float16's rounding. Apply them yourself:
+    ``RewriteRuleSet(widened_rules()).apply_to_model(ir_model)``.
+    """
+    return _rules(True)
+
 
 FAMILY = RuleFamily(
     name="loop_scan",
     description=(__doc__ or "").partition("\n")[0],
-    rule_set=rules,
+    make_rules=make_rules,
     install_by_default=True,
 )

@@ -8,8 +8,15 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules._rnn import opset_version
-from rnn_rewrite_rules.rules._constants import cached_ints, fresh_name
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import (
+    array_constant,
+    cached_ints,
+    slice_,
+    squeeze,
+    unsqueeze,
+)
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.rules.loop_scan.body import Cell
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -48,26 +55,26 @@ class Recurrence:
 
 def state_reason(
     prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int, name: str
-) -> str | None:
+) -> Refusal | None:
     """Why ``state`` is not provably ``[batch of x, hidden]`` (None: it is)."""
     expected = (prover.dim(x, 1), Dim.const(hidden))
     if expected[0] is None or prover.dims(state) != expected:
-        return f"cannot prove the initial {name} is [batch of X, {hidden}]"
+        return Refusal(f"cannot prove the initial {name} is [batch of X, {hidden}]")
     return None
 
 
-def dtype_reason(cell: Cell, float32: bool) -> str | None:
+def dtype_reason(cell: Cell, float32: bool) -> Refusal | None:
     """Why the cell's element type cannot be emitted (None: it can)."""
     if cell.dtype == np.float32:
         return None
     if cell.dtype == _FLOAT16 and float32:
         return None
     if cell.dtype == _FLOAT16:
-        return (
+        return Refusal(
             f"the cell computes in float16: ONNX Runtime's CPU {cell.op_type} kernel is "
-            "float32 only (loop_scan.widened_rules computes it in float32 between Casts)"
+            "float32 only (loop_scan.widened_rules() computes it in float32 between Casts)"
         )
-    return (
+    return Refusal(
         f"the cell computes in {cell.dtype}: ONNX Runtime's CPU {cell.op_type} kernel "
         "is float32 only"
     )
@@ -82,8 +89,8 @@ class RecurrenceRule(RewriteRuleClassBase):
 
     The matcher refuses a match when an output the pattern does not name is read and
     accepts a node with fewer outputs than it names, so one rule per output count.
-    Subclasses implement :meth:`plan`, the proof; it reaches :meth:`rewrite` on the
-    matched node's ``meta`` (the node being replaced), never on the rule.
+    Subclasses implement :meth:`plan`, the proof; :meth:`check` keeps it for
+    :meth:`rewrite` (rules are built per rewrite, so it is freed with them).
     """
 
     op_type = ""
@@ -102,7 +109,7 @@ class RecurrenceRule(RewriteRuleClassBase):
             _outputs=[f"out{i}" for i in range(self.num_outputs)],
         )
 
-    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | str:
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         raise NotImplementedError
 
     def check(self, context, out0: ir.Value, **_) -> MatchResult:
@@ -115,27 +122,25 @@ class RecurrenceRule(RewriteRuleClassBase):
         if not any(used(v) for v in node.outputs):
             return MatchResult().fail("no output of the node is read", node)
         opset = opset_version(context.model, context.graph_or_function)
-        if isinstance(opset, str):
+        if isinstance(opset, Refusal):
             return MatchResult().fail(opset, node)
         found = self.plan(node, context.model)
-        if isinstance(found, str):
+        if isinstance(found, Refusal):
             return MatchResult().fail(found, node)
         reason = dtype_reason(found.cell, self.float32)
         if reason is not None:
             return MatchResult().fail(reason, node)
-        main = context.model.graph if context.graph_or_function is context.model.graph else None
-        # the proof travels to rewrite() on the node (which it replaces), not on the rule
-        node.meta[_PLAN_KEY] = (found, opset, main)
+        if opset < 10 and "y_reversed" in found.outputs:
+            return MatchResult().fail(f"opset {opset}'s Slice cannot reverse Y (no steps)", node)
+        self._plan = found
+        self._opset = opset
+        self._main = (
+            context.model.graph if context.graph_or_function is context.model.graph else None
+        )
         return MatchResult()
 
     def rewrite(self, op, out0: ir.Value, **_):
-        node = out0.producer()
-        assert node is not None
-        plan, opset, main = node.meta.pop(_PLAN_KEY)
-        return emit(op, plan, self.num_outputs, opset, main)
-
-
-_PLAN_KEY = "rnn_rewrite_rules.loop_scan.plan"
+        return emit(op, self._plan, self.num_outputs, self._opset, self._main)
 
 
 def emit(
@@ -149,19 +154,16 @@ def emit(
     cast_back = cell.dtype != compute
 
     def constant(array: np.ndarray, suffix: str) -> ir.Value:
-        tensor = ir.tensor(np.ascontiguousarray(array.astype(compute)))
-        if main is None:
-            return op.Constant(value=tensor)
-        return op.initializer(tensor, fresh_name(main, f"{node.name or op_type}_{suffix}"))
+        array = np.ascontiguousarray(array.astype(compute))
+        if main is None:  # a subgraph: a new name there could shadow one outside
+            return op.Constant(value=ir.tensor(array))
+        return array_constant(op, main, array, f"{node.name or cell.op_type}_{suffix}")
 
     def ints(values: list[int]) -> ir.Value:
         return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
 
-    def unsqueeze(v: ir.Value) -> ir.Value:
-        return op.Unsqueeze(v, ints([0])) if opset >= 13 else op.Unsqueeze(v, axes=[0])
-
-    def squeeze(v: ir.Value, axis: int) -> ir.Value:
-        out = op.Squeeze(v, ints([axis])) if opset >= 13 else op.Squeeze(v, axes=[axis])
+    def squeezed(v: ir.Value, axis: int) -> ir.Value:
+        out = squeeze(op, v, [axis], opset, ints)
         return op.Cast(out, to=ir.DataType.FLOAT16) if cast_back else out
 
     casts: dict[ir.Value, ir.Value] = {}
@@ -174,20 +176,20 @@ def emit(
     op_type = cell.op_type
     x = plan.x
     if plan.first_steps is not None:
-        x = op.Slice(x, ints([0]), ints([plan.first_steps]), ints([0]))
+        x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
     elif plan.last_steps is not None:
-        x = op.Slice(x, ints([-plan.last_steps]), ints([_INT64_MAX]), ints([0]))
+        x = slice_(op, x, [-plan.last_steps], [_INT64_MAX], [0], opset, ints)
     inputs: list[ir.Value | None] = [
         to_compute(x),
         constant(cell.w[np.newaxis], "W"),
         constant(cell.r[np.newaxis], "R"),
         constant(cell.b[np.newaxis], "B"),
         None,
-        unsqueeze(to_compute(plan.h0)),
+        unsqueeze(op, to_compute(plan.h0), [0], opset, ints),
     ]
     if op_type == "LSTM":
         assert plan.c0 is not None
-        inputs.append(unsqueeze(to_compute(plan.c0)))
+        inputs.append(unsqueeze(op, to_compute(plan.c0), [0], opset, ints))
     attributes: dict = {
         "hidden_size": cell.hidden_size,
         "direction": "reverse" if plan.reverse else "forward",
@@ -204,13 +206,13 @@ def emit(
     def value_of(kind: str) -> ir.Value:
         if kind not in values:
             if kind == "h":
-                values[kind] = squeeze(outputs[1], 0)
+                values[kind] = squeezed(outputs[1], 0)
             elif kind == "c":
-                values[kind] = squeeze(outputs[2], 0)
+                values[kind] = squeezed(outputs[2], 0)
             elif kind == "y":
-                values[kind] = squeeze(outputs[0], 1)
+                values[kind] = squeezed(outputs[0], 1)
             else:  # y_reversed: Y in the other step order
-                y = squeeze(outputs[0], 1)
+                y = squeezed(outputs[0], 1)
                 values[kind] = op.Slice(
                     y, ints([-1]), ints([-_INT64_MAX - 1]), ints([0]), ints([-1])
                 )

@@ -21,10 +21,12 @@ import numpy as np
 import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 
-from rnn_rewrite_rules._rnn import const_array
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.shape.constant import cast_as_runtime
 
-__all__ = ["Cell", "Constants", "producer_op", "prove_cell", "through_identity"]
+__all__ = ["Cell", "Constants", "prove_cell", "through_identity"]
 
 #: Ops :class:`Constants` evaluates: deterministic, no subgraphs, no randomness.
 _EVALUATED = frozenset(
@@ -42,20 +44,12 @@ _MAX_ELEMENTS = 1 << 27
 ONNX_GATES = {"RNN": ("h",), "GRU": ("z", "r", "h"), "LSTM": ("i", "o", "f", "c")}
 
 
-def producer_op(value: ir.Value | None, *op_types: str) -> ir.Node | None:
-    """The ONNX-domain producer of ``value`` when its op is one of ``op_types``."""
-    node = None if value is None else value.producer()
-    if node is None or node.domain != "" or node.op_type not in op_types:
-        return None
-    return node
-
-
 def through_identity(value: ir.Value) -> ir.Value:
     """``value`` with any chain of ``Identity`` nodes above it skipped."""
-    node = producer_op(value, "Identity")
+    node = producer(value, "Identity")
     while node is not None:
         value = node.inputs[0]
-        node = producer_op(value, "Identity")
+        node = producer(value, "Identity")
     return value
 
 
@@ -130,7 +124,7 @@ class _Linear:
     bias: np.ndarray | None  # [width]
 
 
-def _linear(value: ir.Value, constants: Constants) -> _Linear | str:
+def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
     """Read ``value`` as a sum of ``MatMul(s, W)`` / ``Gemm`` terms and a constant bias,
     through ``Add`` and column blocks of an axis-1 ``Split``."""
     array = constants(value)
@@ -138,21 +132,21 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | str:
         if array.ndim == 2 and array.shape[0] == 1:
             array = array[0]
         if array.ndim != 1:
-            return f"a bias term has shape {list(array.shape)}, not [width] or [1, width]"
+            return Refusal(f"a bias term has shape {list(array.shape)}, not [width] or [1, width]")
         return _Linear({}, array)
     node = value.producer()
     if node is None or node.domain != "":
-        return f"{value.name} is not a MatMul, Gemm, Add or bias"
+        return Refusal(f"{value.name} is not a MatMul, Gemm, Add or bias")
     if node.op_type == "Add":
         parts = [_linear(v, constants) for v in node.inputs]
         for part in parts:
-            if isinstance(part, str):
+            if isinstance(part, Refusal):
                 return part
         return _sum(parts)  # type: ignore[arg-type]
     if node.op_type == "MatMul":
         weight = constants(node.inputs[1])
         if weight is None or weight.ndim != 2:
-            return f"{node.name}'s right operand is not a constant matrix"
+            return Refusal(f"{node.name}'s right operand is not a constant matrix")
         return _Linear({node.inputs[0]: weight}, None)
     if node.op_type == "Gemm":
         a = node.attributes
@@ -161,31 +155,31 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | str:
             or a.get_float("alpha", 1.0) != 1
             or a.get_float("beta", 1.0) != 1
         ):
-            return f"{node.name} is not v @ W + b (transA, alpha or beta)"
+            return Refusal(f"{node.name} is not v @ W + b (transA, alpha or beta)")
         weight = constants(node.inputs[1])
         if weight is None or weight.ndim != 2:
-            return f"{node.name}'s weight is not a constant matrix"
+            return Refusal(f"{node.name}'s weight is not a constant matrix")
         weight = weight.T if a.get_int("transB", 0) else weight
         terms = [_Linear({node.inputs[0]: weight}, None)]
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             bias = _linear(node.inputs[2], constants)
-            if isinstance(bias, str) or bias.weights:
-                return f"{node.name}'s bias is not a constant"
+            if isinstance(bias, Refusal) or bias.weights:
+                return Refusal(f"{node.name}'s bias is not a constant")
             terms.append(bias)
         return _sum(terms)
     if node.op_type == "Split":
         return _split_block(node, value, constants)
-    return f"{value.name} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias"
+    return Refusal(f"{value.name} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias")
 
 
-def _sum(parts: list[_Linear]) -> _Linear | str:
+def _sum(parts: list[_Linear]) -> _Linear | Refusal:
     weights: dict[ir.Value, np.ndarray] = {}
     bias = None
     for part in parts:
         for source, weight in part.weights.items():
             if source in weights:
                 if weights[source].shape != weight.shape:
-                    return "two terms read one value with different shapes"
+                    return Refusal("two terms read one value with different shapes")
                 weights[source] = weights[source] + weight
             else:
                 weights[source] = weight
@@ -195,36 +189,36 @@ def _sum(parts: list[_Linear]) -> _Linear | str:
         {bias.shape[0]} if bias is not None else set()
     )
     if len(widths) > 1:
-        return f"the terms of a sum have widths {sorted(widths)}"
+        return Refusal(f"the terms of a sum have widths {sorted(widths)}")
     return _Linear(weights, bias)
 
 
-def _split_block(node: ir.Node, value: ir.Value, constants: Constants) -> _Linear | str:
+def _split_block(node: ir.Node, value: ir.Value, constants: Constants) -> _Linear | Refusal:
     """Part ``k`` of ``Split(S, axis=1)``: columns of ``S``'s terms (sizes from the
     ``split`` input or attribute, else equal parts)."""
     if node.attributes.get_int("axis", 0) not in (1, -1):
-        return f"{node.name} does not split axis 1"
+        return Refusal(f"{node.name} does not split axis 1")
     whole = _linear(node.inputs[0], constants)
-    if isinstance(whole, str):
+    if isinstance(whole, Refusal):
         return whole
     width = _width(whole)
     if width is None:
-        return f"{node.name} splits a value of unknown width"
+        return Refusal(f"{node.name} splits a value of unknown width")
     sizes_input = node.inputs[1] if len(node.inputs) > 1 else None
     if sizes_input is not None:
         sizes = constants(sizes_input)
         if sizes is None:
-            return f"{node.name}'s sizes are not constant"
+            return Refusal(f"{node.name}'s sizes are not constant")
         parts = [int(s) for s in sizes.reshape(-1)]
     elif node.attributes.get("split") is not None:
         parts = list(node.attributes["split"].as_ints())
     else:
         count = len(node.outputs)
         if width % count:
-            return f"{node.name} splits {width} columns into {count} parts unevenly"
+            return Refusal(f"{node.name} splits {width} columns into {count} parts unevenly")
         parts = [width // count] * count
     if sum(parts) != width or len(parts) != len(node.outputs):
-        return f"{node.name}'s sizes {parts} do not cover {width} columns"
+        return Refusal(f"{node.name}'s sizes {parts} do not cover {width} columns")
     index = list(node.outputs).index(value)
     start = sum(parts[:index])
     stop = start + parts[index]
@@ -272,7 +266,7 @@ class _Gate:
 
 def _act(value: ir.Value | None, *op_types: str) -> ir.Node | None:
     """An activation node of one of ``op_types`` with default attributes."""
-    node = producer_op(value, *op_types)
+    node = producer(value, *op_types)
     if node is None or node.attributes:
         return None
     return node
@@ -301,7 +295,7 @@ def _any(_value: ir.Value | None) -> bool:
 
 def _assemble(
     op_type: str, gates: dict[str, _Linear], h_prev: ir.Value
-) -> tuple[ir.Value, np.ndarray, np.ndarray, np.ndarray] | str:
+) -> tuple[ir.Value, np.ndarray, np.ndarray, np.ndarray] | Refusal:
     """(x_t, W, R, B) from each gate's linear terms in ONNX order; every gate reads
     ``h_prev`` and one common ``x_t``."""
     x = None
@@ -311,25 +305,25 @@ def _assemble(
         linear = gates[name]
         sources = [s for s in linear.weights if s is not h_prev]
         if len(sources) != 1:
-            return f"gate {name} does not read exactly one step input besides h_(t-1)"
+            return Refusal(f"gate {name} does not read exactly one step input besides h_(t-1)")
         if x is None:
             x = sources[0]
         elif sources[0] is not x:
-            return f"gate {name} reads another step input than the gates before"
+            return Refusal(f"gate {name} reads another step input than the gates before")
         r = linear.weights.get(h_prev)
         if r is None:
-            return f"gate {name} does not read h_(t-1)"
+            return Refusal(f"gate {name} does not read h_(t-1)")
         w = linear.weights[x]
         hidden = w.shape[1] if hidden is None else hidden
         if w.shape[1] != hidden or (r is not None and r.shape != (hidden, hidden)):
-            return f"gate {name}'s weights are not [I, H] and [H, H] with H = {hidden}"
+            return Refusal(f"gate {name}'s weights are not [I, H] and [H, H] with H = {hidden}")
         w_blocks.append(w.T)
         r_blocks.append(None if r is None else r.T)
         b_blocks.append(linear.bias)
     assert x is not None and hidden is not None
     arrays = [b for b in w_blocks + r_blocks + b_blocks if b is not None]
     if len({a.dtype for a in arrays}) != 1 or arrays[0].dtype.kind != "f":
-        return "the weights are not all of one floating-point type"
+        return Refusal("the weights are not all of one floating-point type")
     dtype = arrays[0].dtype
     w_bias = [np.zeros(hidden, dtype) if b is None else b for b in b_blocks]
     return x, np.concatenate(w_blocks), np.concatenate(r_blocks), np.concatenate(w_bias)
@@ -337,25 +331,25 @@ def _assemble(
 
 def _gate_linear(
     pre: ir.Value, constants: Constants, name: str, gates: dict[str, _Linear]
-) -> str | None:
+) -> Refusal | None:
     linear = _linear(pre, constants)
-    if isinstance(linear, str):
-        return f"gate {name}: {linear}"
+    if isinstance(linear, Refusal):
+        return Refusal(f"gate {name}: {linear}")
     gates[name] = linear
     return None
 
 
-def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | str:
+def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Refusal:
     """``h_t = act(x_t @ W + h_(t-1) @ R + b)`` with ``act`` Tanh or Relu."""
     node = _act(h, "Tanh", "Relu")
     if node is None:
-        return "h_t is not Tanh or Relu of a sum (RNN)"
+        return Refusal("h_t is not Tanh or Relu of a sum (RNN)")
     gates: dict[str, _Linear] = {}
     reason = _gate_linear(node.inputs[0], constants, "h", gates)
     if reason is not None:
         return reason
     found = _assemble("RNN", gates, h_prev)
-    if isinstance(found, str):
+    if isinstance(found, Refusal):
         return found
     x, w, r, b = found
     bias = np.concatenate([b, np.zeros_like(b)])
@@ -364,22 +358,22 @@ def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | str
 
 def _lstm_cell(
     h: ir.Value, c: ir.Value, h_prev: ir.Value, c_prev: ir.Value, constants: Constants
-) -> Cell | str:
+) -> Cell | Refusal:
     """``c_t = σ(f) * c_(t-1) + σ(i) * tanh(g)``, ``h_t = σ(o) * tanh(c_t)``."""
-    found = _operands(producer_op(h, "Mul"), _act_sigmoid, lambda v: _act(v, "Tanh"))
+    found = _operands(producer(h, "Mul"), _act_sigmoid, lambda v: _act(v, "Tanh"))
     if found is None or through_identity(found[1].producer().inputs[0]) is not c:
-        return "h_t is not Sigmoid(o) * Tanh(c_t) (LSTM)"
-    add = producer_op(c, "Add")
+        return Refusal("h_t is not Sigmoid(o) * Tanh(c_t) (LSTM)")
+    add = producer(c, "Add")
     if add is None:
-        return "c_t is not f * c_(t-1) + i * g (LSTM)"
-    terms = [producer_op(v, "Mul") for v in add.inputs]
+        return Refusal("c_t is not f * c_(t-1) + i * g (LSTM)")
+    terms = [producer(v, "Mul") for v in add.inputs]
     f_term = next(
         (t for t in terms if t is not None and _operands(t, _act_sigmoid, _is(c_prev))), None
     )
     i_term = next((t for t in terms if t is not None and t is not f_term), None)
     ig = _operands(i_term, _act_sigmoid, lambda v: _act(v, "Tanh"))
     if f_term is None or ig is None:
-        return "c_t is not Sigmoid(f) * c_(t-1) + Sigmoid(i) * Tanh(g) (LSTM)"
+        return Refusal("c_t is not Sigmoid(f) * c_(t-1) + Sigmoid(i) * Tanh(g) (LSTM)")
     f_sig = _operands(f_term, _act_sigmoid, _is(c_prev))[0]  # type: ignore[index]
     gates: dict[str, _Linear] = {}
     for name, activated in (("i", ig[0]), ("o", found[0]), ("f", f_sig), ("c", ig[1])):
@@ -387,7 +381,7 @@ def _lstm_cell(
         if reason is not None:
             return reason
     assembled = _assemble("LSTM", gates, h_prev)
-    if isinstance(assembled, str):
+    if isinstance(assembled, Refusal):
         return assembled
     x, w, r, b = assembled
     return Cell("LSTM", x, w, r, np.concatenate([b, np.zeros_like(b)]), "Tanh", 0)
@@ -407,81 +401,81 @@ def _is_one(constants: Constants) -> Callable[[ir.Value | None], bool]:
 
 def _gru_update(
     h: ir.Value, h_prev: ir.Value, constants: Constants
-) -> tuple[ir.Value, ir.Value] | str:
+) -> tuple[ir.Value, ir.Value] | Refusal:
     """(z, n) of ``h_t = z * h_(t-1) + (1 - z) * n`` (Keras) or ``(h_(t-1) - n) * z + n``
     (PyTorch), commuted either way."""
-    add = producer_op(h, "Add")
+    add = producer(h, "Add")
     if add is None:
-        return "h_t is not an Add (GRU)"
+        return Refusal("h_t is not an Add (GRU)")
     # Keras: Add(Mul(z, h_prev), Mul(Sub(1, z), n))
-    muls = [producer_op(v, "Mul") for v in add.inputs]
+    muls = [producer(v, "Mul") for v in add.inputs]
     if None not in muls:
         for first, second in (muls, muls[::-1]):
             zh = _operands(first, _act_sigmoid, _is(h_prev))
             if zh is None:
                 continue
             z = zh[0]
-            one_minus = _operands(second, lambda v: producer_op(v, "Sub") is not None, _any)
+            one_minus = _operands(second, lambda v: producer(v, "Sub") is not None, _any)
             if one_minus is None:
                 continue
             sub = one_minus[0].producer()
             if sub.inputs[1] is z and _is_one(constants)(sub.inputs[0]):
                 return z, one_minus[1]
-            one_minus = _operands(second, _any, lambda v: producer_op(v, "Sub") is not None)
+            one_minus = _operands(second, _any, lambda v: producer(v, "Sub") is not None)
             sub = one_minus[1].producer() if one_minus else None
             if sub is not None and sub.inputs[1] is z and _is_one(constants)(sub.inputs[0]):
                 return z, one_minus[0]
     # PyTorch: Add(Mul(Sub(h_prev, n), z), n)
     for mul_value, n in (add.inputs, add.inputs[::-1]):
         found = _operands(
-            producer_op(mul_value, "Mul"), lambda v: producer_op(v, "Sub") is not None, _act_sigmoid
+            producer(mul_value, "Mul"), lambda v: producer(v, "Sub") is not None, _act_sigmoid
         )
         if found is None:
             continue
         sub = found[0].producer()
         if sub.inputs[0] is h_prev and sub.inputs[1] is n:
             return found[1], n
-    return "h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)"
+    return Refusal("h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)")
 
 
-def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | str:
+def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Refusal:
     """``n = tanh(x_n + r * (h_(t-1) @ R_n + b))`` (linear_before_reset=1) or
     ``tanh(x_n + (r * h_(t-1)) @ R_n + b)`` (0), gates ``r, z`` Sigmoid of sums."""
     found = _gru_update(h, h_prev, constants)
-    if isinstance(found, str):
+    if isinstance(found, Refusal):
         return found
     z, n = found
     n_node = _act(n, "Tanh")
     if n_node is None or _act(z, "Sigmoid") is None:
-        return "GRU gates are not Sigmoid(z) and Tanh(n)"
+        return Refusal("GRU gates are not Sigmoid(z) and Tanh(n)")
     gates: dict[str, _Linear] = {}
     reason = _gate_linear(z.producer().inputs[0], constants, "z", gates)
     if reason is not None:
         return reason
     pre = n_node.inputs[0]
     # linear_before_reset=1: pre = x-part + Mul(r, h-part), with the two linear parts
-    add = producer_op(pre, "Add")
+    add = producer(pre, "Add")
     r_value = None
     linear_before_reset = 1
     x_part = h_part = None
     if add is not None:
         for a, b in (add.inputs, add.inputs[::-1]):
-            mul = producer_op(b, "Mul")
+            mul = producer(b, "Mul")
             pair = _operands(mul, _act_sigmoid, _any)
-            if pair is not None and producer_op(pair[1], "MatMul", "Gemm", "Add", "Split"):
+            if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
                 r_value, x_part, h_part = pair[0], a, pair[1]
                 break
     if r_value is None:
         # linear_before_reset=0: pre's terms read Mul(r, h_prev) instead of h_prev
         linear_before_reset = 0
-        neither = (
+        neither = Refusal(
             "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
         )
         linear = _linear(pre, constants)
-        if isinstance(linear, str):
+        if isinstance(linear, Refusal):
             return neither
         reset = [
-            s for s in linear.weights if _operands(producer_op(s, "Mul"), _act_sigmoid, _is(h_prev))
+            s for s in linear.weights if _operands(producer(s, "Mul"), _act_sigmoid, _is(h_prev))
         ]
         if len(reset) != 1 or h_prev in linear.weights:
             return neither
@@ -493,17 +487,17 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | str
         x_linear = _linear(x_part, constants)
         h_linear = _linear(h_part, constants)
         for part in (x_linear, h_linear):
-            if isinstance(part, str):
-                return f"gate h: {part}"
+            if isinstance(part, Refusal):
+                return Refusal(f"gate h: {part}")
         if h_prev in x_linear.weights or list(h_linear.weights) != [h_prev]:  # type: ignore[union-attr]
-            return "the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)"
+            return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
         rh_bias = h_linear.bias  # type: ignore[union-attr]
         gates["h"] = _Linear({**x_linear.weights, h_prev: h_linear.weights[h_prev]}, x_linear.bias)  # type: ignore[union-attr]
     reason = _gate_linear(r_value.producer().inputs[0], constants, "r", gates)
     if reason is not None:
         return reason
     assembled = _assemble("GRU", gates, h_prev)
-    if isinstance(assembled, str):
+    if isinstance(assembled, Refusal):
         return assembled
     x, w, r, b = assembled
     hidden = r.shape[1]
@@ -515,7 +509,7 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | str
 
 def prove_cell(
     states: list[tuple[ir.Value, ir.Value]], constants: Constants
-) -> tuple[Cell, tuple[int, ...]] | str:
+) -> tuple[Cell, tuple[int, ...]] | Refusal:
     """The cell the carried ``(input, output)`` pairs ``states`` compute, and which of
     them is ``h`` (and ``c``): ``(cell, (h_index,))`` or ``(cell, (h_index, c_index))``.
 
@@ -525,20 +519,20 @@ def prove_cell(
     if len(states) == 1:
         ((h_prev, h),) = states
         h = through_identity(h)
-        if producer_op(h, "Tanh", "Relu") is not None:
+        if producer(h, "Tanh", "Relu") is not None:
             found = _rnn_cell(h, h_prev, constants)
         else:
             found = _gru_cell(h, h_prev, constants)
-        return found if isinstance(found, str) else (found, (0,))
+        return found if isinstance(found, Refusal) else (found, (0,))
     if len(states) == 2:
         reasons = []
         for h_index, c_index in ((0, 1), (1, 0)):
             (h_prev, h), (c_prev, c) = states[h_index], states[c_index]
             found = _lstm_cell(through_identity(h), through_identity(c), h_prev, c_prev, constants)
-            if not isinstance(found, str):
+            if not isinstance(found, Refusal):
                 return found, (h_index, c_index)
             reasons.append(found)
         return reasons[0]
-    return (
+    return Refusal(
         f"{len(states)} carried values are neither counters nor invariants (a cell carries 1 or 2)"
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import opset_version
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
@@ -14,7 +16,6 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
 )
 from rnn_rewrite_rules.rules.loop_scan.body import (
     Constants,
-    producer_op,
     prove_cell,
     through_identity,
 )
@@ -33,11 +34,11 @@ def _scalar_int(array: np.ndarray | None) -> int | None:
     return int(array)
 
 
-def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
+def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     """Prove ``node`` (a ``Loop``) is one recurrent layer, or say why not."""
     body_attr = node.attributes.get("body")
     if body_attr is None:
-        return "the Loop has no body"
+        return Refusal("the Loop has no body")
     body = body_attr.as_graph()
     opset = opset_version(model, model.graph)
     assert isinstance(opset, int)
@@ -45,20 +46,20 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
     carried_init = list(node.inputs[2:])
     count = len(carried_init)
     if len(body.inputs) != count + 2 or len(body.outputs) < count + 1:
-        return "the body's inputs and outputs do not match the Loop's"
+        return Refusal("the body's inputs and outputs do not match the Loop's")
     iteration, cond_in, *carried_in = body.inputs
     cond_out, *rest = body.outputs
     carried_out, scans = rest[:count], rest[count:]
 
     if node.inputs[0] is None:
-        return "the Loop has no trip count (the condition alone ends it)"
+        return Refusal("the Loop has no trip count (the condition alone ends it)")
     trips = _scalar_int(outer(node.inputs[0]))  # None: a computed count, see the end
     if trips is not None and not 1 <= trips <= _MAX_TRIPS:
-        return f"the trip count is {trips}, not 1..{_MAX_TRIPS}"
+        return Refusal(f"the trip count is {trips}, not 1..{_MAX_TRIPS}")
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         first = outer(node.inputs[1])
         if first is None or first.size != 1 or not bool(first.reshape(())):
-            return "the first condition is not a constant true"
+            return Refusal("the first condition is not a constant true")
 
     # carried values: invariants (passed through), counters (+1 per step), states
     invariants: dict[ir.Value, ir.Value] = {}
@@ -68,7 +69,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
         zip(carried_in, carried_out, carried_init, strict=True)
     ):
         if init is None:
-            return f"carried value {j} has no initial value"
+            return Refusal(f"carried value {j} has no initial value")
         if through_identity(value_out) is value_in:
             invariants[value_in] = init
         elif _is_increment(value_out, value_in, outer) and _scalar_int(outer(init)) is not None:
@@ -77,33 +78,35 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
             states.append(j)
     constants = Constants(opset, invariants)
     found = prove_cell([(carried_in[j], carried_out[j]) for j in states], constants)
-    if isinstance(found, str):
+    if isinstance(found, Refusal):
         return found
     cell, roles = found
     state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
 
     # the condition is true after every step but the last
     if trips is None and through_identity(cond_out) is not cond_in:
-        return "the condition is not the one passed in and the trip count is not a constant"
+        return Refusal(
+            "the condition is not the one passed in and the trip count is not a constant"
+        )
     if trips is not None:
         reason = _condition_reason(cond_out, cond_in, iteration, counters, trips, opset, invariants)
         if reason is not None:
             return reason
 
     # the step input is X[t]: Gather(X, t) with t the iteration number or a counter from 0
-    gather = producer_op(cell.x, "Gather")
+    gather = producer(cell.x, "Gather")
     if gather is None or gather.attributes.get_int("axis", 0) != 0:
-        return "the step input is not Gather(X, t, axis=0)"
+        return Refusal("the step input is not Gather(X, t, axis=0)")
     x, index = gather.inputs
     if x is None or x.graph is body or x in body.inputs:
-        return "the step input is not read from a sequence outside the body"
+        return Refusal("the step input is not read from a sequence outside the body")
     if index is not iteration and _scalar_int(counters.get(index)) != 0:  # type: ignore[arg-type]
-        return "the step input is not X[t]: the index is not the iteration number"
+        return Refusal("the step input is not X[t]: the index is not the iteration number")
     prover = ShapeProver()
     source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
-        return "X is not provably of rank 3"
+        return Refusal("X is not provably of rank 3")
 
     # outputs: final states, invariants, the stacked h_t; counters and side outputs unread
     outputs: list[str | ir.Value | None] = []
@@ -117,11 +120,11 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
         elif j < count and carried_in[j] in invariants:
             outputs.append(carried_init[j])
         elif j < count:
-            return f"the final value of counter {j} is read"
+            return Refusal(f"the final value of counter {j} is read")
         elif through_identity(scans[j - count]) is h_t:
             outputs.append("y")
         else:
-            return f"scan output {j - count} is not h_t (a side output is read)"
+            return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
 
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
@@ -134,8 +137,8 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
         if prover.elements(node.inputs[0]) == (prover.dim(sequence, 0),):
             # X's length can be 0, where ONNX Runtime's Loop stacks a [0, 0, H] output
             # (the node's Y is [0, batch, H]) and its GRU kernel aborts the process
-            return "the trip count is X's length, which can be 0: not proven equal there"
-        return "the trip count is neither a constant nor X's length"
+            return Refusal("the trip count is X's length, which can be 0: not proven equal there")
+        return Refusal("the trip count is neither a constant nor X's length")
     whole = prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
 
@@ -155,7 +158,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | str:
 
 def _is_increment(value_out: ir.Value, value_in: ir.Value, constants: Constants) -> bool:
     """``value_out`` is ``value_in + 1`` (a scalar one, either side)."""
-    add = producer_op(through_identity(value_out), "Add")
+    add = producer(through_identity(value_out), "Add")
     if add is None:
         return False
     for a, b in (add.inputs, add.inputs[::-1]):
@@ -173,7 +176,7 @@ def _condition_reason(
     trips: int,
     opset: int,
     invariants: dict[ir.Value, ir.Value],
-) -> str | None:
+) -> Refusal | None:
     """None when the body's condition is provably true after each step ``0..trips-2``
     (evaluated at each step from the iteration number and the counters alone)."""
     if through_identity(cond_out) is cond_in:
@@ -186,9 +189,11 @@ def _condition_reason(
             bound[counter] = np.asarray(start + np.array(step, start.dtype), start.dtype)
         value = Constants(opset, bound)(cond_out)
         if value is None:
-            return "the condition depends on more than the step number (the loop may end early)"
+            return Refusal(
+                "the condition depends on more than the step number (the loop may end early)"
+            )
         if value.size != 1 or not bool(value.reshape(())):
-            return f"the condition is false after step {step} (the loop ends early)"
+            return Refusal(f"the condition is false after step {step} (the loop ends early)")
     return None
 
 
@@ -197,5 +202,5 @@ class LoopToRnn(RecurrenceRule):
 
     op_type = "Loop"
 
-    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | str:
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         return plan_loop(node, model)

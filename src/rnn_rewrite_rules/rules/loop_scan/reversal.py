@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.bidirectional import is_reversal
-from rnn_rewrite_rules.rules.loop_scan.body import Constants, producer_op
+from rnn_rewrite_rules.rules.loop_scan.body import Constants
 from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = ["reversed_source", "undone_reversal"]
@@ -18,18 +19,18 @@ def _time_length_vector(
     """``lengths`` is ``Expand(v, ...)`` (or ``v``) where ``v`` is provably the length of
     the time axis: read by ``Gather(Shape(V), j)`` / ``Slice(Shape(V))`` of a value ``V`` in
     ``axis_of`` whose axis ``j`` is the time axis, or proven by the shape prover."""
-    expand = producer_op(lengths, "Expand")
+    expand = producer(lengths, "Expand")
     value = expand.inputs[0] if expand is not None else lengths
-    cast = producer_op(value, "Cast")
+    cast = producer(value, "Cast")
     if cast is not None and cast.attributes.get_int("to", 0) == ir.DataType.INT64:
         value = cast.inputs[0]
     vector = prover.vector(value)
     proven = vector is not None and len(vector) == 1 and vector[0] is not None
     if proven and any(vector[0] == prover.dim(v, axis) for v, axis in axis_of.items()):  # type: ignore[index]
         return True
-    gather = producer_op(value, "Gather")
+    gather = producer(value, "Gather")
     if gather is not None and gather.attributes.get_int("axis", 0) == 0:
-        shape = producer_op(gather.inputs[0], "Shape")
+        shape = producer(gather.inputs[0], "Shape")
         index = Constants(0)(gather.inputs[1])
         if (
             shape is not None

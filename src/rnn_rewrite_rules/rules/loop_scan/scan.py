@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn import opset_version
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
@@ -22,27 +23,27 @@ def _ints(node: ir.Node, name: str, count: int, default: int) -> list[int]:
     return [default] * count if attr is None else list(attr.as_ints())
 
 
-def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | str:
+def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     """Prove ``node`` (a ``Scan``) is one recurrent layer, or say why not."""
     opset = opset_version(model, model.graph)
     assert isinstance(opset, int)
     if opset < 9:
-        return f"opset {opset}'s Scan has a batch axis and sequence_lens (opset 9+ only)"
+        return Refusal(f"opset {opset}'s Scan has a batch axis and sequence_lens (opset 9+ only)")
     body_attr = node.attributes.get("body")
     if body_attr is None:
-        return "the Scan has no body"
+        return Refusal("the Scan has no body")
     body = body_attr.as_graph()
     scan_inputs = node.attributes.get_int("num_scan_inputs", 0)
     if scan_inputs != 1:
-        return f"the Scan has {scan_inputs} scan inputs, not 1"
+        return Refusal(f"the Scan has {scan_inputs} scan inputs, not 1")
     count = len(node.inputs) - 1
     scans = len(body.outputs) - count
     if len(body.inputs) != count + 1 or scans < 0:
-        return "the body's inputs and outputs do not match the Scan's"
+        return Refusal("the body's inputs and outputs do not match the Scan's")
     if _ints(node, "scan_input_axes", 1, 0) != [0] or any(
         _ints(node, "scan_output_axes", scans, 0)
     ):
-        return "the Scan does not scan axis 0"
+        return Refusal("the Scan does not scan axis 0")
     (in_direction,) = _ints(node, "scan_input_directions", 1, 0)
     out_directions = _ints(node, "scan_output_directions", scans, 0)
     carried_in, x_t = body.inputs[:count], body.inputs[count]
@@ -55,7 +56,7 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | str:
         zip(carried_in, carried_out, carried_init, strict=True)
     ):
         if init is None:
-            return f"state {j} has no initial value"
+            return Refusal(f"state {j} has no initial value")
         if through_identity(value_out) is value_in:
             invariants[value_in] = init
         else:
@@ -63,11 +64,11 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | str:
     found = prove_cell(
         [(carried_in[j], carried_out[j]) for j in states], Constants(opset, invariants)
     )
-    if isinstance(found, str):
+    if isinstance(found, Refusal):
         return found
     cell, roles = found
     if cell.x is not x_t:
-        return "the cell's step input is not the scan input"
+        return Refusal("the cell's step input is not the scan input")
     state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
     h_index = next(j for j, k in state_of.items() if k == "h")
     h_t = through_identity(carried_out[h_index])
@@ -75,7 +76,7 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | str:
     x = node.inputs[count]
     prover = ShapeProver()
     if x is None or prover.rank(x) != 3:
-        return "the scan input is not provably of rank 3"
+        return Refusal("the scan input is not provably of rank 3")
     outputs: list[str | ir.Value | None] = []
     for j, value in enumerate(node.outputs):
         if not used(value):
@@ -85,7 +86,7 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | str:
         elif through_identity(stacked[j - count]) is h_t:
             outputs.append("y" if out_directions[j - count] == in_direction else "y_reversed")
         else:
-            return f"scan output {j - count} is not h_t (a side output is read)"
+            return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
     for state, name in ((h0, "h"), (c0, "c")):
@@ -101,5 +102,5 @@ class ScanToRnn(RecurrenceRule):
 
     op_type = "Scan"
 
-    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | str:
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         return plan_scan(node, model)
