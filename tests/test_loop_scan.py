@@ -316,3 +316,74 @@ def test_near_misses_never_fire(near_miss: str, form: str, cell: str, seed: int)
         return  # a twin the form has no meaning for
     _, count = apply(loop_scan.make_rules(), model)
     assert count == 0
+
+
+_SWAPS = {
+    "Sigmoid": "Tanh",
+    "Tanh": "Sigmoid",
+    "Relu": "Tanh",
+    "Add": "Sub",
+    "Sub": "Add",
+    "Mul": "Add",
+}
+
+
+def _mutate_body(model: onnx.ModelProto, rng: np.random.Generator) -> str:
+    """One random change inside the Loop/Scan body: an op swapped for a look-alike, a
+    binary op's operands exchanged, or a body constant scaled; returns what changed."""
+    node = next(n for n in model.graph.node if n.op_type in RECURRENCES)
+    body = next(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+    candidates = [n for n in body.node if n.op_type in _SWAPS or n.op_type == "Constant"]
+    target = candidates[int(rng.integers(len(candidates)))]
+    if target.op_type == "Constant":
+        tensor = target.attribute[0].t
+        array = onnx.numpy_helper.to_array(tensor)
+        # a float (a weight, a bias, the GRU's 1) halved; an int (a counter's start or
+        # step, a bound, a Slice bound) moved by one
+        array = array * np.asarray(0.5, array.dtype) if array.dtype.kind == "f" else array + 1
+        tensor.CopyFrom(onnx.numpy_helper.from_array(array.astype(array.dtype), tensor.name))
+        return f"constant {target.output[0]} changed"
+    if len(target.input) == 2 and rng.integers(2):
+        target.input[:] = [target.input[1], target.input[0]]
+        return f"{target.op_type} {target.output[0]} operands exchanged"
+    before = target.op_type
+    target.op_type = _SWAPS[before]
+    return f"{before} {target.output[0]} became {target.op_type}"
+
+
+def _runs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    try:
+        return runtime.run(model, feeds)
+    except Exception:  # a mutant the runtime rejects proves nothing
+        return None
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cell=st.sampled_from(RNN_OPS),
+    form=st.sampled_from(["keras", "torch", "scan"]),
+    direction=st.sampled_from(["forward", "reverse"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_fuzzed_bodies_are_refused_or_equivalent(
+    cell: str, form: str, direction: str, seed: int
+) -> None:
+    """A random change to a body either makes the rules refuse it or leaves a model the
+    rewrite reproduces exactly: a rule never fires on a body it misread."""
+    spec = _spec(cell=cell, form=form, direction=direction)
+    model = build_loop_model(spec)
+    what = _mutate_body(model, np.random.default_rng(seed))
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return  # an invalid mutant (operands the op refuses)
+    after, count = apply(loop_scan.make_rules(), model)
+    if not count:
+        return
+    for batch, seq in _sizes(spec):
+        feeds = loop_inputs(spec, batch, seq)
+        expected = _runs(model, feeds)
+        if expected is None:
+            continue  # the mutant fails here; the rewrite may do anything
+        diff = runtime.max_abs_diff(expected, runtime.run(after, feeds))
+        assert diff <= 1e-5, f"{what}: batch={batch} seq={seq}: max abs diff {diff}"
