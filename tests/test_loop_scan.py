@@ -387,3 +387,40 @@ def test_fuzzed_bodies_are_refused_or_equivalent(
             continue  # the mutant fails here; the rewrite may do anything
         diff = runtime.max_abs_diff(expected, runtime.run(after, feeds))
         assert diff <= 1e-5, f"{what}: batch={batch} seq={seq}: max abs diff {diff}"
+
+
+def test_a_loop_inside_an_if_branch_gets_constant_nodes() -> None:
+    """In a subgraph the weights and axes are Constant nodes (a new initializer name
+    there could shadow one outside), and the main graph gets none."""
+    spec = _spec(cell="GRU", direction="reverse", outputs=("y",))
+    inner = build_loop_model(spec)
+    elem = inner.graph.output[0].type.tensor_type.elem_type
+    dims = ["s", "b", spec.hidden_size]
+    then = onnx.helper.make_graph(
+        list(inner.graph.node), "then", [], [onnx.helper.make_tensor_value_info("y", elem, dims)]
+    )
+    zeros = onnx.numpy_helper.from_array(np.zeros((1, 1, spec.hidden_size), np.float32))
+    otherwise = onnx.helper.make_graph(
+        [onnx.helper.make_node("Constant", [], ["zeros"], value=zeros)],
+        "else",
+        [],
+        [onnx.helper.make_tensor_value_info("zeros", elem, dims)],
+    )
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=otherwise)],
+        "wrapped",
+        [inner.graph.input[0], onnx.helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])],
+        [onnx.helper.make_tensor_value_info("out", elem, dims)],
+        list(inner.graph.initializer),
+    )
+    model = onnx.helper.make_model(graph, opset_imports=list(inner.opset_import))
+    model.ir_version = inner.ir_version
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1
+    branch = next(a.g for a in after.graph.node[0].attribute if a.name == "then_branch")
+    ops = [n.op_type for n in branch.node]
+    assert "GRU" in ops and "Loop" not in ops
+    assert not after.graph.initializer  # the kernels the body read went with it
+    for batch, seq in _sizes(spec):
+        feeds = {**loop_inputs(spec, batch, seq), "c": np.array(True)}
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) < 1e-5
