@@ -13,6 +13,9 @@ Forms (:attr:`LoopSpec.form`):
 * ``"torch"``: a ``torch.export`` ``while_loop``-style ``Loop``: ``Gather(X, iteration)``,
   one ``MatMul`` per operand, ``Split`` of the sum in PyTorch gate order (``i, f, g, o``;
   GRU ``r, z, n`` with ``(h - n) * z + n``), the condition passed through;
+* ``"tf1"``: tf2onnx on TF 1's ``BasicLSTMCell`` / ``BasicRNNCell`` in a ``while_loop``
+  (the Keras form's loop): one ``MatMul(Concat(x_t, h_(t-1), axis=1), kernel)`` and bias,
+  ``Split`` in TF's order ``i, j, f, o`` and ``forget_bias`` 1 added to ``f``;
 * ``"scan"``: an older converter's ``Scan`` with the states carried and ``X`` the scan
   input (``Gemm`` projections, ONNX gate order ``i, o, f, c``).
 
@@ -51,7 +54,7 @@ class LoopSpec:
     """One recurrent layer as a Loop or Scan (see the module docstring)."""
 
     cell: Literal["LSTM", "GRU", "RNN"] = "LSTM"
-    form: Literal["keras", "torch", "scan"] = "keras"
+    form: Literal["keras", "tf1", "torch", "scan"] = "keras"
     input_size: int = 5
     hidden_size: int = 4
     steps: int = 6  # the Loop's constant trip count (the sequence length it reads)
@@ -119,6 +122,11 @@ def _weights(spec: LoopSpec) -> dict[str, np.ndarray]:
         "bias": rng.uniform(-scale, scale, (gates * hidden,)),
         "recurrent_bias": rng.uniform(-scale, scale, (gates * hidden,)),
     }
+    if spec.form == "tf1":  # one kernel for the concatenation [x_t, h_(t-1)]
+        weights = {
+            "kernel": np.concatenate([weights["kernel"], weights["recurrent"]]),
+            "bias": weights["bias"],
+        }
     return {k: v.astype(np.float32) for k, v in weights.items()}
 
 
@@ -126,6 +134,7 @@ def _gate_names(spec: LoopSpec) -> tuple[str, ...]:
     if spec.cell == "LSTM":
         return {
             "keras": ("i", "f", "c", "o"),
+            "tf1": ("i", "c", "f", "o"),
             "torch": ("i", "f", "c", "o"),
             "scan": ("i", "o", "f", "c"),
         }[spec.form]
@@ -142,7 +151,16 @@ def _cell(
     gates = len(names)
     dtype = spec.dtype
     pre: dict[str, tuple[str, str | None]] = {}  # gate -> (x part + bias, h part + bias)
-    if spec.form == "keras":
+    if spec.form == "tf1":
+        joined = body.one("Concat", [x_t, h], axis=1)
+        summed_all = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
+        parts = body.add("Split", [summed_all], gates, axis=1) if gates > 1 else [summed_all]
+        for k, name in enumerate(names):
+            pre[name] = (parts[k], None)
+        if spec.cell == "LSTM":  # TF's forget_bias
+            forget_bias = body.const(np.array(1.0, dtype))
+            pre["f"] = (body.one("Add", [pre["f"][0], forget_bias]), None)
+    elif spec.form == "keras":
         kernels = body.add("Split", [w["kernel"]], gates, axis=1)
         if spec.cell == "GRU" and spec.linear_before_reset:
             biases = body.add("Split", [w["bias"]], gates, axis=0)
@@ -267,6 +285,8 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
         raise ValueError(f"unknown near miss {spec.near_miss!r}")
     if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
         raise ValueError("only an LSTM has a forget gate to misplace")
+    if spec.form == "tf1" and spec.cell == "GRU":
+        raise ValueError("TF 1's GRUCell (Sigmoid before its Split) is not built")
     if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
         raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
     dtype, hidden = spec.dtype, spec.hidden_size
@@ -426,7 +446,7 @@ def _loop(
     """The Loop node (keras or torch form); (stacked output, final states, side output)."""
     steps = spec.steps
     vi = helper.make_tensor_value_info
-    keras = spec.form == "keras"
+    keras = spec.form in ("keras", "tf1")  # tf2onnx's while_loop
     inputs = [vi("iteration", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])]
     if keras:
         inputs.append(vi("counter", TensorProto.INT32, []))

@@ -129,6 +129,8 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
     through ``Add`` and column blocks of an axis-1 ``Split``."""
     array = constants(value)
     if array is not None:
+        if array.size == 1 and array.ndim <= 2:
+            return _Linear({}, array.reshape(()))  # a scalar: broadcast over every column
         if array.ndim == 2 and array.shape[0] == 1:
             array = array[0]
         if array.ndim != 1:
@@ -185,9 +187,8 @@ def _sum(parts: list[_Linear]) -> _Linear | Refusal:
                 weights[source] = weight
         if part.bias is not None:
             bias = part.bias if bias is None else bias + part.bias
-    widths = {w.shape[1] for w in weights.values()} | (
-        {bias.shape[0]} if bias is not None else set()
-    )
+    widths = {w.shape[1] for w in weights.values()}
+    widths |= {b.shape[0] for b in (bias,) if b is not None and b.ndim}
     if len(widths) > 1:
         return Refusal(f"the terms of a sum have widths {sorted(widths)}")
     return _Linear(weights, bias)
@@ -223,14 +224,16 @@ def _split_block(node: ir.Node, value: ir.Value, constants: Constants) -> _Linea
     start = sum(parts[:index])
     stop = start + parts[index]
     weights = {s: w[:, start:stop] for s, w in whole.weights.items()}
-    bias = None if whole.bias is None else whole.bias[start:stop]
+    bias = whole.bias
+    if bias is not None and bias.ndim:  # a scalar stays one
+        bias = bias[start:stop]
     return _Linear(weights, bias)
 
 
 def _width(linear: _Linear) -> int | None:
     for weight in linear.weights.values():
         return int(weight.shape[1])
-    return None if linear.bias is None else int(linear.bias.shape[0])
+    return None if linear.bias is None or not linear.bias.ndim else int(linear.bias.shape[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,7 +305,9 @@ def _assemble(
     w_blocks, r_blocks, b_blocks = [], [], []
     hidden = None
     for name in ONNX_GATES[op_type]:
-        linear = gates[name]
+        linear = _split_concat(gates[name], lambda v: v is h_prev)
+        if isinstance(linear, Refusal):
+            return linear
         sources = [s for s in linear.weights if s is not h_prev]
         if len(sources) != 1:
             return Refusal(f"gate {name} does not read exactly one step input besides h_(t-1)")
@@ -325,8 +330,36 @@ def _assemble(
     if len({a.dtype for a in arrays}) != 1 or arrays[0].dtype.kind != "f":
         return Refusal("the weights are not all of one floating-point type")
     dtype = arrays[0].dtype
-    w_bias = [np.zeros(hidden, dtype) if b is None else b for b in b_blocks]
+    w_bias = [
+        np.zeros(hidden, dtype) if b is None else np.broadcast_to(b, (hidden,)) for b in b_blocks
+    ]
     return x, np.concatenate(w_blocks), np.concatenate(r_blocks), np.concatenate(w_bias)
+
+
+def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear | Refusal:
+    """``linear`` with a ``MatMul(Concat(x, h, axis=1), W)`` source (TF's ``LSTMCell``,
+    ``GRUCell``) read as ``x @ W_x + h @ W_h``: ``W``'s rows split where ``h``'s ``H``
+    columns (the gate's width: ``h`` is a state, proven ``[batch, H]``) begin or end."""
+    weights: dict[ir.Value, np.ndarray] = {}
+    for source, weight in linear.weights.items():
+        concat = producer(source, "Concat")
+        if concat is None:
+            parts = [(source, weight)]
+        else:
+            if concat.attributes.get_int("axis", 0) not in (1, -1) or len(concat.inputs) != 2:
+                return Refusal(f"{concat.name} does not join two values on axis 1")
+            hidden, rows = weight.shape[1], weight.shape[0]
+            first, second = concat.inputs
+            if is_h(first) == is_h(second) or rows <= hidden:
+                return Refusal(f"{concat.name} does not join a step input and h_(t-1)")
+            cut = hidden if is_h(first) else rows - hidden
+            parts = [(first, weight[:cut]), (second, weight[cut:])]
+        for value, part in parts:
+            assert value is not None
+            if value in weights:
+                return Refusal(f"{value.name} is read twice by one gate")
+            weights[value] = part
+    return _Linear(weights, linear.bias)
 
 
 def _gate_linear(
@@ -472,6 +505,13 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
             "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
         )
         linear = _linear(pre, constants)
+        if isinstance(linear, Refusal):
+            return neither
+
+        def reset_h(value: ir.Value) -> bool:
+            return _operands(producer(value, "Mul"), _act_sigmoid, _is(h_prev)) is not None
+
+        linear = _split_concat(linear, reset_h)
         if isinstance(linear, Refusal):
             return neither
         reset = [
