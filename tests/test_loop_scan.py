@@ -439,3 +439,40 @@ def test_a_loop_inside_an_if_branch_gets_constant_nodes() -> None:
     for batch, seq in _sizes(spec):
         feeds = {**loop_inputs(spec, batch, seq), "c": np.array(True)}
         assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) < 1e-5
+
+
+@pytest.mark.corpus
+def test_mk8dx_loops() -> None:
+    """The corpus' tf2onnx Keras 3 model: two float16 LSTM Loops (forward, and backward
+    between ReverseSequences). Refused by default (ONNX Runtime has no float16 LSTM);
+    the widened rules make them two LSTM nodes whose outputs differ by float16 rounding."""
+    manifest = pytest.importorskip("tools.corpus.manifest", reason="tools/corpus is not here")
+    entry = manifest.entry("mk8dx-number-recognition")
+    path = manifest.present(entry, manifest.corpus_dir())
+    if path is None:
+        pytest.skip(f"{entry.filename} is not there: run `{manifest.FETCH_COMMAND}`")
+    assert manifest.sha256_file(path) == entry.sha256
+    model = onnx.load(path)
+    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert reasons == {
+        "the cell computes in float16: ONNX Runtime's CPU LSTM kernel is float32 only "
+        "(loop_scan.widened_rules() computes it in float32 between Casts)"
+    }
+    after, count = apply(loop_scan.widened_rules(), model)
+    assert count == 2
+    counts = op_counts(after)
+    assert counts["Loop"] == 0 and counts["LSTM"] == 2 and counts["ReverseSequence"] == 0
+    directions = sorted(
+        onnx.helper.get_attribute_value(a)
+        for n in _recurrent_nodes(after)
+        for a in n.attribute
+        if a.name == "direction"
+    )
+    assert directions == [b"forward", b"reverse"]
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):  # not 0: ONNX Runtime aborts the process on an LSTM of batch 0
+        feeds = {"image": rng.random((batch, 40, 30, 1), dtype=np.float32)}
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert expected[0].shape == actual[0].shape == (batch, 7, 11)
+        assert runtime.max_abs_diff(expected, actual) < 2e-3  # logits of size ~12
+        assert (expected[0].argmax(-1) == actual[0].argmax(-1)).all()

@@ -2,7 +2,8 @@
 
 Pattern: a ``Loop`` (tf2onnx's ``while_loop``, torch's) or a ``Scan`` whose body holds a
 cell: gate pre-activations that are sums of ``MatMul(x_t, W)``, ``MatMul(h_(t-1), R)``,
-``MatMul(Concat(x_t, h_(t-1)), W)`` (TF 1), ``Gemm`` and constant biases (through ``Split`` on axis 1 and per-step weight ``Cast``s),
+``MatMul(Concat(x_t, h_(t-1)), W)`` (TF 1), ``Gemm`` and constant biases (through
+``Split`` on axis 1 and per-step weight ``Cast``s),
 and ``h_t = act(...)`` (RNN, Tanh or Relu), ``c_t = σ(f) c_(t-1) + σ(i) tanh(g)``,
 ``h_t = σ(o) tanh(c_t)`` (LSTM), ``h_t = z h + (1 - z) n`` or ``(h - n) z + n`` with
 ``n = tanh(x_n + r (h R_n + b))`` or ``tanh(x_n + (r h) R_n + b)`` (GRU).

@@ -19,9 +19,10 @@ from rnn_rewrite_rules.rules._graph import (
 )
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.rules.loop_scan.body import Cell
+from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "state_reason"]
+__all__ = ["MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "states_reason"]
 
 #: Rules are made for nodes with up to this many outputs (one rule per count).
 MAX_OUTPUTS = 16
@@ -51,6 +52,18 @@ class Recurrence:
     first_steps: int | None = None
     last_steps: int | None = None
     replaced: list[ir.Value] = dataclasses.field(default_factory=list)
+
+
+def states_reason(
+    prover: ShapeProver, h0: ir.Value, c0: ir.Value | None, x: ir.Value, hidden: int
+) -> Refusal | None:
+    """Why the initial ``h0`` (and ``c0``) are not provably ``[batch of x, hidden]``."""
+    for state, name in ((h0, "h"), (c0, "c")):
+        if state is not None:
+            reason = state_reason(prover, state, x, hidden, name)
+            if reason is not None:
+                return reason
+    return None
 
 
 def state_reason(
@@ -219,7 +232,7 @@ def emit(
         return values[kind]
 
     for old in plan.replaced:
-        _redirect(old, value_of("y"))
+        redirect(old, value_of("y"))
     result: list[ir.Value] = []
     for index in range(num_outputs):
         kind = plan.outputs[index]
@@ -245,13 +258,3 @@ def _detach_body(node: ir.Node) -> None:
         for inner in ir.traversal.RecursiveGraphIterator(attr.as_graph()):
             for index in range(len(inner.inputs)):
                 inner.replace_input_with(index, None)
-
-
-def _redirect(old: ir.Value, new: ir.Value) -> None:
-    """Point every reader of ``old`` (graph outputs too) at ``new``, which takes its name."""
-    new.type = old.type if old.type is not None else new.type
-    new.shape = old.shape if old.shape is not None else new.shape
-    name = old.name
-    old.name = None if name is None else f"{name}__replaced"
-    new.name = name
-    ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)

@@ -11,7 +11,7 @@ from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
-    state_reason,
+    states_reason,
     used,
 )
 from rnn_rewrite_rules.rules.loop_scan.body import (
@@ -128,11 +128,9 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
 
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
-    for state, name in ((h0, "h"), (c0, "c")):
-        if state is not None:
-            reason = state_reason(prover, state, sequence, cell.hidden_size, name)
-            if reason is not None:
-                return reason
+    reason = states_reason(prover, h0, c0, sequence, cell.hidden_size)
+    if reason is not None:
+        return reason
     if trips is None:
         if prover.elements(node.inputs[0]) == (prover.dim(sequence, 0),):
             # X's length can be 0, where ONNX Runtime's Loop stacks a [0, 0, H] output
