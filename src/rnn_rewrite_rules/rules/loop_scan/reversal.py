@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.bidirectional import is_reversal
-from rnn_rewrite_rules.rules.loop_scan.body import Constants
 from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = ["reversed_source", "undone_reversal"]
@@ -31,7 +31,7 @@ def _time_length_vector(
     gather = producer(value, "Gather")
     if gather is not None and gather.attributes.get_int("axis", 0) == 0:
         shape = producer(gather.inputs[0], "Shape")
-        index = Constants(0)(gather.inputs[1])
+        index = const_array(gather.inputs[1])
         if (
             shape is not None
             and not shape.attributes
