@@ -13,9 +13,11 @@ Forms (:attr:`LoopSpec.form`):
 * ``"torch"``: a ``torch.export`` ``while_loop``-style ``Loop``: ``Gather(X, iteration)``,
   one ``MatMul`` per operand, ``Split`` of the sum in PyTorch gate order (``i, f, g, o``;
   GRU ``r, z, n`` with ``(h - n) * z + n``), the condition passed through;
-* ``"tf1"``: tf2onnx on TF 1's ``BasicLSTMCell`` / ``BasicRNNCell`` in a ``while_loop``
-  (the Keras form's loop): one ``MatMul(Concat(x_t, h_(t-1), axis=1), kernel)`` and bias,
-  ``Split`` in TF's order ``i, j, f, o`` and ``forget_bias`` 1 added to ``f``;
+* ``"tf1"``: tf2onnx on TF 1's ``BasicLSTMCell`` / ``GRUCell`` / ``BasicRNNCell`` in a
+  ``while_loop`` (the Keras form's loop): one ``MatMul(Concat(x_t, h_(t-1), axis=1),
+  kernel)`` and bias, ``Split`` in TF's order ``i, j, f, o`` and ``forget_bias`` 1 added
+  to ``f``; the GRU's gates ``Split(Sigmoid(...))`` into ``r, u``, its candidate
+  ``Tanh(MatMul(Concat(x_t, r * h), kernel) + bias)``;
 * ``"scan"``: an older converter's ``Scan`` with the states carried and ``X`` the scan
   input (``Gemm`` projections, ONNX gate order ``i, o, f, c``).
 
@@ -123,10 +125,15 @@ def _weights(spec: LoopSpec) -> dict[str, np.ndarray]:
         "recurrent_bias": rng.uniform(-scale, scale, (gates * hidden,)),
     }
     if spec.form == "tf1":  # one kernel for the concatenation [x_t, h_(t-1)]
-        weights = {
-            "kernel": np.concatenate([weights["kernel"], weights["recurrent"]]),
-            "bias": weights["bias"],
-        }
+        joined = np.concatenate([weights["kernel"], weights["recurrent"]])
+        weights = {"kernel": joined, "bias": weights["bias"]}
+        if spec.cell == "GRU":  # the gates r, u; the candidate's own kernel and bias
+            weights = {
+                "kernel": joined[:, : 2 * hidden],
+                "bias": weights["bias"][: 2 * hidden],
+                "candidate": joined[:, 2 * hidden :],
+                "candidate_bias": weights["bias"][2 * hidden :],
+            }
     return {k: v.astype(np.float32) for k, v in weights.items()}
 
 
@@ -151,6 +158,19 @@ def _cell(
     gates = len(names)
     dtype = spec.dtype
     pre: dict[str, tuple[str, str | None]] = {}  # gate -> (x part + bias, h part + bias)
+    if spec.form == "tf1" and spec.cell == "GRU":  # TF 1's GRUCell
+        one = body.const(np.array(1, dtype))
+        joined = body.one("Concat", [x_t, h], axis=1)
+        gate_sum = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
+        r, u = body.add("Split", [body.one("Sigmoid", [gate_sum])], 2, axis=1)
+        reset = body.one("Concat", [x_t, body.one("Mul", [r, h])], axis=1)
+        candidate_sum = body.one("MatMul", [reset, w["candidate"]])
+        candidate_sum = body.one("Add", [candidate_sum, w["candidate_bias"]])
+        candidate = body.one("Tanh", [candidate_sum])
+        keep = body.one("Mul", [u, h])
+        return body.one(
+            "Add", [keep, body.one("Mul", [body.one("Sub", [one, u]), candidate])]
+        ), None
     if spec.form == "tf1":
         joined = body.one("Concat", [x_t, h], axis=1)
         summed_all = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
@@ -285,8 +305,6 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
         raise ValueError(f"unknown near miss {spec.near_miss!r}")
     if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
         raise ValueError("only an LSTM has a forget gate to misplace")
-    if spec.form == "tf1" and spec.cell == "GRU":
-        raise ValueError("TF 1's GRUCell (Sigmoid before its Split) is not built")
     if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
         raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
     dtype, hidden = spec.dtype, spec.hidden_size

@@ -194,12 +194,15 @@ def _sum(parts: list[_Linear]) -> _Linear | Refusal:
     return _Linear(weights, bias)
 
 
-def _split_block(node: ir.Node, value: ir.Value, constants: Constants) -> _Linear | Refusal:
+def _split_block(
+    node: ir.Node, value: ir.Value, constants: Constants, split: ir.Value | None = None
+) -> _Linear | Refusal:
     """Part ``k`` of ``Split(S, axis=1)``: columns of ``S``'s terms (sizes from the
-    ``split`` input or attribute, else equal parts)."""
+    ``split`` input or attribute, else equal parts). ``split``: read the terms of this
+    value instead of the Split's input (the input is an activation of it)."""
     if node.attributes.get_int("axis", 0) not in (1, -1):
         return Refusal(f"{node.name} does not split axis 1")
-    whole = _linear(node.inputs[0], constants)
+    whole = _linear(node.inputs[0] if split is None else split, constants)
     if isinstance(whole, Refusal):
         return whole
     width = _width(whole)
@@ -267,12 +270,28 @@ class _Gate:
     name: str
 
 
-def _act(value: ir.Value | None, *op_types: str) -> ir.Node | None:
-    """An activation node of one of ``op_types`` with default attributes."""
-    node = producer(value, *op_types)
+def _act(value: ir.Value | None, *op_types: str, split_ok: bool = False) -> ir.Node | None:
+    """The activation node of one of ``op_types`` (default attributes) that computes
+    ``value``: ``Act(pre)``, or with ``split_ok`` (a gate, read by :func:`_gate_linear`)
+    ``Split(Act(S), axis=1)[k]`` too (TF 1's GRUCell activates its gates before
+    splitting them, which is the same elementwise)."""
+    split = producer(value, "Split") if split_ok else None
+    node = producer(value if split is None else split.inputs[0], *op_types)
     if node is None or node.attributes:
         return None
     return node
+
+
+def _pre_activation(value: ir.Value, constants: Constants) -> _Linear | Refusal:
+    """The terms of the pre-activation of a gate ``value`` :func:`_act` accepted."""
+    split = producer(value, "Split")
+    if split is None:
+        node = value.producer()
+        assert node is not None
+        return _linear(node.inputs[0], constants)
+    activation = split.inputs[0].producer()
+    assert activation is not None
+    return _split_block(split, value, constants, activation.inputs[0])
 
 
 def _operands(node: ir.Node | None, first: Callable, second: Callable):
@@ -363,9 +382,10 @@ def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear 
 
 
 def _gate_linear(
-    pre: ir.Value, constants: Constants, name: str, gates: dict[str, _Linear]
+    activated: ir.Value, constants: Constants, name: str, gates: dict[str, _Linear]
 ) -> Refusal | None:
-    linear = _linear(pre, constants)
+    """Reads the terms of gate ``name`` (its activated value) into ``gates``."""
+    linear = _pre_activation(activated, constants)
     if isinstance(linear, Refusal):
         return Refusal(f"gate {name}: {linear}")
     gates[name] = linear
@@ -378,7 +398,7 @@ def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     if node is None:
         return Refusal("h_t is not Tanh or Relu of a sum (RNN)")
     gates: dict[str, _Linear] = {}
-    reason = _gate_linear(node.inputs[0], constants, "h", gates)
+    reason = _gate_linear(h, constants, "h", gates)
     if reason is not None:
         return reason
     found = _assemble("RNN", gates, h_prev)
@@ -394,7 +414,8 @@ def _lstm_cell(
 ) -> Cell | Refusal:
     """``c_t = σ(f) * c_(t-1) + σ(i) * tanh(g)``, ``h_t = σ(o) * tanh(c_t)``."""
     found = _operands(producer(h, "Mul"), _act_sigmoid, lambda v: _act(v, "Tanh"))
-    if found is None or through_identity(found[1].producer().inputs[0]) is not c:
+    tanh_c = None if found is None else _act(found[1], "Tanh")
+    if tanh_c is None or through_identity(tanh_c.inputs[0]) is not c:
         return Refusal("h_t is not Sigmoid(o) * Tanh(c_t) (LSTM)")
     add = producer(c, "Add")
     if add is None:
@@ -404,13 +425,13 @@ def _lstm_cell(
         (t for t in terms if t is not None and _operands(t, _act_sigmoid, _is(c_prev))), None
     )
     i_term = next((t for t in terms if t is not None and t is not f_term), None)
-    ig = _operands(i_term, _act_sigmoid, lambda v: _act(v, "Tanh"))
+    ig = _operands(i_term, _act_sigmoid, lambda v: _act(v, "Tanh", split_ok=True))
     if f_term is None or ig is None:
         return Refusal("c_t is not Sigmoid(f) * c_(t-1) + Sigmoid(i) * Tanh(g) (LSTM)")
     f_sig = _operands(f_term, _act_sigmoid, _is(c_prev))[0]  # type: ignore[index]
     gates: dict[str, _Linear] = {}
     for name, activated in (("i", ig[0]), ("o", found[0]), ("f", f_sig), ("c", ig[1])):
-        reason = _gate_linear(activated.producer().inputs[0], constants, name, gates)
+        reason = _gate_linear(activated, constants, name, gates)
         if reason is not None:
             return reason
     assembled = _assemble("LSTM", gates, h_prev)
@@ -421,7 +442,7 @@ def _lstm_cell(
 
 
 def _act_sigmoid(value: ir.Value | None) -> bool:
-    return _act(value, "Sigmoid") is not None
+    return _act(value, "Sigmoid", split_ok=True) is not None
 
 
 def _is_one(constants: Constants) -> Callable[[ir.Value | None], bool]:
@@ -479,10 +500,10 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
         return found
     z, n = found
     n_node = _act(n, "Tanh")
-    if n_node is None or _act(z, "Sigmoid") is None:
+    if n_node is None or not _act_sigmoid(z):
         return Refusal("GRU gates are not Sigmoid(z) and Tanh(n)")
     gates: dict[str, _Linear] = {}
-    reason = _gate_linear(z.producer().inputs[0], constants, "z", gates)
+    reason = _gate_linear(z, constants, "z", gates)
     if reason is not None:
         return reason
     pre = n_node.inputs[0]
@@ -533,7 +554,7 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
             return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
         rh_bias = h_linear.bias  # type: ignore[union-attr]
         gates["h"] = _Linear({**x_linear.weights, h_prev: h_linear.weights[h_prev]}, x_linear.bias)  # type: ignore[union-attr]
-    reason = _gate_linear(r_value.producer().inputs[0], constants, "r", gates)
+    reason = _gate_linear(r_value, constants, "r", gates)
     if reason is not None:
         return reason
     assembled = _assemble("GRU", gates, h_prev)
