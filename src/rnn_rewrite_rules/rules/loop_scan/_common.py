@@ -243,8 +243,8 @@ def emit(
             result.append(new)
         elif kind is None:
             result.append(op.Identity(value_of("h")))  # an unread output: a dead stand-in
-        else:
-            result.append(op.Identity(kind))
+        else:  # an invariant: its initial value, through an Identity that takes the
+            result.append(op.Identity(kind))  # output's name (the value keeps its own)
     _detach_body(node)
     return result
 

@@ -44,8 +44,11 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         _ints(node, "scan_output_axes", scans, 0)
     ):
         return Refusal("the Scan does not scan axis 0")
-    (in_direction,) = _ints(node, "scan_input_directions", 1, 0)
+    in_directions = _ints(node, "scan_input_directions", 1, 0)
     out_directions = _ints(node, "scan_output_directions", scans, 0)
+    if len(in_directions) != 1 or len(out_directions) != scans:
+        return Refusal("the Scan's directions do not match its inputs and outputs")
+    (in_direction,) = in_directions
     carried_in, x_t = body.inputs[:count], body.inputs[count]
     carried_out, stacked = body.outputs[:count], body.outputs[count:]
     carried_init = list(node.inputs[:count])
