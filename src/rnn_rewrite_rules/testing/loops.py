@@ -47,7 +47,7 @@ NEAR_MISSES = {
     "shifted_step": "the step input is X[t + 1] (runs when X has a step more than T)",
     "side_output": "the body also stacks c_t (or h_(t-1)), read as a graph output",
     "wrong_gate": "the forget gate multiplies the Tanh candidate instead of c_(t-1)",
-    "state_not_batch": "the initial h is [1, H] (the original runs at batch 1 only)",
+    "state_not_hidden": "the initial c is [batch, 1], broadcast over H by the body",
 }
 
 
@@ -70,6 +70,7 @@ class LoopSpec:
     trip_count: Literal["constant", "length"] = "constant"  # "length": Gather(Shape(X), 0)
     bidirectional: bool = False  # a forward and a backward layer, Concat on axis 2 ("y" only)
     static_seq: bool = False  # x declared [steps, batch, I] (a fixed-length export)
+    state_inputs: bool = False  # h0 (and c0) graph inputs [state_batch, H], not zeros
     seed: int = 0
 
     @property
@@ -261,10 +262,9 @@ def _zeros_state(
     graph_nodes: list, x: str, hidden: int, dtype: type, name: str, near_miss: bool
 ) -> str:
     """``Expand(0, Concat(Shape(X)[1:2], [H]))`` (tf2onnx's zeros of the batch); the
-    ``state_not_batch`` twin: a constant ``[1, H]``."""
+    ``state_not_hidden`` twin: ``[batch, 1]``."""
     if near_miss:
-        graph_nodes.append(_const(name, np.zeros((1, hidden), dtype)))
-        return name
+        hidden = 1
     graph_nodes += [
         helper.make_node("Shape", [x], [f"{name}_shape"]),
         _const(f"{name}_b0", np.array([1], np.int64)),
@@ -305,6 +305,8 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
         raise ValueError(f"unknown near miss {spec.near_miss!r}")
     if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
         raise ValueError("only an LSTM has a forget gate to misplace")
+    if spec.near_miss == "state_not_hidden" and spec.cell != "LSTM":
+        raise ValueError("only an LSTM's c is read by a product that broadcasts it")
     if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
         raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
     dtype, hidden = spec.dtype, spec.hidden_size
@@ -315,8 +317,13 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     x = "x"
     if spec.direction == "reverse" and spec.form != "scan":
         x = _reverse(nodes, "x", "x_reversed")
-    h0 = _zeros_state(nodes, "x", hidden, dtype, "h0", spec.near_miss == "state_not_batch")
-    c0 = _zeros_state(nodes, "x", hidden, dtype, "c0", False) if spec.cell == "LSTM" else None
+    if spec.state_inputs:
+        h0, c0 = "h0", ("c0" if spec.cell == "LSTM" else None)
+    else:
+        h0 = _zeros_state(nodes, "x", hidden, dtype, "h0", False)
+        c0 = None
+        if spec.cell == "LSTM":
+            c0 = _zeros_state(nodes, "x", hidden, dtype, "c0", spec.near_miss == "state_not_hidden")
     body = _Body("body_", spec.opset)
     state_type = helper.make_tensor_value_info
     if spec.form == "scan":
@@ -385,7 +392,12 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
         [
             helper.make_tensor_value_info(
                 "x", elem, [spec.steps if spec.static_seq else "seq", "batch", spec.input_size]
-            )
+            ),
+            *(
+                helper.make_tensor_value_info(name, elem, ["state_batch", hidden])
+                for name in ((h0, c0) if spec.state_inputs else ())
+                if name is not None
+            ),
         ],
         graph_outputs,
         initializers,
@@ -542,9 +554,19 @@ def _loop(
 
 
 def loop_inputs(
-    spec: LoopSpec, batch: int, seq: int | None = None, seed: int = 1
+    spec: LoopSpec,
+    batch: int,
+    seq: int | None = None,
+    seed: int = 1,
+    state_batch: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """A feed: ``x`` of ``seq`` steps (the trip count by default)."""
+    """A feed: ``x`` of ``seq`` steps (the trip count by default); with state inputs,
+    ``h0`` (and ``c0``) of ``state_batch`` rows (``batch`` by default; 1 broadcasts)."""
     rng = np.random.default_rng(seed)
     seq = spec.steps if seq is None else seq
-    return {"x": rng.standard_normal((seq, batch, spec.input_size)).astype(spec.dtype)}
+    feeds = {"x": rng.standard_normal((seq, batch, spec.input_size)).astype(spec.dtype)}
+    if spec.state_inputs:
+        rows = batch if state_batch is None else state_batch
+        for name in ("h0", "c0") if spec.cell == "LSTM" else ("h0",):
+            feeds[name] = rng.standard_normal((rows, spec.hidden_size)).astype(spec.dtype)
+    return feeds

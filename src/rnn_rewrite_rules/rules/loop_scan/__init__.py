@@ -14,7 +14,8 @@ step) and invariants; Loop: the trip count is a constant ``T``, the condition is
 evaluated true after each step but the last, the step input is ``Gather(X, t)`` of a
 rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
 Scan: one scan input on axis 0, forward or reverse; the initial states are provably
-``[batch of X, H]``; every read output is a final state, an invariant or the stacked
+``[batch of X, H]`` (or ``[b, H]``: then X and the states are expanded to the batch they
+broadcast to, as the body does); every read output is a final state, an invariant or the stacked
 ``h_t``; the cell computes in float32 (float16 only with :func:`widened_rules`).
 
 Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into ONNX

@@ -22,7 +22,7 @@ from rnn_rewrite_rules.rules.loop_scan.body import Cell
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "states_reason"]
+__all__ = ["MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "states_fit"]
 
 #: Rules are made for nodes with up to this many outputs (one rule per count).
 MAX_OUTPUTS = 16
@@ -40,6 +40,8 @@ class Recurrence:
     states), ``"y"`` (the stacked ``h_t``, ``[T, batch, H]``), ``"y_reversed"`` (the
     same in reverse step order), a value it equals (an invariant) or None (unused).
     ``replaced``: values after the node to replace by ``Y`` instead (a reversal undone).
+    ``broadcast``: the states' batch is not proven ``x``'s: all three are expanded to the
+    batch they broadcast to, as the body's arithmetic does.
     """
 
     node: ir.Node
@@ -52,28 +54,28 @@ class Recurrence:
     first_steps: int | None = None
     last_steps: int | None = None
     replaced: list[ir.Value] = dataclasses.field(default_factory=list)
+    broadcast: bool = False
 
 
-def states_reason(
+def states_fit(
     prover: ShapeProver, h0: ir.Value, c0: ir.Value | None, x: ir.Value, hidden: int
-) -> Refusal | None:
-    """Why the initial ``h0`` (and ``c0``) are not provably ``[batch of x, hidden]``."""
+) -> bool | Refusal:
+    """True when the initial ``h0`` (and ``c0``) are provably ``[batch of x, hidden]``;
+    False when they are ``[b, hidden]`` with a batch not proven ``x``'s (a graph input:
+    the body broadcasts ``b`` against ``x``'s batch, the rewrite must too); else why not."""
+    fits = True
     for state, name in ((h0, "h"), (c0, "c")):
-        if state is not None:
-            reason = state_reason(prover, state, x, hidden, name)
-            if reason is not None:
-                return reason
-    return None
-
-
-def state_reason(
-    prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int, name: str
-) -> Refusal | None:
-    """Why ``state`` is not provably ``[batch of x, hidden]`` (None: it is)."""
-    expected = (prover.dim(x, 1), Dim.const(hidden))
-    if expected[0] is None or prover.dims(state) != expected:
-        return Refusal(f"cannot prove the initial {name} is [batch of X, {hidden}]")
-    return None
+        if state is None:
+            continue
+        if prover.dim(x, 1) is not None and prover.dims(state) == (
+            prover.dim(x, 1),
+            Dim.const(hidden),
+        ):
+            continue
+        if prover.rank(state) != 2 or prover.dim(state, 1) != Dim.const(hidden):
+            return Refusal(f"cannot prove the initial {name} is [batch, {hidden}]")
+        fits = False
+    return fits
 
 
 def dtype_reason(cell: Cell, float32: bool) -> Refusal | None:
@@ -192,17 +194,27 @@ def emit(
         x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
     elif plan.last_steps is not None:
         x = slice_(op, x, [-plan.last_steps], [_INT64_MAX], [0], opset, ints)
+    x, h0 = to_compute(x), to_compute(plan.h0)
+    c0 = None if plan.c0 is None else to_compute(plan.c0)
+    if plan.broadcast:  # X and the states expanded to the batch they broadcast to
+        x_batch = slice_(op, op.Shape(x), [1], [2], [0], opset, ints)
+        h0 = op.Expand(h0, op.Concat(x_batch, ints([1]), axis=0))
+        if c0 is not None:
+            c0 = op.Expand(c0, op.Shape(h0))
+            h0 = op.Expand(h0, op.Shape(c0))
+        batch = slice_(op, op.Shape(h0), [0], [1], [0], opset, ints)
+        x = op.Expand(x, op.Concat(ints([1]), batch, ints([1]), axis=0))
     inputs: list[ir.Value | None] = [
-        to_compute(x),
+        x,
         constant(cell.w[np.newaxis], "W"),
         constant(cell.r[np.newaxis], "R"),
         constant(cell.b[np.newaxis], "B"),
         None,
-        unsqueeze(op, to_compute(plan.h0), [0], opset, ints),
+        unsqueeze(op, h0, [0], opset, ints),
     ]
     if op_type == "LSTM":
-        assert plan.c0 is not None
-        inputs.append(unsqueeze(op, to_compute(plan.c0), [0], opset, ints))
+        assert c0 is not None
+        inputs.append(unsqueeze(op, c0, [0], opset, ints))
     attributes: dict = {
         "hidden_size": cell.hidden_size,
         "direction": "reverse" if plan.reverse else "forward",

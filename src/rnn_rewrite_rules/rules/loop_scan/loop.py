@@ -11,7 +11,7 @@ from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
-    states_reason,
+    states_fit,
     used,
 )
 from rnn_rewrite_rules.rules.loop_scan.body import (
@@ -128,9 +128,9 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
 
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
-    reason = states_reason(prover, h0, c0, sequence, cell.hidden_size)
-    if reason is not None:
-        return reason
+    fits = states_fit(prover, h0, c0, sequence, cell.hidden_size)
+    if isinstance(fits, Refusal):
+        return fits
     if trips is None:
         if prover.elements(node.inputs[0]) == (prover.dim(sequence, 0),):
             # X's length can be 0, where ONNX Runtime's Loop stacks a [0, 0, H] output
@@ -139,6 +139,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         return Refusal("the trip count is neither a constant nor X's length")
     whole = prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
+    plan.broadcast = not fits
 
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so

@@ -9,7 +9,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
-    states_reason,
+    states_fit,
     used,
 )
 from rnn_rewrite_rules.rules.loop_scan.body import Constants, prove_cell, through_identity
@@ -92,10 +92,12 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
-    reason = states_reason(prover, h0, c0, x, cell.hidden_size)
-    if reason is not None:
-        return reason
-    return Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)  # type: ignore[arg-type]
+    fits = states_fit(prover, h0, c0, x, cell.hidden_size)
+    if isinstance(fits, Refusal):
+        return fits
+    plan = Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)  # type: ignore[arg-type]
+    plan.broadcast = not fits
+    return plan
 
 
 class ScanToRnn(RecurrenceRule):
