@@ -266,7 +266,7 @@ def test_registered_and_run_by_rewrite() -> None:
     assert_same(model, after, spec)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     cell=st.sampled_from(RNN_OPS),
     form=st.sampled_from(ALL_FORMS),
@@ -275,6 +275,7 @@ def test_registered_and_run_by_rewrite() -> None:
     hidden_size=st.integers(1, 7),
     steps=st.integers(1, 7),
     opset=st.sampled_from([11, 13, 17, 21]),
+    state_inputs=st.booleans(),
     seed=st.integers(0, 2**16),
 )
 def test_always_equivalent(
@@ -285,6 +286,7 @@ def test_always_equivalent(
     hidden_size: int,
     steps: int,
     opset: int,
+    state_inputs: bool,
     seed: int,
 ) -> None:
     spec = _spec(
@@ -295,6 +297,7 @@ def test_always_equivalent(
         hidden_size=hidden_size,
         steps=steps,
         opset=opset,
+        state_inputs=state_inputs,
         seed=seed,
     )
     model = build_loop_model(spec)
@@ -303,7 +306,7 @@ def test_always_equivalent(
     assert_same(model, after, spec)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     near_miss=st.sampled_from(sorted(NEAR_MISSES)),
     form=st.sampled_from(ALL_FORMS),
@@ -359,19 +362,20 @@ def _runs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarr
         return None
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     cell=st.sampled_from(RNN_OPS),
     form=st.sampled_from(ALL_FORMS),
     direction=st.sampled_from(["forward", "reverse"]),
+    state_inputs=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_fuzzed_bodies_are_refused_or_equivalent(
-    cell: str, form: str, direction: str, seed: int
+    cell: str, form: str, direction: str, state_inputs: bool, seed: int
 ) -> None:
     """A random change to a body either makes the rules refuse it or leaves a model the
     rewrite reproduces exactly: a rule never fires on a body it misread."""
-    spec = _spec(cell=cell, form=form, direction=direction)
+    spec = _spec(cell=cell, form=form, direction=direction, state_inputs=state_inputs)
     model = build_loop_model(spec)
     what = _mutate_body(model, np.random.default_rng(seed))
     try:
