@@ -62,7 +62,7 @@ class LoopSpec:
     steps: int = 6  # the Loop's constant trip count (the sequence length it reads)
     direction: Literal["forward", "reverse"] = "forward"
     float16: bool = False
-    activation: Literal["Tanh", "Relu"] = "Tanh"  # RNN
+    activation: Literal["Tanh", "Relu"] = "Tanh"  # RNN's; LSTM's g and h, GRU's n (Keras')
     linear_before_reset: int = 1  # GRU (Keras reset_after)
     near_miss: str | None = None
     opset: int = 13
@@ -167,7 +167,7 @@ def _cell(
         reset = body.one("Concat", [x_t, body.one("Mul", [r, h])], axis=1)
         candidate_sum = body.one("MatMul", [reset, w["candidate"]])
         candidate_sum = body.one("Add", [candidate_sum, w["candidate_bias"]])
-        candidate = body.one("Tanh", [candidate_sum])
+        candidate = body.one(spec.activation, [candidate_sum])
         keep = body.one("Mul", [u, h])
         return body.one(
             "Add", [keep, body.one("Mul", [body.one("Sub", [one, u]), candidate])]
@@ -229,19 +229,19 @@ def _cell(
     if spec.cell == "LSTM":
         i = body.one("Sigmoid", [summed("i")])
         f = body.one("Sigmoid", [summed("f")])
-        g = body.one("Tanh", [summed("c")])
+        g = body.one(spec.activation, [summed("c")])
         o = body.one("Sigmoid", [summed("o")])
         assert c is not None
         if spec.near_miss == "wrong_gate":
             c_t = body.one("Add", [body.one("Mul", [f, g]), body.one("Mul", [i, g])])
         else:
             c_t = body.one("Add", [body.one("Mul", [f, c]), body.one("Mul", [i, g])])
-        return body.one("Mul", [o, body.one("Tanh", [c_t])]), c_t
+        return body.one("Mul", [o, body.one(spec.activation, [c_t])]), c_t
     z = body.one("Sigmoid", [summed("z")])
     r = body.one("Sigmoid", [summed("r")])
     x_n, h_n = pre["h"]
     if spec.linear_before_reset:
-        n = body.one("Tanh", [body.one("Add", [x_n, body.one("Mul", [r, h_n])])])
+        n = body.one(spec.activation, [body.one("Add", [x_n, body.one("Mul", [r, h_n])])])
     else:
         # (r * h) @ R_n: the recurrent kernel's n block read again
         assert spec.form == "keras", "linear_before_reset=0 is built in the keras form"
@@ -249,7 +249,7 @@ def _cell(
         r_n = body.nodes[[i for i, nd in enumerate(body.nodes) if nd.op_type == "Slice"][2]].output[
             0
         ]
-        n = body.one("Tanh", [body.one("Add", [x_n, body.one("MatMul", [rh, r_n])])])
+        n = body.one(spec.activation, [body.one("Add", [x_n, body.one("MatMul", [rh, r_n])])])
     if spec.form == "keras":
         one = body.const(np.array(1, dtype))
         keep = body.one("Mul", [z, h])

@@ -4,9 +4,10 @@ Pattern: a ``Loop`` (tf2onnx's ``while_loop``, torch's) or a ``Scan`` whose body
 cell: gate pre-activations that are sums of ``MatMul(x_t, W)``, ``MatMul(h_(t-1), R)``,
 ``MatMul(Concat(x_t, h_(t-1)), W)`` (TF 1), ``Gemm`` and constant biases (through
 ``Split`` on axis 1 and per-step weight ``Cast``s),
-and ``h_t = act(...)`` (RNN, Tanh or Relu), ``c_t = σ(f) c_(t-1) + σ(i) tanh(g)``,
-``h_t = σ(o) tanh(c_t)`` (LSTM), ``h_t = z h + (1 - z) n`` or ``(h - n) z + n`` with
-``n = tanh(x_n + r (h R_n + b))`` or ``tanh(x_n + (r h) R_n + b)`` (GRU).
+and ``h_t = act(...)`` (RNN), ``c_t = f(f_t) c_(t-1) + f(i) g(g_t)``,
+``h_t = f(o) h(c_t)`` (LSTM), ``h_t = z h + (1 - z) n`` or ``(h - n) z + n`` with
+``n = g(x_n + r (h R_n + b))`` or ``g(x_n + (r h) R_n + b)`` (GRU); each activation
+Sigmoid, Tanh or Relu.
 
 Condition: the gates are told apart by their role in the cell (any gate order); every
 weight is a constant; the carried values are exactly h (and c), counters (``+ 1`` per

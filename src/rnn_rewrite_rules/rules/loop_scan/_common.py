@@ -18,7 +18,7 @@ from rnn_rewrite_rules.rules._graph import (
     unsqueeze,
 )
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
-from rnn_rewrite_rules.rules.loop_scan.body import Cell
+from rnn_rewrite_rules.rules.loop_scan.body import DEFAULT_ACTIVATIONS, Cell
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
@@ -219,8 +219,8 @@ def emit(
         "hidden_size": cell.hidden_size,
         "direction": "reverse" if plan.reverse else "forward",
     }
-    if op_type == "RNN" and cell.activation != "Tanh":
-        attributes["activations"] = [cell.activation]
+    if cell.activations != DEFAULT_ACTIVATIONS[op_type]:
+        attributes["activations"] = list(cell.activations)
     if op_type == "GRU":
         attributes["linear_before_reset"] = cell.linear_before_reset
     count = 3 if op_type == "LSTM" else 2

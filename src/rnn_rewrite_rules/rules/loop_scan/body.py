@@ -26,7 +26,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.shape.constant import cast_as_runtime
 
-__all__ = ["Cell", "Constants", "prove_cell", "through_identity"]
+__all__ = ["DEFAULT_ACTIVATIONS", "Cell", "Constants", "prove_cell", "through_identity"]
 
 #: Ops :class:`Constants` evaluates: deterministic, no subgraphs, no randomness.
 _EVALUATED = frozenset(
@@ -39,6 +39,15 @@ _EVALUATED = frozenset(
 )  # fmt: skip
 #: Above this many elements a value is not evaluated (a weight is a few million at most).
 _MAX_ELEMENTS = 1 << 27
+
+#: Activations read from a body (ONNX's RNN ops take them by name, without parameters).
+_ACTS = ("Sigmoid", "Tanh", "Relu")
+#: Each op's default activations (written out only when a body differs).
+DEFAULT_ACTIVATIONS = {
+    "RNN": ("Tanh",),
+    "GRU": ("Sigmoid", "Tanh"),
+    "LSTM": ("Sigmoid", "Tanh", "Tanh"),
+}
 
 #: ONNX gate order of each cell: the gate names in W/R/B block order.
 ONNX_GATES = {"RNN": ("h",), "GRU": ("z", "r", "h"), "LSTM": ("i", "o", "f", "c")}
@@ -252,7 +261,7 @@ class Cell:
     w: np.ndarray
     r: np.ndarray
     b: np.ndarray
-    activation: str  # RNN's activation; "Tanh" for the others
+    activations: tuple[str, ...]  # ONNX's: RNN (f,), GRU (f, g), LSTM (f, g, h)
     linear_before_reset: int
 
     @property
@@ -393,10 +402,10 @@ def _gate_linear(
 
 
 def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Refusal:
-    """``h_t = act(x_t @ W + h_(t-1) @ R + b)`` with ``act`` Tanh or Relu."""
-    node = _act(h, "Tanh", "Relu")
+    """``h_t = act(x_t @ W + h_(t-1) @ R + b)`` with ``act`` Tanh, Relu or Sigmoid."""
+    node = _act(h, *_ACTS)
     if node is None:
-        return Refusal("h_t is not Tanh or Relu of a sum (RNN)")
+        return Refusal("h_t is not an activation of a sum (RNN)")
     gates: dict[str, _Linear] = {}
     reason = _gate_linear(h, constants, "h", gates)
     if reason is not None:
@@ -406,29 +415,40 @@ def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
         return found
     x, w, r, b = found
     bias = np.concatenate([b, np.zeros_like(b)])
-    return Cell("RNN", x, w, r, bias, node.op_type, 0)
+    return Cell("RNN", x, w, r, bias, (node.op_type,), 0)
 
 
 def _lstm_cell(
     h: ir.Value, c: ir.Value, h_prev: ir.Value, c_prev: ir.Value, constants: Constants
 ) -> Cell | Refusal:
-    """``c_t = σ(f) * c_(t-1) + σ(i) * tanh(g)``, ``h_t = σ(o) * tanh(c_t)``."""
-    found = _operands(producer(h, "Mul"), _act_sigmoid, lambda v: _act(v, "Tanh"))
-    tanh_c = None if found is None else _act(found[1], "Tanh")
-    if tanh_c is None or through_identity(tanh_c.inputs[0]) is not c:
-        return Refusal("h_t is not Sigmoid(o) * Tanh(c_t) (LSTM)")
+    """``c_t = f(f_t) * c_(t-1) + f(i) * g(g_t)``, ``h_t = f(o) * h(c_t)`` with ``f``
+    ``g``, ``h`` activations (Sigmoid, Tanh, Tanh by default; Keras' ``activation``)."""
+    found = None
+    mul = producer(h, "Mul")
+    for o, h_c in (mul.inputs, mul.inputs[::-1]) if mul is not None else ():
+        outer = _act(h_c, *_ACTS)
+        if outer is not None and through_identity(outer.inputs[0]) is c and _act_op(o):
+            found = o, outer
+            break
+    if found is None:
+        return Refusal("h_t is not f(o) * h(c_t) (LSTM)")
+    f_op = _act_op(found[0])
     add = producer(c, "Add")
     if add is None:
         return Refusal("c_t is not f * c_(t-1) + i * g (LSTM)")
+
+    def gate(value: ir.Value | None) -> bool:  # activated as o is (ONNX's one f)
+        return _act_op(value) == f_op
+
     terms = [producer(v, "Mul") for v in add.inputs]
-    f_term = next(
-        (t for t in terms if t is not None and _operands(t, _act_sigmoid, _is(c_prev))), None
-    )
+    f_term = next((t for t in terms if t is not None and _operands(t, gate, _is(c_prev))), None)
     i_term = next((t for t in terms if t is not None and t is not f_term), None)
-    ig = _operands(i_term, _act_sigmoid, lambda v: _act(v, "Tanh", split_ok=True))
+    # with g's activation f's too, i and g are interchangeable: either reading is exact
+    ig = _operands(i_term, gate, _act_op)
     if f_term is None or ig is None:
-        return Refusal("c_t is not Sigmoid(f) * c_(t-1) + Sigmoid(i) * Tanh(g) (LSTM)")
-    f_sig = _operands(f_term, _act_sigmoid, _is(c_prev))[0]  # type: ignore[index]
+        return Refusal("c_t is not f(f) * c_(t-1) + f(i) * g(g) with o's f (LSTM)")
+    f_sig = _operands(f_term, gate, _is(c_prev))[0]  # type: ignore[index]
+    activations = (f_op, _act_op(ig[1]), found[1].op_type)
     gates: dict[str, _Linear] = {}
     for name, activated in (("i", ig[0]), ("o", found[0]), ("f", f_sig), ("c", ig[1])):
         reason = _gate_linear(activated, constants, name, gates)
@@ -438,11 +458,18 @@ def _lstm_cell(
     if isinstance(assembled, Refusal):
         return assembled
     x, w, r, b = assembled
-    return Cell("LSTM", x, w, r, np.concatenate([b, np.zeros_like(b)]), "Tanh", 0)
+    bias = np.concatenate([b, np.zeros_like(b)])
+    return Cell("LSTM", x, w, r, bias, activations, 0)  # type: ignore[arg-type]
 
 
-def _act_sigmoid(value: ir.Value | None) -> bool:
-    return _act(value, "Sigmoid", split_ok=True) is not None
+def _act_op(value: ir.Value | None) -> str | None:
+    """The activation op computing a gate ``value`` (see :func:`_act`), else None."""
+    node = _act(value, *_ACTS, split_ok=True)
+    return None if node is None else node.op_type
+
+
+def _activated(value: ir.Value | None) -> bool:
+    return _act_op(value) is not None
 
 
 def _is_one(constants: Constants) -> Callable[[ir.Value | None], bool]:
@@ -465,7 +492,7 @@ def _gru_update(
     muls = [producer(v, "Mul") for v in add.inputs]
     if None not in muls:
         for first, second in (muls, muls[::-1]):
-            zh = _operands(first, _act_sigmoid, _is(h_prev))
+            zh = _operands(first, _activated, _is(h_prev))
             if zh is None:
                 continue
             z = zh[0]
@@ -482,7 +509,7 @@ def _gru_update(
     # PyTorch: Add(Mul(Sub(h_prev, n), z), n)
     for mul_value, n in (add.inputs, add.inputs[::-1]):
         found = _operands(
-            producer(mul_value, "Mul"), lambda v: producer(v, "Sub") is not None, _act_sigmoid
+            producer(mul_value, "Mul"), lambda v: producer(v, "Sub") is not None, _activated
         )
         if found is None:
             continue
@@ -499,9 +526,10 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     if isinstance(found, Refusal):
         return found
     z, n = found
-    n_node = _act(n, "Tanh")
-    if n_node is None or not _act_sigmoid(z):
-        return Refusal("GRU gates are not Sigmoid(z) and Tanh(n)")
+    n_node = _act(n, *_ACTS)
+    if n_node is None or not _activated(z):
+        return Refusal("GRU gates are not f(z) and g(n)")
+    activations = (_act_op(z), n_node.op_type)
     gates: dict[str, _Linear] = {}
     reason = _gate_linear(z, constants, "z", gates)
     if reason is not None:
@@ -515,7 +543,7 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     if add is not None:
         for a, b in (add.inputs, add.inputs[::-1]):
             mul = producer(b, "Mul")
-            pair = _operands(mul, _act_sigmoid, _any)
+            pair = _operands(mul, _activated, _any)
             if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
                 r_value, x_part, h_part = pair[0], a, pair[1]
                 break
@@ -530,17 +558,17 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
             return neither
 
         def reset_h(value: ir.Value) -> bool:
-            return _operands(producer(value, "Mul"), _act_sigmoid, _is(h_prev)) is not None
+            return _operands(producer(value, "Mul"), _activated, _is(h_prev)) is not None
 
         linear = _split_concat(linear, reset_h)
         if isinstance(linear, Refusal):
             return neither
         reset = [
-            s for s in linear.weights if _operands(producer(s, "Mul"), _act_sigmoid, _is(h_prev))
+            s for s in linear.weights if _operands(producer(s, "Mul"), _activated, _is(h_prev))
         ]
         if len(reset) != 1 or h_prev in linear.weights:
             return neither
-        r_value = _operands(reset[0].producer(), _act_sigmoid, _is(h_prev))[0]  # type: ignore[index]
+        r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]  # type: ignore[index]
         weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
         gates["h"] = _Linear(weights, linear.bias)
         rh_bias = None
@@ -554,6 +582,8 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
             return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
         rh_bias = h_linear.bias  # type: ignore[union-attr]
         gates["h"] = _Linear({**x_linear.weights, h_prev: h_linear.weights[h_prev]}, x_linear.bias)  # type: ignore[union-attr]
+    if _act_op(r_value) != activations[0]:
+        return Refusal("the reset gate's activation is not the update gate's (GRU)")
     reason = _gate_linear(r_value, constants, "r", gates)
     if reason is not None:
         return reason
@@ -565,7 +595,8 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     recurrent_bias = np.zeros_like(b)
     if rh_bias is not None:
         recurrent_bias[2 * hidden :] = rh_bias
-    return Cell("GRU", x, w, r, np.concatenate([b, recurrent_bias]), "Tanh", linear_before_reset)
+    bias = np.concatenate([b, recurrent_bias])
+    return Cell("GRU", x, w, r, bias, activations, linear_before_reset)  # type: ignore[arg-type]
 
 
 def prove_cell(
@@ -580,7 +611,7 @@ def prove_cell(
     if len(states) == 1:
         ((h_prev, h),) = states
         h = through_identity(h)
-        if producer(h, "Tanh", "Relu") is not None:
+        if producer(h, *_ACTS) is not None:
             found = _rnn_cell(h, h_prev, constants)
         else:
             found = _gru_cell(h, h_prev, constants)
