@@ -14,6 +14,7 @@ from onnx.reference import ReferenceEvaluator
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import families, loop_scan
+from rnn_rewrite_rules.rules.loop_scan._common import FLOAT16_REASON
 from rnn_rewrite_rules.testing.loops import NEAR_MISSES, LoopSpec, build_loop_model, loop_inputs
 from tests.reasons import refusal_reasons
 from tests.support import apply, op_counts
@@ -171,10 +172,7 @@ def test_float16_cells_are_refused_by_default() -> None:
     after, count = apply(loop_scan.make_rules(), model)
     assert count == 0 and op_counts(after) == op_counts(model)
     reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
-    assert reasons == {
-        "the cell computes in float16: ONNX Runtime's CPU LSTM kernel is float32 only "
-        "(loop_scan.widened_rules() computes it in float32 between Casts)"
-    }
+    assert reasons == {FLOAT16_REASON.format(op="LSTM")}
 
 
 @pytest.mark.parametrize(("cell", "form"), list(itertools.product(RNN_OPS, ALL_FORMS)))
@@ -446,7 +444,7 @@ def test_a_loop_inside_an_if_branch_gets_constant_nodes() -> None:
 @pytest.mark.corpus
 def test_mk8dx_loops() -> None:
     """The corpus' tf2onnx Keras 3 model: two float16 LSTM Loops (forward, and backward
-    between ReverseSequences). Refused by default (ONNX Runtime has no float16 LSTM);
+    between ReverseSequences). Refused by default (a float16 node rounds otherwise);
     the widened rules make them two LSTM nodes whose outputs differ by float16 rounding."""
     manifest = pytest.importorskip("tools.corpus.manifest", reason="tools/corpus is not here")
     entry = manifest.entry("mk8dx-number-recognition")
@@ -456,10 +454,7 @@ def test_mk8dx_loops() -> None:
     assert manifest.sha256_file(path) == entry.sha256
     model = onnx.load(path)
     reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
-    assert reasons == {
-        "the cell computes in float16: ONNX Runtime's CPU LSTM kernel is float32 only "
-        "(loop_scan.widened_rules() computes it in float32 between Casts)"
-    }
+    assert reasons == {FLOAT16_REASON.format(op="LSTM")}
     after, count = apply(loop_scan.widened_rules(), model)
     assert count == 2
     counts = op_counts(after)

@@ -17,12 +17,13 @@ from rnn_rewrite_rules.rules._graph import (
     squeeze,
     unsqueeze,
 )
+from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.rules.loop_scan.body import DEFAULT_ACTIVATIONS, Cell
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "states_fit"]
+__all__ = ["FLOAT16_REASON", "MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "states_fit"]
 
 #: Rules are made for nodes with up to this many outputs (one rule per count).
 MAX_OUTPUTS = 16
@@ -58,41 +59,42 @@ class Recurrence:
 
 
 def states_fit(
-    prover: ShapeProver, h0: ir.Value, c0: ir.Value | None, x: ir.Value, hidden: int
+    prover: ShapeProver, h0: ir.Value, c0: ir.Value | None, x: ir.Value, cell: Cell
 ) -> bool | Refusal:
-    """True when the initial ``h0`` (and ``c0``) are provably ``[batch of x, hidden]``;
-    False when they are ``[b, hidden]`` with a batch not proven ``x``'s (a graph input:
-    the body broadcasts ``b`` against ``x``'s batch, the rewrite must too); else why not."""
+    """True when the initial ``h0`` (and ``c0``) are provably ``[batch of x, H]``; False
+    when they are of rank 2 with a batch not proven ``x``'s (a graph input: the body
+    broadcasts it against ``x``'s batch, the rewrite must too) and ``H`` columns, proven
+    or implied (``h0`` read by ``MatMul(h, R)``, ``c0`` the same value); else why not."""
+    hidden, batch = cell.hidden_size, prover.dim(x, 1)
     fits = True
     for state, name in ((h0, "h"), (c0, "c")):
         if state is None:
             continue
-        if prover.dim(x, 1) is not None and prover.dims(state) == (
-            prover.dim(x, 1),
-            Dim.const(hidden),
-        ):
+        if batch is not None and prover.dims(state) == (batch, Dim.const(hidden)):
             continue
-        if prover.rank(state) != 2 or prover.dim(state, 1) != Dim.const(hidden):
+        width = prover.dim(state, 1) == Dim.const(hidden) or (cell.h_width_read and state is h0)
+        if prover.rank(state) != 2 or not width:
             return Refusal(f"cannot prove the initial {name} is [batch, {hidden}]")
         fits = False
     return fits
 
 
+#: Why a float16 cell is refused by default (the node's rounding is not the body's).
+FLOAT16_REASON = (
+    "the cell computes in float16 op by op: one float16 {op} node rounds otherwise (ONNX "
+    "Runtime runs it in float32 between Casts), so outputs would change by float16 "
+    "rounding; loop_scan.widened_rules() does that explicitly, on request"
+)
+
+
 def dtype_reason(cell: Cell, float32: bool) -> Refusal | None:
-    """Why the cell's element type cannot be emitted (None: it can)."""
-    if cell.dtype == np.float32:
-        return None
-    if cell.dtype == _FLOAT16 and float32:
-        return None
-    if cell.dtype == _FLOAT16:
-        return Refusal(
-            f"the cell computes in float16: ONNX Runtime's CPU {cell.op_type} kernel is "
-            "float32 only (loop_scan.widened_rules() computes it in float32 between Casts)"
-        )
-    return Refusal(
-        f"the cell computes in {cell.dtype}: ONNX Runtime's CPU {cell.op_type} kernel "
-        "is float32 only"
-    )
+    """Why the node for ``cell`` must not be emitted: a float16 cell unless ``float32``
+    (see :data:`FLOAT16_REASON`); an element type a target runtime has no kernel for
+    (``rules._kernels``: float64 in ONNX Runtime and tract)."""
+    if cell.dtype == _FLOAT16 and not float32:
+        return Refusal(FLOAT16_REASON.format(op=cell.op_type))
+    emitted = np.dtype(np.float32) if cell.dtype == _FLOAT16 else cell.dtype
+    return missing_kernel("", cell.op_type, emitted)
 
 
 def used(value: ir.Value) -> bool:

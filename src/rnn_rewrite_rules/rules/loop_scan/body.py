@@ -131,6 +131,9 @@ class _Linear:
 
     weights: dict[ir.Value, np.ndarray]  # source -> [in, width]
     bias: np.ndarray | None  # [width]
+    #: h_(t-1) is not read by a plain MatMul here (split out of TF 1's Concat(x_t, h), or
+    #: the GRU's r * h_(t-1)): its width is not implied by ``R``'s rows
+    indirect: bool = False
 
 
 def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
@@ -263,6 +266,9 @@ class Cell:
     b: np.ndarray
     activations: tuple[str, ...]  # ONNX's: RNN (f,), GRU (f, g), LSTM (f, g, h)
     linear_before_reset: int
+    #: a gate reads h_(t-1) by ``MatMul(h, R)`` with ``R`` of H rows, so ``h_0`` has H
+    #: columns wherever the body runs (not so through TF 1's Concat, nor an elementwise op)
+    h_width_read: bool = False
 
     @property
     def hidden_size(self) -> int:
@@ -326,16 +332,18 @@ def _any(_value: ir.Value | None) -> bool:
 
 def _assemble(
     op_type: str, gates: dict[str, _Linear], h_prev: ir.Value
-) -> tuple[ir.Value, np.ndarray, np.ndarray, np.ndarray] | Refusal:
+) -> tuple[ir.Value, np.ndarray, np.ndarray, np.ndarray, bool] | Refusal:
     """(x_t, W, R, B) from each gate's linear terms in ONNX order; every gate reads
     ``h_prev`` and one common ``x_t``."""
     x = None
     w_blocks, r_blocks, b_blocks = [], [], []
     hidden = None
+    width_read = False
     for name in ONNX_GATES[op_type]:
         linear = _split_concat(gates[name], lambda v: v is h_prev)
         if isinstance(linear, Refusal):
             return linear
+        width_read = width_read or not linear.indirect
         sources = [s for s in linear.weights if s is not h_prev]
         if len(sources) != 1:
             return Refusal(f"gate {name} does not read exactly one step input besides h_(t-1)")
@@ -361,7 +369,8 @@ def _assemble(
     w_bias = [
         np.zeros(hidden, dtype) if b is None else np.broadcast_to(b, (hidden,)) for b in b_blocks
     ]
-    return x, np.concatenate(w_blocks), np.concatenate(r_blocks), np.concatenate(w_bias)
+    w, r = np.concatenate(w_blocks), np.concatenate(r_blocks)
+    return x, w, r, np.concatenate(w_bias), width_read
 
 
 def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear | Refusal:
@@ -369,6 +378,7 @@ def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear 
     ``GRUCell``) read as ``x @ W_x + h @ W_h``: ``W``'s rows split where ``h``'s ``H``
     columns (the gate's width: ``h`` is a state, proven ``[batch, H]``) begin or end."""
     weights: dict[ir.Value, np.ndarray] = {}
+    indirect = linear.indirect
     for source, weight in linear.weights.items():
         concat = producer(source, "Concat")
         if concat is None:
@@ -382,12 +392,13 @@ def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear 
                 return Refusal(f"{concat.name} does not join a step input and h_(t-1)")
             cut = hidden if is_h(first) else rows - hidden
             parts = [(first, weight[:cut]), (second, weight[cut:])]
+            indirect = True
         for value, part in parts:
             assert value is not None
             if value in weights:
                 return Refusal(f"{value.name} is read twice by one gate")
             weights[value] = part
-    return _Linear(weights, linear.bias)
+    return _Linear(weights, linear.bias, indirect)
 
 
 def _gate_linear(
@@ -413,9 +424,9 @@ def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     found = _assemble("RNN", gates, h_prev)
     if isinstance(found, Refusal):
         return found
-    x, w, r, b = found
+    x, w, r, b, width_read = found
     bias = np.concatenate([b, np.zeros_like(b)])
-    return Cell("RNN", x, w, r, bias, (node.op_type,), 0)
+    return Cell("RNN", x, w, r, bias, (node.op_type,), 0, width_read)
 
 
 def _lstm_cell(
@@ -457,9 +468,9 @@ def _lstm_cell(
     assembled = _assemble("LSTM", gates, h_prev)
     if isinstance(assembled, Refusal):
         return assembled
-    x, w, r, b = assembled
+    x, w, r, b, width_read = assembled
     bias = np.concatenate([b, np.zeros_like(b)])
-    return Cell("LSTM", x, w, r, bias, activations, 0)  # type: ignore[arg-type]
+    return Cell("LSTM", x, w, r, bias, activations, 0, width_read)  # type: ignore[arg-type]
 
 
 def _act_op(value: ir.Value | None) -> str | None:
@@ -570,7 +581,7 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
             return neither
         r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]  # type: ignore[index]
         weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
-        gates["h"] = _Linear(weights, linear.bias)
+        gates["h"] = _Linear(weights, linear.bias, indirect=True)  # (r * h) @ R_n
         rh_bias = None
     else:
         x_linear = _linear(x_part, constants)
@@ -590,13 +601,14 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     assembled = _assemble("GRU", gates, h_prev)
     if isinstance(assembled, Refusal):
         return assembled
-    x, w, r, b = assembled
+    x, w, r, b, width_read = assembled
     hidden = r.shape[1]
     recurrent_bias = np.zeros_like(b)
     if rh_bias is not None:
         recurrent_bias[2 * hidden :] = rh_bias
     bias = np.concatenate([b, recurrent_bias])
-    return Cell("GRU", x, w, r, bias, activations, linear_before_reset)  # type: ignore[arg-type]
+    cell = Cell("GRU", x, w, r, bias, activations, linear_before_reset, width_read)  # type: ignore[arg-type]
+    return cell
 
 
 def prove_cell(

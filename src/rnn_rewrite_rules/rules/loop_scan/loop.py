@@ -102,7 +102,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         return Refusal("the step input is not read from a sequence outside the body")
     if index is not iteration and _scalar_int(counters.get(index)) != 0:  # type: ignore[arg-type]
         return Refusal("the step input is not X[t]: the index is not the iteration number")
-    prover = ShapeProver()
+    prover = ShapeProver(model.graph)
     source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
@@ -128,7 +128,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
 
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
-    fits = states_fit(prover, h0, c0, sequence, cell.hidden_size)
+    fits = states_fit(prover, h0, c0, sequence, cell)
     if isinstance(fits, Refusal):
         return fits
     if trips is None:

@@ -77,7 +77,7 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     h_t = through_identity(carried_out[h_index])
 
     x = node.inputs[count]
-    prover = ShapeProver()
+    prover = ShapeProver(model.graph)
     if x is None or prover.rank(x) != 3:
         return Refusal("the scan input is not provably of rank 3")
     outputs: list[str | ir.Value | None] = []
@@ -92,7 +92,7 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
     h0 = carried_init[h_index]
     c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
-    fits = states_fit(prover, h0, c0, x, cell.hidden_size)
+    fits = states_fit(prover, h0, c0, x, cell)
     if isinstance(fits, Refusal):
         return fits
     plan = Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)  # type: ignore[arg-type]
