@@ -13,17 +13,30 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
     cached_ints,
+    producer,
     slice_,
     squeeze,
     unsqueeze,
 )
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
-from rnn_rewrite_rules.rules.loop_scan.body import DEFAULT_ACTIVATIONS, Cell
+from rnn_rewrite_rules.rules.loop_scan.body import (
+    DEFAULT_ACTIVATIONS,
+    Cell,
+    Constants,
+    through_identity,
+)
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["FLOAT16_REASON", "MAX_OUTPUTS", "Recurrence", "RecurrenceRule", "states_fit"]
+__all__ = [
+    "FLOAT16_REASON",
+    "MAX_OUTPUTS",
+    "Recurrence",
+    "RecurrenceRule",
+    "classify_carried",
+    "states_fit",
+]
 
 #: Rules are made for nodes with up to this many outputs (one rule per count).
 MAX_OUTPUTS = 16
@@ -56,6 +69,45 @@ class Recurrence:
     last_steps: int | None = None
     replaced: list[ir.Value] = dataclasses.field(default_factory=list)
     broadcast: bool = False
+
+
+def classify_carried(
+    carried_in: list[ir.Value],
+    carried_out: list[ir.Value],
+    carried_init: list[ir.Value | None],
+    outer: Constants,
+) -> tuple[dict[ir.Value, ir.Value], dict[ir.Value, np.ndarray], list[int]] | Refusal:
+    """The carried values of a body: invariants (passed through: body input -> the value
+    it is bound to), counters (``+ 1`` per step from a constant scalar: body input -> its
+    start) and the rest, the states (their positions)."""
+    invariants: dict[ir.Value, ir.Value] = {}
+    counters: dict[ir.Value, np.ndarray] = {}
+    states: list[int] = []
+    for j, (value_in, value_out, init) in enumerate(
+        zip(carried_in, carried_out, carried_init, strict=True)
+    ):
+        if init is None:
+            return Refusal(f"carried value {j} has no initial value")
+        start = outer(init)
+        if through_identity(value_out) is value_in:
+            invariants[value_in] = init
+        elif _is_increment(value_out, value_in, outer) and start is not None and start.ndim == 0:
+            counters[value_in] = start
+        else:
+            states.append(j)
+    return invariants, counters, states
+
+
+def _is_increment(value_out: ir.Value, value_in: ir.Value, constants: Constants) -> bool:
+    """``value_out`` is ``value_in + 1`` (a scalar one, either side)."""
+    add = producer(through_identity(value_out), "Add")
+    if add is None:
+        return False
+    for a, b in (add.inputs, add.inputs[::-1]):
+        one = constants(b)
+        if a is value_in and one is not None and one.ndim == 0 and one == 1:
+            return True
+    return False
 
 
 def states_fit(
@@ -200,8 +252,11 @@ def emit(
     c0 = None if plan.c0 is None else to_compute(plan.c0)
     if plan.broadcast:  # X and the states expanded to the batch they broadcast to
         x_batch = slice_(op, op.Shape(x), [1], [2], [0], opset, ints)
+        same = plan.c0 is plan.h0  # one value for both (tf2onnx's zeros): one expansion
         h0 = op.Expand(h0, op.Concat(x_batch, ints([1]), axis=0))
-        if c0 is not None:
+        if c0 is not None and same:
+            c0 = h0
+        elif c0 is not None:
             c0 = op.Expand(c0, op.Shape(h0))
             h0 = op.Expand(h0, op.Shape(c0))
         batch = slice_(op, op.Shape(h0), [0], [1], [0], opset, ints)
@@ -216,7 +271,8 @@ def emit(
     ]
     if op_type == "LSTM":
         assert c0 is not None
-        inputs.append(unsqueeze(op, c0, [0], opset, ints))
+        initial_h = inputs[-1]
+        inputs.append(initial_h if c0 is h0 else unsqueeze(op, c0, [0], opset, ints))
     attributes: dict = {
         "hidden_size": cell.hidden_size,
         "direction": "reverse" if plan.reverse else "forward",

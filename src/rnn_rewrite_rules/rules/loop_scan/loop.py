@@ -11,6 +11,7 @@ from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
+    classify_carried,
     states_fit,
     used,
 )
@@ -61,21 +62,10 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         if first is None or first.size != 1 or not bool(first.reshape(())):
             return Refusal("the first condition is not a constant true")
 
-    # carried values: invariants (passed through), counters (+1 per step), states
-    invariants: dict[ir.Value, ir.Value] = {}
-    counters: dict[ir.Value, np.ndarray] = {}
-    states: list[int] = []
-    for j, (value_in, value_out, init) in enumerate(
-        zip(carried_in, carried_out, carried_init, strict=True)
-    ):
-        if init is None:
-            return Refusal(f"carried value {j} has no initial value")
-        if through_identity(value_out) is value_in:
-            invariants[value_in] = init
-        elif _is_increment(value_out, value_in, outer) and _scalar_int(outer(init)) is not None:
-            counters[value_in] = outer(init)  # type: ignore[assignment]
-        else:
-            states.append(j)
+    carried = classify_carried(carried_in, carried_out, carried_init, outer)
+    if isinstance(carried, Refusal):
+        return carried
+    invariants, counters, states = carried
     constants = Constants(opset, invariants)
     found = prove_cell([(carried_in[j], carried_out[j]) for j in states], constants)
     if isinstance(found, Refusal):
@@ -153,18 +143,6 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
-
-
-def _is_increment(value_out: ir.Value, value_in: ir.Value, constants: Constants) -> bool:
-    """``value_out`` is ``value_in + 1`` (a scalar one, either side)."""
-    add = producer(through_identity(value_out), "Add")
-    if add is None:
-        return False
-    for a, b in (add.inputs, add.inputs[::-1]):
-        one = constants(b)
-        if a is value_in and one is not None and one.ndim == 0 and one == 1:
-            return True
-    return False
 
 
 def _condition_reason(

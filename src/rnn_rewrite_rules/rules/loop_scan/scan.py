@@ -9,6 +9,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
+    classify_carried,
     states_fit,
     used,
 )
@@ -53,17 +54,10 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     carried_out, stacked = body.outputs[:count], body.outputs[count:]
     carried_init = list(node.inputs[:count])
 
-    invariants: dict[ir.Value, ir.Value] = {}
-    states: list[int] = []
-    for j, (value_in, value_out, init) in enumerate(
-        zip(carried_in, carried_out, carried_init, strict=True)
-    ):
-        if init is None:
-            return Refusal(f"state {j} has no initial value")
-        if through_identity(value_out) is value_in:
-            invariants[value_in] = init
-        else:
-            states.append(j)
+    carried = classify_carried(carried_in, carried_out, carried_init, Constants(opset))
+    if isinstance(carried, Refusal):
+        return carried
+    invariants, counters, states = carried
     found = prove_cell(
         [(carried_in[j], carried_out[j]) for j in states], Constants(opset, invariants)
     )
@@ -84,6 +78,8 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     for j, value in enumerate(node.outputs):
         if not used(value):
             outputs.append(None)
+        elif j < count and carried_in[j] in counters:
+            return Refusal(f"the final value of counter {j} is read")
         elif j < count:
             outputs.append(state_of.get(j) or carried_init[j])
         elif through_identity(stacked[j - count]) is h_t:
