@@ -35,6 +35,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, thirdparty
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
+from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model
 from rnn_rewrite_rules.testing.unrolled import (
     UnrolledCellConfig,
     UnrolledRnnConfig,
@@ -169,6 +170,14 @@ FIGURES: tuple[Figure, ...] = (
         "torch dynamo loop over nn.GRUCell(4, 3), 2 steps",
         lambda: build_unrolled_cell(
             UnrolledCellConfig(op_type="GRU", input_size=4, hidden_size=3, seq=2)
+        ),
+    ),
+    Figure(
+        "loop_scan_keras_backward",
+        "loop_scan",
+        "tf2onnx Keras LSTM(3, go_backwards): a Loop between ReverseSequences",
+        lambda: build_loop_model(
+            LoopSpec(input_size=4, hidden_size=3, steps=5, direction="reverse")
         ),
     ),
 )

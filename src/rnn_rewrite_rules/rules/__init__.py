@@ -17,6 +17,7 @@ from rnn_rewrite_rules.rules import (
     layer_glue,
     layer_output,
     layout,
+    loop_scan,
     reroll,
     unused_outputs,
     weight_folding,
@@ -45,6 +46,7 @@ DEFAULT_TARGET = "portable"
 #: Every family, in application order.
 FAMILIES: tuple[RuleFamily, ...] = (
     weight_folding.FAMILY,
+    loop_scan.FAMILY,
     reroll.FAMILY,
     fold_if.FAMILY,
     bidirectional.FAMILY,

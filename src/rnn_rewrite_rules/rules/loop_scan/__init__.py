@@ -1,0 +1,66 @@
+"""Replace a Loop or Scan whose body is one RNN/LSTM/GRU cell step by one ONNX node.
+
+Pattern: a ``Loop`` (tf2onnx's ``while_loop``, torch's) or a ``Scan`` whose body holds a
+cell: gate pre-activations that are sums of ``MatMul(x_t, W)``, ``MatMul(h_(t-1), R)``,
+``MatMul(Concat(x_t, h_(t-1)), W)`` (TF 1), ``Gemm`` and constant biases (through
+``Split`` on axis 1 and per-step weight ``Cast``s),
+and ``h_t = act(...)`` (RNN), ``c_t = f(f_t) c_(t-1) + f(i) g(g_t)``,
+``h_t = f(o) h(c_t)`` (LSTM), ``h_t = z h + (1 - z) n`` or ``(h - n) z + n`` with
+``n = g(x_n + r (h R_n + b))`` or ``g(x_n + (r h) R_n + b)`` (GRU); each activation
+Sigmoid, Tanh or Relu.
+
+Condition: the gates are told apart by their role in the cell (any gate order); every
+weight is a constant; the carried values are exactly h (and c), counters (``+ 1`` per
+step) and invariants; Loop: the trip count is a constant ``T``, the condition is
+evaluated true after each step but the last, the step input is ``Gather(X, t)`` of a
+rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
+Scan: one scan input on axis 0, forward or reverse; the initial states are provably
+``[batch of X, H]`` (or ``[b, H]``: then X and the states are expanded to the batch they
+broadcast to, as the body does); every read output is a final state, an invariant or the stacked
+``h_t``; the cell computes in float32 (float16 only with :func:`widened_rules`).
+
+Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into ONNX
+gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
+backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
+stacked output back in time becomes ``Y`` itself.
+"""
+
+from __future__ import annotations
+
+from onnxscript.rewriter import RewriteRule
+
+from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
+from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
+from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
+
+__all__ = ["FAMILY", "LoopToRnn", "ScanToRnn", "make_rules", "widened_rules"]
+
+
+def _rules(float32: bool) -> list[RewriteRule]:
+    counts = range(MAX_OUTPUTS, 0, -1)
+    return [LoopToRnn.rule(n, float32) for n in counts] + [
+        ScanToRnn.rule(n, float32) for n in counts
+    ]
+
+
+def make_rules() -> list[RewriteRule]:
+    return _rules(False)
+
+
+def widened_rules() -> list[RewriteRule]:
+    """The explicit option for float16 cells: computed in float32 between Casts.
+
+    Not a family: ``rewrite(model)`` applies every family, and these change outputs by
+    float16's rounding. Apply them yourself:
+    ``RewriteRuleSet(widened_rules()).apply_to_model(ir_model)``.
+    """
+    return _rules(True)
+
+
+FAMILY = RuleFamily(
+    name="loop_scan",
+    description=(__doc__ or "").partition("\n")[0],
+    make_rules=make_rules,
+    install_by_default=True,
+)

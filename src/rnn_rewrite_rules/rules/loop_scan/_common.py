@@ -1,0 +1,330 @@
+"""What the Loop and Scan rules share: the proven recurrence, its checks and its emission."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import (
+    array_constant,
+    cached_ints,
+    producer,
+    slice_,
+    squeeze,
+    unsqueeze,
+)
+from rnn_rewrite_rules.rules._kernels import missing_kernel
+from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.rules.loop_scan.body import (
+    DEFAULT_ACTIVATIONS,
+    Cell,
+    Constants,
+    through_identity,
+)
+from rnn_rewrite_rules.rules.reroll._chain import redirect
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+
+__all__ = [
+    "FLOAT16_REASON",
+    "MAX_OUTPUTS",
+    "Recurrence",
+    "RecurrenceRule",
+    "classify_carried",
+    "states_fit",
+]
+
+#: Rules are made for nodes with up to this many outputs (one rule per count).
+MAX_OUTPUTS = 16
+_INT64_MAX = 2**63 - 1
+_FLOAT16 = np.dtype(np.float16)
+
+
+@dataclasses.dataclass
+class Recurrence:
+    """A Loop or Scan proven to run ``cell`` over ``x`` (``[T, batch, I]``, time-major).
+
+    ``last_steps``/``first_steps``: the node reads only that many steps of ``x`` (the
+    last or first ones), which must then be sliced off; None: all of ``x``.
+    ``outputs[k]`` says what output ``k`` of the node is: ``"h"``, ``"c"`` (final
+    states), ``"y"`` (the stacked ``h_t``, ``[T, batch, H]``), ``"y_reversed"`` (the
+    same in reverse step order), a value it equals (an invariant) or None (unused).
+    ``replaced``: values after the node to replace by ``Y`` instead (a reversal undone).
+    ``broadcast``: the states' batch is not proven ``x``'s: all three are expanded to the
+    batch they broadcast to, as the body's arithmetic does.
+    """
+
+    node: ir.Node
+    cell: Cell
+    x: ir.Value
+    reverse: bool
+    h0: ir.Value
+    c0: ir.Value | None
+    outputs: list[str | ir.Value | None]
+    first_steps: int | None = None
+    last_steps: int | None = None
+    replaced: list[ir.Value] = dataclasses.field(default_factory=list)
+    broadcast: bool = False
+
+
+def classify_carried(
+    carried_in: list[ir.Value],
+    carried_out: list[ir.Value],
+    carried_init: list[ir.Value | None],
+    outer: Constants,
+) -> tuple[dict[ir.Value, ir.Value], dict[ir.Value, np.ndarray], list[int]] | Refusal:
+    """The carried values of a body: invariants (passed through: body input -> the value
+    it is bound to), counters (``+ 1`` per step from a constant scalar: body input -> its
+    start) and the rest, the states (their positions)."""
+    invariants: dict[ir.Value, ir.Value] = {}
+    counters: dict[ir.Value, np.ndarray] = {}
+    states: list[int] = []
+    for j, (value_in, value_out, init) in enumerate(
+        zip(carried_in, carried_out, carried_init, strict=True)
+    ):
+        if init is None:
+            return Refusal(f"carried value {j} has no initial value")
+        start = outer(init)
+        if through_identity(value_out) is value_in:
+            invariants[value_in] = init
+        elif _is_increment(value_out, value_in, outer) and start is not None and start.ndim == 0:
+            counters[value_in] = start
+        else:
+            states.append(j)
+    return invariants, counters, states
+
+
+def _is_increment(value_out: ir.Value, value_in: ir.Value, constants: Constants) -> bool:
+    """``value_out`` is ``value_in + 1`` (a scalar one, either side)."""
+    add = producer(through_identity(value_out), "Add")
+    if add is None:
+        return False
+    for a, b in (add.inputs, add.inputs[::-1]):
+        one = constants(b)
+        if a is value_in and one is not None and one.ndim == 0 and one == 1:
+            return True
+    return False
+
+
+def states_fit(
+    prover: ShapeProver, h0: ir.Value, c0: ir.Value | None, x: ir.Value, cell: Cell
+) -> bool | Refusal:
+    """True when the initial ``h0`` (and ``c0``) are provably ``[batch of x, H]``; False
+    when they are of rank 2 with a batch not proven ``x``'s (a graph input: the body
+    broadcasts it against ``x``'s batch, the rewrite must too) and ``H`` columns, proven
+    or implied (``h0`` read by ``MatMul(h, R)``, ``c0`` the same value); else why not."""
+    hidden, batch = cell.hidden_size, prover.dim(x, 1)
+    fits = True
+    for state, name in ((h0, "h"), (c0, "c")):
+        if state is None:
+            continue
+        if batch is not None and prover.dims(state) == (batch, Dim.const(hidden)):
+            continue
+        width = prover.dim(state, 1) == Dim.const(hidden) or (cell.h_width_read and state is h0)
+        if prover.rank(state) != 2 or not width:
+            return Refusal(f"cannot prove the initial {name} is [batch, {hidden}]")
+        fits = False
+    return fits
+
+
+#: Why a float16 cell is refused by default (the node's rounding is not the body's).
+FLOAT16_REASON = (
+    "the cell computes in float16 op by op: one float16 {op} node rounds otherwise (ONNX "
+    "Runtime runs it in float32 between Casts), so outputs would change by float16 "
+    "rounding; loop_scan.widened_rules() does that explicitly, on request"
+)
+
+
+def dtype_reason(cell: Cell, float32: bool) -> Refusal | None:
+    """Why the node for ``cell`` must not be emitted: a float16 cell unless ``float32``
+    (see :data:`FLOAT16_REASON`); an element type a target runtime has no kernel for
+    (``rules._kernels``: float64 in ONNX Runtime and tract)."""
+    if cell.dtype == _FLOAT16 and not float32:
+        return Refusal(FLOAT16_REASON.format(op=cell.op_type))
+    emitted = np.dtype(np.float32) if cell.dtype == _FLOAT16 else cell.dtype
+    return missing_kernel("", cell.op_type, emitted)
+
+
+def used(value: ir.Value) -> bool:
+    return bool(value.uses()) or value.is_graph_output()
+
+
+class RecurrenceRule(RewriteRuleClassBase):
+    """Matches a ``Loop``/``Scan`` with ``num_outputs`` outputs.
+
+    The matcher refuses a match when an output the pattern does not name is read and
+    accepts a node with fewer outputs than it names, so one rule per output count.
+    Subclasses implement :meth:`plan`, the proof; :meth:`check` keeps it for
+    :meth:`rewrite` (rules are built per rewrite, so it is freed with them).
+    """
+
+    op_type = ""
+
+    def __init__(self, num_outputs: int, float32: bool) -> None:
+        suffix = "Widened" if float32 else ""
+        super().__init__(name=f"{type(self).__name__}{suffix}[{num_outputs}]")
+        self.num_outputs = num_outputs
+        self.float32 = float32
+
+    def pattern(self, op, first):
+        return getattr(op, self.op_type)(
+            first,
+            _allow_other_inputs=True,
+            _allow_other_attributes=True,
+            _outputs=[f"out{i}" for i in range(self.num_outputs)],
+        )
+
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
+        raise NotImplementedError
+
+    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+        node = out0.producer()
+        assert node is not None
+        if len(node.outputs) != self.num_outputs:  # the matcher accepts fewer
+            return MatchResult().fail(
+                f"node has {len(node.outputs)} outputs, not {self.num_outputs}", node
+            )
+        if not any(used(v) for v in node.outputs):
+            return MatchResult().fail("no output of the node is read", node)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, Refusal):
+            return MatchResult().fail(opset, node)
+        found = self.plan(node, context.model)
+        if isinstance(found, Refusal):
+            return MatchResult().fail(found, node)
+        reason = dtype_reason(found.cell, self.float32)
+        if reason is not None:
+            return MatchResult().fail(reason, node)
+        if opset < 10 and "y_reversed" in found.outputs:
+            return MatchResult().fail(f"opset {opset}'s Slice cannot reverse Y (no steps)", node)
+        self._plan = found
+        self._opset = opset
+        self._main = (
+            context.model.graph if context.graph_or_function is context.model.graph else None
+        )
+        return MatchResult()
+
+    def rewrite(self, op, out0: ir.Value, **_):
+        return emit(op, self._plan, self.num_outputs, self._opset, self._main)
+
+
+def emit(
+    op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None
+) -> list[ir.Value]:
+    """The recurrent node for ``plan`` and the values replacing the node's outputs
+    (``main``: the model's graph when the node is in it, for new initializers)."""
+    node, cell = plan.node, plan.cell
+    cache: dict[tuple[int, ...], ir.Value] = {}
+    compute = np.dtype(np.float32)
+    cast_back = cell.dtype != compute
+
+    def constant(array: np.ndarray, suffix: str) -> ir.Value:
+        array = np.ascontiguousarray(array.astype(compute))
+        if main is None:  # a subgraph: a new name there could shadow one outside
+            return op.Constant(value=ir.tensor(array))
+        return array_constant(op, main, array, f"{node.name or cell.op_type}_{suffix}")
+
+    def ints(values: list[int]) -> ir.Value:
+        return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
+
+    def squeezed(v: ir.Value, axis: int) -> ir.Value:
+        out = squeeze(op, v, [axis], opset, ints)
+        return op.Cast(out, to=ir.DataType.FLOAT16) if cast_back else out
+
+    casts: dict[ir.Value, ir.Value] = {}
+
+    def to_compute(v: ir.Value) -> ir.Value:
+        if cast_back and v not in casts:
+            casts[v] = op.Cast(v, to=ir.DataType.FLOAT)
+        return casts.get(v, v)
+
+    op_type = cell.op_type
+    x = plan.x
+    if plan.first_steps is not None:
+        x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
+    elif plan.last_steps is not None:
+        x = slice_(op, x, [-plan.last_steps], [_INT64_MAX], [0], opset, ints)
+    x, h0 = to_compute(x), to_compute(plan.h0)
+    c0 = None if plan.c0 is None else to_compute(plan.c0)
+    if plan.broadcast:  # X and the states expanded to the batch they broadcast to
+        x_batch = slice_(op, op.Shape(x), [1], [2], [0], opset, ints)
+        same = plan.c0 is plan.h0  # one value for both (tf2onnx's zeros): one expansion
+        h0 = op.Expand(h0, op.Concat(x_batch, ints([1]), axis=0))
+        if c0 is not None and same:
+            c0 = h0
+        elif c0 is not None:
+            c0 = op.Expand(c0, op.Shape(h0))
+            h0 = op.Expand(h0, op.Shape(c0))
+        batch = slice_(op, op.Shape(h0), [0], [1], [0], opset, ints)
+        x = op.Expand(x, op.Concat(ints([1]), batch, ints([1]), axis=0))
+    inputs: list[ir.Value | None] = [
+        x,
+        constant(cell.w[np.newaxis], "W"),
+        constant(cell.r[np.newaxis], "R"),
+        constant(cell.b[np.newaxis], "B"),
+        None,
+        unsqueeze(op, h0, [0], opset, ints),
+    ]
+    if op_type == "LSTM":
+        assert c0 is not None
+        initial_h = inputs[-1]
+        inputs.append(initial_h if c0 is h0 else unsqueeze(op, c0, [0], opset, ints))
+    attributes: dict = {
+        "hidden_size": cell.hidden_size,
+        "direction": "reverse" if plan.reverse else "forward",
+    }
+    if cell.activations != DEFAULT_ACTIVATIONS[op_type]:
+        attributes["activations"] = list(cell.activations)
+    if op_type == "GRU":
+        attributes["linear_before_reset"] = cell.linear_before_reset
+    count = 3 if op_type == "LSTM" else 2
+    outputs = getattr(op, op_type)(*inputs, _outputs=count, **attributes)
+    keep_identity(outputs[0].producer(), node)
+    values: dict[str, ir.Value] = {}
+
+    def value_of(kind: str) -> ir.Value:
+        if kind not in values:
+            if kind == "h":
+                values[kind] = squeezed(outputs[1], 0)
+            elif kind == "c":
+                values[kind] = squeezed(outputs[2], 0)
+            elif kind == "y":
+                values[kind] = squeezed(outputs[0], 1)
+            else:  # y_reversed: Y in the other step order
+                y = squeezed(outputs[0], 1)
+                values[kind] = op.Slice(
+                    y, ints([-1]), ints([-_INT64_MAX - 1]), ints([0]), ints([-1])
+                )
+        return values[kind]
+
+    for old in plan.replaced:
+        redirect(old, value_of("y"))
+    result: list[ir.Value] = []
+    for index in range(num_outputs):
+        kind = plan.outputs[index]
+        if isinstance(kind, str):
+            new = value_of(kind)
+            if sum(1 for v in result if v is new):  # one value replaces one output
+                new = op.Identity(new)
+            result.append(new)
+        elif kind is None:
+            result.append(op.Identity(value_of("h")))  # an unread output: a dead stand-in
+        else:  # an invariant: its initial value, through an Identity that takes the
+            result.append(op.Identity(kind))  # output's name (the value keeps its own)
+    _detach_body(node)
+    return result
+
+
+def _detach_body(node: ir.Node) -> None:
+    """Drop the inputs of every node in ``node``'s subgraphs: the node is being replaced,
+    and a value outside that only its body read (a reversed X) must become dead."""
+    for attr in node.attributes.values():
+        if attr.type != ir.AttributeType.GRAPH:
+            continue
+        for inner in ir.traversal.RecursiveGraphIterator(attr.as_graph()):
+            for index in range(len(inner.inputs)):
+                inner.replace_input_with(index, None)

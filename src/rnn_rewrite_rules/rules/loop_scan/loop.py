@@ -1,0 +1,183 @@
+"""The proof that an ONNX ``Loop`` runs a recurrent cell over a sequence (tf2onnx, torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._graph import producer
+from rnn_rewrite_rules.rules.loop_scan._common import (
+    Recurrence,
+    RecurrenceRule,
+    classify_carried,
+    states_fit,
+    used,
+)
+from rnn_rewrite_rules.rules.loop_scan.body import (
+    Constants,
+    prove_cell,
+    through_identity,
+)
+from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
+from rnn_rewrite_rules.shape import Dim, ShapeProver
+
+__all__ = ["LoopToRnn", "plan_loop"]
+
+#: A constant trip count above this is not unrolled to prove the condition.
+_MAX_TRIPS = 1 << 16
+
+
+def _scalar_int(array: np.ndarray | None) -> int | None:
+    if array is None or array.ndim != 0 or array.dtype.kind not in "iu":
+        return None
+    return int(array)
+
+
+def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
+    """Prove ``node`` (a ``Loop``) is one recurrent layer, or say why not."""
+    body_attr = node.attributes.get("body")
+    if body_attr is None:
+        return Refusal("the Loop has no body")
+    body = body_attr.as_graph()
+    opset = opset_version(model, model.graph)
+    assert isinstance(opset, int)
+    outer = Constants(opset)
+    carried_init = list(node.inputs[2:])
+    count = len(carried_init)
+    if len(body.inputs) != count + 2 or len(body.outputs) < count + 1:
+        return Refusal("the body's inputs and outputs do not match the Loop's")
+    iteration, cond_in, *carried_in = body.inputs
+    cond_out, *rest = body.outputs
+    carried_out, scans = rest[:count], rest[count:]
+
+    if node.inputs[0] is None:
+        return Refusal("the Loop has no trip count (the condition alone ends it)")
+    trips = _scalar_int(outer(node.inputs[0]))  # None: a computed count, see the end
+    if trips is not None and not 1 <= trips <= _MAX_TRIPS:
+        return Refusal(f"the trip count is {trips}, not 1..{_MAX_TRIPS}")
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        first = outer(node.inputs[1])
+        if first is None or first.size != 1 or not bool(first.reshape(())):
+            return Refusal("the first condition is not a constant true")
+
+    carried = classify_carried(carried_in, carried_out, carried_init, outer)
+    if isinstance(carried, Refusal):
+        return carried
+    invariants, counters, states = carried
+    constants = Constants(opset, invariants)
+    found = prove_cell([(carried_in[j], carried_out[j]) for j in states], constants)
+    if isinstance(found, Refusal):
+        return found
+    cell, roles = found
+    state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
+
+    # the condition is true after every step but the last
+    if trips is None and through_identity(cond_out) is not cond_in:
+        return Refusal(
+            "the condition is not the one passed in and the trip count is not a constant"
+        )
+    if trips is not None:
+        reason = _condition_reason(cond_out, cond_in, iteration, counters, trips, opset, invariants)
+        if reason is not None:
+            return reason
+
+    # the step input is X[t]: Gather(X, t) with t the iteration number or a counter from 0
+    gather = producer(cell.x, "Gather")
+    if gather is None or gather.attributes.get_int("axis", 0) != 0:
+        return Refusal("the step input is not Gather(X, t, axis=0)")
+    x, index = gather.inputs
+    if x is None or x.graph is body or x in body.inputs:
+        return Refusal("the step input is not read from a sequence outside the body")
+    if index is not iteration and _scalar_int(counters.get(index)) != 0:  # type: ignore[arg-type]
+        return Refusal("the step input is not X[t]: the index is not the iteration number")
+    prover = ShapeProver(model.graph)
+    source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
+    sequence = x if source is None else source
+    if prover.rank(sequence) != 3:
+        return Refusal("X is not provably of rank 3")
+
+    # outputs: final states, invariants, the stacked h_t; counters and side outputs unread
+    outputs: list[str | ir.Value | None] = []
+    h_index = next(j for j, k in state_of.items() if k == "h")
+    h_t = through_identity(carried_out[h_index])
+    for j, value in enumerate(node.outputs):
+        if not used(value):
+            outputs.append(None)
+        elif j < count and j in state_of:
+            outputs.append(state_of[j])
+        elif j < count and carried_in[j] in invariants:
+            outputs.append(carried_init[j])
+        elif j < count:
+            return Refusal(f"the final value of counter {j} is read")
+        elif through_identity(scans[j - count]) is h_t:
+            outputs.append("y")
+        else:
+            return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
+
+    h0 = carried_init[h_index]
+    c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
+    fits = states_fit(prover, h0, c0, sequence, cell)
+    if isinstance(fits, Refusal):
+        return fits
+    if trips is None:
+        if prover.elements(node.inputs[0]) == (prover.dim(sequence, 0),):
+            # X's length can be 0, where ONNX Runtime's Loop stacks a [0, 0, H] output
+            # (the node's Y is [0, batch, H]) and its GRU kernel aborts the process
+            return Refusal("the trip count is X's length, which can be 0: not proven equal there")
+        return Refusal("the trip count is neither a constant nor X's length")
+    whole = prover.dim(x, 0) == Dim.const(trips)
+    plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
+    plan.broadcast = not fits
+
+    # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
+    # the Loop's stacked output reversed back where the graph does so
+    if source is not None:
+        plan.x, plan.reverse, plan.first_steps = source, True, None
+        plan.last_steps = None if prover.dim(source, 0) == Dim.const(trips) else trips
+        for k, kind in enumerate(outputs):
+            if kind == "y":
+                outputs[k] = "y_reversed"  # for any reader left besides the reversal
+                undone = undone_reversal(node.outputs[k], prover)
+                if undone is not None:
+                    plan.replaced.append(undone)
+    return plan
+
+
+def _condition_reason(
+    cond_out: ir.Value,
+    cond_in: ir.Value,
+    iteration: ir.Value,
+    counters: dict[ir.Value, np.ndarray],
+    trips: int,
+    opset: int,
+    invariants: dict[ir.Value, ir.Value],
+) -> Refusal | None:
+    """None when the body's condition is provably true after each step ``0..trips-2``
+    (evaluated at each step from the iteration number and the counters alone)."""
+    if through_identity(cond_out) is cond_in:
+        return None
+    for step in range(trips - 1):
+        bound: dict[ir.Value, ir.Value | np.ndarray] = dict(invariants)
+        bound[iteration] = np.array(step, np.int64)
+        bound[cond_in] = np.array(True)
+        for counter, start in counters.items():
+            bound[counter] = np.asarray(start + np.array(step, start.dtype), start.dtype)
+        value = Constants(opset, bound)(cond_out)
+        if value is None:
+            return Refusal(
+                "the condition depends on more than the step number (the loop may end early)"
+            )
+        if value.size != 1 or not bool(value.reshape(())):
+            return Refusal(f"the condition is false after step {step} (the loop ends early)")
+    return None
+
+
+class LoopToRnn(RecurrenceRule):
+    """Loop running an RNN/LSTM/GRU cell over X[t] -> one RNN/LSTM/GRU node."""
+
+    op_type = "Loop"
+
+    def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
+        return plan_loop(node, model)

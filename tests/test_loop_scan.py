@@ -1,0 +1,497 @@
+"""loop_scan: Loop and Scan recurrences become one RNN, LSTM or GRU node."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx.reference import ReferenceEvaluator
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.rules import families, loop_scan
+from rnn_rewrite_rules.rules.loop_scan._common import FLOAT16_REASON
+from rnn_rewrite_rules.testing.loops import NEAR_MISSES, LoopSpec, build_loop_model, loop_inputs
+from tests.reasons import refusal_reasons
+from tests.support import apply, op_counts
+
+RNN_OPS = ("LSTM", "GRU", "RNN")
+RECURRENCES = ("Loop", "Scan")
+
+
+def _outputs(cell: str) -> tuple[str, ...]:
+    return ("y", "h", "c") if cell == "LSTM" else ("y", "h")
+
+
+def _spec(**fields) -> LoopSpec:
+    fields.setdefault("outputs", _outputs(fields.get("cell", "LSTM")))
+    return LoopSpec(**fields)
+
+
+def _sizes(spec: LoopSpec) -> list[tuple[int, int]]:
+    """(batch, seq): the trip count and a longer X (a Loop reads its first T steps; a Scan
+    all of them, so its length changes too)."""
+    return [(1, spec.steps), (3, spec.steps), (2, spec.steps + 3)]
+
+
+def _reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
+
+
+def assert_same(
+    before: onnx.ModelProto, after: onnx.ModelProto, spec: LoopSpec, atol: float = 1e-5
+) -> None:
+    """Same outputs and shapes in ONNX Runtime at several sizes; at batch 0 the original
+    in ONNX Runtime and the result in the reference evaluator (ONNX Runtime aborts the
+    process on an LSTM/GRU of batch 0; the evaluator's Loop stacks nothing at batch 0)."""
+    for seed, (batch, seq) in enumerate(_sizes(spec)):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
+        for a, b in zip(expected, actual, strict=True):
+            assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        diff = runtime.max_abs_diff(expected, actual)
+        assert diff <= atol, f"batch={batch} seq={seq}: max abs diff {diff}"
+    if not spec.float16 and spec.activation == "Tanh":  # the evaluator's RNN has no Relu
+        feeds = loop_inputs(spec, 0)
+        expected, actual = runtime.run(before, feeds), _reference(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+
+
+def _recurrent_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.op_type in RNN_OPS]
+
+
+ALL_FORMS = ("keras", "tf1", "torch", "scan")
+FORMS = list(itertools.product(RNN_OPS, ALL_FORMS, ("forward", "reverse")))
+
+
+@pytest.mark.parametrize(("cell", "form", "direction"), FORMS)
+def test_every_form_becomes_one_node(cell: str, form: str, direction: str) -> None:
+    spec = _spec(cell=cell, form=form, direction=direction)
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1
+    counts = op_counts(after)
+    assert not any(counts[op] for op in RECURRENCES)
+    # the reversals of a backwards layer (ReverseSequence, tf2onnx's Transpose pair) go
+    assert not counts["ReverseSequence"] and not counts["Transpose"]
+    (node,) = _recurrent_nodes(after)
+    assert node.op_type == cell
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attributes["direction"] == direction.encode()
+    assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
+    assert [o.type for o in after.graph.output] == [o.type for o in model.graph.output]
+    assert after.opset_import == model.opset_import
+    assert_same(model, after, spec)
+    again, count = apply(loop_scan.make_rules(), after)
+    assert count == 0 and again == after  # twice is once
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _spec(cell="GRU", linear_before_reset=0),  # Keras reset_after=False
+        _spec(cell="RNN", activation="Relu", form="torch"),
+        _spec(cell="RNN", activation="Relu", form="scan", direction="reverse"),
+        _spec(opset=11),  # Squeeze/Unsqueeze axes as attributes
+        _spec(cell="GRU", form="scan", opset=17),
+        _spec(form="torch", opset=21, outputs=("h",)),
+        _spec(outputs=("c", "y")),
+        _spec(steps=1, input_size=1, hidden_size=1),
+    ],
+    ids=str,
+)
+def test_other_variants(spec: LoopSpec) -> None:
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1 and not any(op_counts(after)[op] for op in RECURRENCES)
+    assert_same(model, after, spec)
+
+
+@pytest.mark.parametrize(("cell", "form"), list(itertools.product(("LSTM", "GRU"), ALL_FORMS)))
+def test_keras_relu_activation(cell: str, form: str) -> None:
+    """``LSTM(activation="relu")``: the activations are read from the body and written
+    to the node (ONNX Runtime runs Relu in its LSTM and GRU kernels)."""
+    spec = _spec(cell=cell, form=form, activation="Relu", direction="reverse")
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1
+    (node,) = _recurrent_nodes(after)
+    (activations,) = [a.strings for a in node.attribute if a.name == "activations"]
+    expected = [b"Sigmoid", b"Relu", b"Relu"] if cell == "LSTM" else [b"Sigmoid", b"Relu"]
+    assert list(activations) == expected
+    assert_same(model, after, spec)
+
+
+def test_gru_linear_before_reset_read_from_the_body() -> None:
+    for reset_after in (0, 1):
+        model = build_loop_model(_spec(cell="GRU", linear_before_reset=reset_after))
+        after, _ = apply(loop_scan.make_rules(), model)
+        (node,) = _recurrent_nodes(after)
+        attributes = {a.name: a.i for a in node.attribute if a.name == "linear_before_reset"}
+        assert attributes == {"linear_before_reset": reset_after}
+
+
+def test_a_scan_whose_output_runs_the_other_way_is_reversed_once() -> None:
+    spec = _spec(form="scan", direction="reverse")
+    model = build_loop_model(spec)
+    scan = next(n for n in model.graph.node if n.op_type == "Scan")
+    directions = next(a for a in scan.attribute if a.name == "scan_output_directions")
+    directions.ints[:] = [0]  # inputs backwards, the stack in step order
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1 and op_counts(after)["Slice"] >= 1
+    assert_same(model, after, spec)
+
+
+@pytest.mark.parametrize(
+    ("form", "static_seq", "nodes"),
+    [("scan", False, 1), ("keras", True, 1), ("torch", True, 1), ("keras", False, 2)],
+)
+def test_bidirectional_layers(form: str, static_seq: bool, nodes: int) -> None:
+    """A forward and a backward layer on one X become one bidirectional node (with
+    the bidirectional family) when both read all of X: a Scan always, a Loop when X's
+    length is provably its trip count; else two nodes (each Loop reads its own window
+    of a longer X: the first T steps, and the last T reversed)."""
+    spec = LoopSpec(form=form, cell="GRU", bidirectional=True, static_seq=static_seq)
+    model = build_loop_model(spec)
+    after = rnn_rewrite_rules.rewrite(model)
+    assert not any(op_counts(after)[op] for op in RECURRENCES)
+    assert len(_recurrent_nodes(after)) == nodes
+    sizes = [(1, spec.steps), (3, spec.steps)] if static_seq else _sizes(spec)
+    for seed, (batch, seq) in enumerate(sizes):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) < 1e-5
+
+
+def test_float16_cells_are_refused_by_default() -> None:
+    model = build_loop_model(_spec(float16=True))
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 0 and op_counts(after) == op_counts(model)
+    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert reasons == {FLOAT16_REASON.format(op="LSTM")}
+
+
+@pytest.mark.parametrize(("cell", "form"), list(itertools.product(RNN_OPS, ALL_FORMS)))
+def test_float16_cells_in_float32_between_casts(cell: str, form: str) -> None:
+    spec = _spec(cell=cell, form=form, float16=True, direction="reverse")
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.widened_rules(), model)
+    assert count == 1
+    (node,) = _recurrent_nodes(after)
+    weights = {i.name: i for i in after.graph.initializer}
+    assert weights[node.input[1]].data_type == onnx.TensorProto.FLOAT
+    assert op_counts(after)["Cast"] >= 2  # X to float32, Y back to float16
+    # the tolerance this changes: the body rounds every op to float16, the node does not
+    assert_same(model, after, spec, atol=4e-3)
+
+
+def _count_refusals(model: onnx.ModelProto) -> set[str]:
+    """The refusals of the rules for other output counts (one rule per count)."""
+    return {r for r in refusal_reasons(loop_scan.make_rules(), model) if " outputs, not " in r}
+
+
+NEAR_MISS_REASONS = {
+    "early_exit": "the condition is false after step 3 (the loop ends early)",
+    "not_the_state": "h_t is not f(o) * h(c_t) (LSTM)",
+    "shifted_step": "the step input is not X[t]: the index is not the iteration number",
+    "side_output": "scan output 1 is not h_t (a side output is read)",
+    "wrong_gate": "c_t is not f(f) * c_(t-1) + f(i) * g(g) with o's f (LSTM)",
+    "state_not_hidden": "cannot prove the initial c is [batch, 4]",
+}
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "form"),
+    [
+        (miss, form)
+        for miss, form in itertools.product(NEAR_MISSES, ALL_FORMS)
+        if not (form == "scan" and miss in ("early_exit", "shifted_step"))
+    ],
+)
+def test_near_misses_are_refused_with_their_reason(near_miss: str, form: str) -> None:
+    spec = _spec(form=form, near_miss=near_miss)
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 0 and op_counts(after) == op_counts(model)
+    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert reasons == {NEAR_MISS_REASONS[near_miss]}
+    if near_miss == "early_exit":  # the twin is real: it stops early, the LSTM would not
+        feeds = loop_inputs(spec, 2)
+        assert runtime.run(model, feeds)[0].shape[0] < spec.steps
+    if near_miss == "state_not_hidden" and form != "scan":  # a Loop runs it: c broadcasts
+        assert runtime.run(model, loop_inputs(spec, 3))[2].shape == (3, spec.hidden_size)
+
+
+def test_a_trip_count_of_x_s_length_is_refused() -> None:
+    """At 0 steps ONNX Runtime's Loop stacks a [0, 0, H] output, the node's Y is
+    [0, batch, H] (and its GRU aborts): not equal at every size."""
+    spec = _spec(form="torch", trip_count="length")
+    model = build_loop_model(spec)
+    _, count = apply(loop_scan.make_rules(), model)
+    assert count == 0
+    (reason,) = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert reason == "the trip count is X's length, which can be 0: not proven equal there"
+    stacked = runtime.run(model, loop_inputs(spec, 2, 0))[0]
+    assert stacked.shape == (0, 0, spec.hidden_size)  # the premise, in this runtime
+
+
+def test_gru_near_miss_whose_reset_gate_has_another_activation() -> None:
+    model = build_loop_model(_spec(cell="GRU"))
+    graph = next(n for n in model.graph.node if n.op_type == "Loop").attribute[0].g
+    mul = next(n for n in graph.node if n.op_type == "Mul" and "sigmoid" in n.input[0])
+    sigmoid = next(n for n in graph.node if n.output[0] == mul.input[0])
+    sigmoid.op_type = "Tanh"  # tanh(r) where sigmoid(r), z's activation, belongs
+    _, count = apply(loop_scan.make_rules(), model)
+    assert count == 0
+    (reason,) = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert reason == "the reset gate's activation is not the update gate's (GRU)"
+
+
+def test_weights_that_are_graph_inputs_are_not_constants() -> None:
+    model = build_loop_model(_spec(form="scan"))
+    kernel = next(i for i in model.graph.initializer if i.name == "kernel")
+    model.graph.input.append(
+        onnx.helper.make_tensor_value_info("kernel", kernel.data_type, list(kernel.dims))
+    )
+    _, count = apply(loop_scan.make_rules(), model)
+    assert count == 0
+    (reason,) = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert "not a constant matrix" in reason
+
+
+def test_registered_and_run_by_rewrite() -> None:
+    registered = families()
+    assert registered["loop_scan"].install_by_default
+    # the widened rules change outputs: never in a family, so never in rewrite(model)
+    widened = {str(rule.name) for rule in loop_scan.widened_rules()}
+    assert not widened & {str(rule.name) for f in registered.values() for rule in f.all_rules}
+    spec = _spec(direction="reverse")
+    model = build_loop_model(spec)
+    after = rnn_rewrite_rules.rewrite(model)
+    assert not any(op_counts(after)[op] for op in RECURRENCES)
+    assert_same(model, after, spec)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cell=st.sampled_from(RNN_OPS),
+    form=st.sampled_from(ALL_FORMS),
+    direction=st.sampled_from(["forward", "reverse"]),
+    input_size=st.integers(1, 7),
+    hidden_size=st.integers(1, 7),
+    steps=st.integers(1, 7),
+    opset=st.sampled_from([11, 13, 17, 21]),
+    state_inputs=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_always_equivalent(
+    cell: str,
+    form: str,
+    direction: str,
+    input_size: int,
+    hidden_size: int,
+    steps: int,
+    opset: int,
+    state_inputs: bool,
+    seed: int,
+) -> None:
+    spec = _spec(
+        cell=cell,
+        form=form,
+        direction=direction,
+        input_size=input_size,
+        hidden_size=hidden_size,
+        steps=steps,
+        opset=opset,
+        state_inputs=state_inputs,
+        seed=seed,
+    )
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1
+    assert_same(model, after, spec)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    near_miss=st.sampled_from(sorted(NEAR_MISSES)),
+    form=st.sampled_from(ALL_FORMS),
+    cell=st.sampled_from(RNN_OPS),
+    seed=st.integers(0, 2**16),
+)
+def test_near_misses_never_fire(near_miss: str, form: str, cell: str, seed: int) -> None:
+    try:
+        model = build_loop_model(_spec(cell=cell, form=form, near_miss=near_miss, seed=seed))
+    except ValueError:
+        return  # a twin the form has no meaning for
+    _, count = apply(loop_scan.make_rules(), model)
+    assert count == 0
+
+
+_SWAPS = {
+    "Sigmoid": "Tanh",
+    "Tanh": "Sigmoid",
+    "Relu": "Tanh",
+    "Add": "Sub",
+    "Sub": "Add",
+    "Mul": "Add",
+}
+
+
+def _mutate_body(model: onnx.ModelProto, rng: np.random.Generator) -> str:
+    """One random change inside the Loop/Scan body: an op swapped for a look-alike, a
+    binary op's operands exchanged, or a body constant scaled; returns what changed."""
+    node = next(n for n in model.graph.node if n.op_type in RECURRENCES)
+    body = next(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+    candidates = [n for n in body.node if n.op_type in _SWAPS or n.op_type == "Constant"]
+    target = candidates[int(rng.integers(len(candidates)))]
+    if target.op_type == "Constant":
+        tensor = target.attribute[0].t
+        array = onnx.numpy_helper.to_array(tensor)
+        # a float (a weight, a bias, the GRU's 1) halved; an int (a counter's start or
+        # step, a bound, a Slice bound) moved by one
+        array = array * np.asarray(0.5, array.dtype) if array.dtype.kind == "f" else array + 1
+        tensor.CopyFrom(onnx.numpy_helper.from_array(array.astype(array.dtype), tensor.name))
+        return f"constant {target.output[0]} changed"
+    if len(target.input) == 2 and rng.integers(2):
+        target.input[:] = [target.input[1], target.input[0]]
+        return f"{target.op_type} {target.output[0]} operands exchanged"
+    before = target.op_type
+    target.op_type = _SWAPS[before]
+    return f"{before} {target.output[0]} became {target.op_type}"
+
+
+def _runs(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    try:
+        return runtime.run(model, feeds)
+    except Exception:  # a mutant the runtime rejects proves nothing
+        return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cell=st.sampled_from(RNN_OPS),
+    form=st.sampled_from(ALL_FORMS),
+    direction=st.sampled_from(["forward", "reverse"]),
+    state_inputs=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_fuzzed_bodies_are_refused_or_equivalent(
+    cell: str, form: str, direction: str, state_inputs: bool, seed: int
+) -> None:
+    """A random change to a body either makes the rules refuse it or leaves a model the
+    rewrite reproduces exactly: a rule never fires on a body it misread."""
+    spec = _spec(cell=cell, form=form, direction=direction, state_inputs=state_inputs)
+    model = build_loop_model(spec)
+    what = _mutate_body(model, np.random.default_rng(seed))
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
+        return  # an invalid mutant (operands the op refuses)
+    after, count = apply(loop_scan.make_rules(), model)
+    if not count:
+        return
+    for batch, seq in _sizes(spec):
+        feeds = loop_inputs(spec, batch, seq)
+        expected = _runs(model, feeds)
+        if expected is None:
+            continue  # the mutant fails here; the rewrite may do anything
+        diff = runtime.max_abs_diff(expected, runtime.run(after, feeds))
+        assert diff <= 1e-5, f"{what}: batch={batch} seq={seq}: max abs diff {diff}"
+
+
+def test_a_loop_inside_an_if_branch_gets_constant_nodes() -> None:
+    """In a subgraph the weights and axes are Constant nodes (a new initializer name
+    there could shadow one outside), and the main graph gets none."""
+    spec = _spec(cell="GRU", direction="reverse", outputs=("y",))
+    inner = build_loop_model(spec)
+    elem = inner.graph.output[0].type.tensor_type.elem_type
+    dims = ["s", "b", spec.hidden_size]
+    then = onnx.helper.make_graph(
+        list(inner.graph.node), "then", [], [onnx.helper.make_tensor_value_info("y", elem, dims)]
+    )
+    zeros = onnx.numpy_helper.from_array(np.zeros((1, 1, spec.hidden_size), np.float32))
+    otherwise = onnx.helper.make_graph(
+        [onnx.helper.make_node("Constant", [], ["zeros"], value=zeros)],
+        "else",
+        [],
+        [onnx.helper.make_tensor_value_info("zeros", elem, dims)],
+    )
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=otherwise)],
+        "wrapped",
+        [inner.graph.input[0], onnx.helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, [])],
+        [onnx.helper.make_tensor_value_info("out", elem, dims)],
+        list(inner.graph.initializer),
+    )
+    model = onnx.helper.make_model(graph, opset_imports=list(inner.opset_import))
+    model.ir_version = inner.ir_version
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1
+    branch = next(a.g for a in after.graph.node[0].attribute if a.name == "then_branch")
+    ops = [n.op_type for n in branch.node]
+    assert "GRU" in ops and "Loop" not in ops
+    assert not after.graph.initializer  # the kernels the body read went with it
+    for batch, seq in _sizes(spec):
+        feeds = {**loop_inputs(spec, batch, seq), "c": np.array(True)}
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) < 1e-5
+
+
+@pytest.mark.corpus
+def test_mk8dx_loops() -> None:
+    """The corpus' tf2onnx Keras 3 model: two float16 LSTM Loops (forward, and backward
+    between ReverseSequences). Refused by default (a float16 node rounds otherwise);
+    the widened rules make them two LSTM nodes whose outputs differ by float16 rounding."""
+    manifest = pytest.importorskip("tools.corpus.manifest", reason="tools/corpus is not here")
+    entry = manifest.entry("mk8dx-number-recognition")
+    path = manifest.present(entry, manifest.corpus_dir())
+    if path is None:
+        pytest.skip(f"{entry.filename} is not there: run `{manifest.FETCH_COMMAND}`")
+    assert manifest.sha256_file(path) == entry.sha256
+    model = onnx.load(path)
+    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    assert reasons == {FLOAT16_REASON.format(op="LSTM")}
+    after, count = apply(loop_scan.widened_rules(), model)
+    assert count == 2
+    counts = op_counts(after)
+    assert counts["Loop"] == 0 and counts["LSTM"] == 2 and counts["ReverseSequence"] == 0
+    directions = sorted(
+        onnx.helper.get_attribute_value(a)
+        for n in _recurrent_nodes(after)
+        for a in n.attribute
+        if a.name == "direction"
+    )
+    assert directions == [b"forward", b"reverse"]
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):  # not 0: ONNX Runtime aborts the process on an LSTM of batch 0
+        feeds = {"image": rng.random((batch, 40, 30, 1), dtype=np.float32)}
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert expected[0].shape == actual[0].shape == (batch, 7, 11)
+        assert runtime.max_abs_diff(expected, actual) < 2e-3  # logits of size ~12
+        assert (expected[0].argmax(-1) == actual[0].argmax(-1)).all()
+
+
+@pytest.mark.parametrize(("cell", "form"), list(itertools.product(RNN_OPS, ALL_FORMS)))
+def test_initial_states_from_graph_inputs(cell: str, form: str) -> None:
+    """States fed by the caller have a batch not proven X's: X and the states are expanded
+    to the batch they broadcast to, as the body's arithmetic does; equal wherever the
+    original runs (a state batch of 1 against X's, or X's 1 against the state's)."""
+    spec = _spec(cell=cell, form=form, state_inputs=True, outputs=("y", "h"))
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(), model)
+    assert count == 1 and op_counts(after)["Expand"] >= 2
+    compared = 0
+    for batch, state_batch in ((3, 3), (2, 2), (3, 1), (1, 3)):
+        feeds = loop_inputs(spec, batch, state_batch=state_batch)
+        try:
+            expected = runtime.run(model, feeds)
+        except Exception:  # ONNX Runtime's Loop/Scan refuses some broadcasts
+            continue
+        diff = runtime.max_abs_diff(expected, runtime.run(after, feeds))
+        assert diff < 1e-5, f"batch={batch} state batch={state_batch}: {diff}"
+        compared += 1
+    assert compared >= 2
