@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -495,3 +496,60 @@ def test_initial_states_from_graph_inputs(cell: str, form: str) -> None:
         assert diff < 1e-5, f"batch={batch} state batch={state_batch}: {diff}"
         compared += 1
     assert compared >= 2
+
+
+# --- what --check and the report say of a Loop left alone -------------------------------
+
+
+def test_check_names_a_recurrent_loop_left_alone_and_why(tmp_path, capsys) -> None:
+    from rnn_rewrite_rules.cli import ExitCode, main
+
+    path = tmp_path / "f16.onnx"
+    onnx.save(build_loop_model(_spec(float16=True)), path)
+    assert main([str(path), "--check"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "Loop/Scan recurrences not rewritten (1):" in out
+    assert "[loop-recurrence] Loop" in out
+    assert FLOAT16_REASON.format(op="LSTM") in " ".join(out.split())
+    assert "node has 7 outputs" not in out and "no RNN, LSTM or GRU node" not in out
+    # written as asked (a recurrence was found, just not rewritten)
+    assert main([str(path), "-o", str(tmp_path / "out.onnx"), "-q"]) == ExitCode.OK
+    # once rewritten, nothing is left to name
+    onnx.save(build_loop_model(_spec()), path)
+    assert main([str(path), "--check"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "Loop/Scan recurrences not rewritten" not in out
+    assert "after the rewrite: 0 remain" in out
+
+
+def test_a_loop_without_a_cell_is_no_recurrence() -> None:
+    """A Loop carrying a counter and adding to it is not a recurrent cell."""
+    from rnn_rewrite_rules import diagnostics
+
+    body = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("Identity", ["cond"], ["cond_out"]),
+            onnx.helper.make_node("Add", ["acc", "acc"], ["acc_out"]),
+        ],
+        "body",
+        [
+            onnx.helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+            onnx.helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, []),
+            onnx.helper.make_tensor_value_info("acc", onnx.TensorProto.FLOAT, [2]),
+        ],
+        [
+            onnx.helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+            onnx.helper.make_tensor_value_info("acc_out", onnx.TensorProto.FLOAT, [2]),
+        ],
+    )
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+        "g",
+        [
+            onnx.helper.make_tensor_value_info("n", onnx.TensorProto.INT64, []),
+            onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2]),
+        ],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+    )
+    model = ir.serde.deserialize_model(onnx.helper.make_model(graph))
+    assert diagnostics.find_hazards(model) == []

@@ -134,10 +134,19 @@ class _RecordingTracer(MatchingTracer):
             self.failures.append((rule, node, match_result, status))
 
 
+#: The reason a rule built for another output count gives (one rule per count).
+_OTHER_ARITY = re.compile(r"node has \d+ outputs, not \d+")
+
+
+def _is_subject(node: ir.Node) -> bool:
+    """What the report explains: an RNN node, or a Loop/Scan holding a recurrent cell."""
+    return is_rnn(node) or diagnostics.is_recurrent_loop(node)
+
+
 def _neighbour_rnns(nodes: Iterable[ir.Node], max_hops: int = 3) -> list[ir.Node]:
     """The RNN nodes a match is about: in it, else the nearest upstream, else downstream."""
     nodes = [n for n in nodes if n is not None]
-    found = [n for n in nodes if is_rnn(n)]
+    found = [n for n in nodes if _is_subject(n)]
     if found:
         return found
     upstream = downstream = set(nodes)
@@ -145,11 +154,11 @@ def _neighbour_rnns(nodes: Iterable[ir.Node], max_hops: int = 3) -> list[ir.Node
         upstream = {
             v.producer() for n in upstream for v in n.inputs if v is not None and v.producer()
         }
-        found = [n for n in upstream if is_rnn(n)]
+        found = [n for n in upstream if _is_subject(n)]
         if found:
             return found
         downstream = {c for n in downstream for v in n.outputs for c in v.consumers()}
-        found = [n for n in downstream if is_rnn(n)]
+        found = [n for n in downstream if _is_subject(n)]
         if found:
             return found
     return []
@@ -177,8 +186,8 @@ def unimproved_rnns(
     Args:
         rule_families: rule name -> family name, for every available rule.
     """
-    rnn_nodes = [n for n in model.graph.all_nodes() if is_rnn(n)]
-    remaining = {node: diagnostics.rnn_hazards(node, model.graph) for node in rnn_nodes}
+    subjects = [n for n in model.graph.all_nodes() if _is_subject(n)]
+    remaining = {node: diagnostics.subject_hazards(node, model.graph) for node in subjects}
     fixers = fixed_by()
     remaining = {
         node: [h for h in hazards if h.kind in fixers] for node, hazards in remaining.items()
@@ -193,6 +202,8 @@ def unimproved_rnns(
         for rule, root, match, status in tracer.failures:
             default = "condition failed" if status == MatchStatus.CONDITION_FAILED else "no rewrite"
             reason = " ".join(str(match.reason or default).split())
+            if _OTHER_ARITY.fullmatch(reason):
+                continue  # a rule made for another number of outputs: says nothing
             name = rule_name(rule)
             for rnn in _neighbour_rnns([root, *match.nodes]):
                 if (name, reason) not in failures[rnn]:
@@ -276,9 +287,15 @@ def format_report(
         f"initializer bytes: {before.tensor_bytes:,} -> {after.tensor_bytes:,} "
         f"({_human_bytes(before.tensor_bytes)} -> {_human_bytes(after.tensor_bytes)})"
     )
-    if unimproved:
-        lines.append(f"RNN nodes not improved ({len(unimproved)} of {after.rnn_nodes}):")
-        for item in unimproved:
+    loops = [item for item in unimproved if item.node.startswith(("Loop", "Scan"))]
+    rnns = [item for item in unimproved if item not in loops]
+    for items, header in (
+        (rnns, f"RNN nodes not improved ({len(rnns)} of {after.rnn_nodes}):"),
+        (loops, f"Loop/Scan recurrences not rewritten ({len(loops)}):"),
+    ):
+        if items:
+            lines.append(header)
+        for item in items:
             lines.append(f"  {item.node}")
             lines.extend(f"    still: {hazard}" for hazard in item.hazards)
             lines.extend(f"    why: {reason}" for reason in item.reasons)
@@ -307,8 +324,9 @@ class Report:
 
     @property
     def found_no_recurrence(self) -> bool:
-        """No RNN, LSTM or GRU node before the rewrite, and no rule made one."""
-        return not self.fired and self.before.rnn_nodes == 0
+        """No RNN, LSTM or GRU node before the rewrite, no rule made one, and no recurrent
+        Loop/Scan was left alone."""
+        return not self.fired and self.before.rnn_nodes == 0 and not self.unimproved
 
     def lines(self, *, header: bool = True) -> list[str]:
         """The report as text (:func:`report_lines`)."""

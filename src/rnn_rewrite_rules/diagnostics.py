@@ -47,7 +47,12 @@ KINDS = (
     "hand-built-direction",
     "runtime-rank-check",
     "declared-output-shape",
+    "loop-recurrence",
 )
+
+#: Ops a recurrent cell's body computes its gates with.
+_CELL_ACTIVATIONS = frozenset({"Sigmoid", "Tanh", "Relu", "HardSigmoid"})
+_CELL_PRODUCTS = frozenset({"MatMul", "Gemm", "Einsum"})
 
 #: Ops that move a tensor's data without changing what its axes mean to a shape reader.
 _PASS_THROUGH = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Cast"}
@@ -309,6 +314,42 @@ def _exporter_bug(rnn: ir.Node) -> Hazard | None:
     return None if bug is None else Hazard("exporter-bug", describe_node(rnn), bug)
 
 
+def is_recurrent_loop(node: ir.Node) -> bool:
+    """A ``Loop`` or ``Scan`` that carries a state and whose body multiplies by weights and
+    applies a gate activation: a recurrent cell computed one step per body call."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Loop", "Scan"):
+        return False
+    body = node.attributes.get("body")
+    if body is None:
+        return False
+    graph = body.as_graph()
+    if node.op_type == "Loop":
+        carried = len(node.inputs) - 2  # trip count and condition come first
+    else:
+        carried = len(node.inputs) - node.attributes.get_int("num_scan_inputs", 0)
+    ops = {n.op_type for n in graph.all_nodes() if n.domain in ("", "ai.onnx")}
+    return carried > 0 and bool(ops & _CELL_ACTIVATIONS) and bool(ops & _CELL_PRODUCTS)
+
+
+def loop_hazards(node: ir.Node) -> list[Hazard]:
+    """``loop-recurrence`` for a :func:`is_recurrent_loop` node."""
+    if not is_recurrent_loop(node):
+        return []
+    kind = "loop" if node.op_type == "Loop" else "scan"
+    message = (
+        f"a recurrent cell computed in a {node.op_type} body, one subgraph call per step "
+        f"(a single RNN/LSTM/GRU node where the {kind} is proven one)"
+    )
+    return [Hazard("loop-recurrence", describe_node(node), message)]
+
+
+def subject_hazards(node: ir.Node, main_graph: ir.Graph | None = None) -> list[Hazard]:
+    """The hazards of an RNN node or of a recurrent Loop/Scan (see :func:`rnn_hazards`)."""
+    if is_rnn(node):
+        return rnn_hazards(node, main_graph)
+    return loop_hazards(node)
+
+
 def rnn_hazards(node: ir.Node, main_graph: ir.Graph | None = None) -> list[Hazard]:
     """The hazards of one RNN node that need no shape inference (all but frozen axes).
 
@@ -321,7 +362,7 @@ def rnn_hazards(node: ir.Node, main_graph: ir.Graph | None = None) -> list[Hazar
 
 def find_hazards(model: ir.Model) -> list[Hazard]:
     """Every hazard of ``model``; frozen axes are looked for in the main graph only."""
-    hazards = [h for n in model.graph.all_nodes() if is_rnn(n) for h in rnn_hazards(n, model.graph)]
+    hazards = [h for n in model.graph.all_nodes() for h in subject_hazards(n, model.graph)]
     symbols = _input_symbols(model)
     if symbols:
         prover = ShapeProver(model.graph)

@@ -63,4 +63,5 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     make_rules=make_rules,
     install_by_default=True,
+    fixes=("loop-recurrence",),
 )
