@@ -31,6 +31,7 @@ _PACKAGES = (
     "onnxslim",
     "tract",
     "openvino",
+    "rten-convert",
     "torch",
     "numpy",
 )
@@ -474,6 +475,8 @@ RUNTIMES = {
     "tract": ("tract_diff", "tract_error", "tract_crashed"),
     "openvino": ("ov_diff", "ov_error", None),
     "onnx.reference": ("reference_diff", "reference_error", None),
+    # a conversion check: rten-convert converts it (rten's runtime is a Rust crate)
+    "rten": ("rten_converts", "rten_error", None),
 }
 
 
@@ -484,6 +487,8 @@ def outcome(row: dict, runtime: str) -> str | None:
         return None
     if crash_key and row.get(crash_key):
         return "crash"
+    if runtime == "rten":
+        return "runs" if row[diff_key] else "fails"
     diff = row.get(diff_key)
     if diff is not None and diff <= ATOL:
         return "runs"
@@ -561,7 +566,9 @@ def _portability_section(results: dict) -> list[str]:
         "*crash*: the runtime killed its process (a tract panic); *fail*: it raised an "
         "error; *wrong*: it ran and gave other outputs. A model the runtime cannot run "
         "in its original form counts against every variant too (compare with the "
-        "original's row). Tool failed: the tool itself raised on that many models.",
+        "original's row). rten: *runs* means `rten-convert` converts it (rten's runtime "
+        "is a Rust crate; it has `LSTM` and `GRU` but no `RNN` op). Tool failed: the tool "
+        "itself raised on that many models.",
         "",
         *_table(["variant", *runtimes, "tool failed"], table),
         "",
@@ -570,6 +577,63 @@ def _portability_section(results: dict) -> list[str]:
     if wrong:
         lines += ["Wrong outputs: " + "; ".join(wrong) + ".", ""]
     return lines
+
+
+def _int8_section(results: dict) -> list[str]:
+    """``--quantize int8``: ORT's quantize_dynamic on the original and on ours."""
+    rows = []
+    tolerance = None
+    for model in results["models"]:
+        int8 = model.get("int8")
+        if not int8:
+            continue
+        tolerance = int8["tolerance"]
+        latency = int8.get("ort_opt_s", {})
+        base = latency.get("original")
+        for name in ("original", "ours"):
+            row = int8.get(name, {})
+            if "error" in row:
+                rows.append([model["model"], name, f"**failed**: {row['error']}", "", "", "", ""])
+                continue
+            quantized = ", ".join(f"{n} {op}" for op, n in row["quantized"].items()) or "none"
+            left = ", ".join(f"{n} {op}" for op, n in row["left_float"].items()) or "–"
+            diff = row["max_abs_diff"]
+            within = diff is not None and diff <= tolerance
+            rows.append(
+                [
+                    model["model"],
+                    f"{name} + int8",
+                    quantized,
+                    left,
+                    f"{row['size_mb']:.2f}",
+                    _x(_ratio(latency.get(f"{name}-int8"), base)),
+                    ("–" if diff is None else f"{diff:.2g}") + ("" if within else " **>**"),
+                ]
+            )
+    if not rows:
+        return []
+    header = [
+        "model",
+        "variant",
+        "quantized",
+        "left float",
+        "MB",
+        "ORT ratio to the original",
+        "max abs diff vs PyTorch",
+    ]
+    return [
+        "## int8 (`rnn-rewrite --quantize int8`)",
+        "",
+        "ONNX Runtime's own `quantize_dynamic` (defaults) on the original and on our "
+        "default rewrite. It turns an `LSTM` into `DynamicQuantizeLSTM` only when `W` and "
+        "`R` are initializers, which torchlib's export does not give and our weight "
+        "folding does. `GRU` and `RNN` stay float (ONNX Runtime has no quantized GRU or "
+        f"RNN). Tolerance for the int8 error: {tolerance:g} (**>** marks a row above it); "
+        "latency: ORT default optimizations, one thread, best of the interleaved rounds.",
+        "",
+        *_table(header, rows),
+        "",
+    ]
 
 
 def _measured(results: dict, runtime: str) -> bool:
@@ -821,6 +885,7 @@ def write(results: dict, out_dir: pathlib.Path) -> None:
         *_portability_section(results),
         *_target_compare_section(results),
         *_tract_section(results),
+        *_int8_section(results),
         *_overhead_section(results),
         *_model_sections(results),
     ]

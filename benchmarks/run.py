@@ -10,8 +10,10 @@ For every model and variant: node count, runtime Shape chain, folded weights, dy
 thread with default optimizations and with ORT_DISABLE_ALL (interleaved rounds, best of N,
 as ratios to the original), session creation time, the tool's own time, and the same in
 OpenVINO (compile time, per-call latency, one thread) and tract (load time, per-call
-latency) when they are installed; whether onnx.reference runs it. Then our overhead inside
-``onnxscript.optimizer.optimize()`` on a large model without RNNs.
+latency) when they are installed; whether onnx.reference runs it and whether rten-convert
+converts it (rten has no RNN op); the int8 path (ORT's quantize_dynamic on the original
+and on ours). Then our overhead inside ``onnxscript.optimizer.optimize()`` on a large model
+without RNNs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import numpy as np
 import onnx
 
 from benchmarks import measure, models, overhead, report, variants
+from rnn_rewrite_rules.quantize import INT8_TOLERANCE, quantize_int8
 from rnn_rewrite_rules.rules import DEFAULT_TARGET, TARGETS
+from rnn_rewrite_rules.testing import rten
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -84,6 +88,7 @@ def bench_model(
     workdir: str,
     use_tract: bool,
     use_openvino: bool,
+    use_rten: bool,
     log,
 ) -> dict:
     """Every measurement of one model, as a JSON-able dict."""
@@ -132,6 +137,12 @@ def bench_model(
         row["reference_error"] = reference if isinstance(reference, str) else ""
         row["reference_diff"] = _finite(measure.compare(reference, prepared.expected))
 
+    if use_rten:
+        for name in serialized:  # rten-convert: does rten (no RNN op) take it?
+            verdict = rten.convert(onnx.load_from_string(serialized[name]))
+            rows[name]["rten_converts"] = verdict.ok
+            rows[name]["rten_error"] = "" if verdict.ok else verdict.summary
+
     log("    ORT session creation ...")
     sessions = measure.ort_session_times(serialized, settings.session_repeats)
     for (name, optimize), value in sessions.items():
@@ -152,6 +163,7 @@ def bench_model(
         rows[name][f"{prefix}_rounds"] = rounds
         rows[name][f"{prefix}_spread"] = spread
 
+    int8 = _bench_int8(prepared, serialized, settings, log) if "ours" in serialized else None
     if use_openvino:
         _bench_openvino(prepared, rows, serialized, settings, log)
     if use_tract:
@@ -163,7 +175,45 @@ def bench_model(
         "note": prepared.note,
         "export_s": prepared.export_seconds,
         "variants": list(rows.values()),
+        "int8": int8,
     }
+
+
+def _bench_int8(prepared, serialized, settings, log) -> dict:
+    """``--quantize int8`` (ORT's quantize_dynamic) on the original and on ours: what it
+    quantizes, size, the error against PyTorch and ORT latency against the original."""
+    result: dict = {"tolerance": INT8_TOLERANCE}
+    quantized = {}
+    for name in ("original", "ours"):
+        try:
+            done = quantize_int8(onnx.load_from_string(serialized[name]))
+        except Exception as error:
+            result[name] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+            continue
+        blob = done.model.SerializeToString()
+        outputs = measure.ort_run(blob, prepared.feeds, True)
+        result[name] = {
+            "quantized": done.quantized,
+            "left_float": {op: count for op, (count, _) in done.left_float.items()},
+            "size_mb": len(blob) / 2**20,
+            "max_abs_diff": _finite(measure.compare(outputs, prepared.expected)),
+        }
+        if not isinstance(outputs, str):
+            quantized[f"{name}-int8"] = blob
+    if quantized:
+        log(f"    int8 latency ({len(quantized)} variants) ...")
+        latencies = measure.ort_latencies(
+            {"original": serialized["original"], **quantized},
+            prepared.feeds,
+            budget=settings.ort_budget,
+            min_rounds=settings.min_rounds,
+            max_rounds=settings.max_rounds,
+        )
+        for (name, optimize), (best, _median, _rounds, spread) in latencies.items():
+            if optimize:
+                result.setdefault("ort_opt_s", {})[name] = best
+                result.setdefault("ort_opt_spread", {})[name] = spread
+    return result
 
 
 def _bench_openvino(prepared, rows, serialized, settings, log) -> None:
@@ -314,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     use_tract = not args.no_tract and measure.tract_available()
     if not args.no_tract and not use_tract:
         log("tract is not installed: its columns stay empty (pip install tract)")
+    use_rten = rten.version() is not None
+    if not use_rten:
+        log("rten-convert is not installed: its column stays empty (pip install rten-convert)")
     use_openvino = not args.no_openvino and measure.openvino_available()
     if not args.no_openvino and not use_openvino:
         log("openvino is not installed: its columns stay empty (pip install openvino)")
@@ -329,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         "default_target": DEFAULT_TARGET,
         "tract": use_tract,
         "openvino": use_openvino,
+        "rten": use_rten,
         "models": [],
     }
     with tempfile.TemporaryDirectory(prefix="rnn-bench-") as workdir:
@@ -337,7 +391,9 @@ def main(argv: list[str] | None = None) -> int:
             prepared = models.prepare(spec, args.source)
             log(f"  {prepared.source} {prepared.note} {len(prepared.model.graph.node)} nodes")
             results["models"].append(
-                bench_model(prepared, names, settings, workdir, use_tract, use_openvino, log)
+                bench_model(
+                    prepared, names, settings, workdir, use_tract, use_openvino, use_rten, log
+                )
             )
     if not args.no_overhead:
         log(f"optimize() overhead on a {settings.overhead_nodes}-node model ...")

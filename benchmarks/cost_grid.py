@@ -1,0 +1,407 @@
+"""The cost grid: is each kernel-changing rewrite no slower than the original? (issue 32)
+
+    python -m benchmarks.cost_grid                     # the grid -> the checked-in table + docs
+    python -m benchmarks.cost_grid --ops RNN --runtimes ort ort_noopt   # part of it, merged
+    python -m benchmarks.cost_grid --render            # docs/costs.md from the table only
+    python -m benchmarks.cost_grid --quick --table /tmp/t.json --docs /tmp/c.md   # a smoke run
+
+For every op (an unrolled ``nn.RNN`` layer, a ``GRUCell`` / ``LSTMCell`` loop, built as
+torch 2.13 ``dynamo=True`` exports them by ``rnn_rewrite_rules.testing.unrolled``, with a
+symbolic batch and torchlib's runtime zero state), hidden size, sequence length, direction
+and batch, it re-rolls the model with the cost model ignored (``costs.ignored()``) into
+both forms of the initial state the targets emit (``none``: dropped; ``zeros``: one
+explicit ``ConstantOfShape`` zero state, what ``portable`` keeps for a symbolic batch),
+checks the outputs against the original's, and times original and both forms side by
+side per runtime (ONNX Runtime with default optimizations and with ``ORT_DISABLE_ALL``,
+OpenVINO when installed; one thread): ``--repeats`` repeats of ``--rounds`` interleaved
+rounds, best of each. The ratio is best(rewritten) / best(original) over all rounds; its
+spread is the lowest and highest per-repeat ratio.
+
+The table (``src/rnn_rewrite_rules/costs/measured.json``, with the versions it ran) is
+what ``rnn_rewrite_rules.costs`` reads; ``docs/costs.md`` is rendered from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import pathlib
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import rnn_rewrite_rules
+from benchmarks import measure
+from rnn_rewrite_rules import costs, runtime
+from rnn_rewrite_rules.benchmark import best_per_repeat
+from rnn_rewrite_rules.testing.unrolled import (
+    UnrolledCellConfig,
+    UnrolledRnnConfig,
+    build_unrolled_cell,
+    build_unrolled_rnn,
+    cell_inputs,
+    rnn_inputs,
+)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TABLE = ROOT / "src" / "rnn_rewrite_rules" / "costs" / "measured.json"
+DOCS = ROOT / "docs" / "costs.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """What is measured."""
+
+    ops: tuple[str, ...] = ("RNN", "GRU", "LSTM")
+    hiddens: tuple[int, ...] = (64, 256, 512)
+    #: ``nn.RNN`` chains of one step are re-rolled; a single cell call is not.
+    rnn_seqs: tuple[int, ...] = (1, 16, 128)
+    cell_seqs: tuple[int, ...] = (2, 16, 128)
+    batches: tuple[int, ...] = (1, 5)
+    #: directions measured per op (cell loops: forward; a reverse loop is the same kernel)
+    rnn_directions: tuple[str, ...] = ("forward", "bidirectional")
+    runtimes: tuple[str, ...] = ("ort", "ort_noopt", "openvino")
+    repeats: int = 5
+    rounds: int = 7
+
+    @classmethod
+    def quick(cls) -> Grid:
+        return cls(
+            hiddens=(8, 16),
+            rnn_seqs=(1, 4),
+            cell_seqs=(2, 4),
+            batches=(1, 2),
+            rnn_directions=("forward",),
+            repeats=2,
+            rounds=1,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    op: str
+    hidden: int
+    seq: int
+    direction: str
+
+    def build(self) -> tuple[onnx.ModelProto, Callable[[int], dict[str, np.ndarray]]]:
+        if self.op == "RNN":
+            cfg = UnrolledRnnConfig(
+                input_size=self.hidden,
+                hidden_size=self.hidden,
+                seq=self.seq,
+                bidirectional=self.direction == "bidirectional",
+                # torch leaves W_hh^T as Transpose(weight_hh) above 8192 elements
+                transpose_node=self.hidden * self.hidden > 8192,
+            )
+            return build_unrolled_rnn(cfg), lambda batch: rnn_inputs(cfg, batch)
+        cell = UnrolledCellConfig(
+            op_type=self.op, input_size=self.hidden, hidden_size=self.hidden, seq=self.seq
+        )
+        return build_unrolled_cell(cell), lambda batch: cell_inputs(cell, batch)
+
+
+def cases(grid: Grid) -> list[Case]:
+    """The grid's cases, the issue's ``nn.RNN`` rows first."""
+    result = []
+    for op in grid.ops:
+        seqs = grid.rnn_seqs if op == "RNN" else grid.cell_seqs
+        directions = grid.rnn_directions if op == "RNN" else ("forward",)
+        for direction in directions:
+            for hidden in grid.hiddens:
+                for seq in seqs:
+                    result.append(Case(op, hidden, seq, direction))
+    return result
+
+
+def with_zero_states(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with an explicit ``ConstantOfShape([D, batch of X, H])`` zero state for every
+    RNN/LSTM/GRU node that has none (layout 0): the form ``portable`` keeps."""
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    graph = result.graph
+    nodes = []
+    for number, node in enumerate(graph.node):
+        if node.op_type in ("RNN", "GRU", "LSTM"):
+            hidden = next(a.i for a in node.attribute if a.name == "hidden_size")
+            direction = next((a.s for a in node.attribute if a.name == "direction"), b"forward")
+            d = 2 if direction == b"bidirectional" else 1
+            name = f"zero_state_{number}"
+            shape = helper.make_tensor(f"{name}_dh", TensorProto.INT64, [1], [d])
+            graph.initializer.extend(
+                [shape, helper.make_tensor(f"{name}_h", TensorProto.INT64, [1], [hidden])]
+            )
+            nodes += [
+                helper.make_node("Shape", [node.input[0]], [f"{name}_b"], start=1, end=2),
+                helper.make_node(
+                    "Concat", [f"{name}_dh", f"{name}_b", f"{name}_h"], [f"{name}_s"], axis=0
+                ),
+                helper.make_node("ConstantOfShape", [f"{name}_s"], [name]),
+            ]
+            inputs = list(node.input) + [""] * (7 - len(node.input))
+            slots = (5, 6) if node.op_type == "LSTM" else (5,)
+            for slot in slots:
+                if not inputs[slot]:
+                    inputs[slot] = name
+            del node.input[:]
+            node.input.extend(inputs[: max(slots) + 1])
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return result
+
+
+def forms(model: onnx.ModelProto, op: str) -> dict[str, onnx.ModelProto]:
+    """``original``, ``none`` and ``zeros``: the model and its two re-rolled forms."""
+    with costs.ignored():
+        rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    kinds = [n.op_type for n in rolled.graph.node if n.op_type in ("RNN", "GRU", "LSTM")]
+    if kinds != [op]:
+        raise RuntimeError(f"re-rolling gave {kinds or 'no RNN node'}, not one {op}")
+    return {"original": model, "none": rolled, "zeros": with_zero_states(rolled)}
+
+
+def _callers(runtime_key: str, models: dict[str, bytes], feeds: dict[str, np.ndarray]) -> dict:
+    if runtime_key == "openvino":
+        return {k: measure.ov_caller(m, feeds) for k, m in models.items()}
+    sessions = {
+        k: runtime.session(m, optimize=runtime_key == "ort", threads=1) for k, m in models.items()
+    }
+    return {k: (lambda s=s: s.run(None, feeds)) for k, s in sessions.items()}
+
+
+def measure_case(
+    case: Case, grid: Grid, runtimes: Iterable[str], log: Callable[[str], None]
+) -> list[costs.Point]:
+    """Every point of one case: per runtime and batch, both forms against the original."""
+    model, make_feeds = case.build()
+    models = {k: m.SerializeToString() for k, m in forms(model, case.op).items()}
+    points = []
+    for runtime_key in runtimes:
+        for batch in grid.batches:
+            feeds = make_feeds(batch)
+            try:
+                calls = _callers(runtime_key, models, feeds)
+            except Exception as error:  # reported, not timed
+                log(f"  {runtime_key} batch {batch}: {type(error).__name__}: {error}"[:300])
+                continue
+            expected = calls["original"]()
+            for key in ("none", "zeros"):
+                diff = measure.compare(calls[key](), expected)
+                if diff > measure.ATOL:
+                    raise RuntimeError(f"{case} {key} differs by {diff} in {runtime_key}")
+            times = best_per_repeat(calls, repeats=grid.repeats, rounds=grid.rounds)
+            overall = {k: min(v) for k, v in times.items()}
+            for form in ("none", "zeros"):
+                ratios = [a / b for a, b in zip(times[form], times["original"], strict=True)]
+                point = costs.Point(
+                    runtime=runtime_key,
+                    op=case.op,
+                    form=form,
+                    direction=case.direction,
+                    hidden=case.hidden,
+                    seq=case.seq,
+                    batch=batch,
+                    ratio=round(overall[form] / overall["original"], 4),
+                    low=round(min(ratios), 4),
+                    high=round(max(ratios), 4),
+                )
+                points.append(point)
+            none, zeros = points[-2], points[-1]
+            log(
+                f"  {runtime_key:9} batch {batch}: original {overall['original'] * 1e6:9.1f} us, "
+                f"none {none.ratio:.2f} ({none.low:.2f}-{none.high:.2f}), "
+                f"zeros {zeros.ratio:.2f} ({zeros.low:.2f}-{zeros.high:.2f})"
+            )
+    return points
+
+
+def versions() -> dict[str, str]:
+    """What the table was measured with."""
+    import onnxruntime
+    import onnxscript
+
+    result = {
+        "onnxruntime": onnxruntime.__version__,
+        "onnxscript": onnxscript.__version__,
+        "onnx": onnx.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "machine": _cpu(),
+    }
+    if measure.openvino_available():
+        import openvino
+
+        result["openvino"] = openvino.__version__
+    return result
+
+
+def _cpu() -> str:
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def merge(old: dict | None, points: list[costs.Point], grid: Grid) -> dict:
+    """The new table: ``old``'s points, replaced where measured again."""
+
+    def key(p: dict) -> tuple:
+        return tuple(p[k] for k in ("runtime", "op", "form", "direction", "hidden", "seq", "batch"))
+
+    merged = {key(p): p for p in (old or {}).get("points", [])}
+    merged.update({key(p): p for p in map(dataclasses.asdict, points)})
+    return {
+        "generated_by": "python -m benchmarks.cost_grid",
+        "measured": datetime.date.today().isoformat(),
+        "versions": versions(),
+        "method": (
+            f"one thread; {grid.repeats} repeats x {grid.rounds} interleaved rounds, best of "
+            "each; ratio = best(rewritten) / best(original), low/high = per-repeat ratios"
+        ),
+        "noise": costs.NOISE,
+        "points": sorted(merged.values(), key=key),
+    }
+
+
+# ---------------------------------------------------------------- docs
+
+
+def render(data: dict) -> str:
+    """``docs/costs.md``: every point, and what each target decides."""
+    table = costs.CostTable.from_json(data)
+    versions = ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+    lines = [
+        "# Cost model: where a re-roll is no slower",
+        "",
+        "<!-- generated by `python -m benchmarks.cost_grid`; do not edit -->",
+        "",
+        "A rewrite that changes which kernels run (re-rolling an unrolled recurrence into "
+        "`RNN` / `GRU` / `LSTM`) fires only where the measured table "
+        "(`src/rnn_rewrite_rules/costs/measured.json`) says its form is no slower on every "
+        "runtime of the target; otherwise the rule declines with the reason (for example "
+        '"ONNX Runtime\'s RNN kernel is slower at hidden 512, seq 1"). See '
+        "`rnn_rewrite_rules.costs` for the rule between measured sizes.",
+        "",
+        f"Measured {data['measured']} with {versions}. Method: {data['method']}. "
+        f"A ratio below 1 means the re-rolled graph is faster; **bold** is slower beyond "
+        f"noise (ratio above 1, and above {1 + data['noise']:.2f} or every repeat above 1). "
+        "Models: `rnn_rewrite_rules.testing.unrolled` builders shaped as torch 2.13 "
+        "`dynamo=True` exports (one `nn.RNN` layer, input size = hidden, or a loop over "
+        "`GRUCell` / `LSTMCell`), symbolic batch, torchlib's runtime zero state. Forms: "
+        "`none`, the initial state dropped (target `onnxruntime`); `zeros`, one explicit "
+        "zero state (target `portable` with a symbolic batch).",
+        "",
+    ]
+    runtimes = [r for r in costs.RUNTIMES if r in table.runtimes()]
+    groups = sorted(
+        {(p.op, p.direction) for p in table.points},
+        key=lambda g: ("RNN", "GRU", "LSTM").index(g[0]),
+    )
+    for op, direction in groups:
+        lines += [f"## {op} ({direction})", ""]
+        header = ["hidden", "seq", "batch"]
+        for r in runtimes:
+            header += [f"{costs.RUNTIMES[r]}: none", "zeros"]
+        header += ["fires: onnxruntime", "portable (zeros)"]
+        lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        sizes = sorted(
+            {
+                (p.hidden, p.seq, p.batch)
+                for p in table.points
+                if (p.op, p.direction) == (op, direction)
+            }
+        )
+        for hidden, seq, batch in sizes:
+            cells = [str(hidden), str(seq), str(batch)]
+            for r in runtimes:
+                for form in ("none", "zeros"):
+                    p = table._index.get((r, op, form, direction, hidden, seq, batch))
+                    cells.append("-" if p is None else _cell(p))
+            ort = table.decide("onnxruntime", op, hidden, seq, batch, direction, "none")
+            port = table.decide("portable", op, hidden, seq, batch, direction, "zeros")
+            cells += ["yes" if ort.fires else "no", "yes" if port.fires else "no"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        "The `portable` column is the cost model alone: `portable` never emits an `RNN` "
+        "node (rten has no `RNN` op and converts the unrolled `nn.RNN`), and drops the zero "
+        "state where the batch is static (the `none` columns apply).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(p: costs.Point) -> str:
+    text = f"{p.ratio:.2f} ({p.low:.2f}-{p.high:.2f})"
+    return text if p.no_slower else f"**{text}**"
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--ops", nargs="+", choices=Grid.ops, default=list(Grid.ops))
+    parser.add_argument("--runtimes", nargs="+", choices=list(costs.RUNTIMES))
+    parser.add_argument("--hiddens", nargs="+", type=int)
+    parser.add_argument("--directions", nargs="+", choices=["forward", "bidirectional"])
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round (a smoke run)")
+    parser.add_argument("--render", action="store_true", help="only render the docs from the table")
+    parser.add_argument("--table", type=pathlib.Path, default=TABLE)
+    parser.add_argument("--docs", type=pathlib.Path, default=DOCS)
+    parser.add_argument("--fresh", action="store_true", help="do not merge into the old table")
+    args = parser.parse_args(argv)
+    old = json.loads(args.table.read_text()) if args.table.exists() else None
+    if args.render:
+        if old is None:
+            parser.error(f"{args.table} does not exist")
+        args.docs.write_text(render(old))
+        return 0
+    grid = Grid.quick() if args.quick else Grid()
+    overrides = {
+        "ops": tuple(args.ops),
+        "runtimes": tuple(args.runtimes) if args.runtimes else None,
+        "hiddens": tuple(args.hiddens) if args.hiddens else None,
+        "rnn_directions": tuple(args.directions) if args.directions else None,
+        "repeats": args.repeats,
+        "rounds": args.rounds,
+    }
+    grid = dataclasses.replace(grid, **{k: v for k, v in overrides.items() if v is not None})
+    runtimes = [r for r in grid.runtimes if r != "openvino" or measure.openvino_available()]
+    if "openvino" in grid.runtimes and "openvino" not in runtimes:
+        print("OpenVINO is not installed: its points are not measured", file=sys.stderr)
+    todo = cases(grid)
+    points: list[costs.Point] = []
+    start = time.perf_counter()
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    for number, case in enumerate(todo, 1):
+        log(
+            f"[{number}/{len(todo)}, {time.perf_counter() - start:.0f} s] {case.op} "
+            f"{case.direction} hidden {case.hidden} seq {case.seq}"
+        )
+        points += measure_case(case, grid, runtimes, log)
+        data = merge(None if args.fresh else old, points, grid)
+        args.table.write_text(json.dumps(data, indent=1) + "\n")  # a partial run keeps its points
+    args.docs.write_text(render(data))
+    log(f"wrote {args.table} and {args.docs} in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

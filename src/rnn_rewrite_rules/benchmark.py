@@ -1,0 +1,198 @@
+"""Time the original and the rewritten model side by side on this machine (``--benchmark``).
+
+Per runtime (ONNX Runtime, and OpenVINO when it is installed), one thread: session
+creation (best of interleaved creations), then latency at each of the input sizes
+``--verify`` uses: ``repeats`` repeats of ``rounds`` interleaved rounds (one round calls
+each model in turn, enough times for about 2 ms), best of each. The ratio is
+best(result) / best(original) over every round; its spread is the lowest and highest
+per-repeat ratio. The result is *slower* when a ratio is above 1 beyond that spread, by
+the rule the cost table uses (:func:`rnn_rewrite_rules.costs.slower`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from rnn_rewrite_rules import costs, runtime
+
+__all__ = [
+    "BenchmarkResult",
+    "Latency",
+    "benchmark",
+    "best_per_repeat",
+]
+
+Progress = Callable[[str], None]
+
+
+def best_per_repeat(
+    calls: Mapping[str, Callable[[], object]], *, repeats: int, rounds: int, sample: float = 0.002
+) -> dict[str, list[float]]:
+    """Per callable, its best seconds per call in each repeat of ``rounds`` interleaved
+    rounds (each call repeated to last about ``sample`` seconds)."""
+    inner = {}
+    for key, call in calls.items():
+        call()  # warm-up
+        start = time.perf_counter()
+        call()
+        inner[key] = max(1, math.ceil(sample / max(time.perf_counter() - start, 1e-7)))
+    result: dict[str, list[float]] = {key: [] for key in calls}
+    for _ in range(repeats):
+        best = dict.fromkeys(calls, math.inf)
+        for _ in range(rounds):
+            for key, call in calls.items():
+                start = time.perf_counter()
+                for _ in range(inner[key]):
+                    call()
+                best[key] = min(best[key], (time.perf_counter() - start) / inner[key])
+        for key, seconds in best.items():
+            result[key].append(seconds)
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Latency:
+    """One runtime at one set of input sizes."""
+
+    runtime: str
+    sizes: str
+    original_s: float
+    result_s: float
+    ratio: float
+    low: float
+    high: float
+
+    @property
+    def slower(self) -> bool:
+        return costs.slower(self.ratio, self.low)
+
+
+@dataclasses.dataclass
+class BenchmarkResult:
+    """What ``--benchmark`` measured (also ``Report.benchmark``)."""
+
+    repeats: int
+    rounds: int
+    #: runtime -> (original, result) best session creation seconds
+    sessions: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    latencies: list[Latency] = dataclasses.field(default_factory=list)
+    #: runtime -> why it was not timed (not installed, a model does not load)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def slower(self) -> bool:
+        """Some latency ratio is above 1 beyond its spread."""
+        return any(latency.slower for latency in self.latencies)
+
+    def lines(self) -> list[str]:
+        """A human-readable summary: ratios are result / original (below 1: faster)."""
+        out = [
+            f"benchmark: one thread, {self.repeats} x {self.rounds} interleaved rounds, "
+            "ratio = result / original (spread over repeats)"
+        ]
+        for name, (before, after) in self.sessions.items():
+            out.append(
+                f"  {name} session creation: {before * 1e3:.1f} ms -> {after * 1e3:.1f} ms "
+                f"({after / before:.2f}x)"
+            )
+        for t in self.latencies:
+            flag = "  SLOWER" if t.slower else ""
+            out.append(
+                f"  {t.runtime} latency at {t.sizes}: {t.original_s * 1e6:.1f} us -> "
+                f"{t.result_s * 1e6:.1f} us, {t.ratio:.2f}x ({t.low:.2f}-{t.high:.2f}){flag}"
+            )
+        out += [f"  {name}: not timed: {why}" for name, why in self.skipped.items()]
+        if self.slower:
+            out.append("benchmark: the result is SLOWER than the original beyond the spread")
+        else:
+            out.append("benchmark: the result is no slower than the original")
+        return out
+
+
+def _openvino_caller(model: bytes, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+    import openvino as ov
+
+    core = ov.Core()
+    config = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+    request = core.compile_model(core.read_model(model, b""), "CPU", config).create_infer_request()
+    feeds = dict(feeds)
+    return lambda: request.infer(feeds)
+
+
+def _ort_creator(model: bytes) -> Callable[[], object]:
+    return lambda: runtime.session(model, threads=1, log_level=4)
+
+
+def _openvino_creator(model: bytes) -> Callable[[], object]:
+    import openvino as ov
+
+    core = ov.Core()
+    config = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+    return lambda: core.compile_model(core.read_model(model, b""), "CPU", config)
+
+
+def benchmark(
+    before: bytes,
+    after: bytes,
+    feeds: Sequence[tuple[str, Mapping[str, np.ndarray]]],
+    *,
+    repeats: int = 3,
+    rounds: int = 7,
+    session_repeats: int = 3,
+    openvino: bool | None = None,
+    progress: Progress | None = None,
+) -> BenchmarkResult:
+    """Time ``before`` and ``after`` (serialized models) on ``feeds`` (label, feeds) pairs.
+
+    ``openvino`` None: time OpenVINO when it is installed.
+
+    Raises:
+        rnn_rewrite_rules.runtime.OnnxRuntimeMissing: onnxruntime is not installed.
+    """
+    runtime.require_onnxruntime()
+    say = progress or (lambda _text: None)
+    result = BenchmarkResult(repeats, rounds)
+    if openvino is None:
+        openvino = importlib.util.find_spec("openvino") is not None
+    runtimes: dict[str, tuple[Callable, Callable]] = {
+        "onnxruntime": (_ort_creator, _ort_caller),
+    }
+    if openvino:
+        runtimes["OpenVINO"] = (_openvino_creator, _openvino_caller)
+    for name, (creator, caller) in runtimes.items():
+        say(f"{name}: session creation")
+        try:
+            creators = {"original": creator(before), "result": creator(after)}
+            created = best_per_repeat(creators, repeats=1, rounds=session_repeats, sample=0)
+        except Exception as error:
+            result.skipped[name] = runtime.short_error(error)
+            continue
+        result.sessions[name] = (created["original"][0], created["result"][0])
+        for label, feed in feeds:
+            say(f"{name}: latency at {label}")
+            try:
+                calls = {"original": caller(before, feed), "result": caller(after, feed)}
+                times = best_per_repeat(calls, repeats=repeats, rounds=rounds)
+            except Exception as error:
+                result.skipped[name] = runtime.short_error(error)
+                break
+            ratios = [a / b for a, b in zip(times["result"], times["original"], strict=True)]
+            original, rewritten = min(times["original"]), min(times["result"])
+            result.latencies.append(
+                Latency(
+                    name, label, original, rewritten, rewritten / original, min(ratios), max(ratios)
+                )
+            )
+    return result
+
+
+def _ort_caller(model: bytes, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+    session = runtime.session(model, threads=1, log_level=4)
+    feeds = dict(feeds)
+    return lambda: session.run(None, feeds)

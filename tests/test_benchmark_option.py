@@ -1,0 +1,87 @@
+"""``--benchmark``'s measurement: interleaved repeats, ratios with a spread, the verdict.
+
+No speed of ours is asserted here (that lives in the benchmarks); a sleeping callable
+stands in for a model that is certainly slower.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import costs
+from rnn_rewrite_rules.benchmark import Latency, benchmark, best_per_repeat
+from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn, rnn_inputs
+
+
+def test_best_per_repeat_interleaves_and_keeps_one_best_per_repeat() -> None:
+    order: list[str] = []
+    calls = {
+        "fast": lambda: order.append("fast"),
+        "slow": lambda: (order.append("slow"), time.sleep(0.003)),
+    }
+    times = best_per_repeat(calls, repeats=3, rounds=2)
+    assert [len(v) for v in times.values()] == [3, 3]
+    assert min(times["slow"]) >= 0.003 > max(times["fast"])
+    timed = order[4:]  # after two warm-up calls each
+    assert "fast" in timed[: len(timed) // 2] and "slow" in timed[: len(timed) // 2]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "low", "slower"),
+    [
+        (0.5, 0.4, False),
+        (1.03, 0.98, False),
+        (1.03, 1.01, True),
+        (1.2, 0.9, True),
+        (1.0, 1.1, False),
+    ],
+)
+def test_slower_means_beyond_the_spread(ratio: float, low: float, slower: bool) -> None:
+    latency = Latency("onnxruntime", "x=1", 1.0, ratio, ratio, low, max(low, ratio))
+    assert latency.slower is slower is costs.slower(ratio, low)
+
+
+def test_benchmark_times_both_models_in_each_runtime_and_reports() -> None:
+    pytest.importorskip("onnxruntime")
+    cfg = UnrolledRnnConfig(hidden_size=8, input_size=4, seq=3)
+    model = build_unrolled_rnn(cfg)
+    rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    seen: list[str] = []
+    feeds = [("x=3x2x4", rnn_inputs(cfg, 2)), ("x=3x5x4", rnn_inputs(cfg, 5))]
+    result = benchmark(
+        model.SerializeToString(),
+        rolled.SerializeToString(),
+        feeds,
+        repeats=2,
+        rounds=1,
+        session_repeats=1,
+        progress=seen.append,
+    )
+    runtimes = ["onnxruntime"] + (["OpenVINO"] if "OpenVINO" in result.sessions else [])
+    assert list(result.sessions) == runtimes and not result.skipped
+    assert [(t.runtime, t.sizes) for t in result.latencies] == [
+        (r, label) for r in runtimes for label, _ in feeds
+    ]
+    for t in result.latencies:
+        assert t.low <= t.high and t.original_s > 0 and t.result_s > 0
+        assert t.ratio == pytest.approx(t.result_s / t.original_s)
+    assert seen[:3] == [
+        "onnxruntime: session creation",
+        "onnxruntime: latency at x=3x2x4",
+        "onnxruntime: latency at x=3x5x4",
+    ]
+    lines = result.lines()
+    assert lines[-1].startswith("benchmark: the result is ")
+    assert ("SLOWER" in lines[-1]) is result.slower
+
+
+def test_a_model_that_does_not_load_is_reported_not_timed() -> None:
+    pytest.importorskip("onnxruntime")
+    cfg = UnrolledRnnConfig(hidden_size=8, input_size=4, seq=3)
+    model = build_unrolled_rnn(cfg).SerializeToString()
+    result = benchmark(model, b"not a model", [("x", rnn_inputs(cfg, 2))], openvino=False)
+    assert not result.latencies and "onnxruntime" in result.skipped
+    assert not result.slower

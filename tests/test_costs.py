@@ -1,0 +1,174 @@
+"""The cost model: the decision rule on a made-up table, and the checked-in table itself."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from benchmarks import cost_grid
+
+from rnn_rewrite_rules import costs, runtime
+from rnn_rewrite_rules.testing.unrolled import (
+    UnrolledCellConfig,
+    UnrolledRnnConfig,
+    build_unrolled_cell,
+    build_unrolled_rnn,
+    cell_inputs,
+    rnn_inputs,
+)
+
+
+def _point(runtime_key: str, hidden: int, seq: int, batch: int, ratio: float, **kw) -> costs.Point:
+    fields = {"op": "RNN", "form": "none", "direction": "forward", "low": ratio, "high": ratio}
+    fields.update(kw)
+    return costs.Point(runtime_key, hidden=hidden, seq=seq, batch=batch, ratio=ratio, **fields)
+
+
+def _table(
+    slow: dict[tuple[int, int, int], float], runtimes=("ort", "ort_noopt")
+) -> costs.CostTable:
+    """RNN points at hidden 64/256, seq 1/16, batch 1/5: 0.5 except ``slow``'s (ort only)."""
+    points = [
+        _point(r, h, s, b, slow.get((h, s, b), 0.5) if r == "ort" else 0.5)
+        for r in runtimes
+        for h in (64, 256)
+        for s in (1, 16)
+        for b in (1, 5)
+    ]
+    return costs.CostTable(points, {"onnxruntime": "test"})
+
+
+def test_a_measured_point_decides_and_the_reason_names_it() -> None:
+    table = _table({(256, 16, 5): 1.6})
+    assert table.decide("onnxruntime", "RNN", 64, 16, 5).fires
+    fires, reason = table.decide("onnxruntime", "RNN", 256, 16, 5)
+    assert not fires
+    assert reason == "ONNX Runtime's RNN kernel is slower at hidden 256, seq 16 (1.60x at batch 5)"
+    assert table.decide("onnxruntime", "RNN", 256, 16, 1).fires
+
+
+def test_between_measured_sizes_every_corner_must_be_no_slower() -> None:
+    table = _table({(256, 16, 5): 1.6})
+    # hidden 100 lies between 64 and 256, seq 8 between 1 and 16, batch 3 between 1 and 5
+    assert not table.decide("onnxruntime", "RNN", 100, 8, 3).fires
+    assert table.decide("onnxruntime", "RNN", 100, 8, 1).fires  # batch 1 is measured
+    assert not table.decide("onnxruntime", "RNN", 100, 16, 5).fires
+    assert table.decide("onnxruntime", "RNN", 64, 8, 3).fires
+
+
+def test_outside_the_range_the_nearest_measured_size_stands_in() -> None:
+    table = _table({(256, 16, 5): 1.6})
+    assert table.decide("onnxruntime", "RNN", 8, 1, 1).fires  # below 64: hidden 64's points
+    assert not table.decide("onnxruntime", "RNN", 1024, 300, 64).fires
+    assert table.decide("onnxruntime", "RNN", 1024, 300, 1).fires
+
+
+def test_a_symbolic_batch_needs_every_measured_batch() -> None:
+    table = _table({(256, 16, 5): 1.6})
+    assert not table.decide("onnxruntime", "RNN", 256, 16, None).fires
+    assert table.decide("onnxruntime", "RNN", 64, 16, None).fires
+
+
+def test_noise_is_not_a_slowdown_but_a_consistent_small_one_is() -> None:
+    inside = _point("ort", 64, 1, 1, 1.03, low=0.97, high=1.08)
+    consistent = _point("ort", 64, 1, 1, 1.03, low=1.02, high=1.04)
+    beyond = _point("ort", 64, 1, 1, 1.08, low=0.9, high=1.3)
+    assert inside.no_slower and not consistent.no_slower and not beyond.no_slower
+    assert _point("ort", 64, 1, 1, 1.0, low=1.01, high=1.2).no_slower
+
+
+def test_each_target_checks_its_runtimes() -> None:
+    points = [*_table({}).points, _point("openvino", 64, 1, 1, 1.5)]
+    points += [
+        _point("openvino", h, s, b, 0.9) for h in (64, 256) for s in (1, 16) for b in (1, 5)
+    ][1:]
+    table = costs.CostTable(points, {})
+    assert table.decide("onnxruntime", "RNN", 64, 1, 1).fires
+    fires, reason = table.decide("portable", "RNN", 64, 1, 1)
+    assert not fires and reason.startswith("OpenVINO's RNN kernel is slower")
+    # a table without OpenVINO points decides portable on ONNX Runtime alone
+    assert _table({}).decide("portable", "RNN", 64, 1, 1).fires
+
+
+def test_what_was_not_measured_does_not_fire() -> None:
+    table = _table({})
+    fires, reason = table.decide("onnxruntime", "GRU", 64, 16, 1)
+    assert not fires and "no measurement" in reason
+    points = [p for p in table.points if (p.runtime, p.hidden, p.seq, p.batch) != ("ort", 64, 1, 5)]
+    fires, reason = costs.CostTable(points, {}).decide("onnxruntime", "RNN", 64, 1, None)
+    assert not fires and "not measured at hidden 64, seq 1, batch 5" in reason
+    with pytest.raises(ValueError):
+        table.decide("tract", "RNN", 64, 1, 1)
+
+
+def test_ignored_makes_every_rewrite_fire() -> None:
+    assert not costs.no_slower("onnxruntime", "GRU", 64, 16, 1, form="nonexistent").fires
+    with costs.ignored():
+        assert costs.no_slower("onnxruntime", "GRU", 64, 16, 1, form="nonexistent").fires
+    assert not costs.no_slower("onnxruntime", "GRU", 64, 16, 1, form="nonexistent").fires
+
+
+# ---------------------------------------------------------------- the checked-in table
+
+
+def test_the_checked_in_table_covers_the_grid_and_names_its_versions() -> None:
+    data = json.loads(cost_grid.TABLE.read_text())
+    assert {"onnxruntime", "onnxscript", "onnx"} <= set(data["versions"])
+    assert data["generated_by"] == "python -m benchmarks.cost_grid"
+    table = costs.load()
+    grid = cost_grid.Grid()
+    for case in cost_grid.cases(grid):
+        for runtime_key in ("ort", "ort_noopt"):
+            for batch in grid.batches:
+                for form in costs.FORMS:
+                    key = (runtime_key, case.op, form, case.direction, case.hidden, case.seq, batch)
+                    assert key in table._index, key
+    for point in table.points:
+        assert point.low <= point.high and point.ratio > 0
+
+
+def test_the_hidden_64_re_roll_wins_stay_on_onnxruntime() -> None:
+    for op in ("RNN", "GRU", "LSTM"):
+        for seq in (16, 128):
+            decision = costs.no_slower("onnxruntime", op, 64, seq, None)
+            assert decision.fires, (op, seq, decision.reason)
+
+
+def test_docs_costs_md_is_rendered_from_the_table() -> None:
+    data = json.loads(cost_grid.TABLE.read_text())
+    assert cost_grid.DOCS.read_text() == cost_grid.render(data)
+
+
+# ---------------------------------------------------------------- the grid's own pieces
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_the_grids_forms_compute_the_original(op: str) -> None:
+    pytest.importorskip("onnxruntime")
+    if op == "RNN":
+        cfg = UnrolledRnnConfig(input_size=6, hidden_size=5, seq=4)
+        model, feeds = build_unrolled_rnn(cfg), rnn_inputs(cfg, 3)
+    else:
+        cell = UnrolledCellConfig(op_type=op, input_size=6, hidden_size=5, seq=4)
+        model, feeds = build_unrolled_cell(cell), cell_inputs(cell, 3)
+    forms = cost_grid.forms(model, op)
+    expected = runtime.run(model, feeds)
+    for form in ("none", "zeros"):
+        np.testing.assert_allclose(runtime.run(forms[form], feeds)[0], expected[0], atol=1e-5)
+    (node,) = [n for n in forms["zeros"].graph.node if n.op_type == op]
+    assert node.input[5] and (op != "LSTM" or node.input[6])
+    (node,) = [n for n in forms["none"].graph.node if n.op_type == op]
+    assert len(node.input) < 6 or not node.input[5]
+
+
+def test_a_quick_grid_writes_a_table_the_model_reads(tmp_path) -> None:
+    pytest.importorskip("onnxruntime")
+    table, docs = tmp_path / "t.json", tmp_path / "c.md"
+    argv = ["--quick", "--ops", "RNN", "--runtimes", "ort", "--table", str(table)]
+    assert cost_grid.main([*argv, "--docs", str(docs)]) == 0
+    data = json.loads(table.read_text())
+    loaded = costs.load(str(table))
+    assert len(loaded.points) == 2 * 2 * 2 * 2  # hidden x seq x batch x form
+    assert docs.read_text() == cost_grid.render(data)
+    assert "## RNN (forward)" in docs.read_text()

@@ -1,0 +1,45 @@
+"""int8 through ONNX Runtime's quantizer: what the rewrite makes quantizable, and the error."""
+
+from __future__ import annotations
+
+import pytest
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules.quantize import INT8_TOLERANCE, quantization_error, quantize_int8
+from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+
+pytest.importorskip("onnxruntime.quantization")
+
+#: big enough that the torchlib export keeps its weight preparation (above the folding limit)
+LSTM = RnnConfig(num_layers=2, hidden_size=64, input_size=32)
+
+
+def test_the_raw_export_gets_no_quantized_lstm_and_says_why() -> None:
+    result = quantize_int8(build_torchlib_model(LSTM))
+    assert "DynamicQuantizeLSTM" not in result.quantized
+    count, why = result.left_float["LSTM"]
+    assert count == 2 and "not a constant 3-D initializer" in why
+
+
+def test_after_the_rewrite_every_lstm_is_quantized_within_the_tolerance() -> None:
+    original = build_torchlib_model(LSTM)
+    rewritten = rnn_rewrite_rules.rewrite(original)
+    result = quantize_int8(rewritten)
+    assert result.quantized["DynamicQuantizeLSTM"] == 2
+    assert "LSTM" not in result.left_float
+    assert result.bytes_after < result.bytes_before / 2
+    assert not any(n.op_type == "LSTM" for n in result.model.graph.node)
+    check = quantization_error(original, result.model)
+    assert check.ok, check.lines()
+    assert check.tolerance == INT8_TOLERANCE
+    assert check.worst > 0  # int8 weights change the outputs: the check is not vacuous
+    assert not quantization_error(original, result.model, tolerance=check.worst / 2).ok
+    assert "2 DynamicQuantizeLSTM" in result.lines()[0]
+
+
+def test_gru_stays_float_and_the_summary_says_so() -> None:
+    cfg = RnnConfig(op_type="GRU", num_layers=1, hidden_size=64, input_size=32)
+    result = quantize_int8(rnn_rewrite_rules.rewrite(build_torchlib_model(cfg)))
+    assert [n.op_type for n in result.model.graph.node if n.op_type == "GRU"] == ["GRU"]
+    assert result.left_float["GRU"] == (1, "ONNX Runtime has no quantized GRU")
+    assert any("1 GRU stay float" in line for line in result.lines())
