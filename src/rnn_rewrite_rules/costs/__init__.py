@@ -40,6 +40,7 @@ __all__ = [
     "load",
     "no_slower",
     "slower",
+    "using",
 ]
 
 #: A ratio up to 1 + NOISE with a repeat at or below 1 is noise, not a slowdown.
@@ -192,6 +193,7 @@ def load(path: str | None = None) -> CostTable:
 
 
 _ignored = False
+_table: CostTable | None = None
 
 
 @contextlib.contextmanager
@@ -203,6 +205,17 @@ def ignored() -> Iterator[None]:
         yield
     finally:
         _ignored = previous
+
+
+@contextlib.contextmanager
+def using(table: CostTable) -> Iterator[None]:
+    """Inside, the rules read ``table`` instead of the checked-in one."""
+    global _table
+    previous, _table = _table, table
+    try:
+        yield
+    finally:
+        _table = previous
 
 
 def no_slower(
@@ -218,4 +231,4 @@ def no_slower(
     batch (every measured batch must agree)."""
     if _ignored:
         return Decision(True, "cost model ignored")
-    return load().decide(target, op, hidden, seq, batch, direction, form)
+    return (_table or load()).decide(target, op, hidden, seq, batch, direction, form)
