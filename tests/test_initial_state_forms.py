@@ -88,7 +88,8 @@ def test_zero_forms_are_replaced(
     assert len(rnn_nodes(after)) == layers
     assert_target_form(after, target, before)
     counts = all_op_counts(after)
-    if target == "onnxruntime":
+    # portable drops the state of a static batch too: every runtime takes that
+    if target == "onnxruntime" or spec.static_batch is not None:
         assert not any(counts[op] for op in _SHAPE_OPS), counts  # the zero-state work died
     else:
         assert not any(counts[op] for op in _PORTABLE_OPS), counts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules import costs, runtime
 from rnn_rewrite_rules.rules import reroll
 from rnn_rewrite_rules.testing.unrolled import (
     MUTATIONS,
@@ -21,6 +22,19 @@ from rnn_rewrite_rules.testing.unrolled import (
 )
 from tests.reasons import refusal_reasons
 from tests.support import as_function, op_counts, without_output
+
+#: nn.RNN re-rolls into RNN on target onnxruntime only (rten has no RNN op: see
+#: test_reroll_costs.py for what portable does)
+_rewrite = functools.partial(rnn_rewrite_rules.rewrite, target="onnxruntime")
+
+
+@pytest.fixture(autouse=True)
+def _cost_model_ignored():
+    """These tests prove the rewrite's structure at any size: the measured cost table's
+    decisions are tested in tests/test_reroll_costs.py."""
+    with costs.ignored():
+        yield
+
 
 POSITIVE = [
     UnrolledRnnConfig(),
@@ -59,7 +73,7 @@ def _assert_same(before: onnx.ModelProto, after: onnx.ModelProto, cfg, *, optimi
 @pytest.mark.parametrize("cfg", POSITIVE, ids=str)
 def test_rerolls_every_layer_and_direction(cfg: UnrolledRnnConfig) -> None:
     model = build_unrolled_rnn(cfg)
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     onnx.checker.check_model(result, full_check=True)
     counts = op_counts(result)
     assert counts["RNN"] == cfg.num_layers * cfg.num_directions
@@ -72,7 +86,7 @@ def test_rerolls_every_layer_and_direction(cfg: UnrolledRnnConfig) -> None:
 @pytest.mark.parametrize("cfg", POSITIVE[:3], ids=str)
 def test_all_families_shrink_the_graph_and_agree(cfg: UnrolledRnnConfig) -> None:
     model = build_unrolled_rnn(cfg)
-    result = rnn_rewrite_rules.rewrite(model)
+    result = _rewrite(model)
     onnx.checker.check_model(result, full_check=True)
     assert len(result.graph.node) < len(model.graph.node)
     assert op_counts(result)[cfg.activation] == 0
@@ -80,9 +94,8 @@ def test_all_families_shrink_the_graph_and_agree(cfg: UnrolledRnnConfig) -> None
 
 
 def test_zero_state_is_kept_for_initial_state_and_weights_are_stored_once() -> None:
-    """reroll keeps the zero h0: initial_state makes it an explicit shared zero state (the
-    default, portable target) or drops it (``target="onnxruntime"``; tract 0.23.9 panics on
-    an RNN without initial_h when the batch is symbolic)."""
+    """reroll keeps the zero h0 and initial_state drops it (target ``onnxruntime``; portable
+    does not re-roll nn.RNN: rten has no RNN op)."""
     cfg = UnrolledRnnConfig(num_layers=2)
     model = build_unrolled_rnn(cfg)
 
@@ -91,13 +104,12 @@ def test_zero_state_is_kept_for_initial_state_and_weights_are_stored_once() -> N
 
     for names, target, has_h0 in (
         (["reroll"], "onnxruntime", True),
-        (None, "portable", True),
         (None, "onnxruntime", False),
     ):
-        nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model, names, target=target))
+        nodes = rnn_nodes(_rewrite(model, names, target=target))
         assert len(nodes) == 2
         assert all((len(n.input) > 5 and n.input[5] != "") == has_h0 for n in nodes)
-    nodes = rnn_nodes(rnn_rewrite_rules.rewrite(model))
+    nodes = rnn_nodes(_rewrite(model))
     names = [i for n in nodes for i in n.input[1:4]]
     assert len(set(names)) == len(names)
     assert {"hidden_size", "activations", "direction"} <= {a.name for a in nodes[0].attribute}
@@ -106,7 +118,7 @@ def test_zero_state_is_kept_for_initial_state_and_weights_are_stored_once() -> N
 def test_gate_free_weights_are_transposed_into_onnx_layout() -> None:
     cfg = UnrolledRnnConfig(input_size=3, hidden_size=2, seq=2)
     model = build_unrolled_rnn(cfg)
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in result.graph.initializer}
     (node,) = [n for n in result.graph.node if n.op_type == "RNN"]
     assert inits[node.input[1]].shape == (1, 2, 3)
@@ -117,8 +129,8 @@ def test_gate_free_weights_are_transposed_into_onnx_layout() -> None:
 def test_rewriting_twice_equals_once_and_keeps_names() -> None:
     cfg = UnrolledRnnConfig(num_layers=2, bidirectional=True, batch_first=True)
     model = build_unrolled_rnn(cfg)
-    once = rnn_rewrite_rules.rewrite(model)
-    twice = rnn_rewrite_rules.rewrite(once)
+    once = _rewrite(model)
+    twice = _rewrite(once)
     assert once.SerializeToString() == twice.SerializeToString()
     kept = {n.name for n in model.graph.node} & {n.name for n in once.graph.node}
     assert {"output_y", "output_h_n"} <= kept
@@ -138,7 +150,7 @@ def test_h0_input_with_another_batch_broadcasts_like_the_original(h0_batch: str)
     if h0_batch != "batch":
         for info in (model.graph.input[1], *model.graph.output):
             info.type.tensor_type.shape.dim[1].dim_param = h0_batch if info.name == "h0" else "b"
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 2
     rng = np.random.default_rng(0)
     for x_batch, h_batch in ((3, 1), (1, 4), (2, 2)):
@@ -159,7 +171,7 @@ def test_h0_input_with_another_batch_broadcasts_like_the_original(h0_batch: str)
 def test_longer_sequence_reads_the_first_or_last_steps_like_the_original() -> None:
     cfg = UnrolledRnnConfig(bidirectional=True, dynamic_seq=True, seq=3)
     model = build_unrolled_rnn(cfg)
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     feeds = rnn_inputs(cfg, batch=2, seq=6)
     expected = runtime.run(model, feeds)
     assert expected[0].shape[0] == 3  # the chain, not the input, fixes the length
@@ -188,7 +200,7 @@ def test_near_misses_are_refused_with_the_reason(mutation: str) -> None:
     model = build_unrolled_rnn(cfg)
     plan = reroll.plan_chain(_last_activation(model))
     assert plan == REASONS[mutation]
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 0
 
 
@@ -261,7 +273,7 @@ def test_bidirectional_layers_end_as_one_node_each(cfg: UnrolledRnnConfig) -> No
     """reroll's forward and reverse node per layer read one x and h_n concatenates their
     Y_h: the bidirectional family merges them (OpenVINO 2026.4 miscomputes the pair)."""
     model = build_unrolled_rnn(cfg)
-    result = rnn_rewrite_rules.rewrite(model)
+    result = _rewrite(model)
     onnx.checker.check_model(result, full_check=True)
     nodes = [n for n in result.graph.node if n.op_type == "RNN"]
     assert len(nodes) == cfg.num_layers
@@ -284,7 +296,7 @@ def test_openvino_runs_the_merged_bidirectional_rnn_like_the_original(initial_st
     ov = pytest.importorskip("openvino")
     cfg = UnrolledRnnConfig(num_layers=2, bidirectional=True, initial_state=initial_state)
     model = build_unrolled_rnn(cfg)
-    result = rnn_rewrite_rules.rewrite(model)
+    result = _rewrite(model)
     core = ov.Core()
 
     def run_openvino(m: onnx.ModelProto, feeds) -> list[np.ndarray]:
@@ -309,7 +321,7 @@ def test_a_step_whose_h_feeds_the_next_is_not_the_end(seq: int) -> None:
     model = without_output("y", build_unrolled_rnn(cfg))
     found = refusal_reasons(reroll.FAMILY.rules, model)
     assert "h_T feeds another step: not the last step" in found, found
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 1 and op_counts(result)["Tanh"] == 0
     _assert_same(model, result, cfg)
 
@@ -339,7 +351,7 @@ def test_new_weights_are_initializers_named_after_the_last_step(name: str) -> No
     model = build_unrolled_rnn(cfg)
     (last,) = [n for n in model.graph.node if n.op_type == "Tanh"][-1:]
     last.name = name
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     (node,) = [n for n in result.graph.node if n.op_type == "RNN"]
     prefix = f"reroll_{name or 'rnn'}"
     assert list(node.input[1:4]) == [f"{prefix}_W", f"{prefix}_R", f"{prefix}_B"]
@@ -358,7 +370,7 @@ def test_a_constant_h0_of_batch_1_is_expanded_to_the_batch(in_function: bool) ->
     model.graph.initializer.append(onnx.numpy_helper.from_array(array, "h0"))
     if in_function:
         model = as_function(model, cfg.opset, ranked=True)
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     onnx.checker.check_model(result, full_check=True)
     nodes = [*result.graph.node, *(n for f in result.functions for n in f.node)]
     assert [n.op_type for n in nodes].count("RNN") == 2
@@ -452,7 +464,7 @@ def test_other_spellings_of_the_same_chain_are_rerolled(form: str) -> None:
         for node in model.graph.node:
             if node.op_type == "Slice" and not node.output[0].startswith("flip"):
                 del node.input[3:]  # axes default to [0]
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     onnx.checker.check_model(result, full_check=True)
     assert op_counts(result)["RNN"] == 2
     _assert_same(model, result, cfg)
@@ -521,7 +533,7 @@ def test_the_last_step_feeding_something_that_is_not_a_step_is_rerolled(head: st
         ]
     model.graph.node.extend(nodes)
     model.graph.output.append(onnx.helper.make_empty_tensor_value_info("head"))
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 1
     _assert_same(model, result, cfg)
 
@@ -533,7 +545,7 @@ def test_a_stack_that_is_a_graph_output_keeps_its_name_type_and_shape() -> None:
     (concat,) = [n for n in model.graph.node if n.output[0] == identity.input[0]]
     concat.output[0] = "y"
     model.graph.node.remove(identity)
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     onnx.checker.check_model(result, full_check=True)
     assert op_counts(result)["RNN"] == 1
     assert result.graph.output[0] == model.graph.output[0]  # name, element type and shape
@@ -713,7 +725,7 @@ def test_other_spellings_of_the_same_steps_are_rerolled(form: str) -> None:
     chain = _Chain(build_unrolled_rnn(cfg))
     _respell_chain(chain, form)
     onnx.checker.check_model(chain.model, full_check=True)
-    result = rnn_rewrite_rules.rewrite(chain.model, ["reroll"])
+    result = _rewrite(chain.model, ["reroll"])
     assert op_counts(result)["RNN"] == 1 and op_counts(result)["Tanh"] == 0
     _assert_same(chain.model, result, cfg)
 
@@ -766,7 +778,7 @@ def test_a_folded_step_of_batch_0_is_rerolled() -> None:
     plan = reroll.plan_chain(_last_activation(model))
     assert not isinstance(plan, str), plan
     assert plan.recurrent_bias is None  # b_hh is not read from an empty constant
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 1
     feeds = rnn_inputs(cfg, 0)
     expected = ReferenceEvaluator(model).run(None, feeds)
@@ -789,7 +801,7 @@ def test_a_chain_seeded_by_another_chains_last_state_is_rerolled_and_then_the_ot
     plan = reroll.plan_chain(acts[-1])
     assert not isinstance(plan, str), plan
     assert len(plan.steps) == 3 and plan.h0 is acts[2].outputs[0]
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 2 and op_counts(result)["Tanh"] == 0
     _assert_same(model, result, cfg)
 
@@ -804,7 +816,7 @@ def test_a_first_step_reading_an_activation_that_is_no_step_is_rerolled() -> Non
     model.graph.node.insert(list(model.graph.node).index(first), squash)
     first.input[0] = "h0_squashed"
     onnx.checker.check_model(model, full_check=True)
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 1 and op_counts(result)["Tanh"] == 1
     _assert_same(model, result, cfg)
 
@@ -833,7 +845,7 @@ def test_a_new_weight_never_replaces_an_initializer_of_the_same_name(existing, e
         # read by a graph output, so that the cleanup keeps it
         model.graph.node.append(onnx.helper.make_node("Identity", [name], [f"keep_{suffix}"]))
         model.graph.output.append(onnx.helper.make_empty_tensor_value_info(f"keep_{suffix}"))
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     (node,) = [n for n in result.graph.node if n.op_type == "RNN"]
     assert node.input[1] == expected
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in result.graph.initializer}
@@ -851,7 +863,7 @@ def test_a_folded_batch_1_first_step_serves_every_batch() -> None:
     model = build_unrolled_rnn(cfg)
     for info in (*model.graph.input, *model.graph.output):
         info.type.tensor_type.shape.dim[1].dim_param = "batch"  # replaces the static 1
-    result = rnn_rewrite_rules.rewrite(model, ["reroll"])
+    result = _rewrite(model, ["reroll"])
     assert op_counts(result)["RNN"] == 1
     for seed, batch in enumerate((1, 3)):
         feeds = rnn_inputs(cfg, batch, rng=seed)

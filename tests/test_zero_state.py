@@ -155,18 +155,24 @@ def test_onnxruntime_target_drops_the_explicit_form() -> None:
 
 
 def test_opset_8_has_no_constant_of_shape() -> None:
-    """A zero initializer at opset 8: the portable form cannot be written; dropping can."""
-    rng = np.random.default_rng(0)
+    """Zeros of a symbolic batch at opset 8: the portable form cannot be written; dropping
+    can. With a static batch, portable drops the state too."""
     model = helper.make_model(
         helper.make_graph(
-            [helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H)],
+            [  # opset 8: Unsqueeze's axes are an attribute; Gather of a 1-D index instead
+                helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Gather", ["s", "one"], ["b1"], axis=0),
+                helper.make_node("Concat", ["one", "b1", "hh"], ["dims"], axis=0),
+                helper.make_node("Expand", ["zero", "dims"], ["h0"]),
+                helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H),
+            ],
             "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 2, INPUT])],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", "batch", INPUT])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
             [
-                numpy_helper.from_array(rng.standard_normal((1, 3 * H, INPUT), np.float32), "w"),
-                numpy_helper.from_array(rng.standard_normal((1, 3 * H, H), np.float32), "r"),
-                numpy_helper.from_array(np.zeros((1, 2, H), np.float32), "h0"),
+                *_weights_3d(),
+                numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+                *_dims_constants(),
             ],
         ),
         opset_imports=[helper.make_opsetid("", 8)],
@@ -175,6 +181,27 @@ def test_opset_8_has_no_constant_of_shape() -> None:
     assert "opset 8 has no ConstantOfShape" in refusal_reasons(RULES, model)
     assert apply(RULES, model)[1] == 0
     assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("GRU", ["x", "w", "r", "", "", "h0"], ["y"], hidden_size=H)],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 2, INPUT])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * 4)],
+            [*_weights_3d(), numpy_helper.from_array(np.zeros((1, 2, H), np.float32), "h0")],
+        ),
+        opset_imports=[helper.make_opsetid("", 8)],
+    )
+    model.ir_version = 4
+    assert apply(RULES, model)[1] == 1
+    assert apply(initial_state.FAMILY.rules_for("onnxruntime"), model)[1] == 1
+
+
+def _weights_3d() -> list[onnx.TensorProto]:
+    rng = np.random.default_rng(0)
+    return [
+        numpy_helper.from_array(rng.standard_normal((1, 3 * H, INPUT), np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, 3 * H, H), np.float32), "r"),
+    ]
 
 
 def test_zeros_dequantized_by_a_scale_that_may_be_inf_are_no_zero_state() -> None:
@@ -338,16 +365,16 @@ def test_a_gather_without_axis_is_an_explicit_batch_read() -> None:
     assert apply(RULES, model)[1] == 0
 
 
-def test_a_static_batch_gives_a_constant_shape() -> None:
-    """x declared [seq, 2, 4]: the state is ConstantOfShape of the constant [1, 2, H]."""
+def test_a_static_batch_drops_the_state() -> None:
+    """x declared [seq, 2, 4]: portable drops the state as onnxruntime does (every runtime
+    takes a missing state when the batch is static; tract's panic needs a symbolic one)."""
     model = _stack((H,))
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 2
     after, count = apply(RULES, model)
     assert count == 1
-    (zeros,) = [n for n in after.graph.node if n.op_type == "ConstantOfShape"]
-    (dims,) = [i for i in after.graph.initializer if i.name == zeros.input[0]]
-    assert numpy_helper.to_array(dims).tolist() == [1, 2, H]
-    assert _counts(after)["Concat"] == 0
+    (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    assert list(gru.input) == ["x", "l0_w", "l0_r"]
+    assert _counts(after)["ConstantOfShape"] == _counts(after)["Concat"] == 0
 
 
 def test_the_zero_state_has_the_rnn_s_element_type() -> None:
@@ -418,14 +445,15 @@ def _computed_xwr_model(
     *,
     elem: int = TensorProto.FLOAT,
     opset: int = 17,
+    batch: int | str = 2,
 ) -> onnx.ModelProto:
-    """A GRU (batch 2) whose X, W and R are computed, so no input gives the states' type:
-    only the zero state ``state`` (made by ``zeros``) can."""
+    """A GRU (batch 2, or ``batch``) whose X, W and R are computed, so no input gives the
+    states' type: only the zero state ``state`` (made by ``zeros``) can."""
     nodes = [helper.make_node("Relu", [f"{n}_in"], [n]) for n in ("x", "w", "r")]
     nodes += zeros
     nodes.append(helper.make_node("GRU", ["x", "w", "r", "", "", state], ["y"], hidden_size=H))
     inputs = [
-        helper.make_tensor_value_info("x_in", elem, ["seq", 2, INPUT]),
+        helper.make_tensor_value_info("x_in", elem, ["seq", batch, INPUT]),
         helper.make_tensor_value_info("w_in", elem, [1, 3 * H, INPUT]),
         helper.make_tensor_value_info("r_in", elem, [1, 3 * H, H]),
     ]
@@ -439,14 +467,17 @@ def _computed_xwr_model(
 
 
 def test_the_zeros_own_type_is_read_as_deep_as_they_are_proven() -> None:
-    """X, W and R computed (nothing typed to read T from): the type comes from the zeros,
-    a ConstantOfShape 16 Neg nodes up, as deep as ``is_all_zeros`` proves them."""
-    zeros = [helper.make_node("ConstantOfShape", ["dims"], ["z0"])]
+    """X, W and R computed (nothing typed to read T from), a symbolic batch (a static one's
+    state is dropped): the type comes from the zeros, a ConstantOfShape 16 Neg nodes up,
+    as deep as ``is_all_zeros`` proves them."""
+    zeros = [*_torchscript_dims(), helper.make_node("ConstantOfShape", ["dims"], ["z0"])]
     zeros += [helper.make_node("Neg", [f"z{i}"], [f"z{i + 1}"]) for i in range(16)]
-    dims = numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims")
-    model = _computed_xwr_model(zeros, "z16", [dims])
+    model = _computed_xwr_model(zeros, "z16", _dims_constants(), batch="batch")
     after, count = apply(RULES, model)
-    assert count == 1 and _state_of(after) == "z0"  # the float zeros themselves, shared
+    assert count == 1
+    (gru,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    (zeros_node,) = [n for n in after.graph.node if n.op_type == "ConstantOfShape"]
+    assert gru.input[5] == zeros_node.output[0]  # float zeros (the default fill), new
 
 
 @pytest.mark.parametrize(("negations", "proven"), [(15, True), (16, False)])
@@ -477,6 +508,12 @@ def test_a_dequantized_zeros_type_is_read_from_its_scale_as_deep_as_proven(
             "r_in": rng.standard_normal((1, 3 * H, H)).astype(np.float32),
         }
         assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) == 0
+
+
+def _dims_constants() -> list[onnx.TensorProto]:
+    """The constants :func:`_torchscript_dims` reads."""
+    consts = {"one_scalar": np.array(1), "axes0": [0], "one": [1], "hh": [H]}
+    return [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
 
 
 def _torchscript_dims() -> list[onnx.NodeProto]:
@@ -576,12 +613,12 @@ def test_zeros_whose_type_reads_back_to_a_graph_input_are_refused() -> None:
     the graph input ``x_in``; X, W and R are computed. With no type to give the new
     zeros, ShareZeroInitialState refuses (naming the state: ``refusal_reasons``)."""
     zeros = [
+        *_torchscript_dims(),
         helper.make_node("ConstantOfShape", ["dims"], ["z"]),
         helper.make_node("Size", ["x"], ["n"]),
         helper.make_node("Mul", ["n", "z"], ["h0"]),
     ]
-    dims = numpy_helper.from_array(np.array([1, 2, H], np.int64), "dims")
-    model = _computed_xwr_model(zeros, "h0", [dims])
+    model = _computed_xwr_model(zeros, "h0", _dims_constants(), batch="batch")
     assert "cannot prove the initial state's element type" in refusal_reasons(RULES, model)
 
 

@@ -35,10 +35,13 @@ __all__ = [
     "TARGET_RUNTIMES",
     "CostTable",
     "Decision",
+    "Declined",
     "Point",
     "ignored",
     "load",
     "no_slower",
+    "record",
+    "recording",
     "slower",
     "using",
 ]
@@ -194,6 +197,35 @@ def load(path: str | None = None) -> CostTable:
 
 _ignored = False
 _table: CostTable | None = None
+_declined: list[Declined] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Declined:
+    """A proven rewrite a rule left undone for its target (cost, or a runtime's limits)."""
+
+    rule: str
+    node: str
+    reason: str
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Declined]]:
+    """Inside, :func:`record` collects declined rewrites (each once) into the list given."""
+    global _declined
+    previous, _declined = _declined, []
+    try:
+        yield _declined
+    finally:
+        _declined = previous
+
+
+def record(rule: str, node: str, reason: str) -> None:
+    """Note a declined rewrite when :func:`recording`."""
+    if _declined is not None:
+        entry = Declined(rule, node, reason)
+        if entry not in _declined:
+            _declined.append(entry)
 
 
 @contextlib.contextmanager

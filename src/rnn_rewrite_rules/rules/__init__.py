@@ -97,8 +97,11 @@ def select_rules(
     for name in names:
         if name in available:
             rules = available[name].rules_for(target)
-        elif name in family_of:
-            rules = tuple(r for r in family_of[name].all_rules if r.name == name)
+        elif name in family_of:  # the target's own rule of that name where there is one
+            family = family_of[name]
+            rules = tuple(r for r in family.rules_for(target) if r.name == name) or tuple(
+                r for r in family.all_rules if r.name == name
+            )
         else:
             raise KeyError(name)
         for rule in rules:

@@ -28,12 +28,14 @@ Condition, both proven from constants and the graph's structure only:
 
 Replacement, by target:
 
-* ``ShareZeroInitialState`` (``portable``): the state becomes
+* ``ShareZeroInitialState`` (``portable``): with a static batch the input is left empty,
+  as for ``onnxruntime`` (every runtime takes that; ONNX Runtime's ``RNN`` kernel
+  multiplies a given state by ``R`` at step 0 even when it is zeros). With a symbolic
+  batch the state becomes
   ``ConstantOfShape(Concat([D], Shape(src, start=a, end=a + 1), [H]))`` (before opset 15
   ``Gather(Shape(src), [a])``) of the state's element type, ``src``'s axis ``a`` being
   where the prover found the batch size (a graph input's axis for every layer of a
-  stack), or a constant shape when the batch is static.
-  One such node serves every later node of the graph with the same shape and type, and a
+  stack). One such node serves every later node of the graph with the same shape and type, and a
   state already in this form is left alone. tract 0.23.9 panics on an RNN without
   ``initial_h`` when the batch is symbolic and mis-runs torchlib's per-layer ``Slice`` of
   a stacked zero tensor; this form runs in ONNX Runtime, tract, OpenVINO and
@@ -147,6 +149,17 @@ class ShareZeroInitialState(_ZeroStateRule):
 
     def check_target(self, context, node: ir.Node, prover: ShapeProver) -> MatchResult:
         check_result = MatchResult()
+        facts = rnn_facts(node, prover)
+        assert not isinstance(facts, Refusal)  # proven by state_reason
+        x = node.inputs[0]
+        batch_axis = 0 if facts.layout == 1 else 1
+        batch = prover.dim(x, batch_axis)
+        assert batch is not None and x is not None  # proven by state_reason
+        # a static batch: every runtime takes a missing state (tract's panic needs a
+        # symbolic batch), and ONNX Runtime's RNN kernel then skips R at step 0
+        self._drop = batch.value is not None
+        if self._drop:
+            return check_result
         self._zero_states = [
             i for i in self._zero_states if explicit_zero_form(node.inputs[i]) is None
         ]
@@ -161,12 +174,6 @@ class ShareZeroInitialState(_ZeroStateRule):
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, Refusal):
             return check_result.fail(opset, node)
-        facts = rnn_facts(node, prover)
-        assert not isinstance(facts, Refusal)  # proven by state_reason
-        x = node.inputs[0]
-        batch_axis = 0 if facts.layout == 1 else 1
-        batch = prover.dim(x, batch_axis)
-        assert batch is not None and x is not None  # proven by state_reason
         piece = _batch_piece(batch, x, batch_axis, context)
         if opset < 9:
             return check_result.fail(f"opset {opset} has no ConstantOfShape", node)
@@ -180,6 +187,8 @@ class ShareZeroInitialState(_ZeroStateRule):
 
     def rewrite(self, op, out0: ir.Value, **_):
         node = self.node(out0)
+        if self._drop:
+            return copy_rnn_node(op, node, self.num_outputs, dict.fromkeys(self._zero_states))
         zeros = self._existing(node) or self._emit(op)
         return copy_rnn_node(op, node, self.num_outputs, dict.fromkeys(self._zero_states, zeros))
 
@@ -221,11 +230,9 @@ class ShareZeroInitialState(_ZeroStateRule):
         return cached_ints(op, self._graph, self._constants, values, as_node=not self._main_graph)
 
 
-def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> Piece:
-    """The batch size as a constant, or the (value, axis) to read it from at run time: the
-    axis the prover traced it to when visible here (shared by every layer), else ``X``'s."""
-    if batch.value is not None:
-        return batch.value
+def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> tuple[ir.Value, int]:
+    """The (value, axis) to read a symbolic batch size from at run time: the axis the
+    prover traced it to when visible here (shared by every layer), else ``X``'s."""
     symbol = batch.symbol
     visible = (context.graph_or_function, context.model.graph)
     if symbol is not None and symbol.value.graph in visible:

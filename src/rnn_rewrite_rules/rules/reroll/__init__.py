@@ -17,9 +17,11 @@ from rnn_rewrite_rules.rules.reroll.rnn import ACTIVATIONS, RerollRnn, plan_chai
 __all__ = ["FAMILY", "RerollCell", "RerollRnn", "make_rules", "plan_cell_chain", "plan_chain"]
 
 
-def make_rules() -> list[RewriteRule]:
-    return [RerollRnn.rule(activation) for activation in ACTIVATIONS] + [
-        RerollCell.rule(op_type) for op_type in ("LSTM", "GRU")
+def make_rules(target: str = "portable") -> list[RewriteRule]:
+    """The rules for ``target``: each declines where the measured cost table says its
+    node is slower there (``rnn_rewrite_rules.costs``); ``portable`` never emits ``RNN``."""
+    return [RerollRnn.rule(activation, target) for activation in ACTIVATIONS] + [
+        RerollCell.rule(op_type, target) for op_type in ("LSTM", "GRU")
     ]
 
 
@@ -28,5 +30,6 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     make_rules=make_rules,
     install_by_default=True,
+    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
     fixes=(),
 )

@@ -14,6 +14,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
+from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import (
@@ -27,9 +28,13 @@ from rnn_rewrite_rules.rules._graph import (
     unsqueeze,
 )
 from rnn_rewrite_rules.shape import ShapeProver
+from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = [
+    "NO_RNN_IN_PORTABLE",
     "ChainRule",
+    "KeptUnrolled",
+    "cost_refusal",
     "read_step",
     "redirect",
     "same_constant",
@@ -133,13 +138,58 @@ def redirect(old: ir.Value, new: ir.Value) -> None:
     ir.convenience.replace_all_uses_with(old, new, replace_graph_outputs=True)
 
 
+class KeptUnrolled(Refusal):
+    """A proven chain left unrolled for the target: recorded (``costs.recording``) so a
+    report can say that a recurrence was found, and why it stays."""
+
+    __slots__ = ()
+
+
+#: Why target ``portable`` never re-rolls into ``RNN``.
+NO_RNN_IN_PORTABLE = KeptUnrolled(
+    "re-roll kept unrolled: rten has no RNN op and converts the unrolled nn.RNN "
+    "(target portable; target onnxruntime re-rolls it where that is no slower)"
+)
+
+
+def cost_refusal(
+    target: str,
+    op_type: str,
+    x: ir.Value,
+    hidden: int,
+    seq: int,
+    reverse: bool,
+    h0: ir.Value | None,
+) -> KeptUnrolled | None:
+    """None when re-rolling into ``op_type`` is no slower on ``target`` by the measured
+    cost table (:mod:`rnn_rewrite_rules.costs`), else why the chain stays unrolled.
+
+    The batch is ``X``'s axis 1 when the shape prover fixes it (else every measured batch
+    must agree); the initial state's form is what the targets leave of ``h0``: none where it
+    is absent or zeros that are dropped (target ``onnxruntime``, or a static batch), else an
+    explicit state."""
+    batch = static_size(ShapeProver(), x, 1)
+    dropped = h0 is None or (is_all_zeros(h0) and (target == "onnxruntime" or batch is not None))
+    decision = costs.no_slower(
+        target,
+        op_type,
+        hidden,
+        seq,
+        batch,
+        "reverse" if reverse else "forward",
+        "none" if dropped else "zeros",
+    )
+    return None if decision.fires else KeptUnrolled(f"re-roll kept unrolled: {decision.reason}")
+
+
 P = TypeVar("P")
 
 
 class ChainRule(RewriteRuleClassBase, Generic[P]):
     """A rule rooted at the last step of a chain: ``plan`` proves the chain, ``refuse``
-    adds the rule's own conditions on the plan, and the check's tail (the opset the
-    replacement is emitted in) is shared; ``rewrite`` reads :attr:`plan`.
+    adds the rule's own conditions on the plan, the check's tail (the opset the
+    replacement is emitted in) is shared, and ``decline`` says last whether the target
+    keeps the chain unrolled (recorded); ``rewrite`` reads :attr:`plan`.
     """
 
     plan: P
@@ -155,6 +205,11 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         """Why the rule does not apply to a proven chain (None: it does)."""
         return None
 
+    def decline(self, plan: P) -> KeptUnrolled | None:
+        """Why a chain the rule could replace stays unrolled on its target (cost, or what a
+        runtime lacks), checked last; None: it is replaced."""
+        return None
+
     def check(self, context, **_) -> MatchResult:
         check_result = MatchResult()
         root = context.root
@@ -167,6 +222,10 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, Refusal):
             return check_result.fail(opset, root)
+        kept = self.decline(plan)
+        if kept is not None:
+            costs.record(str(self.name), root.name or root.op_type, kept)
+            return check_result.fail(kept, root)
         self.plan, self.graph, self.opset = plan, context.graph_or_function, opset
         return check_result
 

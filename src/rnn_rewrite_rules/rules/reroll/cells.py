@@ -43,6 +43,8 @@ from rnn_rewrite_rules.rules._graph import producer, read_axes
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
+    KeptUnrolled,
+    cost_refusal,
     read_step,
     redirect,
     same_constant,
@@ -535,9 +537,10 @@ def _stacks(node: ir.Node | None, h: ir.Value) -> bool:
 class RerollCell(ChainRule[_CellPlan]):
     """h_T of an unrolled LSTMCell/GRUCell loop -> Squeeze(Y_h) of one LSTM/GRU node."""
 
-    def __init__(self, op_type: str) -> None:
+    def __init__(self, op_type: str, target: str = "portable") -> None:
         super().__init__(name=f"RerollCell[{op_type}]")
         self.op_type = op_type
+        self.target = target
 
     def pattern(self, op, a, b):
         return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
@@ -560,6 +563,12 @@ class RerollCell(ChainRule[_CellPlan]):
         if c is not None and not _readers_after(context.graph_or_function, c, context.root, plan):
             return Refusal("a reader of c_T comes before h_T")
         return None
+
+    def decline(self, plan: _CellPlan) -> KeptUnrolled | None:
+        # the node emitted is what rten converts (default activations, no clip, layout 0,
+        # GRU linear_before_reset=1): the cost table alone decides, on every target
+        hidden, seq = int(plan.r.shape[2]), len(plan.steps)
+        return cost_refusal(self.target, self.op_type, plan.x, hidden, seq, plan.reverse, plan.h0)
 
     def rewrite(self, op, **_):
         plan, emit = self.plan, self.emitter(op)

@@ -52,7 +52,10 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
+    NO_RNN_IN_PORTABLE,
     ChainRule,
+    KeptUnrolled,
+    cost_refusal,
     read_step,
     redirect,
     same_constant,
@@ -319,9 +322,10 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
 class RerollRnn(ChainRule[_Plan]):
     """h_T = act(... act(MatMul(h_0, R^T) + b + x_0) ...) -> Y_h of RNN(X, W, R, B, h_0)."""
 
-    def __init__(self, activation: str) -> None:
+    def __init__(self, activation: str, target: str = "portable") -> None:
         super().__init__(name=f"RerollRnn[{activation}]")
         self.activation = activation
+        self.target = target
 
     def pattern(self, op, pre):
         return getattr(op, self.activation)(pre)
@@ -339,6 +343,13 @@ class RerollRnn(ChainRule[_Plan]):
         if _feeds_step(plan.steps[-1].act.outputs[0]):
             return Refusal("h_T feeds another step: not the last step")
         return None
+
+    def decline(self, plan: _Plan) -> KeptUnrolled | None:
+        if self.target == "portable":
+            return NO_RNN_IN_PORTABLE
+        source = plan.source
+        hidden, seq = int(plan.recurrent.shape[0]), len(plan.steps)
+        return cost_refusal(self.target, "RNN", source.x, hidden, seq, source.reverse, plan.h0)
 
     def rewrite(self, op, pre: ir.Value, **_):
         plan, emit = self.plan, self.emitter(op)
