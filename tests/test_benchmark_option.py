@@ -12,7 +12,7 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs
-from rnn_rewrite_rules.benchmark import Latency, benchmark, best_per_repeat
+from rnn_rewrite_rules.benchmark import Latency, benchmark, best_per_repeat, verify_feeds
 from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn, rnn_inputs
 
 
@@ -85,3 +85,15 @@ def test_a_model_that_does_not_load_is_reported_not_timed() -> None:
     result = benchmark(model, b"not a model", [("x", rnn_inputs(cfg, 2))], openvino=False)
     assert not result.latencies and "onnxruntime" in result.skipped
     assert not result.slower
+
+
+def test_the_sizes_are_verify_s() -> None:
+    cfg = UnrolledRnnConfig(hidden_size=8, input_size=4, seq=3)
+    feeds = verify_feeds(build_unrolled_rnn(cfg))
+    assert len(feeds) >= 2
+    batches = {f["x"].shape[1] for _, f in feeds}
+    assert len(batches) == len(feeds) and 0 not in batches  # each run its own batch
+    for label, f in feeds:
+        assert label == f"x={'x'.join(map(str, f['x'].shape))}"
+    (label, only), *_ = verify_feeds(build_unrolled_rnn(cfg), {"x": (3, 6, 4)})
+    assert only["x"].shape == (3, 6, 4)

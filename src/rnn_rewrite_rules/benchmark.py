@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import onnx
 
 from rnn_rewrite_rules import costs, runtime
 
@@ -26,6 +27,7 @@ __all__ = [
     "Latency",
     "benchmark",
     "best_per_repeat",
+    "verify_feeds",
 ]
 
 Progress = Callable[[str], None]
@@ -189,6 +191,34 @@ def benchmark(
                     name, label, original, rewritten, rewritten / original, min(ratios), max(ratios)
                 )
             )
+    return result
+
+
+def verify_feeds(
+    model: onnx.ModelProto,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    seed: int = 0,
+) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(label, feeds) at the input sizes ``--verify`` uses for ``model`` (``shapes``: its
+    ``--shape`` overrides), sizes of 0 left out: nothing to time.
+
+    Raises:
+        rnn_rewrite_rules._verify.CannotVerify: an input has no rank or an unsupported type.
+    """
+    import onnx_ir as ir
+
+    from rnn_rewrite_rules import _verify
+
+    ir_model = ir.serde.deserialize_model(model)
+    specs = _verify.input_specs(ir_model)
+    known = _verify.weight_fixed_sizes(ir_model)
+    rng = np.random.default_rng(seed)
+    result = []
+    for plan in _verify.plan_runs(specs, shapes or {}, known=known):
+        if any(0 in shape for shape in plan.values()):
+            continue
+        result.append((_verify.format_plan(plan), _verify.make_feeds(specs, plan, rng)))
     return result
 
 
