@@ -347,6 +347,38 @@ def _cell(p: costs.Point) -> str:
     return text if p.no_slower else f"**{text}**"
 
 
+# ---------------------------------------------------------------- audit
+
+#: target -> the initial-state form its rules emit at a symbolic batch
+_TARGET_FORM = {"onnxruntime": "none", "portable": "zeros"}
+
+
+def audit(table: dict, fresh: dict) -> list[str]:
+    """Where ``table``'s decisions fire but an independent run (``fresh``) measured that
+    point slower beyond noise, one line each (empty: no rewrite the table lets fire was
+    slower in that run). ``portable`` never re-rolls ``RNN``."""
+    decided = costs.CostTable.from_json(table)
+    problems = []
+    for point in costs.CostTable.from_json(fresh).points:
+        if point.no_slower:
+            continue
+        for target, form in _TARGET_FORM.items():
+            if point.form != form or point.runtime not in costs.TARGET_RUNTIMES[target]:
+                continue
+            if target == "portable" and point.op == "RNN":
+                continue
+            decision = decided.decide(
+                target, point.op, point.hidden, point.seq, point.batch, point.direction, form
+            )
+            if decision.fires:
+                problems.append(
+                    f"{target}: {point.op} {point.direction} hidden {point.hidden} seq "
+                    f"{point.seq} batch {point.batch} fires, but {costs.RUNTIMES[point.runtime]} "
+                    f"measured {point.ratio:.2f}x ({point.low:.2f}-{point.high:.2f})"
+                )
+    return problems
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -363,8 +395,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table", type=pathlib.Path, default=TABLE)
     parser.add_argument("--docs", type=pathlib.Path, default=DOCS)
     parser.add_argument("--fresh", action="store_true", help="do not merge into the old table")
+    parser.add_argument(
+        "--audit",
+        type=pathlib.Path,
+        metavar="FRESH.json",
+        help="compare --table's decisions with an independent run's table; exit 1 if a "
+        "rewrite it lets fire measured slower there",
+    )
     args = parser.parse_args(argv)
     old = json.loads(args.table.read_text()) if args.table.exists() else None
+    if args.audit:
+        if old is None:
+            parser.error(f"{args.table} does not exist")
+        fresh = json.loads(args.audit.read_text())
+        problems = audit(old, fresh)
+        fired = len(costs.CostTable.from_json(fresh).points)
+        print(f"{fired} points measured again; {len(problems)} slower where the table fires")
+        print("\n".join(problems))
+        return 1 if problems else 0
     if args.render:
         if old is None:
             parser.error(f"{args.table} does not exist")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -172,3 +173,17 @@ def test_a_quick_grid_writes_a_table_the_model_reads(tmp_path) -> None:
     assert len(loaded.points) == 2 * 2 * 2 * 2  # hidden x seq x batch x form
     assert docs.read_text() == cost_grid.render(data)
     assert "## RNN (forward)" in docs.read_text()
+
+
+def test_the_audit_names_a_point_where_the_table_fires_but_a_new_run_is_slower() -> None:
+    def data(ratio_64: float) -> dict:
+        table = _table({(64, 16, 5): ratio_64})
+        return {"points": [dataclasses.asdict(p) for p in table.points], "versions": {}}
+
+    problems = cost_grid.audit(data(0.5), data(1.4))
+    assert problems == [
+        "onnxruntime: RNN forward hidden 64 seq 16 batch 5 fires, but ONNX Runtime measured "
+        "1.40x (1.40-1.40)"
+    ]  # the points are form "none": portable's "zeros" points are not in this table
+    assert cost_grid.audit(data(1.4), data(1.4)) == []  # the table declines there
+    assert cost_grid.audit(data(0.5), data(0.9)) == []
