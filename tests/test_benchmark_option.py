@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import onnx
 import pytest
 
 import rnn_rewrite_rules
@@ -97,3 +98,14 @@ def test_the_sizes_are_verify_s() -> None:
         assert label == f"x={'x'.join(map(str, f['x'].shape))}"
     (label, only), *_ = verify_feeds(build_unrolled_rnn(cfg), {"x": (3, 6, 4)})
     assert only["x"].shape == (3, 6, 4)
+
+
+def test_models_on_disk_are_timed_from_their_paths(tmp_path) -> None:
+    pytest.importorskip("onnxruntime")
+    cfg = UnrolledRnnConfig(hidden_size=8, input_size=4, seq=3)
+    model = build_unrolled_rnn(cfg)
+    paths = [str(tmp_path / "a.onnx"), str(tmp_path / "b.onnx")]
+    onnx.save(model, paths[0])
+    onnx.save(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), paths[1])
+    result = benchmark(*paths, verify_feeds(model)[:1], repeats=1, rounds=1, session_repeats=1)
+    assert not result.skipped and len(result.latencies) == len(result.sessions)

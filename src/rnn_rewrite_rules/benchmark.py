@@ -31,6 +31,8 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
+#: A model as serialized bytes or a path (a path keeps external data where it is).
+Model = bytes | str
 
 
 def best_per_repeat(
@@ -117,31 +119,35 @@ class BenchmarkResult:
         return out
 
 
-def _openvino_caller(model: bytes, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+#: One CPU thread, one stream, float32 (OpenVINO's default precision hint computes lower).
+_OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+
+
+def _openvino_compile(model: Model):
     import openvino as ov
 
     core = ov.Core()
-    config = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
-    request = core.compile_model(core.read_model(model, b""), "CPU", config).create_infer_request()
+    read = core.read_model(model, b"") if isinstance(model, bytes) else core.read_model(model)
+    return core.compile_model(read, "CPU", _OV_CONFIG)
+
+
+def _openvino_caller(model: Model, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+    request = _openvino_compile(model).create_infer_request()
     feeds = dict(feeds)
     return lambda: request.infer(feeds)
 
 
-def _ort_creator(model: bytes) -> Callable[[], object]:
+def _ort_creator(model: Model) -> Callable[[], object]:
     return lambda: runtime.session(model, threads=1, log_level=4)
 
 
-def _openvino_creator(model: bytes) -> Callable[[], object]:
-    import openvino as ov
-
-    core = ov.Core()
-    config = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
-    return lambda: core.compile_model(core.read_model(model, b""), "CPU", config)
+def _openvino_creator(model: Model) -> Callable[[], object]:
+    return lambda: _openvino_compile(model)
 
 
 def benchmark(
-    before: bytes,
-    after: bytes,
+    before: Model,
+    after: Model,
     feeds: Sequence[tuple[str, Mapping[str, np.ndarray]]],
     *,
     repeats: int = 3,
@@ -150,7 +156,8 @@ def benchmark(
     openvino: bool | None = None,
     progress: Progress | None = None,
 ) -> BenchmarkResult:
-    """Time ``before`` and ``after`` (serialized models) on ``feeds`` (label, feeds) pairs.
+    """Time ``before`` and ``after`` (serialized models or paths) on ``feeds`` (label,
+    feeds) pairs.
 
     ``openvino`` None: time OpenVINO when it is installed.
 
@@ -222,7 +229,7 @@ def verify_feeds(
     return result
 
 
-def _ort_caller(model: bytes, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
+def _ort_caller(model: Model, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:
     session = runtime.session(model, threads=1, log_level=4)
     feeds = dict(feeds)
     return lambda: session.run(None, feeds)
