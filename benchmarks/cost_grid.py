@@ -4,6 +4,9 @@
     python -m benchmarks.cost_grid --ops RNN --runtimes ort ort_noopt   # part of it, merged
     python -m benchmarks.cost_grid --render            # docs/costs.md from the table only
     python -m benchmarks.cost_grid --quick --table /tmp/t.json --docs /tmp/c.md   # a smoke run
+    python -m benchmarks.cost_grid --fresh --table run1.json ...    # independent runs, then
+    python -m benchmarks.cost_grid --median-of run1.json run2.json run3.json   # the table
+    python -m benchmarks.cost_grid --audit run4.json   # the table's decisions vs another run
 
 For every op (an unrolled ``nn.RNN`` layer, a ``GRUCell`` / ``LSTMCell`` loop, built as
 torch 2.13 ``dynamo=True`` exports them by ``rnn_rewrite_rules.testing.unrolled``, with a
@@ -294,6 +297,8 @@ def render(data: dict) -> str:
         "`rnn_rewrite_rules.costs` for the rule between measured sizes.",
         "",
         f"Measured {data['measured']} with {versions}. Method: {data['method']}. "
+        "A cell is the ratio (its spread over repeats) [its range over the runs, where "
+        "the table is their median]. "
         f"A ratio below 1 means the re-rolled graph is faster; **bold** is slower beyond "
         f"noise (ratio above 1, and above {1 + data['noise']:.2f} or every repeat above 1). "
         "Models: `rnn_rewrite_rules.testing.unrolled` builders shaped as torch 2.13 "
@@ -344,7 +349,35 @@ def render(data: dict) -> str:
 
 def _cell(p: costs.Point) -> str:
     text = f"{p.ratio:.2f} ({p.low:.2f}-{p.high:.2f})"
+    if len(p.ratios) > 1:
+        text += f" [{min(p.ratios):.2f}-{max(p.ratios):.2f}]"
     return text if p.no_slower else f"**{text}**"
+
+
+def median_of(runs: list[dict]) -> dict:
+    """One table from independent runs of the grid: per point, the run whose ratio is the
+    median (a slowdown one run measured alone does not decide; one that most runs measured
+    does). ``ratios`` keeps every run's ratio; the versions and date are the last run's."""
+
+    def key(p: dict) -> tuple:
+        return tuple(p[k] for k in ("runtime", "op", "form", "direction", "hidden", "seq", "batch"))
+
+    by_key: dict[tuple, list[dict]] = {}
+    for run in runs:
+        for point in run["points"]:
+            by_key.setdefault(key(point), []).append(point)
+    points = []
+    for found in by_key.values():
+        ordered = sorted(found, key=lambda p: p["ratio"])
+        median = dict(ordered[(len(ordered) - 1) // 2])  # the lower middle of an even count
+        median["ratios"] = [p["ratio"] for p in found]
+        points.append(median)
+    last = runs[-1]
+    return {
+        **last,
+        "method": f"median of {len(runs)} independent runs, each: {last['method']}",
+        "points": sorted(points, key=key),
+    }
 
 
 # ---------------------------------------------------------------- audit
@@ -402,7 +435,19 @@ def main(argv: list[str] | None = None) -> int:
         help="compare --table's decisions with an independent run's table; exit 1 if a "
         "rewrite it lets fire measured slower there",
     )
+    parser.add_argument(
+        "--median-of",
+        type=pathlib.Path,
+        nargs="+",
+        metavar="RUN.json",
+        help="write --table (and --docs) as the per-point median of these runs' tables",
+    )
     args = parser.parse_args(argv)
+    if args.median_of:
+        data = median_of([json.loads(path.read_text()) for path in args.median_of])
+        args.table.write_text(json.dumps(data, indent=1) + "\n")
+        args.docs.write_text(render(data))
+        return 0
     old = json.loads(args.table.read_text()) if args.table.exists() else None
     if args.audit:
         if old is None:

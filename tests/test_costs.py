@@ -187,3 +187,24 @@ def test_the_audit_names_a_point_where_the_table_fires_but_a_new_run_is_slower()
     ]  # the points are form "none": portable's "zeros" points are not in this table
     assert cost_grid.audit(data(1.4), data(1.4)) == []  # the table declines there
     assert cost_grid.audit(data(0.5), data(0.9)) == []
+
+
+def test_the_table_of_several_runs_is_their_per_point_median() -> None:
+    def run(ratio: float, method: str = "m") -> dict:
+        points = [dataclasses.asdict(_point("ort", 64, 1, 1, ratio))]
+        versions = {"onnxruntime": method}
+        return {
+            "points": points,
+            "versions": versions,
+            "method": method,
+            "measured": "d",
+            "noise": 0.05,
+        }
+
+    data = cost_grid.median_of([run(1.4), run(0.9), run(1.0, "last")])
+    (point,) = costs.CostTable.from_json(data).points
+    assert point.ratio == 1.0 and point.ratios == (1.4, 0.9, 1.0)
+    assert data["versions"] == {"onnxruntime": "last"} and data["method"].startswith("median of 3")
+    (point,) = costs.CostTable.from_json(cost_grid.median_of([run(1.4), run(0.9)])).points
+    assert point.ratio == 0.9  # an even count: the lower middle
+    assert "[0.90-1.40]" in cost_grid.render(cost_grid.median_of([run(1.4), run(0.9)]))

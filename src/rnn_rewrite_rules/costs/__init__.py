@@ -87,6 +87,8 @@ class Point:
     #: lowest and highest per-repeat ratio (the spread)
     low: float
     high: float
+    #: every independent run's ratio, where the table is their median
+    ratios: tuple[float, ...] = ()
 
     @property
     def no_slower(self) -> bool:
@@ -116,7 +118,7 @@ class CostTable:
 
     @classmethod
     def from_json(cls, data: Mapping) -> CostTable:
-        points = [Point(**p) for p in data["points"]]
+        points = [Point(**{**p, "ratios": tuple(p.get("ratios", ()))}) for p in data["points"]]
         return cls(points, data.get("versions", {}))
 
     def runtimes(self) -> set[str]:
