@@ -130,10 +130,16 @@ def test_the_checked_in_table_covers_the_grid_and_names_its_versions() -> None:
 
 
 def test_the_hidden_64_re_roll_wins_stay_on_onnxruntime() -> None:
+    """At batch 1 (the issue's table) at every length; with a symbolic batch (every
+    measured batch must agree) the cell loops at every length and nn.RNN up to seq 16: at
+    hidden 64 seq 128 batch 5 ONNX Runtime's RNN kernel measured 1.0x to 1.1x."""
     for op in ("RNN", "GRU", "LSTM"):
         for seq in (16, 128):
-            decision = costs.no_slower("onnxruntime", op, 64, seq, None)
+            decision = costs.no_slower("onnxruntime", op, 64, seq, 1)
             assert decision.fires, (op, seq, decision.reason)
+            if op != "RNN" or seq <= 16:
+                decision = costs.no_slower("onnxruntime", op, 64, seq, None)
+                assert decision.fires, (op, seq, decision.reason)
 
 
 def test_docs_costs_md_is_rendered_from_the_table() -> None:
