@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import costs
+from rnn_rewrite_rules import _report, costs
 from rnn_rewrite_rules.benchmark import Latency, benchmark, best_per_repeat, verify_feeds
 from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn, rnn_inputs
 
@@ -74,7 +74,7 @@ def test_benchmark_times_both_models_in_each_runtime_and_reports() -> None:
         "onnxruntime: latency at x=3x2x4",
         "onnxruntime: latency at x=3x5x4",
     ]
-    lines = result.lines()
+    lines = _report.benchmark_lines(result)
     assert lines[-1].startswith("benchmark: the result is ")
     assert ("SLOWER" in lines[-1]) is result.slower
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rnn_rewrite_rules
+from rnn_rewrite_rules import _report
 from rnn_rewrite_rules.quantize import INT8_TOLERANCE, quantization_error, quantize_int8
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 
@@ -30,11 +31,11 @@ def test_after_the_rewrite_every_lstm_is_quantized_within_the_tolerance() -> Non
     assert result.bytes_after < result.bytes_before / 2
     assert not any(n.op_type == "LSTM" for n in result.model.graph.node)
     check = quantization_error(original, result.model)
-    assert check.ok, check.lines()
+    assert check.ok, _report.verify_lines(check)
     assert check.tolerance == INT8_TOLERANCE
     assert check.worst > 0  # int8 weights change the outputs: the check is not vacuous
     assert not quantization_error(original, result.model, tolerance=check.worst / 2).ok
-    assert "2 DynamicQuantizeLSTM" in result.lines()[0]
+    assert "2 DynamicQuantizeLSTM" in _report.quantize_lines(result)[0]
 
 
 def test_gru_stays_float_and_the_summary_says_so() -> None:
@@ -42,4 +43,4 @@ def test_gru_stays_float_and_the_summary_says_so() -> None:
     result = quantize_int8(rnn_rewrite_rules.rewrite(build_torchlib_model(cfg)))
     assert [n.op_type for n in result.model.graph.node if n.op_type == "GRU"] == ["GRU"]
     assert result.left_float["GRU"] == (1, "ONNX Runtime has no quantized GRU")
-    assert any("1 GRU stay float" in line for line in result.lines())
+    assert any("1 GRU stay float" in line for line in _report.quantize_lines(result))

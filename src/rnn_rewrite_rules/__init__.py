@@ -14,7 +14,8 @@ Errors (each names what to do; all in :mod:`rnn_rewrite_rules.errors`): :class:`
 written; :class:`OnnxRuntimeMissing`, :class:`CannotVerify` and :class:`VerifyFailed`
 (its ``report`` says how the outputs differ) for ``verify=True``; :class:`InvalidResult`
 when the result fails the ONNX checker; :class:`NoRecurrence` when the model has nothing
-the rules rewrite. :func:`rewrite_file` writes nothing when it raises.
+the rules rewrite; :class:`SlowerResult` when ``benchmark=True`` measured the result
+slower. :func:`rewrite_file` writes nothing when it raises.
 
 The names are imported on first use, so that the command starts (and handles Ctrl-C)
 before onnx and onnxscript are loaded.
@@ -39,6 +40,7 @@ _EXPORTS = {
     "OnnxRuntimeMissing": "errors",
     "Report": "_report",
     "RewriteOptions": "_rewrite_file",
+    "SlowerResult": "errors",
     "UnknownRule": "errors",
     "VerifyFailed": "errors",
     "install": "_install",
@@ -59,6 +61,7 @@ __all__ = [
     "OnnxRuntimeMissing",
     "Report",
     "RewriteOptions",
+    "SlowerResult",
     "UnknownRule",
     "VerifyFailed",
     "__version__",
@@ -83,6 +86,7 @@ if TYPE_CHECKING:
         ModelIOError,
         NoRecurrence,
         OnnxRuntimeMissing,
+        SlowerResult,
         UnknownRule,
         VerifyFailed,
     )

@@ -13,6 +13,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 from onnxscript.rewriter import (
@@ -23,13 +24,17 @@ from onnxscript.rewriter import (
     RewriteRuleSet,
 )
 
-from rnn_rewrite_rules import _compat, _save, _verify, diagnostics
+from rnn_rewrite_rules import _compat, _save, _verify, costs, diagnostics
 from rnn_rewrite_rules._api import rule_name
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
 from rnn_rewrite_rules._verify import VerifyResult, format_plan
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import families, fixed_by
+
+if TYPE_CHECKING:
+    from rnn_rewrite_rules.benchmark import BenchmarkResult
+    from rnn_rewrite_rules.quantize import QuantizeResult
 
 __all__ = [
     "NO_RECURRENCE",
@@ -321,12 +326,23 @@ class Report:
     written: bool = False
     #: Things the caller should hear about that did not stop the rewrite.
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: Recurrences a rule proved but left unrolled for the target, and why.
+    kept_unrolled: list[costs.Declined] = dataclasses.field(default_factory=list)
+    #: ``quantize="int8"``: what ONNX Runtime's quantizer did (its ``model`` is not kept).
+    quantized: QuantizeResult | None = None
+    #: ``benchmark=True``: the original and the result timed side by side.
+    benchmark: BenchmarkResult | None = None
 
     @property
     def found_no_recurrence(self) -> bool:
-        """No RNN, LSTM or GRU node before the rewrite, no rule made one, and no recurrent
-        Loop/Scan was left alone."""
-        return not self.fired and self.before.rnn_nodes == 0 and not self.unimproved
+        """No RNN, LSTM or GRU node before the rewrite, no rule made one, no recurrent
+        Loop/Scan was left alone and no recurrence was left unrolled on purpose."""
+        return (
+            not self.fired
+            and self.before.rnn_nodes == 0
+            and not self.unimproved
+            and not self.kept_unrolled
+        )
 
     def lines(self, *, header: bool = True) -> list[str]:
         """The report as text (:func:`report_lines`)."""
@@ -360,10 +376,64 @@ def report_lines(report: Report, *, header: bool = True) -> list[str]:
     )
     if report.found_no_recurrence:
         out.append(NO_RECURRENCE)
+    out += kept_unrolled_lines(report.kept_unrolled)
     if report.hazards_before is not None:
         out += hazard_lines(report.hazards_before, report.hazards_after or [])
+    if report.quantized is not None:
+        out += quantize_lines(report.quantized)
     if report.verify is not None:
         out += verify_lines(report.verify)
+    if report.benchmark is not None:
+        out += benchmark_lines(report.benchmark)
+    return out
+
+
+def kept_unrolled_lines(declined: Sequence[costs.Declined]) -> list[str]:
+    """The recurrences left unrolled for the target, grouped by reason."""
+    if not declined:
+        return []
+    by_reason = collections.Counter(d.reason for d in declined)
+    count = len(declined)
+    out = [f"recurrences kept unrolled ({count}):"]
+    out += [f"  {n} x {reason}" if n > 1 else f"  {reason}" for reason, n in by_reason.items()]
+    return out
+
+
+def quantize_lines(result: QuantizeResult) -> list[str]:
+    """What ``--quantize int8`` converted, the size, and what stays float."""
+    done = ", ".join(f"{n} {op}" for op, n in result.quantized.items()) or "nothing"
+    out = [
+        f"quantize int8 (onnxruntime quantize_dynamic): {done}; "
+        f"{_human_bytes(result.bytes_before)} -> {_human_bytes(result.bytes_after)}"
+    ]
+    out += [f"  {n} {op} stay float: {why}" for op, (n, why) in result.left_float.items()]
+    return out
+
+
+def benchmark_lines(result: BenchmarkResult) -> list[str]:
+    """``--benchmark``'s ratios (result / original; below 1: faster) with their spread."""
+    out = [
+        f"benchmark: one thread, {result.repeats} x {result.rounds} interleaved rounds, "
+        "ratio = result / original (spread over repeats)"
+    ]
+    for name, (before, after) in result.sessions.items():
+        out.append(
+            f"  {name} session creation: {before * 1e3:.1f} ms -> {after * 1e3:.1f} ms "
+            f"({after / before:.2f}x)"
+        )
+    for t in result.latencies:
+        flag = "  SLOWER" if t.slower else ""
+        if flag and not result.is_judged(t.runtime):
+            flag += " (not judged for this target)"
+        out.append(
+            f"  {t.runtime} latency at {t.sizes}: {t.original_s * 1e6:.1f} us -> "
+            f"{t.result_s * 1e6:.1f} us, {t.ratio:.2f}x ({t.low:.2f}-{t.high:.2f}){flag}"
+        )
+    out += [f"  {name}: not timed: {why}" for name, why in result.skipped.items()]
+    if result.slower:
+        out.append("benchmark: the result is SLOWER than the original beyond the spread")
+    else:
+        out.append("benchmark: the result is no slower than the original")
     return out
 
 

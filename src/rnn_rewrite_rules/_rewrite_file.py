@@ -11,21 +11,32 @@ import collections
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
 
-from rnn_rewrite_rules import _load, _report, _save, _verify, diagnostics, runtime
+from rnn_rewrite_rules import _load, _report, _save, _verify, costs, diagnostics, runtime
 from rnn_rewrite_rules._api import apply_rounds, select
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules._report import Report
-from rnn_rewrite_rules.errors import BadOptions, InvalidResult, NoRecurrence, VerifyFailed
+from rnn_rewrite_rules.benchmark import BenchmarkResult
+from rnn_rewrite_rules.benchmark import benchmark as run_benchmark
+from rnn_rewrite_rules.errors import (
+    BadOptions,
+    InvalidResult,
+    NoRecurrence,
+    SlowerResult,
+    VerifyFailed,
+)
+from rnn_rewrite_rules.quantize import INT8_TOLERANCE, QuantizeResult, quantize_int8
 from rnn_rewrite_rules.rules import DEFAULT_TARGET
 
 __all__ = [
@@ -91,16 +102,36 @@ class RewriteOptions:
     hazards: bool = False
     #: Compare the input and the result in ONNX Runtime; write nothing if they differ.
     verify: bool = False
-    tolerance: float = 1e-4
+    #: ``verify``'s max abs difference; None: 1e-4, or ``quantize.INT8_TOLERANCE`` with
+    #: ``quantize="int8"``.
+    tolerance: float | None = None
     #: ``--verify`` sizes: an input's shape or a named dynamic axis' sizes (one per run).
     shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     seed: int = 0
     progress: Progress | None = None
+    #: ``"int8"``: ONNX Runtime's ``quantize_dynamic`` after the rewrite (``rnn_rewrite_rules
+    #: .quantize``); ``verify`` then compares the float input with the int8 result.
+    quantize: str | None = None
+    #: Time the input and the result side by side at ``verify``'s sizes (ONNX Runtime, and
+    #: OpenVINO when installed); write nothing if the result is slower beyond the spread.
+    benchmark: bool = False
+    #: With ``benchmark``: write the result even when it measured slower.
+    keep_slower: bool = False
+
+    @property
+    def effective_tolerance(self) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        return INT8_TOLERANCE if self.quantize == "int8" else 1e-4
 
 
 def _check_options(options: RewriteOptions) -> None:
-    if not options.tolerance >= 0:  # also rejects NaN
+    if not options.effective_tolerance >= 0:  # also rejects NaN
         raise BadOptions(f"--tolerance must be >= 0, not {options.tolerance}")
+    if options.quantize not in (None, "int8"):
+        raise BadOptions(f"--quantize takes int8, not {options.quantize!r}")
+    if options.keep_slower and not options.benchmark:
+        raise BadOptions("--keep-slower only matters with --benchmark: add --benchmark")
     if options.shapes and not options.verify:
         raise BadOptions("--shape only sets --verify's input sizes: add --verify")
     if not 0 <= options.seed < 2**32:
@@ -136,18 +167,52 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
 
     fired: collections.Counter[str] = collections.Counter()
     check_onnxscript()
-    apply_rounds(
-        model,
-        RewriteRuleSet(rules),
-        on_round,
-        counts=fired,
-        on_node=lambda: current[0].advance(),
-    )
+    with costs.recording() as kept_unrolled:
+        apply_rounds(
+            model,
+            RewriteRuleSet(rules),
+            on_round,
+            counts=fired,
+            on_node=lambda: current[0].advance(),
+        )
     current[0].done()
     explain = progress.task("explaining what was not rewritten")
     unimproved = _report.unimproved_rnns(model, rules, _report.rule_families())
     explain.done()
-    return Report(Path(), None, before, _report.model_stats(model), fired, unimproved, len(rules))
+    after = _report.model_stats(model)
+    report = Report(Path(), None, before, after, fired, unimproved, len(rules))
+    report.kept_unrolled = kept_unrolled
+    return report
+
+
+def _quantize(model: ir.Model, progress: Progress) -> tuple[ir.Model, QuantizeResult]:
+    """``model`` through ONNX Runtime's quantizer; the result without its model."""
+    task = progress.task("quantizing (onnxruntime quantize_dynamic)")
+    result = quantize_int8(ir.serde.serialize_model(model))
+    task.done()
+    quantized = ir.serde.deserialize_model(result.model)
+    return quantized, dataclasses.replace(result, model=onnx.ModelProto())
+
+
+def _run_benchmark(
+    before: str, after: str, plan: _verify.VerifyPlan, options: RewriteOptions, progress: Progress
+) -> BenchmarkResult:
+    rng = np.random.default_rng(options.seed)
+    feeds = [
+        (_verify.format_plan(run), _verify.make_feeds(plan.specs, run, rng))
+        for run in plan.runs(options.shapes)
+        if not any(0 in shape for shape in run.values())  # nothing to time
+    ]
+    openvino = importlib.util.find_spec("openvino") is not None
+    steps = (1 + len(feeds)) * (2 if openvino else 1)
+    task = progress.task("benchmarking (interleaved rounds)", steps)
+    # target onnxruntime promises nothing about OpenVINO: its ratios are shown, not judged
+    judged = ("onnxruntime",) if options.target == "onnxruntime" else None
+    result = run_benchmark(
+        before, after, feeds, openvino=openvino, judged=judged, progress=lambda _: task.advance()
+    )
+    task.done()
+    return result
 
 
 def _run_verify(
@@ -167,7 +232,7 @@ def _run_verify(
         known=plan.known,
         zero_unsafe=plan.zero_unsafe,
         seed=options.seed,
-        tolerance=options.tolerance,
+        tolerance=options.effective_tolerance,
         on_run=task.advance,
     )
     task.done()
@@ -200,16 +265,21 @@ def rewrite_file(
             any sizes tried (or aborts on every size given).
         VerifyFailed: the outputs differ (its ``report`` says how).
         InvalidResult: the result fails the ONNX checker and the input does not.
+        SlowerResult: ``options.benchmark`` measured the result slower than the original
+            beyond the spread (``dst`` given, ``options.keep_slower`` not set; its ``report``
+            has the numbers).
     """
     options = options or RewriteOptions()
     job = _Job.start(Path(src), Path(dst) if dst is not None else None, options)
     with contextlib.ExitStack() as stack:
         job.load(stack)
         job.rewrite()
-        if job.staging is None and not options.verify:
+        job.quantize()
+        if job.staging is None and not options.verify and not options.benchmark:
             return job.report  # --check: nothing to write or run
         job.write(stack)
         job.verify()
+        job.benchmark()
         job.commit()
     return job.report
 
@@ -237,14 +307,14 @@ class _Job:
         """Options checked and rules chosen before any file is read."""
         _check_options(options)
         rules = select(options.rules, target=options.target, exclude=options.exclude)
-        if options.verify:
+        if options.verify or options.benchmark or options.quantize:
             runtime.require_onnxruntime()
         return cls(source, target, options, rules, options.progress or _NoProgress())
 
     def load(self, stack: contextlib.ExitStack) -> None:
         self.loaded = _load.load_model(self.source)
         self.plan = _verify.VerifyPlan.of(self.loaded.model)  # read before the rewrite
-        if self.options.verify:
+        if self.options.verify or self.options.benchmark:
             try:
                 self.plan.runs(self.options.shapes)
             except ValueError as error:
@@ -274,6 +344,11 @@ class _Job:
                 report,
             )
 
+    def quantize(self) -> None:
+        """``--quantize int8``: ONNX Runtime's quantizer on the rewritten model."""
+        if self.options.quantize:
+            self.loaded.model, self.report.quantized = _quantize(self.loaded.model, self.progress)
+
     def write(self, stack: contextlib.ExitStack) -> None:
         """The result to the staging file (a scratch one for ``--check --verify``)."""
         if self.staging is None:
@@ -298,6 +373,21 @@ class _Job:
         if not self.report.verify.ok:
             where = f"; {self.target} not written" if self.target else ""
             raise VerifyFailed(f"verification failed{where}", self.report)
+
+    def benchmark(self) -> None:
+        """``--benchmark``: both files timed side by side; a slower result is not written
+        unless ``keep_slower``."""
+        if not self.options.benchmark:
+            return
+        self.report.benchmark = _run_benchmark(
+            str(self.source), str(self.staging.model_path), self.plan, self.options, self.progress
+        )
+        if self.report.benchmark.slower and not self.options.keep_slower and self.target:
+            raise SlowerResult(
+                f"the result is slower than the original beyond the spread; {self.target} not "
+                "written (--keep-slower writes it anyway)",
+                self.report,
+            )
 
     def commit(self) -> None:
         if self.target is not None:

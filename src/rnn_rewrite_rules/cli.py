@@ -50,6 +50,7 @@ class ExitCode(enum.IntEnum):
     INVALID_RESULT = 14
     UNSUPPORTED_ONNXSCRIPT = 15
     NO_RECURRENCE = 16
+    SLOWER = 17
     INTERRUPTED = 130
 
 
@@ -72,6 +73,8 @@ _EXIT_HELP = {
     ExitCode.UNSUPPORTED_ONNXSCRIPT: "the installed onnxscript is outside the tested range",
     ExitCode.NO_RECURRENCE: "no RNN, LSTM, GRU or recurrence found (nothing written; "
     "--allow-no-rnn writes it anyway)",
+    ExitCode.SLOWER: "--benchmark: the result is slower than the original beyond the spread "
+    "(nothing written; --keep-slower writes it anyway)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP); nothing written",
 }
 
@@ -150,7 +153,27 @@ def _parser() -> argparse.ArgumentParser:
         "they differ",
     )
     parser.add_argument(
-        "--tolerance", type=float, default=1e-4, metavar="T", help="max abs diff (default 1e-4)"
+        "--tolerance",
+        type=float,
+        metavar="T",
+        help="max abs diff (default 1e-4; 0.05 with --quantize int8)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="after the rewrite, ONNX Runtime's dynamic quantization (quantize_dynamic: "
+        "LSTM -> DynamicQuantizeLSTM; GRU and RNN stay float)",
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="store_true",
+        help="time IN and the result side by side (ONNX Runtime, OpenVINO when installed) at "
+        "--verify's sizes; write nothing if the result is slower beyond the spread",
+    )
+    parser.add_argument(
+        "--keep-slower",
+        action="store_true",
+        help="with --benchmark: write the result even when it measured slower",
     )
     parser.add_argument(
         "--shape",
@@ -336,6 +359,9 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
         shapes=shapes,
         seed=args.seed,
         progress=progress,
+        quantize=args.quantize,
+        benchmark=args.benchmark,
+        keep_slower=args.keep_slower,
     )
 
 
@@ -455,6 +481,7 @@ _FAILURES: dict[type[Exception], tuple[ExitCode, str]] = {
     errors.CannotVerify: (ExitCode.CANNOT_VERIFY, "cannot verify: {error}"),
     errors.InvalidResult: (ExitCode.INVALID_RESULT, "{error}"),
     errors.NoRecurrence: (ExitCode.NO_RECURRENCE, "{error}"),
+    errors.SlowerResult: (ExitCode.SLOWER, "{error}"),
 }
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "OutputNotWritable",
     "ReportedError",
     "SameAsInput",
+    "SlowerResult",
     "UnknownRule",
     "UnsupportedInput",
     "UnsupportedModel",
@@ -128,3 +129,8 @@ class InvalidResult(Exception):
 class NoRecurrence(ReportedError):
     """The model has no RNN, LSTM or GRU node and no rule fired (nothing was written);
     ``report`` says what was looked at."""
+
+
+class SlowerResult(ReportedError):
+    """``--benchmark`` measured the result slower than the original beyond the spread
+    (nothing was written; ``keep_slower`` writes it anyway); ``report`` has the numbers."""

@@ -67,17 +67,6 @@ class QuantizeResult:
     bytes_before: int
     bytes_after: int
 
-    def lines(self) -> list[str]:
-        """A human-readable summary."""
-        done = ", ".join(f"{n} {op}" for op, n in self.quantized.items()) or "nothing"
-        out = [
-            f"quantize int8 (onnxruntime quantize_dynamic): {done}; "
-            f"{self.bytes_before / 2**20:.1f} MB -> {self.bytes_after / 2**20:.1f} MB"
-        ]
-        for op, (count, why) in self.left_float.items():
-            out.append(f"  {count} {op} stay float: {why}")
-        return out
-
 
 def _ops(model: onnx.ModelProto) -> Counter[str]:
     return Counter(node.op_type for node in model.graph.node)
