@@ -396,7 +396,7 @@ def audit(table: dict, fresh: dict) -> list[str]:
         if point.no_slower:
             continue
         for target, form in _TARGET_FORM.items():
-            if point.form != form or point.runtime not in costs.TARGET_RUNTIMES[target]:
+            if point.form != form or point.runtime not in costs.TIMED_RUNTIMES[target]:
                 continue
             if target == "portable" and point.op == "RNN":
                 continue

@@ -97,7 +97,7 @@ def _static_batch(model: onnx.ModelProto) -> bool:
     """Every RNN node's ``X`` has a batch size the shape prover fixes to a number."""
     graph = ir.serde.deserialize_model(model).graph
     nodes = [n for n in graph.all_nodes() if n.op_type in RNN_OP_TYPES]
-    prover = ShapeProver()
+    prover = ShapeProver(graph)
 
     def static(node: ir.Node) -> bool:
         layout = node.attributes.get_int("layout", 0)

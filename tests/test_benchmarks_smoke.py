@@ -63,7 +63,9 @@ def test_quick_benchmark_writes_the_report(quick_run) -> None:
         assert heading in markdown
     assert "| ours |" in markdown
     portability = markdown.split("## Portability")[1].split("\n## ")[0]
-    header = "| variant | onnxruntime | tract | openvino | onnx.reference | tool failed |"
+    header = "| variant | onnxruntime | tract | openvino | onnx.reference | rten | tool failed |"
+    if not results["rten"]:
+        header = header.replace(" rten |", "")
     assert header.replace(" tract |", "") in portability or header in portability
     assert "| ours | 1/1 run | " in portability  # one model: counted over the models
     assert "**onnxruntime**, variant ours-onnxruntime: " in portability
@@ -71,6 +73,13 @@ def test_quick_benchmark_writes_the_report(quick_run) -> None:
         assert f"| {name} | not installed |" in portability
     if results["openvino"]:
         assert "OpenVINO latency (ratio)" in markdown
+    # the int8 path: ORT's quantizer on the original and on ours, within its tolerance
+    (model,) = results["models"]
+    int8 = model["int8"]
+    assert int8["ours"]["quantized"]["DynamicQuantizeLSTM"] == 2
+    assert int8["ours"]["max_abs_diff"] <= int8["tolerance"]
+    assert "## int8 (`rnn-rewrite --quantize int8`)" in markdown
+    assert "| tiny-lstm2 | ours + int8 | 2 DynamicQuantizeLSTM |" in markdown
 
     # the report re-renders from the JSON alone
     rerendered = tmp_path / "rerendered"

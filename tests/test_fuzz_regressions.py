@@ -14,6 +14,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import rnn_rewrite_rules
+from rnn_rewrite_rules import costs, runtime
 from rnn_rewrite_rules.testing import thirdparty, unrolled
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.fuzz import subgraphs
@@ -178,8 +180,9 @@ def test_double_to_float16_cast_of_a_weight() -> None:
 # --- new class A: a re-rolled relu RNN that onnx.reference cannot run ---------------------
 
 
-@pytest.mark.xfail(strict=True, reason="class A: RNN(activations=[Relu]) on onnx.reference (runs)")
 def test_relu_rnn_chain_runs_where_the_original_runs() -> None:
+    """Fixed by issue 32: portable emits no RNN (rten has none); onnx.reference is not a
+    runtime of target onnxruntime, where the chain re-rolls."""
     model = unrolled.build_unrolled_rnn(unrolled.UnrolledRnnConfig(nonlinearity="relu", seq=2))
     assert _failures(model) == []
 
@@ -187,8 +190,7 @@ def test_relu_rnn_chain_runs_where_the_original_runs() -> None:
 # --- new class B: an overridable weight in an opset-10 bidirectional chain ---------------
 
 
-@pytest.mark.xfail(strict=True, reason="class B: RerollRnn, the result's Slice fails in ORT (runs)")
-def test_opset10_bidirectional_chain_with_an_overridable_weight() -> None:
+def _class_b() -> tuple[onnx.ModelProto, unrolled.UnrolledRnnConfig, str]:
     cfg = unrolled.UnrolledRnnConfig(
         input_size=1, hidden_size=1, seq=2, bidirectional=True, bias=False,
         initial_state="input", dynamic_seq=True, opset=10,
@@ -197,4 +199,21 @@ def test_opset10_bidirectional_chain_with_an_overridable_weight() -> None:
     weight = next(n.input[1] for n in model.graph.node if n.op_type == "MatMul")  # W_ih^T
     tensor = next(t for t in model.graph.initializer if t.name == weight)
     model.graph.input.append(helper.make_tensor_value_info(weight, F32, list(tensor.dims)))
-    assert _failures(model) == []
+    return model, cfg, weight
+
+
+def test_opset10_bidirectional_chain_with_an_overridable_weight() -> None:
+    """portable emits no RNN (issue 32): the default rewrite runs where the original does."""
+    assert _failures(_class_b()[0]) == []
+
+
+@pytest.mark.xfail(strict=True, reason="class B: RerollRnn, the result's Slice fails in ORT (runs)")
+def test_opset10_bidirectional_chain_with_an_overridable_weight_on_onnxruntime() -> None:
+    model, cfg, weight = _class_b()
+    with costs.ignored():
+        after = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    feeds = unrolled.rnn_inputs(cfg, 2)
+    tensor = next(t for t in model.graph.initializer if t.name == weight)
+    feeds[weight] = numpy_helper.to_array(tensor)
+    expected = runtime.run(model, feeds)
+    assert runtime.max_abs_diff(expected, runtime.run(after, feeds)) <= 1e-5

@@ -1,9 +1,9 @@
 """Which runtimes each target must run on, and the op/element-type pairs they lack.
 
 A rule that emits an op the original model did not run in that element type (``reroll``
-turning float64 MatMul/Add/Tanh steps into one ``RNN``) asks :func:`missing_kernel`
-first: the result must run wherever the original runs. Only checked facts are listed;
-a pair not listed is taken to run.
+turning float64 MatMul/Add/Tanh steps into one ``RNN``), or at all (rten has no ``RNN``),
+asks :func:`missing_kernel` first: the result must run wherever the original runs. Only
+checked facts are listed; a pair not listed is taken to run.
 """
 
 from __future__ import annotations
@@ -13,13 +13,18 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
 
-__all__ = ["MISSING_KERNELS", "TARGET_RUNTIMES", "missing_kernel"]
+__all__ = ["MISSING_KERNELS", "MISSING_OPS", "TARGET_RUNTIMES", "missing_kernel"]
 
 #: Target (``rules.TARGETS``) -> the runtimes its output must run on.
 TARGET_RUNTIMES: dict[str, tuple[str, ...]] = {
-    "portable": ("onnxruntime", "tract", "openvino", "onnx.reference"),
+    "portable": ("onnxruntime", "tract", "openvino", "onnx.reference", "rten"),
     "onnxruntime": ("onnxruntime",),
 }
+
+#: Runtime -> the ops it has no kernel for in any element type. rten (the Rust runtime,
+#: checked with rten-convert 0.22.0: 'Unsupported operator "RNN"') has LSTM and GRU but no
+#: RNN; it converts torch's unrolled nn.RNN.
+MISSING_OPS: dict[str, frozenset[tuple[str, str]]] = {"rten": frozenset({("", "RNN")})}
 
 _RECURRENT = (("", "LSTM"), ("", "GRU"), ("", "RNN"))
 
@@ -45,6 +50,8 @@ def missing_kernel(
     chosen = TARGET_RUNTIMES if targets is None else {t: TARGET_RUNTIMES[t] for t in targets}
     for target, runtimes in chosen.items():
         for runtime in runtimes:
+            if (domain, op_type) in MISSING_OPS.get(runtime, ()):
+                return Refusal(f"{runtime} has no {op_type} op (target {target!r})")
             if dtype in MISSING_KERNELS.get(runtime, {}).get((domain, op_type), ()):
                 name = np.dtype(dtype.numpy()).name
                 return Refusal(f"{runtime} has no {name} {op_type} kernel (target {target!r})")

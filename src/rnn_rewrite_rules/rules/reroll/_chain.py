@@ -31,7 +31,6 @@ from rnn_rewrite_rules.shape import ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = [
-    "NO_RNN_IN_PORTABLE",
     "ChainRule",
     "KeptUnrolled",
     "cost_refusal",
@@ -145,14 +144,8 @@ class KeptUnrolled(Refusal):
     __slots__ = ()
 
 
-#: Why target ``portable`` never re-rolls into ``RNN``.
-NO_RNN_IN_PORTABLE = KeptUnrolled(
-    "re-roll kept unrolled: rten has no RNN op and converts the unrolled nn.RNN "
-    "(target portable; target onnxruntime re-rolls it where that is no slower)"
-)
-
-
 def cost_refusal(
+    context,
     target: str,
     op_type: str,
     x: ir.Value,
@@ -168,7 +161,7 @@ def cost_refusal(
     must agree); the initial state's form is what the targets leave of ``h0``: none where it
     is absent or zeros that are dropped (target ``onnxruntime``, or a static batch), else an
     explicit state."""
-    batch = static_size(ShapeProver(), x, 1)
+    batch = static_size(ShapeProver(context.model.graph), x, 1)
     dropped = h0 is None or (is_all_zeros(h0) and (target == "onnxruntime" or batch is not None))
     decision = costs.no_slower(
         target,
@@ -205,7 +198,7 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         """Why the rule does not apply to a proven chain (None: it does)."""
         return None
 
-    def decline(self, plan: P) -> KeptUnrolled | None:
+    def decline(self, context, plan: P) -> KeptUnrolled | None:
         """Why a chain the rule could replace stays unrolled on its target (cost, or what a
         runtime lacks), checked last; None: it is replaced."""
         return None
@@ -222,7 +215,7 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, Refusal):
             return check_result.fail(opset, root)
-        kept = self.decline(plan)
+        kept = self.decline(context, plan)
         if kept is not None:
             costs.record(str(self.name), root.name or root.op_type, kept)
             return check_result.fail(kept, root)

@@ -549,9 +549,6 @@ class RerollCell(ChainRule[_CellPlan]):
         return plan_cell_chain(root, self.op_type, main_graph)
 
     def refuse(self, context, plan: _CellPlan) -> Refusal | None:
-        missing = missing_kernel("", self.op_type, plan.w.dtype)
-        if missing is not None:  # the unrolled steps run there
-            return missing
         h = plan.steps[-1].h
         parse = _STEP[self.op_type]
         for user, _ in h.uses():
@@ -564,11 +561,16 @@ class RerollCell(ChainRule[_CellPlan]):
             return Refusal("a reader of c_T comes before h_T")
         return None
 
-    def decline(self, plan: _CellPlan) -> KeptUnrolled | None:
+    def decline(self, context, plan: _CellPlan) -> KeptUnrolled | None:
+        missing = missing_kernel("", self.op_type, plan.w.dtype, (self.target,))
+        if missing is not None:  # the unrolled steps run there
+            return KeptUnrolled(f"re-roll kept unrolled: {missing}")
         # the node emitted is what rten converts (default activations, no clip, layout 0,
         # GRU linear_before_reset=1): the cost table alone decides, on every target
         hidden, seq = int(plan.r.shape[2]), len(plan.steps)
-        return cost_refusal(self.target, self.op_type, plan.x, hidden, seq, plan.reverse, plan.h0)
+        return cost_refusal(
+            context, self.target, self.op_type, plan.x, hidden, seq, plan.reverse, plan.h0
+        )
 
     def rewrite(self, op, **_):
         plan, emit = self.plan, self.emitter(op)

@@ -52,7 +52,6 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
-    NO_RNN_IN_PORTABLE,
     ChainRule,
     KeptUnrolled,
     cost_refusal,
@@ -334,9 +333,6 @@ class RerollRnn(ChainRule[_Plan]):
         return plan_chain(root, main_graph)
 
     def refuse(self, context, plan: _Plan) -> Refusal | None:
-        missing = missing_kernel("", "RNN", plan.recurrent.dtype)
-        if missing is not None:  # the unrolled steps run there
-            return missing
         opset = opset_version(context.model, context.graph_or_function)
         if plan.guard_batch and isinstance(opset, int) and opset < 8:
             return Refusal(f"opset {opset} has no Expand (to broadcast h_0's batch)")
@@ -344,12 +340,15 @@ class RerollRnn(ChainRule[_Plan]):
             return Refusal("h_T feeds another step: not the last step")
         return None
 
-    def decline(self, plan: _Plan) -> KeptUnrolled | None:
-        if self.target == "portable":
-            return NO_RNN_IN_PORTABLE
+    def decline(self, context, plan: _Plan) -> KeptUnrolled | None:
+        missing = missing_kernel("", "RNN", plan.recurrent.dtype, (self.target,))
+        if missing is not None:  # the unrolled steps run there (portable: rten has no RNN)
+            return KeptUnrolled(f"re-roll kept unrolled: {missing}")
         source = plan.source
         hidden, seq = int(plan.recurrent.shape[0]), len(plan.steps)
-        return cost_refusal(self.target, "RNN", source.x, hidden, seq, source.reverse, plan.h0)
+        return cost_refusal(
+            context, self.target, "RNN", source.x, hidden, seq, source.reverse, plan.h0
+        )
 
     def rewrite(self, op, pre: ir.Value, **_):
         plan, emit = self.plan, self.emitter(op)
