@@ -113,6 +113,12 @@ FIGURES: tuple[Figure, ...] = (
         ),
     ),
     Figure(
+        "layer_output_tf2onnx_directions",
+        "layer_output",
+        "tf2onnx (keras) Bidirectional LSTM: Y and Y_h read per direction",
+        lambda: thirdparty.tf2onnx_bidirectional("LSTM", hidden=3),
+    ),
+    Figure(
         "layer_glue_tf2onnx",
         "layer_glue",
         "tf2onnx (keras) 2-layer LSTM",

@@ -16,6 +16,7 @@ from onnx.reference import ReferenceEvaluator
 import rnn_rewrite_rules
 from rnn_rewrite_rules import diagnostics, runtime
 from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules.rules.bidirectional import MergeHandBuiltBidirectional
 from rnn_rewrite_rules.rules.bidirectional.states import state_rules
 from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
@@ -535,3 +536,132 @@ def test_pair_on_expands_of_two_batches_is_left_alone() -> None:
     after = rewrite(before, ["bidirectional"])
     assert len(rnn_nodes(after)) == 2
     assert_equivalent(before, after, seq_zero=False)
+
+
+# ---------------------------------------------------------------- tf2onnx per-direction reads
+
+
+def _layer_output_reasons(model: onnx.ModelProto) -> list[str]:
+    return refusal_reasons(rnn_rewrite_rules.rules(["layer_output"]).rules, model)
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("opset", [9, 12, 15, 17])
+@pytest.mark.parametrize("bounds", ["plain", "open", "step"])
+def test_tf2onnx_direction_reads_become_one_reshape(op_type, opset, bounds) -> None:
+    if bounds == "step" and opset < 10:
+        pytest.skip("no steps before opset 10")
+    """Y's and Y_h's Slice -> Squeeze -> Concat become Transpose -> Reshape (and the
+    Transpose / Unsqueeze after them collapse into those: layer_glue)."""
+    before = tp.tf2onnx_bidirectional(op_type, opset=opset, bounds=bounds)
+    alone = rewrite(before, ["layer_output"])
+    counts = _counts(alone)
+    assert counts["Concat"] == 2 and counts["Reshape"] == 2, counts  # the states' Concat + Cast's
+    assert counts["Slice"] == 1 and counts["Squeeze"] == 0, counts  # the batch's Slice stays
+    reshapes = [n for n in alone.graph.node if n.op_type == "Reshape"]
+    targets = {
+        tuple(onnx.numpy_helper.to_array(i).tolist())
+        for i in alone.graph.initializer
+        if i.name in {n.input[1] for n in reshapes}
+    }
+    assert targets == {(0, 0, 8), (0, 8)}
+    assert [o.name for o in alone.graph.output] == ["y", "h"]
+    # seq 0: ORT leaves Y_h uninitialized (output h): batch 0 runs in onnx.reference
+    assert_equivalent(before, alone, seq_zero=False)
+    after = rewrite(before)
+    assert len(after.graph.node) < len(alone.graph.node) < len(before.graph.node)
+    assert_equivalent(before, after, seq_zero=False)
+
+
+def test_tf2onnx_hand_built_rule_says_it_is_not_a_pair() -> None:
+    before = tp.tf2onnx_bidirectional()
+    found = refusal_reasons([MergeHandBuiltBidirectional.rule()], before)
+    reason = (
+        "both halves are Slices of one RNN node's output (a converter's per-direction read,"
+        " not a hand-built pair)"
+    )
+    # Y's and Y_h's Concat; the states' Concat(z, z) reads one value twice; the zero
+    # state's shape Concat(Slice(Shape(x)), [H]) starts with a Slice that is no reversal
+    assert sorted(found) == [
+        "a concatenated value has another reader",
+        reason,
+        reason,
+        "the Slice has no steps (step 1)",
+    ], found
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "reason"),
+    [
+        ("swapped", "the Concat reads directions 1, 0, not 0 then 1"),
+        ("repeated", "the Concat reads directions 0, 0, not 0 then 1"),
+        ("concat_axis", "the Concat is not on the last (feature) axis"),
+        ("squeeze_all", "the Squeeze has no axes: it removes every axis of size 1"),
+        ("batch_axis", "the Slice is not on the direction axis"),
+    ],
+)
+def test_tf2onnx_direction_read_near_misses(near_miss: str, reason: str) -> None:
+    before = tp.tf2onnx_bidirectional(near_miss=near_miss)
+    assert reason in _layer_output_reasons(before), _layer_output_reasons(before)
+    after = rewrite(before, ["layer_output"])
+    # Y's Concat stays; Y_h's (a correct read) is rewritten
+    assert _counts(after)["Concat"] == _counts(before)["Concat"] - 1
+    if near_miss not in ("squeeze_all", "batch_axis"):  # these fail at batch 1 already
+        assert_equivalent(before, after, seq_zero=False)
+
+
+def _edited_node(model: onnx.ModelProto, index: int, edit) -> onnx.ModelProto:
+    edited = onnx.ModelProto()
+    edited.CopyFrom(model)
+    edit(edited.graph.node[index])
+    return edited
+
+
+def test_tf2onnx_halves_of_two_outputs_are_refused() -> None:
+    """Y_h's forward half and Y_c's backward half: two values, not one read in two."""
+    before = tp.tf2onnx_bidirectional("LSTM")
+    rnn = next(n for n in before.graph.node if n.op_type == "LSTM")
+    slices = [n for n in before.graph.node if n.op_type == "Slice" and n.input[0] == rnn.output[1]]
+
+    def edit(node: onnx.NodeProto) -> None:
+        node.input[0] = rnn.output[2]
+
+    edited = _edited_node(before, list(before.graph.node).index(slices[1]), edit)
+    assert "the two halves slice different values" in _layer_output_reasons(edited)
+    after = rewrite(edited, ["layer_output"])
+    assert_equivalent(edited, after, seq_zero=False)
+
+
+def test_tf2onnx_reads_of_a_forward_rnn_are_refused() -> None:
+    """A forward node's one direction read twice is [seq, batch, 2H] of copies."""
+    from onnx import helper
+
+    from tests.near_misses import gru_node, rnn_model
+
+    nodes = [gru_node(["Y"])]
+    for i in (0, 1):
+        nodes += [
+            helper.make_node("Slice", ["Y", "zero", "one", "one"], [f"s{i}"]),
+            helper.make_node("Squeeze", [f"s{i}", "one"], [f"q{i}"]),
+        ]
+    nodes.append(helper.make_node("Concat", ["q0", "q1"], ["y"], axis=2))
+    ints = {"zero": np.array([0]), "one": np.array([1])}
+    model = rnn_model(nodes, constants=ints, gates=3)
+    assert "the sliced RNN is not bidirectional" in _layer_output_reasons(model)
+
+
+def test_tf2onnx_direction_reads_in_if_branches() -> None:
+    """Inside a subgraph the targets are Constant nodes of the branch."""
+    from rnn_rewrite_rules.testing.exporters import in_if_branches
+
+    before = in_if_branches(tp.tf2onnx_bidirectional("LSTM"), tp.tf2onnx_bidirectional("GRU"))
+    after = rewrite(before, ["layer_output"])
+    counts = _counts(after)
+    assert counts["Squeeze"] == 0 and counts["Reshape"] == 4, counts
+    assert not after.graph.initializer
+    for cond in (True, False):
+        for seed, (batch, seq) in enumerate(SIZES):
+            feeds = tp.thirdparty_inputs(before, batch, seq, rng=seed)
+            feeds["cond"] = np.array(cond)
+            diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+            assert diff <= 1e-5, (cond, batch, seq, diff)

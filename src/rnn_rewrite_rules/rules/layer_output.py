@@ -16,6 +16,24 @@ equivalent for other sizes and is left alone.
 Replacement: ``Squeeze(Y, axes=[1])`` when ``D == 1``; otherwise
 ``Reshape(Transpose(Y), [0, 0, D*H])`` whose zeros copy seq and batch, so every
 dynamic axis stays dynamic.
+
+A second rule, ``ConcatDirections``, takes tf2onnx's per-direction reads of a
+bidirectional node's output.
+
+Pattern: ``Concat(Squeeze(Slice(v, ...)), Squeeze(Slice(v, ...)))`` where ``v`` is
+``Y`` (``[seq, 2, batch, H]``) or a final state ``Y_h``/``Y_c`` (``[2, batch, H]``) of
+an ``LSTM``/``GRU``/``RNN``/``DynamicQuantizeLSTM`` with ``direction="bidirectional"``.
+
+Condition: the node's facts are static (``layout`` 0, ``D == 2``, ``H`` proven); each
+Slice has constant bounds on the direction axis only (axis 1 of ``Y``, 0 of a state),
+step 1, and selects exactly one direction once the bounds are clamped to ``D == 2``;
+each Squeeze removes exactly that axis; the first input is direction 0, the second
+direction 1; the Concat is on the last axis.
+
+Replacement: ``Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, 2H])`` (``[seq, batch, 2H]``)
+or ``Reshape(Transpose(Y_h, [1, 0, 2]), [0, 2H])`` (``[batch, 2H]``): element
+``[.., b, d*H + h]`` is direction ``d``'s ``[.., b, h]`` in both; the zeros copy the
+dynamic axes and ``2H`` is a constant, so every size, 0 included, gives the Concat's.
 """
 
 from __future__ import annotations
@@ -27,11 +45,11 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._graph import int64_constant, squeeze
+from rnn_rewrite_rules.rules._graph import int64_constant, producer, read_axes, squeeze
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
-__all__ = ["FAMILY", "RnnOutputToSequence", "make_rules"]
+__all__ = ["FAMILY", "ConcatDirections", "RnnOutputToSequence", "make_rules"]
 
 _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
@@ -121,8 +139,142 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         return int64_constant(op, self._graph, values, as_node=not self._main_graph)
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _clamp(bound: int, size: int) -> int:
+    """A Slice bound on an axis of ``size`` elements, as ONNX clamps it (step 1)."""
+    if bound < 0:
+        bound += size
+    return min(max(bound, 0), size)
+
+
+def _slice_bounds(node: ir.Node, prover: ShapeProver) -> tuple[int, int, int, int] | Refusal:
+    """(start, end, axis, step) of a one-axis Slice with constant bounds, any opset."""
+    if node.attributes.get("starts") is not None:  # opset < 10: attributes
+        starts = list(node.attributes["starts"].as_ints())
+        ends = list(node.attributes["ends"].as_ints())
+        axes_attr = node.attributes.get("axes")
+        axes = list(axes_attr.as_ints()) if axes_attr is not None else list(range(len(starts)))
+        steps = [1]
+    else:
+        values = [node.inputs[i] if i < len(node.inputs) else None for i in range(1, 5)]
+        if values[0] is None or values[1] is None:
+            return Refusal("the Slice has no starts or ends")
+        starts, ends = prover.ints(values[0]), prover.ints(values[1])
+        if starts is None or ends is None:
+            return Refusal("the Slice's bounds are not constant")
+        axes = list(range(len(starts))) if values[2] is None else prover.ints(values[2])
+        steps = [1] * len(starts) if values[3] is None else prover.ints(values[3])
+        if axes is None or steps is None:
+            return Refusal("the Slice's axes or steps are not constant")
+    if not len(starts) == len(ends) == len(axes) == len(steps) == 1:
+        return Refusal("the Slice does not slice exactly one axis")
+    return starts[0], ends[0], axes[0], steps[0]
+
+
+class _Read:
+    """One Concat input proven to be ``Squeeze(Slice(v, d:d+1, axis), axis)``."""
+
+    def __init__(self, source: ir.Value, direction: int, squeeze: ir.Node) -> None:
+        self.source, self.direction, self.squeeze = source, direction, squeeze
+
+
+def _direction_read(value: ir.Value, prover: ShapeProver) -> _Read | Refusal:
+    """Prove that ``value`` is one direction of a bidirectional RNN output, squeezed."""
+    squeeze_node = producer(value, "Squeeze")
+    if squeeze_node is None:
+        return Refusal("a concatenated value is not a Squeeze")
+    slice_node = producer(squeeze_node.inputs[0], "Slice")
+    if slice_node is None:
+        return Refusal("the Squeeze does not read a Slice")
+    source = slice_node.inputs[0]
+    node = None if source is None else source.producer()
+    facts = rnn_facts(node, prover)
+    if isinstance(facts, Refusal):
+        return Refusal(f"the Slice does not read an RNN output: {facts}")
+    if facts.layout != 0:
+        return Refusal("layout=1 RNN: the direction axis is not where a layout 0 node has it")
+    if facts.num_directions != 2:
+        return Refusal("the sliced RNN is not bidirectional")
+    rank, axis = (4, 1) if source is facts.node.outputs[0] else (3, 0)
+    bounds = _slice_bounds(slice_node, prover)
+    if isinstance(bounds, Refusal):
+        return bounds
+    start, end, slice_axis, step = bounds
+    if slice_axis not in (axis, axis - rank):
+        return Refusal("the Slice is not on the direction axis")
+    if step != 1:
+        return Refusal(f"the Slice has step {step}, not 1")
+    start, end = _clamp(start, 2), _clamp(end, 2)
+    if end - start != 1:
+        return Refusal(f"the Slice selects {max(end - start, 0)} directions, not one")
+    if squeeze_node.attributes.get("axes") is None and len(squeeze_node.inputs) < 2:
+        return Refusal("the Squeeze has no axes: it removes every axis of size 1")
+    axes = read_axes(squeeze_node, prover.ints)
+    if axes is None:
+        return Refusal("the Squeeze's axes are not constant")
+    if len(axes) != 1 or axes[0] not in (axis, axis - rank):
+        return Refusal("the Squeeze does not remove exactly the direction axis")
+    return _Read(source, start, squeeze_node)  # type: ignore[arg-type]
+
+
+class ConcatDirections(RewriteRuleClassBase):
+    """Concat(Squeeze(Slice(Y, d:d+1)) for d = 0, 1) -> Reshape(Transpose(Y), [0, 0, 2H])."""
+
+    def __init__(self) -> None:
+        super().__init__(remove_nodes=False)  # a Slice may have other readers
+
+    def pattern(self, op, a, b):
+        return op.Concat(a, b, _allow_other_attributes=True)
+
+    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
+        check_result = MatchResult()
+        prover = ShapeProver(context.model.graph)
+        reads = []
+        for value in (a, b):
+            read = _direction_read(value, prover)
+            if isinstance(read, Refusal):
+                return check_result.fail(read, value)
+            reads.append(read)
+        first, second = reads
+        if first.source is not second.source:
+            return check_result.fail("the two halves slice different values", b)
+        if [first.direction, second.direction] != [0, 1]:
+            directions = f"{first.direction}, {second.direction}"
+            reason = f"the Concat reads directions {directions}, not 0 then 1"
+            return check_result.fail(reason, context.root)
+        is_y = first.source is first.source.producer().outputs[0]  # type: ignore[union-attr]
+        rank = 3 if is_y else 2  # after the Squeeze
+        axis = context.root.attributes.get_int("axis", 0)
+        if axis not in (rank - 1, -1):
+            return check_result.fail("the Concat is not on the last (feature) axis", context.root)
+        facts = rnn_facts(first.source.producer(), prover)
+        assert not isinstance(facts, Refusal)
+        self._source = first.source
+        self._is_y = is_y
+        self._width = 2 * facts.hidden_size
+        self._graph = context.graph_or_function
+        self._main_graph = context.graph_or_function is context.model.graph
+        self._root = context.root
+        return check_result
+
+    def rewrite(self, op, a: ir.Value, **_):
+        source = self._source
+        as_node = not self._main_graph
+        if self._is_y:
+            transposed = op.Transpose(source, perm=[0, 2, 1, 3])
+            target = int64_constant(op, self._graph, [0, 0, self._width], as_node=as_node)
+        else:
+            transposed = op.Transpose(source, perm=[1, 0, 2])
+            target = int64_constant(op, self._graph, [0, self._width], as_node=as_node)
+        result = op.Reshape(transposed, target)
+        keep_identity(result.producer(), self._root)
+        return result
+
+
 def make_rules() -> list[RewriteRule]:
-    return [RnnOutputToSequence.rule()]
+    return [RnnOutputToSequence.rule(), ConcatDirections.rule()]
 
 
 FAMILY = RuleFamily(

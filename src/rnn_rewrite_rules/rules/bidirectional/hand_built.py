@@ -41,6 +41,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, squeeze
 from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
@@ -108,6 +109,21 @@ def _half(value: ir.Value, prover: ShapeProver) -> Half | Refusal:
         value = source
 
 
+def _sliced_rnn(value: ir.Value) -> ir.Node | None:
+    """The RNN node whose output ``value`` reads through at most a Squeeze and a Slice
+    that does not reverse (a converter's read of one direction), else None."""
+    node = value.producer()
+    if node is not None and node.domain == "" and node.op_type == "Squeeze":
+        value = node.inputs[0]
+        node = None if value is None else value.producer()
+    if node is None or node.domain != "" or node.op_type != "Slice" or node.inputs[0] is None:
+        return None
+    if len(node.inputs) >= 5 and node.inputs[4] is not None:
+        return None  # a step: perhaps a reversal of a hand-built half
+    source = node.inputs[0].producer()
+    return source if source is not None and rnn_op(source) is not None else None
+
+
 class MergeHandBuiltBidirectional(RewriteRuleClassBase):
     """Concat(RNN(x), rev(RNN(rev(x)))) -> RNN(x, direction="bidirectional")."""
 
@@ -117,6 +133,13 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
     def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
         prover = ShapeProver(context.model.graph)
+        sliced = _sliced_rnn(a)
+        if sliced is not None and sliced is _sliced_rnn(b):
+            reason = (
+                "both halves are Slices of one RNN node's output (a converter's per-direction"
+                " read, not a hand-built pair)"
+            )
+            return check_result.fail(reason, context.root)
         halves = []
         for value in (a, b):
             if not only_reader(value):
