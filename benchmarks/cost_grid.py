@@ -311,7 +311,7 @@ def render(data: dict) -> str:
     runtimes = [r for r in costs.RUNTIMES if r in table.runtimes()]
     groups = sorted(
         {(p.op, p.direction) for p in table.points},
-        key=lambda g: ("RNN", "GRU", "LSTM").index(g[0]),
+        key=lambda g: (("RNN", "GRU", "LSTM").index(g[0]), g[1] != "forward", g[1]),
     )
     for op, direction in groups:
         lines += [f"## {op} ({direction})", ""]

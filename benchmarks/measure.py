@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from benchmarks.tract_worker import interleaved
-from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules import _openvino, runtime
 from rnn_rewrite_rules.runtime import compare
 
 __all__ = [
@@ -186,8 +186,7 @@ def _ov_core():
 
 
 def _ov_compile(serialized: bytes):
-    core = _ov_core()
-    return core.compile_model(core.read_model(serialized, b""), "CPU", OV_CONFIG)
+    return _openvino.compile_model(serialized, OV_CONFIG, _ov_core())
 
 
 def ov_caller(serialized: bytes, feeds: Mapping[str, np.ndarray]):

@@ -6,6 +6,9 @@ stands in for a model that is certainly slower.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 
 import onnx
@@ -109,3 +112,38 @@ def test_models_on_disk_are_timed_from_their_paths(tmp_path) -> None:
     onnx.save(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), paths[1])
     result = benchmark(*paths, verify_feeds(model)[:1], repeats=1, rounds=1, session_repeats=1)
     assert not result.skipped and len(result.latencies) == len(result.sessions)
+
+
+_SIGNAL_AFTER_BENCHMARK = """
+import os, signal, time
+import rnn_rewrite_rules
+from rnn_rewrite_rules.benchmark import benchmark
+from rnn_rewrite_rules.testing.unrolled import UnrolledRnnConfig, build_unrolled_rnn, rnn_inputs
+cfg = UnrolledRnnConfig(hidden_size=8, input_size=4, seq=3)
+model = build_unrolled_rnn(cfg)
+rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+result = benchmark(model.SerializeToString(), rolled.SerializeToString(),
+                   [("x", rnn_inputs(cfg, 2))], repeats=2, rounds=1, session_repeats=2)
+assert "OpenVINO" in result.sessions, result.skipped
+handled = []
+signal.signal(signal.SIGINT, lambda number, _: handled.append(number))
+os.kill(os.getpid(), signal.SIGINT)
+time.sleep(0.1)
+print("handled", handled)
+"""
+
+
+def test_a_signal_after_timing_openvino_is_handled() -> None:
+    """OpenVINO leaves the compiling thread a freed signal stack when two compiled models
+    die in another order than made; the next Ctrl-C would be a segmentation fault."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("openvino")
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_AFTER_BENCHMARK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, f"handled [{int(signal.SIGINT)}]"), (
+        done.stderr[-2000:]
+    )

@@ -22,6 +22,9 @@ from tests.support import apply, op_counts
 
 RNN_OPS = ("LSTM", "GRU", "RNN")
 RECURRENCES = ("Loop", "Scan")
+#: The target whose runtimes have every cell's node (portable's rten has no RNN: see
+#: test_portable_keeps_an_rnn_cell_loop).
+TARGET = "onnxruntime"
 
 
 def _outputs(cell: str) -> tuple[str, ...]:
@@ -74,7 +77,7 @@ FORMS = list(itertools.product(RNN_OPS, ALL_FORMS, ("forward", "reverse")))
 def test_every_form_becomes_one_node(cell: str, form: str, direction: str) -> None:
     spec = _spec(cell=cell, form=form, direction=direction)
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1
     counts = op_counts(after)
     assert not any(counts[op] for op in RECURRENCES)
@@ -88,7 +91,7 @@ def test_every_form_becomes_one_node(cell: str, form: str, direction: str) -> No
     assert [o.type for o in after.graph.output] == [o.type for o in model.graph.output]
     assert after.opset_import == model.opset_import
     assert_same(model, after, spec)
-    again, count = apply(loop_scan.make_rules(), after)
+    again, count = apply(loop_scan.make_rules(TARGET), after)
     assert count == 0 and again == after  # twice is once
 
 
@@ -108,7 +111,7 @@ def test_every_form_becomes_one_node(cell: str, form: str, direction: str) -> No
 )
 def test_other_variants(spec: LoopSpec) -> None:
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1 and not any(op_counts(after)[op] for op in RECURRENCES)
     assert_same(model, after, spec)
 
@@ -119,7 +122,7 @@ def test_keras_relu_activation(cell: str, form: str) -> None:
     to the node (ONNX Runtime runs Relu in its LSTM and GRU kernels)."""
     spec = _spec(cell=cell, form=form, activation="Relu", direction="reverse")
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1
     (node,) = _recurrent_nodes(after)
     (activations,) = [a.strings for a in node.attribute if a.name == "activations"]
@@ -131,7 +134,7 @@ def test_keras_relu_activation(cell: str, form: str) -> None:
 def test_gru_linear_before_reset_read_from_the_body() -> None:
     for reset_after in (0, 1):
         model = build_loop_model(_spec(cell="GRU", linear_before_reset=reset_after))
-        after, _ = apply(loop_scan.make_rules(), model)
+        after, _ = apply(loop_scan.make_rules(TARGET), model)
         (node,) = _recurrent_nodes(after)
         attributes = {a.name: a.i for a in node.attribute if a.name == "linear_before_reset"}
         assert attributes == {"linear_before_reset": reset_after}
@@ -143,7 +146,7 @@ def test_a_scan_whose_output_runs_the_other_way_is_reversed_once() -> None:
     scan = next(n for n in model.graph.node if n.op_type == "Scan")
     directions = next(a for a in scan.attribute if a.name == "scan_output_directions")
     directions.ints[:] = [0]  # inputs backwards, the stack in step order
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1 and op_counts(after)["Slice"] >= 1
     assert_same(model, after, spec)
 
@@ -170,9 +173,9 @@ def test_bidirectional_layers(form: str, static_seq: bool, nodes: int) -> None:
 
 def test_float16_cells_are_refused_by_default() -> None:
     model = build_loop_model(_spec(float16=True))
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0 and op_counts(after) == op_counts(model)
-    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
     assert reasons == {FLOAT16_REASON.format(op="LSTM")}
 
 
@@ -180,7 +183,7 @@ def test_float16_cells_are_refused_by_default() -> None:
 def test_float16_cells_in_float32_between_casts(cell: str, form: str) -> None:
     spec = _spec(cell=cell, form=form, float16=True, direction="reverse")
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.widened_rules(), model)
+    after, count = apply(loop_scan.widened_rules(TARGET), model)
     assert count == 1
     (node,) = _recurrent_nodes(after)
     weights = {i.name: i for i in after.graph.initializer}
@@ -192,7 +195,9 @@ def test_float16_cells_in_float32_between_casts(cell: str, form: str) -> None:
 
 def _count_refusals(model: onnx.ModelProto) -> set[str]:
     """The refusals of the rules for other output counts (one rule per count)."""
-    return {r for r in refusal_reasons(loop_scan.make_rules(), model) if " outputs, not " in r}
+    return {
+        r for r in refusal_reasons(loop_scan.make_rules(TARGET), model) if " outputs, not " in r
+    }
 
 
 NEAR_MISS_REASONS = {
@@ -216,9 +221,9 @@ NEAR_MISS_REASONS = {
 def test_near_misses_are_refused_with_their_reason(near_miss: str, form: str) -> None:
     spec = _spec(form=form, near_miss=near_miss)
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0 and op_counts(after) == op_counts(model)
-    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
     assert reasons == {NEAR_MISS_REASONS[near_miss]}
     if near_miss == "early_exit":  # the twin is real: it stops early, the LSTM would not
         feeds = loop_inputs(spec, 2)
@@ -232,9 +237,9 @@ def test_a_trip_count_of_x_s_length_is_refused() -> None:
     [0, batch, H] (and its GRU aborts): not equal at every size."""
     spec = _spec(form="torch", trip_count="length")
     model = build_loop_model(spec)
-    _, count = apply(loop_scan.make_rules(), model)
+    _, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0
-    (reason,) = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    (reason,) = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
     assert reason == "the trip count is X's length, which can be 0: not proven equal there"
     stacked = runtime.run(model, loop_inputs(spec, 2, 0))[0]
     assert stacked.shape == (0, 0, spec.hidden_size)  # the premise, in this runtime
@@ -246,9 +251,9 @@ def test_gru_near_miss_whose_reset_gate_has_another_activation() -> None:
     mul = next(n for n in graph.node if n.op_type == "Mul" and "sigmoid" in n.input[0])
     sigmoid = next(n for n in graph.node if n.output[0] == mul.input[0])
     sigmoid.op_type = "Tanh"  # tanh(r) where sigmoid(r), z's activation, belongs
-    _, count = apply(loop_scan.make_rules(), model)
+    _, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0
-    (reason,) = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    (reason,) = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
     assert reason == "the reset gate's activation is not the update gate's (GRU)"
 
 
@@ -258,9 +263,9 @@ def test_weights_that_are_graph_inputs_are_not_constants() -> None:
     model.graph.input.append(
         onnx.helper.make_tensor_value_info("kernel", kernel.data_type, list(kernel.dims))
     )
-    _, count = apply(loop_scan.make_rules(), model)
+    _, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0
-    (reason,) = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    (reason,) = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
     assert "not a constant matrix" in reason
 
 
@@ -268,7 +273,7 @@ def test_registered_and_run_by_rewrite() -> None:
     registered = families()
     assert registered["loop_scan"].install_by_default
     # the widened rules change outputs: never in a family, so never in rewrite(model)
-    widened = {str(rule.name) for rule in loop_scan.widened_rules()}
+    widened = {str(rule.name) for rule in loop_scan.widened_rules(TARGET)}
     assert not widened & {str(rule.name) for f in registered.values() for rule in f.all_rules}
     spec = _spec(direction="reverse")
     model = build_loop_model(spec)
@@ -312,7 +317,7 @@ def test_always_equivalent(
         seed=seed,
     )
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1
     assert_same(model, after, spec)
 
@@ -329,7 +334,7 @@ def test_near_misses_never_fire(near_miss: str, form: str, cell: str, seed: int)
         model = build_loop_model(_spec(cell=cell, form=form, near_miss=near_miss, seed=seed))
     except ValueError:
         return  # a twin the form has no meaning for
-    _, count = apply(loop_scan.make_rules(), model)
+    _, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0
 
 
@@ -393,7 +398,7 @@ def test_fuzzed_bodies_are_refused_or_equivalent(
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError):
         return  # an invalid mutant (operands the op refuses)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     if not count:
         return
     for batch, seq in _sizes(spec):
@@ -431,7 +436,7 @@ def test_a_loop_inside_an_if_branch_gets_constant_nodes() -> None:
     )
     model = onnx.helper.make_model(graph, opset_imports=list(inner.opset_import))
     model.ir_version = inner.ir_version
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1
     branch = next(a.g for a in after.graph.node[0].attribute if a.name == "then_branch")
     ops = [n.op_type for n in branch.node]
@@ -454,9 +459,9 @@ def test_mk8dx_loops() -> None:
         pytest.skip(f"{entry.filename} is not there: run `{manifest.FETCH_COMMAND}`")
     assert manifest.sha256_file(path) == entry.sha256
     model = onnx.load(path)
-    reasons = set(refusal_reasons(loop_scan.make_rules(), model)) - _count_refusals(model)
+    reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
     assert reasons == {FLOAT16_REASON.format(op="LSTM")}
-    after, count = apply(loop_scan.widened_rules(), model)
+    after, count = apply(loop_scan.widened_rules(TARGET), model)
     assert count == 2
     counts = op_counts(after)
     assert counts["Loop"] == 0 and counts["LSTM"] == 2 and counts["ReverseSequence"] == 0
@@ -483,7 +488,7 @@ def test_initial_states_from_graph_inputs(cell: str, form: str) -> None:
     original runs (a state batch of 1 against X's, or X's 1 against the state's)."""
     spec = _spec(cell=cell, form=form, state_inputs=True, outputs=("y", "h"))
     model = build_loop_model(spec)
-    after, count = apply(loop_scan.make_rules(), model)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1 and op_counts(after)["Expand"] >= 2
     compared = 0
     for batch, state_batch in ((3, 3), (2, 2), (3, 1), (1, 3)):
@@ -553,3 +558,17 @@ def test_a_loop_without_a_cell_is_no_recurrence() -> None:
     )
     model = ir.serde.deserialize_model(onnx.helper.make_model(graph))
     assert diagnostics.find_hazards(model) == []
+
+
+@pytest.mark.parametrize("cell", RNN_OPS)
+def test_portable_keeps_an_rnn_cell_loop(cell: str) -> None:
+    """The portable target never emits ``RNN`` (rten has none); LSTM and GRU it does."""
+    model = build_loop_model(_spec(cell=cell, form="keras"))
+    _, count = apply(loop_scan.make_rules("portable"), model)
+    reasons = set(refusal_reasons(loop_scan.make_rules("portable"), model))
+    reasons -= _count_refusals(model)
+    if cell == "RNN":
+        assert count == 0
+        assert reasons == {"rten has no RNN op (target 'portable')"}
+    else:
+        assert count == 1

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from rnn_rewrite_rules import costs, runtime
+from rnn_rewrite_rules import _openvino, costs, runtime
 
 __all__ = [
     "BenchmarkResult",
@@ -106,11 +106,7 @@ _OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1, "INFERENCE_PRECISION
 
 
 def _openvino_compile(model: Model):
-    import openvino as ov
-
-    core = ov.Core()
-    read = core.read_model(model, b"") if isinstance(model, bytes) else core.read_model(model)
-    return core.compile_model(read, "CPU", _OV_CONFIG)
+    return _openvino.compile_model(model, _OV_CONFIG)
 
 
 def _openvino_caller(model: Model, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:

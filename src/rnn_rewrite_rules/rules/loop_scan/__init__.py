@@ -37,25 +37,27 @@ from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
 __all__ = ["FAMILY", "LoopToRnn", "ScanToRnn", "make_rules", "widened_rules"]
 
 
-def _rules(float32: bool) -> list[RewriteRule]:
+def _rules(float32: bool, target: str) -> list[RewriteRule]:
     counts = range(MAX_OUTPUTS, 0, -1)
-    return [LoopToRnn.rule(n, float32) for n in counts] + [
-        ScanToRnn.rule(n, float32) for n in counts
+    return [LoopToRnn.rule(n, float32, target) for n in counts] + [
+        ScanToRnn.rule(n, float32, target) for n in counts
     ]
 
 
-def make_rules() -> list[RewriteRule]:
-    return _rules(False)
+def make_rules(target: str = "portable") -> list[RewriteRule]:
+    """The rules for ``target``: ``portable`` emits no ``RNN`` (rten has none), so a
+    Loop or Scan holding an RNN cell stays one there."""
+    return _rules(False, target)
 
 
-def widened_rules() -> list[RewriteRule]:
+def widened_rules(target: str = "portable") -> list[RewriteRule]:
     """The explicit option for float16 cells: computed in float32 between Casts.
 
     Not a family: ``rewrite(model)`` applies every family, and these change outputs by
     float16's rounding. Apply them yourself:
     ``RewriteRuleSet(widened_rules()).apply_to_model(ir_model)``.
     """
-    return _rules(True)
+    return _rules(True, target)
 
 
 FAMILY = RuleFamily(
@@ -63,5 +65,6 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     make_rules=make_rules,
     install_by_default=True,
+    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
     fixes=("loop-recurrence",),
 )

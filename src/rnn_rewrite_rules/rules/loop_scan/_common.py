@@ -139,14 +139,15 @@ FLOAT16_REASON = (
 )
 
 
-def dtype_reason(cell: Cell, float32: bool) -> Refusal | None:
-    """Why the node for ``cell`` must not be emitted: a float16 cell unless ``float32``
-    (see :data:`FLOAT16_REASON`); an element type a target runtime has no kernel for
-    (``rules._kernels``: float64 in ONNX Runtime and tract)."""
+def dtype_reason(cell: Cell, float32: bool, target: str) -> Refusal | None:
+    """Why the node for ``cell`` must not be emitted on ``target``: a float16 cell unless
+    ``float32`` (see :data:`FLOAT16_REASON`); an op or element type a runtime of the
+    target has no kernel for (``rules._kernels``: float64 in ONNX Runtime and tract, no
+    ``RNN`` in rten, a runtime of ``portable``)."""
     if cell.dtype == _FLOAT16 and not float32:
         return Refusal(FLOAT16_REASON.format(op=cell.op_type))
     emitted = np.dtype(np.float32) if cell.dtype == _FLOAT16 else cell.dtype
-    return missing_kernel("", cell.op_type, emitted)
+    return missing_kernel("", cell.op_type, emitted, (target,))
 
 
 def used(value: ir.Value) -> bool:
@@ -164,11 +165,12 @@ class RecurrenceRule(RewriteRuleClassBase):
 
     op_type = ""
 
-    def __init__(self, num_outputs: int, float32: bool) -> None:
+    def __init__(self, num_outputs: int, float32: bool, target: str) -> None:
         suffix = "Widened" if float32 else ""
         super().__init__(name=f"{type(self).__name__}{suffix}[{num_outputs}]")
         self.num_outputs = num_outputs
         self.float32 = float32
+        self.target = target
 
     def pattern(self, op, first):
         return getattr(op, self.op_type)(
@@ -196,7 +198,7 @@ class RecurrenceRule(RewriteRuleClassBase):
         found = self.plan(node, context.model)
         if isinstance(found, Refusal):
             return MatchResult().fail(found, node)
-        reason = dtype_reason(found.cell, self.float32)
+        reason = dtype_reason(found.cell, self.float32, self.target)
         if reason is not None:
             return MatchResult().fail(reason, node)
         if opset < 10 and "y_reversed" in found.outputs:

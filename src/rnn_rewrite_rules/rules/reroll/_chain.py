@@ -43,6 +43,14 @@ __all__ = [
 ]
 
 _INT64_MAX = 2**63 - 1
+#: ONNX's shape inference of Slice-10 (onnx 1.23) gives ``Slice(X, [0], [1])`` of a
+#: dimension ``seq`` the size ``seq``; ONNX Runtime plans buffers by those shapes and puts a
+#: re-rolled node's values of length ``seq`` in a one-step buffer ("Shape mismatch attempting
+#: to re-use buffer"), where the unrolled original happened to run.
+_SLICE_10 = Refusal(
+    "opset 10: ONNX's Slice-10 shape inference sizes the steps' Slices wrongly, and ONNX "
+    "Runtime reuses buffers by it"
+)
 _MAX_DEPTH = 24
 
 
@@ -215,6 +223,8 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, Refusal):
             return check_result.fail(opset, root)
+        if opset == 10 and any(n.op_type == "Slice" for n in context.graph_or_function):
+            return check_result.fail(_SLICE_10, root)
         kept = self.decline(context, plan)
         if kept is not None:
             costs.record(str(self.name), root.name or root.op_type, kept)
