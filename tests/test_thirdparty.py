@@ -211,6 +211,58 @@ def test_hand_built_near_misses(near_miss: str, reason: str) -> None:
     assert_equivalent(before, after)
 
 
+def _directions(model: onnx.ModelProto) -> list[bytes]:
+    return [
+        next((a.s for a in n.attribute if a.name == "direction"), b"forward")
+        for n in rnn_nodes(model)
+    ]
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("reverse_at", ["input", "batched"])
+@pytest.mark.parametrize("states", [False, True])
+def test_batch_free_bidirectional_stack_is_one_node_per_layer(op_type, reverse_at, states) -> None:
+    """``x [seq, I]`` unsqueezed to a batch of 1, ``Squeeze(Y, [1, 2])`` per half."""
+    before = tp.batch_free_bidirectional(op_type, layers=2, reverse_at=reverse_at, states=states)
+    after = rewrite(before)
+    assert _directions(after) == [b"bidirectional"] * 2
+    counts = _counts(after)
+    assert not counts["Slice"] and not counts["Squeeze"] and not counts["Transpose"]
+    assert rnn_nodes(after)[0].name == rnn_nodes(before)[0].name  # the forward half's name
+    assert_equivalent(before, after)
+
+
+@pytest.mark.parametrize(
+    ("near_miss", "reason"),
+    [
+        ("batched_input", "the batch is not proven to be 1"),
+        ("other_input", "does not read the reversed input of the first"),
+        ("concat_axis", "not concatenated on the feature axis"),
+    ],
+)
+def test_batch_free_near_misses(near_miss: str, reason: str) -> None:
+    before = tp.batch_free_bidirectional("GRU", near_miss=near_miss)
+    found = reasons(before, ["bidirectional"])
+    assert any(reason in r for r in found), found
+    after = rewrite(before, ["bidirectional"])
+    assert b"bidirectional" not in _directions(after)
+    if near_miss != "batched_input":
+        assert_equivalent(before, after)
+        return
+    for seq in (1, 5):  # the original runs at batch 1 only (see below)
+        feeds = tp.thirdparty_inputs(before, 1, seq, rng=seq)
+        assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) == 0
+
+
+def test_batch_free_batched_input_runs_only_at_batch_1() -> None:
+    """Why ``batched_input`` is refused: its ``[1, 2]`` Squeeze fails at any other batch, and
+    a merged node's Reshape would not."""
+    model = tp.batch_free_bidirectional("GRU", near_miss="batched_input")
+    runtime.run(model, tp.thirdparty_inputs(model, 1, 3))
+    with pytest.raises(Exception, match=r"Squeeze|dimension"):
+        runtime.run(model, tp.thirdparty_inputs(model, 2, 3))
+
+
 def test_sequence_lens_reversal_differs() -> None:
     """Why ``sequence_lens`` blocks the merge: a reverse node reverses within each length."""
     model = tp.hand_built_bidirectional("GRU", halves="reverse", near_miss="sequence_lens")

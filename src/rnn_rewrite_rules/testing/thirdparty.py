@@ -44,6 +44,7 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = [
     "INT64_MIN",
     "TF2ONNX_NEAR_MISSES",
+    "batch_free_bidirectional",
     "computed_reshape",
     "embedding_tagger",
     "hand_built_bidirectional",
@@ -511,6 +512,68 @@ def one_dim_states(
     g.output(g.one("Concat", *ys, axis=-1), "y", 2)
     g.output(h, "h_n", 1)
     return g.model("one_dim_states")
+
+
+def batch_free_bidirectional(
+    op_type: str = "LSTM",
+    *,
+    layers: int = 1,
+    reverse_at: str = "input",
+    states: bool = False,
+    near_miss: str | None = None,
+    input_size: int = 3,
+    hidden: int = 4,
+) -> onnx.ModelProto:
+    """A hand-built bidirectional stack on ``x [seq, I]`` with no batch axis.
+
+    Each layer: the forward half reads ``Unsqueeze(x, [1])``; the backward half reads
+    ``Unsqueeze(rev(x), [1])`` (``reverse_at="input"``) or ``rev(Unsqueeze(x, [1]))`` of
+    an Unsqueeze node of its own (``"batched"``); each ``Y`` is ``Squeeze(Y, [1, 2])``
+    (direction and batch at once, ``[seq, H]``), the backward one reversed back, then
+    ``Concat(axis=-1)`` (``[seq, 2H]``, the next layer's ``x``). ``states``: 1-D inputs
+    ``h0``/``c0`` ``[H]`` made ``[1, 1, H]`` by ``Unsqueeze(h, [0, 1])``, one per half.
+    Near misses: ``batched_input`` (``x`` is ``[seq, batch, I]`` read as is: nothing
+    proves the batch is 1, so the ``[1, 2]`` Squeeze is not proven to remove a size-1
+    batch; one layer only), ``other_input`` (the backward half reverses a second input ``x2``),
+    ``concat_axis`` (the halves are concatenated on axis 0, ``[2 seq, H]``).
+    """
+    if near_miss not in (None, "batched_input", "other_input", "concat_axis"):
+        raise ValueError(near_miss)
+    batched = near_miss == "batched_input"
+    if batched and layers != 1:
+        raise ValueError("batched_input has one layer")
+    g = _Graph(seed=2)
+    x = g.input("x", ["seq", "batch", input_size] if batched else ["seq", input_size])
+    other = g.input("x2", ["seq", input_size]) if near_miss == "other_input" else x
+    width = input_size
+
+    def state_inputs(tag: str) -> dict[str, str]:
+        if not states:
+            return {}
+        names = ("h", "c") if op_type == "LSTM" else ("h",)
+        return {
+            f"initial_{n}": g.one("Unsqueeze", g.input(f"{n}0_{tag}", [hidden]), g.ints(0, 1))
+            for n in names
+        }
+
+    for layer in range(layers):
+        tag = str(layer)
+        forward_x = x if batched else g.one("Unsqueeze", x, g.ints(1))
+        source = other if layer == 0 else x
+        if batched:
+            backward_x = _reverse(g, source)
+        elif reverse_at == "input":
+            backward_x = g.one("Unsqueeze", _reverse(g, source), g.ints(1))
+        else:
+            backward_x = _reverse(g, g.one("Unsqueeze", source, g.ints(1)))
+        forward = g.rnn(op_type, forward_x, width, hidden, **state_inputs(f"f{tag}"))
+        backward = g.rnn(op_type, backward_x, width, hidden, **state_inputs(f"b{tag}"))
+        yf = g.one("Squeeze", forward[0], g.ints(1, 2))
+        yb = _reverse(g, g.one("Squeeze", backward[0], g.ints(1, 2)))
+        x = g.one("Concat", yf, yb, axis=0 if near_miss == "concat_axis" else -1)
+        width = hidden if near_miss == "concat_axis" else 2 * hidden
+    g.output(x, "y", 2)
+    return g.model("batch_free_bidirectional")
 
 
 def computed_reshape(

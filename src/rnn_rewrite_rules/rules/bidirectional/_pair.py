@@ -42,12 +42,14 @@ _TAKES = {
 
 @dataclasses.dataclass
 class Half:
-    """One direction: its node, whether its input and Y are time-reversed by a Slice, and
-    whether its Y is squeezed to ``[seq, batch, H]`` before the Concat."""
+    """One direction: its node, whether its input and Y are time-reversed by a Slice,
+    whether its Y is squeezed to ``[seq, batch, H]`` before the Concat, and whether that
+    Squeeze also removes a batch of 1 (``[seq, H]``, a batch-free layer)."""
 
     node: ir.Node
     reversed: bool
     squeezed: bool
+    batch_free: bool = False
 
 
 def only_reader(value: ir.Value) -> bool:

@@ -9,15 +9,21 @@ by the same Slice, both concatenated:
 * ``Concat(Yf, rev(Yb), axis=1)``: ``[seq, 2, batch, H]``, the bidirectional ``Y``;
 * ``Concat(Squeeze(Yf, 1), rev(Squeeze(Yb, 1)), axis=-1)``: ``[seq, batch, 2H]``
   (the reversal may sit before or after the Squeeze);
+* batch-free layers (``x [seq, I]`` made ``[seq, 1, I]`` by ``Unsqueeze(x, [1])``):
+  ``Concat(Squeeze(Yf, [1, 2]), rev(Squeeze(Yb, [1, 2])), axis=-1)``, ``[seq, 2H]``,
+  the reversed half reading ``Unsqueeze(rev(x), [1])`` or ``rev(Unsqueeze(x, [1]))``
+  (an Unsqueeze of its own or the forward half's);
 * ``rev(Yb)`` (or ``rev(Squeeze(Yb, 1))``) alone: one reverse-direction layer;
 * ``Yb`` of a ``direction="reverse"`` node on ``x`` in place of ``rev(Yb)`` (a converter's
   pair, or the reverse rule's result on a hand-built half), ``sequence_lens`` shared.
 
-Condition: both nodes are the same op with the same attributes (``layout`` 0) and
-hidden size; the reversed node reads exactly the Slice of the forward node's ``x`` (a
-reverse node reads ``x`` itself); each Slice is a full reversal of axis 0 (start ``-1``,
-end at or below ``-2**62``, step ``-1``: every length an axis can have); no
-``sequence_lens`` on a Slice-reversed half (a ``reverse`` node reverses each sequence
+Condition: both nodes are the same op with the same attributes (``layout`` 0) and hidden
+size; the reversed node reads exactly the Slice of the forward node's ``x`` (a reverse
+node reads ``x`` itself), where an ``Unsqueeze`` of one value on the same constant axes
+is the same value and ``Unsqueeze(rev(v), [1])`` is ``rev(Unsqueeze(v, [1]))``; a
+``[1, 2]`` Squeeze needs a batch proven to be 1; each Slice is a full reversal of axis 0
+(start ``-1``, end at or below ``-2**62``, step ``-1``: every length an axis can have);
+no ``sequence_lens`` on a Slice-reversed half (a ``reverse`` node reverses each sequence
 within its length, the Slice the padded tensor), the same ``sequence_lens`` value on a
 forward/reverse pair; both or neither have initial states and peepholes; ``Y_h``/``Y_c``
 and every intermediate value have no other reader; activations, when given, are given
@@ -29,8 +35,9 @@ Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W
 ``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
 ``Concat``; a missing ``B`` is zeros of the type of a constant ``W`` or ``R``, which
 must exist), states concatenated, then
-``Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, 2H])`` for the ``[seq, batch, 2H]`` form;
-or the one node with ``direction="reverse"`` reading ``x``.
+``Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, 2H])`` for the ``[seq, batch, 2H]`` form,
+``Reshape(Y, [0, 2H])`` for the batch-free ``[seq, 2H]`` (a batch of 1 needs no
+Transpose); or the one node with ``direction="reverse"`` reading ``x``.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from rnn_rewrite_rules.rules.bidirectional._pair import (
     only_reader,
     pair_reason,
 )
-from rnn_rewrite_rules.shape import ShapeProver
+from rnn_rewrite_rules.shape import ONE, ShapeProver
 
 __all__ = ["MergeHandBuiltBidirectional", "MergeHandBuiltReverse", "is_reversal"]
 
@@ -81,8 +88,9 @@ def is_reversal(node: ir.Node | None, prover: ShapeProver) -> Refusal | None:
 
 
 def _half(value: ir.Value, prover: ShapeProver) -> Half | Refusal:
-    """Follow ``value`` back through one reversal and one ``Squeeze(axes=[1])`` to a Y."""
-    reversed_, squeezed = False, False
+    """Follow ``value`` back through one reversal and one ``Squeeze`` of axis 1 (or of
+    axes 1 and 2 with a batch proven to be 1) to a Y."""
+    reversed_, squeezed, batch_free = False, False, False
     while True:
         node = value.producer()
         if node is None:
@@ -94,19 +102,65 @@ def _half(value: ir.Value, prover: ShapeProver) -> Half | Refusal:
             reversed_ = True
         elif node.domain == "" and node.op_type == "Squeeze" and not squeezed:
             axes = read_axes(node, prover.ints)
-            if axes not in ([1], [-3]):
+            removed = None if axes is None else sorted(a % 4 for a in axes)
+            if removed not in ([1], [1, 2]) or len(set(axes)) != len(axes):  # type: ignore[arg-type]
                 return Refusal("the Squeeze does not remove the direction axis")
-            squeezed = True
+            squeezed, batch_free = True, removed == [1, 2]
         else:
             if isinstance(rnn_facts(node, prover), str) or node.domain != "":
                 return Refusal(f"{node.op_type} between the RNN and the Concat")
             if value is not node.outputs[0]:
                 return Refusal("the value is not the RNN's Y")
-            return Half(node, reversed_, squeezed)
+            if batch_free and prover.dim(node.inputs[0], 1) != ONE:
+                return Refusal(
+                    "the Squeeze removes axes 1 and 2, and the batch is not proven to be 1"
+                )
+            return Half(node, reversed_, squeezed, batch_free)
         source = node.inputs[0]
         if source is None or not only_reader(source):
             return Refusal("an intermediate value has another reader")
         value = source
+
+
+def _same_value(a: ir.Value | None, b: ir.Value | None, prover: ShapeProver) -> bool:
+    """``a`` is ``b``, or both are an ``Unsqueeze`` of one value on the same constant axes."""
+    if a is None or b is None or a is b:
+        return a is b and a is not None
+    nodes = a.producer(), b.producer()
+    if any(n is None or n.domain != "" or n.op_type != "Unsqueeze" for n in nodes):
+        return False
+    first, second = nodes
+    axes = read_axes(first, prover.ints)  # type: ignore[arg-type]
+    return (
+        first.inputs[0] is second.inputs[0]  # type: ignore[union-attr]
+        and axes is not None
+        and axes == read_axes(second, prover.ints)  # type: ignore[arg-type]
+    )
+
+
+def _reversed_input_reason(
+    x: ir.Value | None, reversed_x: ir.Value | None, prover: ShapeProver
+) -> Refusal | None:
+    """None when ``reversed_x`` is ``x`` reversed in time: ``rev(x)``, or
+    ``Unsqueeze(rev(v), [1])`` where ``x`` is ``Unsqueeze(v, [1])`` (reversing axis 0
+    and inserting axis 1 commute), else why not."""
+    node = None if reversed_x is None else reversed_x.producer()
+    if node is not None and node.domain == "" and node.op_type == "Unsqueeze":
+        axes = read_axes(node, prover.ints)
+        x_node = None if x is None else x.producer()
+        if (
+            axes in ([1], [-2])
+            and x_node is not None
+            and x_node.domain == ""
+            and x_node.op_type == "Unsqueeze"
+            and read_axes(x_node, prover.ints) in ([1], [-2])
+        ):
+            slice_node = None if node.inputs[0] is None else node.inputs[0].producer()
+            if slice_node is not None and slice_node.inputs[0] is x_node.inputs[0]:
+                return is_reversal(slice_node, prover)
+    if node is None or not node.inputs or not _same_value(node.inputs[0], x, prover):
+        return Refusal("the second RNN does not read the reversed input of the first")
+    return is_reversal(node, prover)
 
 
 def _sliced_rnn(value: ir.Value) -> ir.Node | None:
@@ -154,8 +208,13 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             return check_result.fail("not a forward half followed by a reversed half", b)
         if forward.squeezed != backward.squeezed:
             return check_result.fail("only one half is squeezed", b)
+        if forward.batch_free != backward.batch_free:
+            return check_result.fail("only one half's Squeeze removes the batch", b)
         axis = context.root.attributes.get_int("axis", 0)
-        if forward.squeezed and axis not in (2, -1):
+        if forward.batch_free and axis not in (1, -1):
+            reason = "the halves are not concatenated on the feature axis"
+            return check_result.fail(reason, context.root)
+        if forward.squeezed and not forward.batch_free and axis not in (2, -1):
             reason = "the halves are not concatenated on the feature axis"
             return check_result.fail(reason, context.root)
         if not forward.squeezed and axis not in (1, -3):
@@ -166,19 +225,13 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             return check_result.fail(reason, backward.node)
         x = forward.node.inputs[0]
         if backward_node_reverse:  # a reverse node (or a merged reversed half) on x itself
-            if x is None or backward.node.inputs[0] is not x:
+            if not _same_value(backward.node.inputs[0], x, prover):
                 reason = "the reverse RNN does not read the forward RNN's input"
                 return check_result.fail(reason, backward.node)
         else:
-            reversed_x = backward.node.inputs[0]
-            slice_node = None if reversed_x is None else reversed_x.producer()
-            if x is None or slice_node is None or slice_node.inputs[0] is not x:
-                return check_result.fail(
-                    "the second RNN does not read the reversed input of the first", backward.node
-                )
-            reason = is_reversal(slice_node, prover)
+            reason = _reversed_input_reason(x, backward.node.inputs[0], prover)
             if reason is not None:
-                return check_result.fail(reason, slice_node)
+                return check_result.fail(reason, backward.node)
         facts = rnn_facts(forward.node, prover)
         assert not isinstance(facts, Refusal)
         self._plan = (forward, backward, x, 2 * facts.hidden_size)
@@ -193,7 +246,10 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         )[0]
         if not forward.squeezed:
             return y
-        target = int64_constant(op, self._graph, [0, 0, width], as_node=not self._main_graph)
+        as_node = not self._main_graph
+        if forward.batch_free:  # [seq, 2, 1, H]: with a batch of 1, already [seq, 2H] in order
+            return op.Reshape(y, int64_constant(op, self._graph, [0, width], as_node=as_node))
+        target = int64_constant(op, self._graph, [0, 0, width], as_node=as_node)
         return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), target)
 
 
@@ -233,5 +289,5 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         if half.squeezed:
             as_node = not self._main_graph
             ints = lambda v: int64_constant(op, self._graph, v, as_node=as_node)  # noqa: E731
-            result = squeeze(op, result, [1], self._opset, ints)
+            result = squeeze(op, result, [1, 2] if half.batch_free else [1], self._opset, ints)
         return result
