@@ -24,7 +24,11 @@ tensor (a reshape keeps the row-major order).
 Replacement: at most one ``Transpose`` of ``Y`` (only if non-unit axes move) and one
 ``Squeeze``/``Unsqueeze``/``Reshape`` whose target uses ``0`` and ``-1`` for the
 symbolic axes, so dynamic axes stay dynamic; applied only when that is fewer nodes
-than the chain (a computed Reshape target counts as one more node).
+than the chain (a computed Reshape target counts as one more node, and a last
+``Transpose`` read only by ``Reduce*``/``ArgMax``/``ArgMin`` nodes counts as none: ONNX
+Runtime's transpose optimizer moves it past them, where it vanishes, and the collapsed
+chain hands the reduction another layout: a ``ReduceMean`` over axis 1 of ``[1, T, C]``
+measured 12x slower in ONNX Runtime 1.32 than over axis 0 of ``[T, 1, C]``).
 """
 
 from __future__ import annotations
@@ -235,6 +239,40 @@ def _only_shape_readers(value: ir.Value, others: int) -> bool:
 
 _MAX_DYING = 64
 
+#: Readers ONNX Runtime's transpose optimizer moves a Transpose past (onto their reduced
+#: output): a chain's last Transpose read only by these costs nothing there.
+_TRANSPOSE_SINKS = frozenset(
+    {
+        "ArgMax",
+        "ArgMin",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceMax",
+        "ReduceMean",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceSum",
+        "ReduceSumSquare",
+    }
+)
+
+
+def _sunk(node: ir.Node) -> bool:
+    """``node`` is a Transpose whose every reader is a reduction it is moved past."""
+    out = node.outputs[0]
+    readers = out.uses()
+    return (
+        node.op_type == "Transpose"
+        and bool(readers)
+        and not out.is_graph_output()
+        and all(
+            u.node.domain == "" and u.node.op_type in _TRANSPOSE_SINKS and u.idx == 0
+            for u in readers
+        )
+    )
+
 
 def _dying(chain: list[ir.Node]) -> set[ir.Node]:
     """The nodes that die when the chain's last output is replaced: the chain's and those
@@ -335,6 +373,8 @@ class CollapseRnnGlue(RewriteRuleClassBase):
                 target = node.inputs[1]
                 if const_array(target) is None and target.producer() in dying:
                     old_cost += 1  # its runtime target computation dies with it
+        sunk = root in dying and _sunk(root)
+        old_cost -= sunk
         plan = _realize(sizes, groups)
         if plan is None:
             reason = "no constant-target realization keeps the axes dynamic"
@@ -346,6 +386,11 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             new_cost = 1  # an Identity keeps both names
         if new_cost >= old_cost:
             reason = f"already minimal ({old_cost} nodes, best {new_cost})"
+            if sunk:
+                reason += (
+                    "; the last Transpose is not counted: ONNX Runtime moves it past the"
+                    f" {readers[0].node.op_type} that reads it"
+                )
             return check_result.fail(reason, context.root)
         self._plan = (y, perm, second)
         opset = opset_version(context.model, context.graph_or_function)

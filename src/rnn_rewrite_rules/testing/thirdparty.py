@@ -193,12 +193,15 @@ def torchscript_batch_first(
     input_size: int = 3,
     hidden: int = 4,
     near_miss: str | None = None,
+    pool: str | None = None,
 ) -> onnx.ModelProto:
     """``nn.GRU/LSTM(batch_first=True)(x)`` without ``h0``, TorchScript export.
 
     ``x [batch, seq, I] -> Transpose(1, 0, 2) -> layers``; the zero state is
     ``ConstantOfShape(Concat([L*D], Unsqueeze(Gather(Shape(x), 0)), [H]))`` sliced per
     layer. ``near_miss="unrelated_batch"`` reads the batch from a second input ``other``.
+    ``pool``: ``y`` is that reduction (``"ReduceMean"``, ...) over time (axis 1, no kept
+    dims) of the batch-first output, a classifier head's pooling.
     """
     g = _Graph()
     d = 2 if direction == "bidirectional" else 1
@@ -223,7 +226,11 @@ def torchscript_batch_first(
         outs = g.rnn(op_type, current, width, hidden, direction=direction, **states)
         current = _sequence_glue(g, outs[0], d)
         width = d * hidden
-    g.output(g.one("Transpose", current, perm=[1, 0, 2]), "y", 3)
+    y = g.one("Transpose", current, perm=[1, 0, 2])
+    if pool is not None:
+        g.output(g.one(pool, y, axes=[1], keepdims=0), "y", 2)
+    else:
+        g.output(y, "y", 3)
     return g.model("torchscript_batch_first")
 
 
