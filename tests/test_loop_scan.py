@@ -232,17 +232,121 @@ def test_near_misses_are_refused_with_their_reason(near_miss: str, form: str) ->
         assert runtime.run(model, loop_inputs(spec, 3))[2].shape == (3, spec.hidden_size)
 
 
-def test_a_trip_count_of_x_s_length_is_refused() -> None:
-    """At 0 steps ONNX Runtime's Loop stacks a [0, 0, H] output, the node's Y is
-    [0, batch, H] (and its GRU aborts): not equal at every size."""
-    spec = _spec(form="torch", trip_count="length")
+_ZERO_STEPS = """
+import sys
+import numpy as np
+import onnx
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.testing.loops import LoopSpec, loop_inputs
+spec = LoopSpec(cell=sys.argv[2], form="torch", trip_count="length",
+                state_inputs=sys.argv[4] == "1", outputs=tuple(sys.argv[3].split(",")))
+outputs = runtime.run(onnx.load(sys.argv[1]), loop_inputs(spec, 2, 0))
+np.savez(sys.argv[1] + ".npz", *outputs)
+"""
+
+
+def _run_at_zero_steps(model: onnx.ModelProto, spec: LoopSpec, tmp_path) -> list[np.ndarray]:
+    """The outputs at 0 steps, run in a child process (ONNX Runtime's GRU aborts there)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / f"model{len(list(tmp_path.iterdir()))}.onnx"
+    onnx.save(model, path)
+    command = [sys.executable, "-c", _ZERO_STEPS, str(path), spec.cell, ",".join(spec.outputs)]
+    command.append("1" if spec.state_inputs else "0")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with np.load(f"{path}.npz") as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+@pytest.mark.parametrize("cell", RNN_OPS)
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_a_trip_count_of_x_s_length_is_guarded_at_zero_steps(cell, direction, tmp_path) -> None:
+    """torch's Loop over ``Shape(X)[0]`` steps: the node sits in ``If(len(X) == 0)``,
+    whose other branch gives what the Loop gives after no step (the initial states, ONNX
+    Runtime's ``[0, 0, H]`` stack) where the node would not (ONNX Runtime's GRU aborts
+    on 0 steps; its LSTM and RNN give zero states)."""
+    spec = _spec(cell=cell, form="torch", direction=direction, trip_count="length")
+    model = build_loop_model(spec)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
+    assert count == 1
+    counts = op_counts(after)
+    assert counts["If"] == 1 and not counts["Loop"] and not counts["ReverseSequence"]
+    (guard,) = [n for n in after.graph.node if n.op_type == "If"]
+    branches = {a.name: [n.op_type for n in a.g.node] for a in guard.attribute}
+    assert cell in branches["else_branch"] and cell not in branches["then_branch"]
+    for seed, (batch, seq) in enumerate([*_sizes(spec), (2, 1)]):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+        assert runtime.max_abs_diff(expected, actual) <= 1e-5
+    expected = _run_at_zero_steps(model, spec, tmp_path)
+    actual = _run_at_zero_steps(after, spec, tmp_path)
+    assert [a.shape for a in expected] == [a.shape for a in actual]
+    assert expected[0].shape == (0, 0, spec.hidden_size)  # the stack of no step
+    assert runtime.max_abs_diff(expected, actual) == 0  # the initial states (zeros)
+    again, count = apply(loop_scan.make_rules(TARGET), after)
+    assert count == 0 and again == after  # twice is once
+
+
+def test_zero_steps_are_what_the_node_alone_gets_wrong(tmp_path) -> None:
+    """The premise of the guard: an LSTM node alone does not give its initial states at 0
+    steps (ONNX Runtime 1.32 gives zeros; 1.31 left them uninitialized), the Loop does."""
+    spec = _spec(form="torch", trip_count="length", state_inputs=True)
+    model = build_loop_model(spec)
+    (h_n,) = (v for v in _run_at_zero_steps(model, spec, tmp_path)[1:2])
+    assert np.abs(h_n).sum() > 0  # the initial state, random
+    feeds = loop_inputs(spec, 2, 0)
+    node = onnx.helper.make_node(
+        "LSTM", ["x", "w", "r", "", "", "h", "h"], ["y", "y_h"], hidden_size=spec.hidden_size
+    )
+    size = spec.hidden_size
+    graph = onnx.helper.make_graph(
+        [node],
+        "alone",
+        [
+            onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [0, 2, 5]),
+            onnx.helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT, [1, 2, size]),
+        ],
+        [onnx.helper.make_tensor_value_info("y_h", onnx.TensorProto.FLOAT, None)],
+        [
+            onnx.numpy_helper.from_array(np.ones((1, 4 * size, 5), np.float32), "w"),
+            onnx.numpy_helper.from_array(np.ones((1, 4 * size, size), np.float32), "r"),
+        ],
+    )
+    alone = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 14)])
+    alone.ir_version = 8
+    (y_h,) = runtime.run(alone, {"x": feeds["x"], "h": feeds["h0"][np.newaxis]})
+    assert y_h.shape == (1, 2, size) and not np.allclose(y_h[0], feeds["h0"])
+
+
+def test_a_guard_beside_a_broadcast_is_refused_for_its_cost() -> None:
+    """X's length as the trip count and states whose batch is not proven X's: the guard
+    and the broadcast (8 small nodes) made a one-step call 1.15x the Loop's (ONNX Runtime
+    1.32, LSTM, hidden 64, batch 1)."""
+    spec = _spec(form="torch", trip_count="length", state_inputs=True)
     model = build_loop_model(spec)
     _, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0
-    (reason,) = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
-    assert reason == "the trip count is X's length, which can be 0: not proven equal there"
-    stacked = runtime.run(model, loop_inputs(spec, 2, 0))[0]
-    assert stacked.shape == (0, 0, spec.hidden_size)  # the premise, in this runtime
+    reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
+    (reason,) = reasons
+    assert "the zero-step guard and the broadcast cost more than a one-step Loop" in reason
+
+
+def test_a_trip_count_of_another_length_is_refused() -> None:
+    """The trip count is the length of a second input, not of X."""
+    spec = _spec(form="torch", trip_count="length")
+    model = build_loop_model(spec)
+    (shape,) = [n for n in model.graph.node if n.output[0] == "x_shape"]
+    shape.input[0] = "other"
+    model.graph.input.append(
+        onnx.helper.make_tensor_value_info("other", onnx.TensorProto.FLOAT, ["n", 1])
+    )
+    _, count = apply(loop_scan.make_rules(TARGET), model)
+    assert count == 0
+    reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
+    assert reasons == {"the trip count is neither a constant nor X's length"}
 
 
 def test_gru_near_miss_whose_reset_gate_has_another_activation() -> None:

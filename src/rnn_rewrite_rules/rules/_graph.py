@@ -28,6 +28,7 @@ __all__ = [
     "slice_",
     "slice_params",
     "squeeze",
+    "taken_names",
     "unsqueeze",
 ]
 
@@ -106,7 +107,7 @@ def unsqueeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> i
     return op.Unsqueeze(value, axes=axes)
 
 
-def _taken_names(scope: ir.Graph | ir.Model) -> set[str]:
+def taken_names(scope: ir.Graph | ir.Model) -> set[str]:
     """Every value name of a graph and the subgraphs in it (ONNX forbids shadowing), or of
     a model's graph and its functions: inputs, outputs, initializers and node values."""
     scopes: list[ir.Graph | ir.Function] = (
@@ -126,7 +127,7 @@ def _taken_names(scope: ir.Graph | ir.Model) -> set[str]:
 def fresh_name(scope: ir.Graph | ir.Model, base: str) -> str:
     """``base``, or ``base_1``, ``base_2`` ...: the first name no value of ``scope`` (a
     graph and its subgraphs, or a whole model with its functions) uses."""
-    taken = _taken_names(scope)
+    taken = taken_names(scope)
     name, index = base, 0
     while name in taken:
         index += 1

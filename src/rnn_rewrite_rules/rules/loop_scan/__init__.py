@@ -11,8 +11,9 @@ Sigmoid, Tanh or Relu.
 
 Condition: the gates are told apart by their role in the cell (any gate order); every
 weight is a constant; the carried values are exactly h (and c), counters (``+ 1`` per
-step) and invariants; Loop: the trip count is a constant ``T``, the condition is
-evaluated true after each step but the last, the step input is ``Gather(X, t)`` of a
+step) and invariants; Loop: the trip count is a constant ``T`` or ``X``'s length (with
+states of ``X``'s proven batch), the condition is evaluated true after each step but the
+last, the step input is ``Gather(X, t)`` of a
 rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
 Scan: one scan input on axis 0, forward or reverse; the initial states are provably
 ``[batch of X, H]`` (or ``[b, H]``: then X and the states are expanded to the batch they
@@ -22,7 +23,9 @@ broadcast to, as the body does); every read output is a final state, an invarian
 Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into ONNX
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
-stacked output back in time becomes ``Y`` itself.
+stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
+the node sits in ``If(len(X) == 0)`` whose other branch gives the Loop's outputs after
+no step (the initial states, ONNX Runtime's ``[0, 0, H]`` stack).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
@@ -16,6 +17,7 @@ from rnn_rewrite_rules.rules._graph import (
     producer,
     slice_,
     squeeze,
+    taken_names,
     unsqueeze,
 )
 from rnn_rewrite_rules.rules._kernels import missing_kernel
@@ -56,6 +58,10 @@ class Recurrence:
     ``replaced``: values after the node to replace by ``Y`` instead (a reversal undone).
     ``broadcast``: the states' batch is not proven ``x``'s: all three are expanded to the
     batch they broadcast to, as the body's arithmetic does.
+    ``guarded``: the Loop's trip count is ``x``'s length, which can be 0: then the Loop
+    runs no step (its states are the initial ones, its stacked output ONNX Runtime's
+    ``[0, 0, H]``) where the node would not run (ONNX Runtime's GRU aborts on 0 steps,
+    its LSTM and RNN give zero states), so the node sits in ``If(len(x) == 0)``.
     """
 
     node: ir.Node
@@ -69,6 +75,7 @@ class Recurrence:
     last_steps: int | None = None
     replaced: list[ir.Value] = dataclasses.field(default_factory=list)
     broadcast: bool = False
+    guarded: bool = False
 
 
 def classify_carried(
@@ -208,17 +215,110 @@ class RecurrenceRule(RewriteRuleClassBase):
         self._main = (
             context.model.graph if context.graph_or_function is context.model.graph else None
         )
+        self._model = context.model
         return MatchResult()
 
     def rewrite(self, op, out0: ir.Value, **_):
-        return emit(op, self._plan, self.num_outputs, self._opset, self._main)
+        return emit(op, self._plan, self.num_outputs, self._opset, self._main, self._model)
 
 
 def emit(
-    op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None
+    op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None, model: ir.Model
 ) -> list[ir.Value]:
     """The recurrent node for ``plan`` and the values replacing the node's outputs
     (``main``: the model's graph when the node is in it, for new initializers)."""
+    if not plan.guarded:
+        result, value_of = _emit_node(op, plan, num_outputs, opset, main)
+        for old in plan.replaced:
+            redirect(old, value_of("y"))
+    else:
+        result = _emit_guarded(op, plan, num_outputs, opset, main, model)
+    _detach_body(plan.node)
+    return result
+
+
+def _emit_guarded(
+    op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None, model: ir.Model
+) -> list[ir.Value]:
+    """``If(len(x) == 0)``: the Loop's outputs after no step, else the node's (built in a
+    branch, so with ``Constant`` nodes: a subgraph holds no initializers). A reversal
+    undone after the Loop reads an extra output, ``Y``."""
+    # a builder of the rewriter's own kind (its class moved between onnxscript releases)
+    branch = type(op)()
+    taken, value_of = _emit_node(branch, plan, num_outputs, opset, None)
+    zero = type(op)()
+    # ConstantOfShape, not an empty Constant: OpenVINO 2026.4 reads that as a scalar
+    empty = zero.ConstantOfShape(
+        zero.Constant(value=ir.tensor(np.array([0, 0, plan.cell.hidden_size], np.int64))),
+        value=ir.tensor(np.zeros(1, plan.cell.dtype)),
+    )
+    skipped: list[ir.Value] = []
+    for kind in plan.outputs[:num_outputs]:
+        if kind in ("y", "y_reversed"):
+            skipped.append(zero.Identity(empty))
+        elif kind == "c":
+            skipped.append(zero.Identity(plan.c0))
+        elif isinstance(kind, ir.Value):
+            skipped.append(zero.Identity(kind))
+        else:  # "h", or an unread output's stand-in
+            skipped.append(zero.Identity(plan.h0))
+    if plan.replaced:
+        taken.append(branch.Identity(value_of("y")))
+        skipped.append(zero.Identity(empty))
+    name = plan.node.name or plan.cell.op_type
+    _name_values([*zero.nodes, *branch.nodes], model, f"{name}_branch")
+    # a branch output's type and rank, which OpenVINO needs to compile an If (its value
+    # is still only what the nodes compute)
+    kinds = [*plan.outputs[:num_outputs], *(["y"] if plan.replaced else [])]
+    for kind, *pair in zip(kinds, skipped, taken, strict=True):
+        if isinstance(kind, ir.Value):
+            kind_type, kind_shape = kind.type, kind.shape
+        else:
+            rank = 3 if kind in ("y", "y_reversed") else 2
+            kind_type = ir.TensorType(ir.DataType.from_numpy(plan.cell.dtype))
+            kind_shape = ir.Shape([*[None] * (rank - 1), plan.cell.hidden_size])
+        for value in pair:
+            value.type, value.shape = kind_type, kind_shape
+    graphs = [
+        ir.Graph((), outputs, nodes=builder.nodes, name=f"{name}_{tag}")
+        for builder, outputs, tag in ((zero, skipped, "no_step"), (branch, taken, "steps"))
+    ]
+    cache: dict[tuple[int, ...], ir.Value] = {}
+
+    def ints(values: list[int]) -> ir.Value:
+        return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
+
+    # x's length, not the trip count's own value: that may be read from a reversal of x
+    # that dies with the Loop
+    if opset >= 15:
+        length = op.Shape(plan.x, start=0, end=1)
+    else:
+        length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
+    no_steps = op.Equal(length, ints([0]))
+    outputs = op.If(no_steps, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
+    for old in plan.replaced:
+        redirect(old, outputs[-1])
+    return list(outputs[:num_outputs])
+
+
+def _name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:
+    """Name the unnamed outputs of ``nodes``, new in a subgraph, with names no value of
+    ``model`` has (the rewriter names the values of the graph it rewrites only)."""
+    taken = taken_names(model)
+    index = 0
+    for node in nodes:
+        for value in node.outputs:
+            while value.name is None or value.name in taken:
+                value.name = f"{base}_{index}"
+                index += 1
+            taken.add(value.name)
+
+
+def _emit_node(
+    op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None
+) -> tuple[list[ir.Value], Callable[[str], ir.Value]]:
+    """The node, the values replacing the Loop's outputs, and a getter of the values
+    it gives (``"y"``, ``"h"``, ...)."""
     node, cell = plan.node, plan.cell
     cache: dict[tuple[int, ...], ir.Value] = {}
     compute = np.dtype(np.float32)
@@ -303,8 +403,6 @@ def emit(
                 )
         return values[kind]
 
-    for old in plan.replaced:
-        redirect(old, value_of("y"))
     result: list[ir.Value] = []
     for index in range(num_outputs):
         kind = plan.outputs[index]
@@ -317,8 +415,7 @@ def emit(
             result.append(op.Identity(value_of("h")))  # an unread output: a dead stand-in
         else:  # an invariant: its initial value, through an Identity that takes the
             result.append(op.Identity(kind))  # output's name (the value keeps its own)
-    _detach_body(node)
-    return result
+    return result, value_of
 
 
 def _detach_body(node: ir.Node) -> None:
