@@ -91,3 +91,23 @@ def test_quick_benchmark_writes_the_report(quick_run) -> None:
 def test_quick_benchmark_draws_the_chart(quick_run) -> None:
     pytest.importorskip("matplotlib", reason="the chart needs the bench extra's matplotlib")
     assert (quick_run / "benchmarks.png").stat().st_size > 0
+
+
+def test_merge_costs_quick_run_writes_its_table(tmp_path) -> None:
+    from benchmarks import merge_costs
+
+    out = tmp_path / "merge.md"
+    assert merge_costs.main(["--quick", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| GRU | 8 | 1 | " in text and "| GRU | 8 | 4 | " in text
+    assert "Slower cells: " in text
+
+
+def test_merge_costs_names_a_slower_cell() -> None:
+    from benchmarks import merge_costs
+
+    slow = merge_costs.Point("LSTM", 512, 16, "onnxruntime", 1.2, 1.1, 1.3)
+    even = merge_costs.Point("LSTM", 64, 16, "onnxruntime", 1.02, 0.99, 1.04)
+    text = merge_costs.render([slow, even], {"commit": "c", "date": "d"})
+    assert "Slower cells: 1 of 2: LSTM H=512 seq=16 onnxruntime." in text
+    assert "**1.20 [1.10-1.30] slower**" in text and "| 1.02 [0.99-1.04] |" in text
