@@ -278,8 +278,14 @@ def test_expand_and_tile() -> None:
     assert one("Expand", dims(None), vec(2, 3)) == dims(None, None)
     assert one("Expand", dims(3), vec(None)) == dims(None)
     assert one("Expand", dims(3), vec(-S)) == dims(None)
-    assert one("Expand", dims(3), dims(2)) == UNKNOWN
+    # a target of unknown elements but known length: the rank alone
+    assert one("Expand", dims(3), dims(2)) == dims(None, None)
+    assert one("Expand", dims(S, 3, 1), dims(2)) == dims(None, None, None)
+    assert one("Expand", dims(3), dims(S)) == UNKNOWN
+    assert one("Expand", dims(3), dims(2, 1)) == UNKNOWN
+    assert one("Expand", dims(3), UNKNOWN) == UNKNOWN
     assert one("Expand", UNKNOWN, vec(2)) == UNKNOWN
+    assert one("Expand", UNKNOWN, dims(2)) == UNKNOWN
     assert one("Tile", dims(S, 3), vec(2, 1)) == dims(S * 2, 3)
     assert one("Tile", dims(S, None), vec(2, 1)) == dims(S * 2, None)
     assert one("Tile", dims(S, 3), vec(None, -S)) == dims(None, None)

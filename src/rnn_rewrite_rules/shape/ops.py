@@ -305,9 +305,16 @@ def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _expand(node: ir.Node, ins: Inputs) -> list[Fact]:
+    """The broadcast of the data's shape and the target's elements; with a target whose
+    elements are unknown but whose length ``k`` is, the rank alone: ``max(rank, k)``."""
     data, shape = _fact(ins, 0), _fact(ins, 1)
-    if shape.elements is None or data.dims is None:
+    if data.dims is None:
         return [UNKNOWN]
+    if shape.elements is None:
+        length = None if shape.dims is None or len(shape.dims) != 1 else shape.dims[0]
+        if length is None or length.value is None:
+            return [UNKNOWN]
+        return [Fact((None,) * max(len(data.dims), length.value))]
     if None in data.dims or any(e is None or not e.nonnegative for e in shape.elements):
         rank = max(len(data.dims), len(shape.elements))
         return [Fact((None,) * rank)]
