@@ -20,13 +20,12 @@ import argparse
 import dataclasses
 import datetime
 import pathlib
-import subprocess
 from collections.abc import Callable
 
 import onnx
 
 import rnn_rewrite_rules
-from benchmarks import measure
+from benchmarks import measure, report
 from benchmarks.cost_grid import versions
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.benchmark import best_per_repeat
@@ -85,16 +84,6 @@ def measure_grid(
     return points
 
 
-def _commit() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        )
-    except OSError:
-        return "unknown"
-    return done.stdout.strip() or "unknown"
-
-
 def render(points: list[Point], header: dict[str, str]) -> str:
     names = sorted({p.runtime for p in points}, key=lambda n: n != "onnxruntime")
     slower = [p for p in points if p.low > NOISE]
@@ -150,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.ops, args.hidden, args.seq, args.repeats, args.rounds = ["GRU"], [8], [1, 4], 1, 2
     points = measure_grid(args.ops, args.hidden, args.seq, args.repeats, args.rounds)
-    header = {"commit": _commit(), "date": datetime.date.today().isoformat(), **versions()}
+    today = datetime.date.today().isoformat()
+    header = {"commit": report.git_commit(), "date": today, **versions()}
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
     args.out.write_text(render(points, header))
     print(f"wrote {args.out}")

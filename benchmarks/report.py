@@ -13,7 +13,7 @@ import re
 import subprocess
 from collections.abc import Sequence
 
-__all__ = ["environment", "write"]
+__all__ = ["environment", "git_commit", "write"]
 
 #: Our variants, and the tools they are compared with.
 OURS = ("ours", "ours+optimize", "ours-onnxruntime")
@@ -48,7 +48,8 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
+    """HEAD's short hash, marked when tracked files have uncommitted changes."""
     root = pathlib.Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(
@@ -90,7 +91,7 @@ def environment() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "versions": versions,
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "families": list(families()),
     }
 

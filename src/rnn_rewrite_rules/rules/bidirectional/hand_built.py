@@ -211,10 +211,8 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         if forward.batch_free != backward.batch_free:
             return check_result.fail("only one half's Squeeze removes the batch", b)
         axis = context.root.attributes.get_int("axis", 0)
-        if forward.batch_free and axis not in (1, -1):
-            reason = "the halves are not concatenated on the feature axis"
-            return check_result.fail(reason, context.root)
-        if forward.squeezed and not forward.batch_free and axis not in (2, -1):
+        feature_axes = (1, -1) if forward.batch_free else (2, -1)  # [seq, H] or [seq, b, H]
+        if forward.squeezed and axis not in feature_axes:
             reason = "the halves are not concatenated on the feature axis"
             return check_result.fail(reason, context.root)
         if not forward.squeezed and axis not in (1, -3):
