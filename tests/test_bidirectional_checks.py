@@ -849,8 +849,9 @@ def test_a_squeeze_of_every_unit_axis_is_refused() -> None:
 # ---------------------------------------------------------------- inputs Expand-ed per direction
 
 #: A target element: "batch" (x's), an int, "untracked" (min(batch, 1): the prover does not
-#: follow it), "rnn" (the batch of a GRU on an Expand of x to a graph input: a symbol of an
-#: Expand output whose own facts are unknown), or (op, data, target[, axis]): that axis of
+#: follow it; "untracked_swapped": min(1, batch), that number written otherwise), "rnn"
+#: (the batch of a GRU on an Expand of x to a graph input: a symbol of an Expand output
+#: whose own facts are unknown), or (op, data, target[, axis]): that axis of
 #: ``op(data, target)``, op "Expand" or "Slice" (``Slice(data, 0, target[0], axis 1)``). Data:
 #: a graph input ("h", "h2": ``[1, batch, 4]``; "v", "v2": ``[batch, 4]``) or such a tuple.
 Spec = object
@@ -865,7 +866,8 @@ def _b(element: Spec) -> tuple:
 def _expanded(forward: tuple | str | None, reverse: tuple | str | None, op: str = "Expand") -> Edit:
     """Each half reads ``Expand(x, target)``, as reroll feeds the halves of a layer whose
     ``h_0`` it cannot prove of ``x``'s batch (or ``op(x, target)``; None: x itself); a
-    target is a tuple of elements or "input" (a graph input: no element known)."""
+    target is a tuple of elements or "input"/"input2" (graph inputs: no element known).
+    Each half's nodes are its own: equal specs are one computation written twice."""
 
     def edit(graph: ir.Graph) -> None:
         backward, forward_node = _rnns(graph)
@@ -887,8 +889,8 @@ def _expanded(forward: tuple | str | None, reverse: tuple | str | None, op: str 
             return value
 
         def target(spec: tuple | str) -> ir.Value:
-            if spec == "input":
-                return graph_input("n", [3], ir.DataType.INT64)
+            if spec in ("input", "input2"):
+                return graph_input("n" if spec == "input" else "n2", [3], ir.DataType.INT64)
             return add("Concat", *map(element, spec), axis=0)
 
         def data(spec: Spec) -> ir.Value:
@@ -906,6 +908,8 @@ def _expanded(forward: tuple | str | None, reverse: tuple | str | None, op: str 
                 return add("Shape", x, start=1, end=2)
             if spec == "untracked":
                 return add("Min", element("batch"), _ints(graph, 1))
+            if spec == "untracked_swapped":  # the same number, spelled otherwise
+                return add("Min", _ints(graph, 1), element("batch"))
             if spec == "rnn":
                 hidden = [ir.AttrInt64("hidden_size", 4)]
                 inputs = [add("Expand", x, target("input")), *weights]
@@ -968,10 +972,26 @@ def test_a_pair_reading_expands_of_x_is_merged(forward, reverse) -> None:
     _merged(_pair_with_states(_expanded(forward, reverse)))
 
 
+#: One computation written twice (``rules._graph.same_value``), whatever the prover knows:
+#: (forward, reverse, op).
+WRITTEN_TWICE = {
+    "untracked": (_b("untracked"), _b("untracked"), "Expand"),
+    "untracked_target": (_b(("Expand", "h", _b("untracked"))),) * 2 + ("Expand",),
+    "data_depth_5": (_nested(4, data=True), _nested(4, data=True), "Expand"),
+    "tiles": (_b(1), _b(1), "Tile"),
+}
+
+
+@pytest.mark.parametrize(
+    ("forward", "reverse", "op"), WRITTEN_TWICE.values(), ids=WRITTEN_TWICE.keys()
+)
+def test_a_pair_reading_one_computation_written_twice_is_merged(forward, reverse, op) -> None:
+    _merged(_pair_with_states(_expanded(forward, reverse, op=op)))
+
+
 _NOT_X = "the reverse RNN does not read the forward RNN's input"
 EXPANDED_NEAR_MISSES = {
     "target_depth_5": (_nested(5), _nested(5)),
-    "data_depth_5": (_nested(4, data=True), _nested(4, data=True)),
     "other_data": (_b(("Expand", "h", _b("batch"))), _b(("Expand", "h2", _b("batch")))),
     "other_data_rank_2": (_b(("Expand", "v", _b("batch"))), _b(("Expand", "v2", _b("batch")))),
     "other_target": (_b(("Expand", "h", _b("batch"))), _b(("Expand", "h", _b(1)))),
@@ -979,20 +999,22 @@ EXPANDED_NEAR_MISSES = {
         _b(("Expand", "h", ("batch", 1))),
         _b(("Expand", "h", ("untracked", 1))),
     ),
-    "untracked": (_b("untracked"),) * 2,
-    "untracked_target": (_b(("Expand", "h", _b("untracked"))),) * 2,
+    "untracked": (_b("untracked"), _b("untracked_swapped")),
+    "untracked_target": (
+        _b(("Expand", "h", _b("untracked"))),
+        _b(("Expand", "h", _b("untracked_swapped"))),
+    ),
     "constant_and_expand": (_b(1), _b(("Expand", "h", _b("batch")))),
     "zero_and_expand": (_b(0), _b(("Expand", "h", _b("batch")))),
     "input_and_expand": (_b("batch"), _b(("Expand", "h", _b("batch")))),
     "expand_and_input": (_b(("Expand", "h", _b("batch"))), _b("batch")),
     "other_axis": (_b(("Expand", "h", ("batch",) * 3, 1)), _b(("Expand", "h", ("batch",) * 3, 2))),
-    "slices": (_b(("Slice", "h", ("untracked",))),) * 2,
-    "unknown_expand": (_b("rnn"), _b("rnn")),
+    "slices": (_b(("Slice", "h", ("untracked",))), _b(("Slice", "h", ("untracked_swapped",)))),
     "unknown_target": ("input", _b("batch")),
     "known_and_unknown_target": (_b("batch"), "input"),
     "x_and_expand": (None, _b("batch")),
     "expand_and_x": (_b("batch"), None),
-    "unknown_targets": ("input", "input"),
+    "unknown_targets": ("input", "input2"),
     "target_lengths": ((1, "batch", 1), ("batch", 1)),
 }
 
@@ -1005,8 +1027,10 @@ def test_a_pair_reading_expands_not_proven_equal_is_refused(forward, reverse) ->
 
 
 def test_a_pair_reading_tiles_of_x_is_refused() -> None:
-    """Only an Expand's target is read as the shape of the value it makes."""
-    _refused(_pair_with_states(_expanded(_b(1), _b(1), op="Tile")), _NOT_X, STATES)
+    """Only an Expand's target is read as the shape of the value it makes: as Expands,
+    these would be one value (x); as Tiles, the second is empty at batch 0."""
+    model = _pair_with_states(_expanded(_b(1), _b("untracked_swapped"), op="Tile"))
+    _refused(model, _NOT_X, STATES)
 
 
 # ---------------------------------------------------------------- which states the merge reads
@@ -1221,3 +1245,116 @@ def test_a_branch_inside_a_function_importing_another_opset_is_left_alone() -> N
     for branch in if_node.attribute:
         ops = [node.op_type for node in branch.g.node]
         assert ops.count("Slice") == 2, ops  # left as it is: both reversals stay
+
+
+# ---------------------------------------------------------------- one computation written twice
+
+
+def _halves_read_own(make: Callable[[ir.Graph, str], ir.Value]) -> Edit:
+    """Each half reads its own copy of a computation of ``x`` (``make(graph, suffix)``)
+    instead of ``x``: the reversed half's Slice (or the reverse node) reads the second."""
+
+    def edit(graph: ir.Graph) -> None:
+        backward, forward = _rnns(graph)
+        forward.replace_input_with(0, make(graph, "f"))
+        if backward.attributes.get_string("direction", "forward") == "reverse":
+            backward.replace_input_with(0, make(graph, "b"))
+        else:
+            _input_slice(graph).replace_input_with(0, make(graph, "b"))
+
+    return edit
+
+
+def _scaled(values: dict[str, float]) -> Callable[[ir.Graph, str], ir.Value]:
+    """``Mul(x, s)`` with ``s`` an initializer of its own per half (``values[suffix]``)."""
+
+    def make(graph: ir.Graph, suffix: str) -> ir.Value:
+        scale = ir.Value(name=f"s_{suffix}", const_value=ir.tensor(np.float32(values[suffix])))
+        graph.register_initializer(scale)
+        node = ir.Node("", "Mul", [graph.inputs[0], scale], name=f"mul_{suffix}")
+        graph.insert_before(graph.node(0), node)
+        return node.outputs[0]
+
+    return make
+
+
+def _noisy(graph: ir.Graph, suffix: str) -> ir.Value:
+    """``Add(x, RandomUniformLike(x))``: written twice, two different tensors."""
+    noise = ir.Node("", "RandomUniformLike", [graph.inputs[0]], name=f"noise_{suffix}")
+    add = ir.Node("", "Add", [graph.inputs[0], noise.outputs[0]], name=f"add_{suffix}")
+    graph.insert_before(graph.node(0), [noise, add])
+    return add.outputs[0]
+
+
+@pytest.mark.parametrize("pair", ["sliced", "reverse_node", "state_concat"])
+def test_an_input_computed_twice_alike_is_one_input(pair: str) -> None:
+    """Two ``Mul(x, s)`` of equal initializers are one value: merged, one copy left."""
+    kwargs = {"reverse_node": pair != "sliced", "state_concat": pair == "state_concat"}
+    before = _edited(
+        tp.hand_built_bidirectional("GRU", **kwargs), _halves_read_own(_scaled({"f": 2, "b": 2}))
+    )
+    after = _merged(before)
+    assert [n.op_type for n in after.graph.node].count("Mul") == 1
+
+
+@pytest.mark.parametrize("pair", ["sliced", "reverse_node", "state_concat"])
+@pytest.mark.parametrize(
+    "make", [_scaled({"f": 2, "b": 3}), _noisy], ids=["other_constant", "random_op"]
+)
+def test_an_input_computed_twice_differently_is_not_one_input(pair: str, make) -> None:
+    kwargs = {"reverse_node": pair != "sliced", "state_concat": pair == "state_concat"}
+    model = _edited(tp.hand_built_bidirectional("GRU", **kwargs), _halves_read_own(make))
+    reason = {
+        "sliced": _NOT_REVERSED_X,
+        "reverse_node": "the reverse RNN does not read the forward RNN's input",
+        "state_concat": "the reverse RNN does not read the forward RNN's input",
+    }[pair]
+    _refused(model, reason, STATES if pair == "state_concat" else MERGE)
+
+
+# ---------------------------------------------------------------- Casts on the way to the Concat
+
+
+def _cast_halves(*to: int) -> Edit:
+    """A Cast after each half's Squeeze (``to[0]`` the backward's, ``to[1]`` the forward's;
+    0: no Cast on that half), the way a float16 cell computed in float32 casts back."""
+
+    def edit(graph: ir.Graph) -> None:
+        for which, target in enumerate(to):
+            if target:
+                squeeze = _squeeze(graph, which)
+                out = squeeze.outputs[0]
+                cast = ir.Node("", "Cast", [out], [ir.AttrInt64("to", target)], name=f"c{which}")
+                graph.insert_after(squeeze, cast)
+                for user, index in list(out.uses()):
+                    if user is not cast:
+                        user.replace_input_with(index, cast.outputs[0])
+        graph.outputs[0].dtype = ir.DataType(max(to))
+
+    return edit
+
+
+_F32, _F64 = int(ir.DataType.FLOAT), int(ir.DataType.DOUBLE)
+
+
+@pytest.mark.parametrize("pair", ["sliced", "reverse_node"])
+def test_halves_cast_alike_are_merged_and_cast_once(pair: str) -> None:
+    before = _edited(
+        tp.hand_built_bidirectional("LSTM", reverse_node=pair == "reverse_node"),
+        _cast_halves(_F64, _F64),
+    )
+    after = _merged(before)
+    assert [n.op_type for n in after.graph.node].count("Cast") == 1
+    assert after.graph.output[0].type.tensor_type.elem_type == _F64
+
+
+def test_a_cast_reversed_half_alone_keeps_its_cast() -> None:
+    before = _edited(tp.hand_built_bidirectional("GRU", halves="reverse"), _cast_halves(_F64))
+    after = _merged(before, "reverse", REVERSE)
+    assert [n.op_type for n in after.graph.node].count("Cast") == 1
+
+
+@pytest.mark.parametrize("to", [(_F32, 0), (0, _F32)], ids=["backward_only", "forward_only"])
+def test_halves_cast_differently_are_not_merged(to: tuple[int, int]) -> None:
+    model = _edited(tp.hand_built_bidirectional("LSTM", reverse_node=True), _cast_halves(*to))
+    _refused(model, "the halves are not cast alike")

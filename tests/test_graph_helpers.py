@@ -1,4 +1,4 @@
-"""rules._graph: the names and the int64 constants rewrites emit."""
+"""rules._graph: the names and the int64 constants rewrites emit, and same_value."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import onnx_ir as ir
 import pytest
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
-from rnn_rewrite_rules.rules._graph import fresh_name, int64_constant
+from rnn_rewrite_rules.rules._graph import fresh_name, int64_constant, same_value
 
 
 def _graph() -> ir.Graph:
@@ -116,3 +116,85 @@ def test_an_int64_initializer_is_reused_only_when_it_holds_the_values(
     tensor = model.graph.initializers[target].const_value
     assert tensor.dtype == ir.DataType.INT64 and tensor.numpy().tolist() == [3, -1]
     assert len(model.graph.initializers) == len(initializers) + (target not in initializers)
+
+
+# ---------------------------------------------------------------- same_value
+
+
+def _values(body: str, inputs: str = "float[2] x, float[2] y") -> dict[str, ir.Value]:
+    """Every named value of a graph ``body`` (initializers ``one``/``one_again`` = 1.0 and
+    ``two`` = 2.0; ``fed`` = 1.0 is also a graph input, a caller can override it)."""
+    model = onnx.parser.parse_model(f"""
+        <ir_version: 8, opset_import: ["" : 18, "custom" : 1]>
+        g ({inputs}, float fed) => (float[2] out)
+        <float one = {{1.0}}, float one_again = {{1.0}}, float two = {{2.0}},
+         float fed = {{1.0}}> {{
+            {body}
+            out = Identity (x)
+        }}
+    """)
+    graph = ir.serde.deserialize_model(model).graph
+    values = {v.name: v for v in graph.inputs}
+    values.update(graph.initializers)
+    values.update({o.name: o for node in graph for o in node.outputs})
+    return values
+
+
+@pytest.mark.parametrize(
+    ("body", "a", "b"),
+    [
+        ("a = Mul (x, one)\n b = Mul (x, one)", "a", "b"),
+        ("a = Mul (x, one)\n b = Mul (x, one_again)", "a", "b"),  # equal constants
+        ("c = Cast <to = 10> (x)\n d = Cast <to = 10> (x)\n"
+         "a = Abs (c)\n b = Abs (d)", "a", "b"),  # two levels
+        ("s = Split <num_outputs = 2> (x)\n t = Split <num_outputs = 2> (x)\n"
+         "a = Identity (s)\n b = Identity (t)", "a", "b"),
+    ],
+    ids=["one_constant", "equal_constants", "nested", "same_output_index"],
+)  # fmt: skip
+def test_one_computation_written_twice_is_the_same_value(body: str, a: str, b: str) -> None:
+    values = _values(body)
+    assert same_value(values[a], values[b])
+    assert same_value(values[b], values[a])
+
+
+@pytest.mark.parametrize(
+    ("body", "a", "b"),
+    [
+        ("a = Mul (x, one)\n b = Mul (x, two)", "a", "b"),
+        ("a = Mul (x, one)\n b = Mul (x, fed)", "a", "b"),  # an input can be fed
+        ("a = Mul (x, one)\n b = Mul (y, one)", "a", "b"),
+        ("a = Mul (x, one)\n b = Mul (one, x)", "a", "b"),  # operands in another order
+        ("a = Cast <to = 10> (x)\n b = Cast <to = 11> (x)", "a", "b"),
+        ("a = Mul (x, one)\n b = Add (x, one)", "a", "b"),
+        ("a = RandomUniformLike (x)\n b = RandomUniformLike (x)", "a", "b"),
+        ("a = Dropout (x)\n b = Dropout (x)", "a", "b"),
+        ("a = custom.Op (x)\n b = custom.Op (x)", "a", "b"),
+        ("a1, a2 = Split <num_outputs = 2> (x)\n b1, b2 = Split <num_outputs = 2> (x)",
+         "a1", "b2"),
+        ("a = Mul (x, one)", "a", "x"),
+    ],
+    ids=[
+        "other_constant", "overridable_initializer", "other_input", "operand_order",
+        "other_attribute", "other_op", "random", "dropout", "custom_domain",
+        "other_output", "value_and_its_producer",
+    ],
+)  # fmt: skip
+def test_different_computations_are_not_the_same_value(body: str, a: str, b: str) -> None:
+    values = _values(body)
+    assert not same_value(values[a], values[b])
+    assert not same_value(values[b], values[a])
+
+
+def test_same_value_looks_only_so_deep() -> None:
+    chain = "\n".join(f"a{i + 1} = Neg (a{i})\n b{i + 1} = Neg (b{i})" for i in range(4))
+    values = _values(f"a0 = Abs (x)\n b0 = Abs (x)\n{chain}")
+    assert same_value(values["a4"], values["b4"], depth=5)
+    assert not same_value(values["a4"], values["b4"], depth=4)
+
+
+def test_none_is_no_value() -> None:
+    values = _values("a = Abs (x)")
+    assert not same_value(None, None)
+    assert not same_value(values["a"], None)
+    assert same_value(values["a"], values["a"])

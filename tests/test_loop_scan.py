@@ -555,7 +555,9 @@ def test_a_loop_inside_an_if_branch_gets_constant_nodes() -> None:
 def test_mk8dx_loops() -> None:
     """The corpus' tf2onnx Keras 3 model: two float16 LSTM Loops (forward, and backward
     between ReverseSequences). Refused by default (a float16 node rounds otherwise);
-    the widened rules make them two LSTM nodes whose outputs differ by float16 rounding."""
+    the widened rules make them two LSTM nodes whose outputs differ by float16 rounding,
+    and the rest of the rewrite one bidirectional node (the halves' inputs are one
+    computation written twice, each half's Y cast back to float16 alike)."""
     manifest = pytest.importorskip("tools.corpus.manifest", reason="tools/corpus is not here")
     entry = manifest.entry("mk8dx-number-recognition")
     path = manifest.present(entry, manifest.corpus_dir())
@@ -583,6 +585,14 @@ def test_mk8dx_loops() -> None:
         assert expected[0].shape == actual[0].shape == (batch, 7, 11)
         assert runtime.max_abs_diff(expected, actual) < 2e-3  # logits of size ~12
         assert (expected[0].argmax(-1) == actual[0].argmax(-1)).all()
+    merged = rnn_rewrite_rules.rewrite(after)
+    assert op_counts(merged)["LSTM"] == 1 and op_counts(merged)["Cast"] < counts["Cast"]
+    (node,) = _recurrent_nodes(merged)
+    assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
+    for batch in (1, 3):
+        feeds = {"image": rng.random((batch, 40, 30, 1), dtype=np.float32)}
+        after_out, merged_out = runtime.run(after, feeds), runtime.run(merged, feeds)
+        assert runtime.max_abs_diff(after_out, merged_out) < 1e-5  # float32 either way
 
 
 @pytest.mark.parametrize(("cell", "form"), list(itertools.product(RNN_OPS, ALL_FORMS)))

@@ -224,10 +224,11 @@ def _section(result: ModelResult) -> list[str]:
             f"{result.session.original_s * 1e3:.0f} ms)"
         )
     if result.analysis.loops:
-        lines.append(
-            f"- recurrences written as {_counts(result.analysis.loops)}: no family rewrites a "
-            "Loop or Scan body (no RNN op to rewrite)"
-        )
+        lines.append(f"- recurrences still written as {_counts(result.analysis.loops)}:")
+    for item in report.unimproved:
+        if item.node.startswith(("Loop", "Scan")):
+            lines.append(f"  - {item.node}")
+            lines += [f"    - why: {reason}" for reason in item.reasons]
     for rnn in result.analysis.rnns:
         state = "left alone" if rnn.left_alone else "rewritten around"
         lines += [

@@ -1,9 +1,10 @@
 """Graph helpers the rule families share.
 
 Reading: a node's producer of one op type, an optional input, constant int lists,
-Squeeze/Unsqueeze axes (attribute before opset 13, input after) and one-axis Slice
-parameters. Emitting: Squeeze/Unsqueeze/Slice in the form of the graph's opset, and
-constants (int64 lists, arrays) whose new names collide with no value of the model.
+Squeeze/Unsqueeze axes (attribute before opset 13, input after), one-axis Slice
+parameters, and whether two values are one computation written twice. Emitting:
+Squeeze/Unsqueeze/Slice in the form of the graph's opset, and constants (int64 lists,
+arrays) whose new names collide with no value of the model.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "int64_constant",
     "producer",
     "read_axes",
+    "same_value",
     "slice_",
     "slice_params",
     "squeeze",
@@ -55,6 +57,99 @@ def const_ints(value: ir.Value | None) -> list[int] | None:
     if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
         return None
     return [int(v) for v in np.atleast_1d(array)]
+
+
+#: Standard ops whose output is not a function of their inputs and attributes alone.
+_RANDOM = frozenset(
+    {
+        "Bernoulli",
+        "Dropout",
+        "Multinomial",
+        "RandomNormal",
+        "RandomNormalLike",
+        "RandomUniform",
+        "RandomUniformLike",
+    }
+)
+#: How many producers deep ``same_value`` compares two computations.
+SAME_VALUE_DEPTH = 16
+
+
+def same_value(a: ir.Value | None, b: ir.Value | None, depth: int = SAME_VALUE_DEPTH) -> bool:
+    """``a`` and ``b`` hold the same tensor whatever the graph's inputs are.
+
+    True when they are one value, two constants of one type, shape and content, or the
+    same output of two default-domain nodes of one deterministic op (no random op, no
+    graph attribute) with equal attributes whose inputs are pairwise the same value, at
+    most ``depth`` producers deep. Exporters write one computation twice (the input of a
+    forward and of a reverse half, a Cast or broadcast per layer); common-subexpression
+    elimination would merge them, but it rewrites the user's whole graph, while a rule
+    needs only this proof about its own inputs.
+    """
+    return _same(a, b, depth, {})
+
+
+def _same(
+    a: ir.Value | None, b: ir.Value | None, depth: int, memo: dict[tuple[int, int], bool]
+) -> bool:
+    if a is b:
+        return a is not None
+    if a is None or b is None:
+        return False
+    key = (id(a), id(b))
+    if key in memo:
+        return memo[key]
+    memo[key] = False  # a cycle (impossible in a valid graph) proves nothing
+    memo[key] = result = _same_uncached(a, b, depth, memo)
+    return result
+
+
+def _same_uncached(a: ir.Value, b: ir.Value, depth: int, memo: dict[tuple[int, int], bool]) -> bool:
+    first, second = const_array(a), const_array(b)
+    if first is not None or second is not None:
+        return (
+            first is not None
+            and second is not None
+            and first.dtype == second.dtype
+            and first.shape == second.shape
+            and bool(np.array_equal(first, second))
+        )
+    nodes = a.producer(), b.producer()
+    if depth <= 0 or nodes[0] is None or nodes[1] is None or a.index() != b.index():
+        return False
+    x, y = nodes
+    if (x.domain, x.op_type, x.overload) != (y.domain, y.op_type, y.overload):
+        return False
+    if x.domain not in ("", "ai.onnx") or x.op_type in _RANDOM:
+        return False
+    if len(x.inputs) != len(y.inputs) or not _same_attributes(x, y):
+        return False
+    return all(_same(u, v, depth - 1, memo) for u, v in zip(x.inputs, y.inputs, strict=True))
+
+
+def _same_attributes(x: ir.Node, y: ir.Node) -> bool:
+    if set(x.attributes) != set(y.attributes):
+        return False
+    for name, attr in x.attributes.items():
+        other = y.attributes[name]
+        if attr.is_ref() or other.is_ref():  # a function's attribute: unknown here
+            return False
+        if attr.type != other.type or attr.type in (
+            ir.AttributeType.GRAPH,
+            ir.AttributeType.GRAPHS,
+        ):
+            return False
+        if attr.type in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS):
+            tensors = [attr.value] if attr.type == ir.AttributeType.TENSOR else attr.value
+            others = [other.value] if attr.type == ir.AttributeType.TENSOR else other.value
+            if len(tensors) != len(others) or not all(
+                t.dtype == o.dtype and np.array_equal(t.numpy(), o.numpy()) and t.shape == o.shape
+                for t, o in zip(tensors, others, strict=True)
+            ):
+                return False
+        elif attr.value != other.value:
+            return False
+    return True
 
 
 def read_axes(

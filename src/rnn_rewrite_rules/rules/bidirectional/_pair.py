@@ -43,13 +43,15 @@ _TAKES = {
 @dataclasses.dataclass
 class Half:
     """One direction: its node, whether its input and Y are time-reversed by a Slice,
-    whether its Y is squeezed to ``[seq, batch, H]`` before the Concat, and whether that
-    Squeeze also removes a batch of 1 (``[seq, H]``, a batch-free layer)."""
+    whether its Y is squeezed to ``[seq, batch, H]`` before the Concat, whether that
+    Squeeze also removes a batch of 1 (``[seq, H]``, a batch-free layer), and the ``Cast``
+    on the way (a float16 cell computed in float32 casts its Y back)."""
 
     node: ir.Node
     reversed: bool
     squeezed: bool
     batch_free: bool = False
+    cast: ir.Node | None = None
 
 
 def only_reader(value: ir.Value) -> bool:

@@ -15,12 +15,15 @@ by the same Slice, both concatenated:
   (an Unsqueeze of its own or the forward half's);
 * ``rev(Yb)`` (or ``rev(Squeeze(Yb, 1))``) alone: one reverse-direction layer;
 * ``Yb`` of a ``direction="reverse"`` node on ``x`` in place of ``rev(Yb)`` (a converter's
-  pair, or the reverse rule's result on a hand-built half), ``sequence_lens`` shared.
+  pair, or the reverse rule's result on a hand-built half), ``sequence_lens`` shared;
+* a ``Cast`` anywhere on each half's path (a float16 cell computed in float32 casts its
+  ``Y`` back), the same on both halves.
 
 Condition: both nodes are the same op with the same attributes (``layout`` 0) and hidden
 size; the reversed node reads exactly the Slice of the forward node's ``x`` (a reverse
-node reads ``x`` itself), where an ``Unsqueeze`` of one value on the same constant axes
-is the same value and ``Unsqueeze(rev(v), [1])`` is ``rev(Unsqueeze(v, [1]))``; a
+node reads ``x`` itself), where one computation written twice (``rules._graph.same_value``:
+the same deterministic op on the same values, equal constants) is the same value and
+``Unsqueeze(rev(v), [1])`` is ``rev(Unsqueeze(v, [1]))``; a
 ``[1, 2]`` Squeeze needs a batch proven to be 1; each Slice is a full reversal of axis 0
 (start ``-1``, end at or below ``-2**62``, step ``-1``: every length an axis can have);
 no ``sequence_lens`` on a Slice-reversed half (a ``reverse`` node reverses each sequence
@@ -37,7 +40,9 @@ Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W
 must exist), states concatenated, then
 ``Reshape(Transpose(Y, [0, 2, 1, 3]), [0, 0, 2H])`` for the ``[seq, batch, 2H]`` form,
 ``Reshape(Y, [0, 2H])`` for the batch-free ``[seq, 2H]`` (a batch of 1 needs no
-Transpose); or the one node with ``direction="reverse"`` reading ``x``.
+Transpose), the halves' ``Cast`` applied once to the merged ``Y`` (it is elementwise: it
+commutes with the Slices, Squeezes, Concat, Transpose and Reshape); or the one node with
+``direction="reverse"`` reading ``x``.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, squeeze
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, same_value, squeeze
 from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
@@ -88,14 +93,16 @@ def is_reversal(node: ir.Node | None, prover: ShapeProver) -> Refusal | None:
 
 
 def _half(value: ir.Value, prover: ShapeProver) -> Half | Refusal:
-    """Follow ``value`` back through one reversal and one ``Squeeze`` of axis 1 (or of
-    axes 1 and 2 with a batch proven to be 1) to a Y."""
-    reversed_, squeezed, batch_free = False, False, False
+    """Follow ``value`` back through one reversal, one ``Squeeze`` of axis 1 (or of
+    axes 1 and 2 with a batch proven to be 1) and one ``Cast`` to a Y."""
+    reversed_, squeezed, batch_free, cast = False, False, False, None
     while True:
         node = value.producer()
         if node is None:
             return Refusal("the concatenated value is not computed from an RNN's Y")
-        if node.domain == "" and node.op_type == "Slice" and not reversed_:
+        if node.domain == "" and node.op_type == "Cast" and cast is None:
+            cast = node
+        elif node.domain == "" and node.op_type == "Slice" and not reversed_:
             reason = is_reversal(node, prover)
             if reason is not None:
                 return reason
@@ -115,27 +122,28 @@ def _half(value: ir.Value, prover: ShapeProver) -> Half | Refusal:
                 return Refusal(
                     "the Squeeze removes axes 1 and 2, and the batch is not proven to be 1"
                 )
-            return Half(node, reversed_, squeezed, batch_free)
+            return Half(node, reversed_, squeezed, batch_free, cast)
         source = node.inputs[0]
         if source is None or not only_reader(source):
             return Refusal("an intermediate value has another reader")
         value = source
 
 
-def _same_value(a: ir.Value | None, b: ir.Value | None, prover: ShapeProver) -> bool:
-    """``a`` is ``b``, or both are an ``Unsqueeze`` of one value on the same constant axes."""
-    if a is None or b is None or a is b:
-        return a is b and a is not None
-    nodes = a.producer(), b.producer()
-    if any(n is None or n.domain != "" or n.op_type != "Unsqueeze" for n in nodes):
-        return False
-    first, second = nodes
-    axes = read_axes(first, prover.ints)  # type: ignore[arg-type]
-    return (
-        first.inputs[0] is second.inputs[0]  # type: ignore[union-attr]
-        and axes is not None
-        and axes == read_axes(second, prover.ints)  # type: ignore[arg-type]
-    )
+def _same_cast(a: ir.Node | None, b: ir.Node | None) -> bool:
+    """Neither half is cast, or both by Casts of equal attributes."""
+    if a is None or b is None:
+        return a is b
+    return {k: v.value for k, v in a.attributes.items()} == {
+        k: v.value for k, v in b.attributes.items()
+    }
+
+
+def _cast_like(op, value: ir.Value, cast: ir.Node | None) -> ir.Value:
+    """``value`` cast as ``cast`` does (a Cast is elementwise: it commutes with the
+    Concat, Slices, Squeezes, Transposes and Reshapes of the pair)."""
+    if cast is None:
+        return value
+    return op.Cast(value, **{k: v.value for k, v in cast.attributes.items()})
 
 
 def _reversed_input_reason(
@@ -158,7 +166,7 @@ def _reversed_input_reason(
             slice_node = None if node.inputs[0] is None else node.inputs[0].producer()
             if slice_node is not None and slice_node.inputs[0] is x_node.inputs[0]:
                 return is_reversal(slice_node, prover)
-    if node is None or not node.inputs or not _same_value(node.inputs[0], x, prover):
+    if node is None or not node.inputs or not same_value(node.inputs[0], x):
         return Refusal("the second RNN does not read the reversed input of the first")
     return is_reversal(node, prover)
 
@@ -210,6 +218,8 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             return check_result.fail("only one half is squeezed", b)
         if forward.batch_free != backward.batch_free:
             return check_result.fail("only one half's Squeeze removes the batch", b)
+        if not _same_cast(forward.cast, backward.cast):
+            return check_result.fail("the halves are not cast alike", b)
         axis = context.root.attributes.get_int("axis", 0)
         feature_axes = (1, -1) if forward.batch_free else (2, -1)  # [seq, H] or [seq, b, H]
         if forward.squeezed and axis not in feature_axes:
@@ -223,7 +233,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
             return check_result.fail(reason, backward.node)
         x = forward.node.inputs[0]
         if backward_node_reverse:  # a reverse node (or a merged reversed half) on x itself
-            if not _same_value(backward.node.inputs[0], x, prover):
+            if not same_value(backward.node.inputs[0], x):
                 reason = "the reverse RNN does not read the forward RNN's input"
                 return check_result.fail(reason, backward.node)
         else:
@@ -242,6 +252,7 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         y = emit_merged(
             op, self._graph if self._main_graph else None, forward.node, backward.node, x
         )[0]
+        y = _cast_like(op, y, forward.cast)
         if not forward.squeezed:
             return y
         as_node = not self._main_graph
@@ -283,7 +294,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
 
     def rewrite(self, op, y: ir.Value, **_):
         half, x = self._plan
-        result = emit_merged(op, None, half.node, None, x)[0]  # stacks nothing
+        result = _cast_like(op, emit_merged(op, None, half.node, None, x)[0], half.cast)
         if half.squeezed:
             as_node = not self._main_graph
             ints = lambda v: int64_constant(op, self._graph, v, as_node=as_node)  # noqa: E731

@@ -29,7 +29,7 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
+from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, same_value
 from rnn_rewrite_rules.rules.bidirectional._pair import Half, emit_merged, pair_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver, Sym
 
@@ -91,15 +91,15 @@ def _same_broadcast(ea: ir.Node, eb: ir.Node, axis: int, prover: ShapeProver, de
 
 
 def same_input(a: ir.Value | None, b: ir.Value | None, prover: ShapeProver) -> bool:
-    """``a`` and ``b`` are the same tensor: one value, or ``Expand`` of one value to targets
-    that are equal element by element (reroll broadcasts ``X`` per direction to the batch
-    of that direction's ``h_0``, two slices of one graph input)."""
+    """``a`` and ``b`` are the same tensor: one computation (``same_value``), or ``Expand``
+    of one value to targets that are equal element by element (reroll broadcasts ``X`` per
+    direction to the batch of that direction's ``h_0``, two slices of one graph input)."""
     if a is None or b is None:
         return False
-    if a is b:
+    if same_value(a, b):
         return True
     ea, eb = a.producer(), b.producer()
-    if ea is None or eb is None or ea.inputs[0] is not eb.inputs[0]:
+    if ea is None or eb is None or not same_value(ea.inputs[0], eb.inputs[0]):
         return False
     if any(e.domain != "" or e.op_type != "Expand" for e in (ea, eb)):
         return False
