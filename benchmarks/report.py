@@ -314,6 +314,7 @@ def _target_section(results: dict) -> list[str]:
         "ORT_DISABLE_ALL ratio (best other)",
         "outputs equal",
         "target met",
+        "why not",
     ]
     table = []
     for model in results["models"]:
@@ -327,11 +328,14 @@ def _target_section(results: dict) -> list[str]:
             if not row:
                 continue
             if row.get("nodes") is None:
-                table.append([model["model"], name, "failed", "", "", "", "", "**no**"])
+                why = f"the rewrite failed: {row.get('error', '?')}"
+                table.append([model["model"], name, "failed", "", "", "", "", "**no**", why])
                 continue
-            checks = []
+            checks, why = [], []
             nodes_ok = best_nodes is None or row["nodes"] <= best_nodes
             checks.append(nodes_ok)
+            if not nodes_ok:
+                why.append(_fewer_nodes(rows, name, best_nodes_tool))
             axes_ok = all(row.get("axes_kept", {}).values())
             checks.append(axes_ok)
             cells = []
@@ -341,10 +345,16 @@ def _target_section(results: dict) -> list[str]:
                 noise = _noise(rows, key, (name, who, "original"))
                 ok = ratio is not None and (best is None or ratio <= best * (1 + noise))
                 checks.append(ok)
+                if not ok and ratio is not None:
+                    label = "ORT" if key == "ort_opt_s" else "ORT_DISABLE_ALL"
+                    versus = "no slower than" if ratio <= 1 + noise else "**slower** than"
+                    why.append(f"{label}: {versus} the original ({_x(ratio)}), {who} faster")
                 mark = "" if ok else " ✗"
                 cells.append(f"{_x(ratio)} ({_x(best)} {who}; ±{noise:.0%}){mark}")
             equal = _correct(row)
             checks.append(equal)
+            if not all(checks):
+                why += _declined(row)
             table.append(
                 [
                     model["model"],
@@ -354,6 +364,7 @@ def _target_section(results: dict) -> list[str]:
                     *cells,
                     "yes" if equal else "**no**",
                     "yes" if all(checks) else "**no**",
+                    "; ".join(why),
                 ]
             )
     return [
@@ -367,11 +378,42 @@ def _target_section(results: dict) -> list[str]:
         '"Best other" is the best of '
         + ", ".join(TOOLS)
         + " among those whose outputs are equal to PyTorch's (a tool that froze an axis "
-        "still counts: it may be faster for it). ✗ marks a criterion that is not met.",
+        "still counts: it may be faster for it). ✗ marks a criterion that is not met. "
+        '"Why not" is generated from the run: the ops the variant has beyond the tool with '
+        "the fewest nodes (and the other target's count when that one meets it), whether a "
+        "slower latency is still no slower than the original, and the rewrites our rules "
+        "proved but left undone for the target (cost, a runtime's missing op), as "
+        "`rnn-rewrite --check` says them.",
         "",
         *_table(header, table),
         "",
     ]
+
+
+def _fewer_nodes(rows: dict[str, dict], name: str, tool: str) -> str:
+    """What ``name``'s row has beyond ``tool``'s (op: count), and the other target's
+    node count when it has no more nodes than ``tool``."""
+    ours, theirs = rows[name].get("ops") or {}, rows[tool].get("ops") or {}
+    extra = {op: n - theirs.get(op, 0) for op, n in ours.items() if n > theirs.get(op, 0)}
+    text = f"vs {tool}: " + ", ".join(
+        f"+{n} {op}" for op, n in sorted(extra.items(), key=lambda item: (-item[1], item[0]))
+    )
+    fewer = {op: n - ours.get(op, 0) for op, n in theirs.items() if n > ours.get(op, 0)}
+    if fewer:
+        text += " (" + ", ".join(f"{n} {op} fewer" for op, n in sorted(fewer.items())) + ")"
+    other = "ours-onnxruntime" if name != "ours-onnxruntime" else "ours"
+    other_nodes = rows.get(other, {}).get("nodes")
+    if other_nodes is not None and other_nodes <= rows[tool]["nodes"]:
+        text += f"; {other} has {other_nodes}"
+    return text
+
+
+def _declined(row: dict) -> list[str]:
+    """The rewrites the run proved but left undone for the target, counted by reason."""
+    counts: dict[str, int] = {}
+    for reason in row.get("declined") or []:
+        counts[reason] = counts.get(reason, 0) + 1
+    return [f"{n} x {reason}" if n > 1 else reason for reason, n in counts.items()]
 
 
 def _normalized_error(error: str) -> str:

@@ -99,6 +99,8 @@ def bench_model(
     for name in names:
         result = variants.apply_variant(name, prepared.model)
         row: dict = {"variant": name, "tool_s": result.seconds, "error": result.error}
+        if name in variants.OURS:
+            row["declined"] = result.declined
         rows[name] = row
         if result.missing:
             row["missing"] = True

@@ -32,6 +32,9 @@ class VariantResult:
     error: str = ""
     #: The tool is not installed (an optional package of the ``bench`` extra).
     missing: bool = False
+    #: Ours: the proven rewrites a rule left undone for the target (cost, a runtime's
+    #: limits), each ``reason`` as ``rnn-rewrite --check`` says it.
+    declined: list[str] = dataclasses.field(default_factory=list)
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -135,10 +138,13 @@ OURS = ("ours", "ours+optimize", "ours-onnxruntime")
 def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
     """Run one tool on a copy of ``model``; a tool's failure is recorded, not raised."""
     tool, _ = VARIANTS[name]
+    from rnn_rewrite_rules import costs
+
     copy = _copy(model)
     start = time.perf_counter()
     try:
-        result = tool(copy)
+        with costs.recording() as declined:
+            result = tool(copy)
     except ModuleNotFoundError as error:
         seconds = time.perf_counter() - start
         return VariantResult(name, None, seconds, f"not installed ({error.name})", missing=True)
@@ -148,7 +154,8 @@ def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
         return VariantResult(
             name, None, time.perf_counter() - start, f"{type(error).__name__}: {detail}"
         )
-    return VariantResult(name, result, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return VariantResult(name, result, seconds, declined=[d.reason for d in declined])
 
 
 def parse_variants(names: Sequence[str] | None) -> list[str]:

@@ -111,3 +111,37 @@ def test_merge_costs_names_a_slower_cell() -> None:
     text = merge_costs.render([slow, even], {"commit": "c", "date": "d"})
     assert "Slower cells: 1 of 2: LSTM H=512 seq=16 onnxruntime." in text
     assert "**1.20 [1.10-1.30] slower**" in text and "| 1.02 [0.99-1.04] |" in text
+
+
+def _row(variant: str, nodes: int, ops: dict, ort: float, **extra) -> dict:
+    return {
+        "variant": variant, "nodes": nodes, "ops": ops, "axes_kept": {"batch": True},
+        "ort_opt_s": ort, "ort_noopt_s": 1.0, "max_abs_diff": 0.0, "error": "", **extra,
+    }  # fmt: skip
+
+
+def test_the_target_check_says_why_a_row_is_not_met() -> None:
+    """Each "no" row of the target check names what it has beyond the best tool, the other
+    target's count, whether it is still no slower than the original, and the rewrites
+    the run declined; a met row says nothing."""
+    from benchmarks import report
+
+    declined = ["re-roll kept unrolled: rten has no RNN op (target 'portable')"] * 2
+    model = {
+        "model": "m",
+        "variants": [
+            _row("original", 30, {"Slice": 4, "MatMul": 4}, 1.0),
+            _row("ours", 30, {"Slice": 4, "MatMul": 4}, 0.98, declined=declined),
+            _row("ours-onnxruntime", 4, {"RNN": 2, "Concat": 2}, 0.70, declined=[]),
+            _row("onnxsim", 26, {"Gemm": 4}, 0.80),
+        ],
+    }
+    lines = report._target_section({"models": [model]})
+    rows = {line.split(" | ")[1]: line for line in lines if line.startswith("| m |")}
+    why = rows["ours"].rstrip(" |").rsplit(" | ", 1)[1]
+    assert why == (
+        "vs onnxsim: +4 MatMul, +4 Slice (4 Gemm fewer); ours-onnxruntime has 4; "
+        "ORT: no slower than the original (0.98×), onnxsim faster; "
+        "2 x re-roll kept unrolled: rten has no RNN op (target 'portable')"
+    )
+    assert rows["ours-onnxruntime"].endswith("| yes |  |")
