@@ -916,3 +916,28 @@ def test_x_is_sliced_in_the_form_of_the_opset(opset: int, initial_state: str, ba
             feeds = cell_inputs(cfg, size, seq=seq, rng=seed)
             diff = runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds))
             assert diff <= 1e-5, (seq, size, diff)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        UnrolledCellConfig(shared_read=True),
+        UnrolledCellConfig(op_type="GRU", reverse=True, shared_read=True),
+        UnrolledCellConfig(read="slice", opset=13, shared_read=True),
+    ],
+    ids=str,
+)
+def test_step_reads_of_x_read_outside_the_loop_stay_for_their_readers(
+    cfg: UnrolledCellConfig,
+) -> None:
+    """``x[t]`` is X's alone: another reader (a second loop, here a Sum) keeps it, and the
+    loop still becomes one node; a projection read outside is refused (``extra_reader``)."""
+    model = build_unrolled_cell(cfg)
+    result = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(result, full_check=True)
+    counts = op_counts(result)
+    assert counts[cfg.op_type] == 1 and counts["Sigmoid"] == counts["Split"] == 0, counts
+    assert counts["Sum"] == 1 and result.graph.output[-1].name == "x_read"
+    for seed, batch in enumerate(_batches(cfg)):
+        feeds = cell_inputs(cfg, batch, rng=seed)
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5

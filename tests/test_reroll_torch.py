@@ -235,3 +235,56 @@ def test_property_random_cell_loops_match_pytorch(
     kind, hidden, seq, reverse, bias, dynamo, dynamic_batch
 ) -> None:
     _check_cell(kind, hidden, seq, reverse, bias, dynamo, dynamic_batch)
+
+
+class _BidirectionalCellLoops(torch.nn.Module):
+    """A forward and a reversed loop over two cells reading one ``x``: dynamo exports one
+    ``x[t]`` Gather per step, read by both loops (TorchScript exports one per loop)."""
+
+    def __init__(self, kind: str, inputs: int, hidden: int) -> None:
+        super().__init__()
+        cls = torch.nn.LSTMCell if kind == "LSTM" else torch.nn.GRUCell
+        self.forward_cell, self.backward_cell = cls(inputs, hidden), cls(inputs, hidden)
+        self.kind, self.hidden = kind, hidden
+
+    def _run(self, cell, x, steps):
+        h = c = torch.zeros(x.shape[1], self.hidden)
+        outputs = {}
+        for t in steps:
+            if self.kind == "LSTM":
+                h, c = cell(x[t], (h, c))
+            else:
+                h = cell(x[t], h)
+            outputs[t] = h
+        return torch.stack([outputs[t] for t in range(x.shape[0])])
+
+    def forward(self, x):
+        seq = x.shape[0]
+        ahead = self._run(self.forward_cell, x, range(seq))
+        back = self._run(self.backward_cell, x, range(seq - 1, -1, -1))
+        return torch.cat([ahead, back], -1)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_two_cell_loops_sharing_their_step_reads_become_one_bidirectional_node(
+    kind: str, dynamo: bool
+) -> None:
+    torch.manual_seed(0)
+    module = _BidirectionalCellLoops(kind, 3, 4).eval()
+    model = _export_cell(module, torch.randn(5, 2, 3), dynamo, dynamic_batch=True)
+    gathers = op_counts(model)["Gather"]
+    assert gathers == 5 if dynamo else gathers >= 10  # dynamo: one read per step, shared
+    fast = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(fast, full_check=True)
+    counts = op_counts(fast)
+    assert counts[kind] == 1 and counts["Gather"] == 0, counts
+    (node,) = [n for n in fast.graph.node if n.op_type == kind]
+    assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
+    for batch in (2, 1, 4):
+        x = torch.randn(5, batch, 3)
+        with torch.no_grad():
+            expected = [module(x).numpy()]
+        feeds = {model.graph.input[0].name: x.numpy()}
+        assert runtime.max_abs_diff(expected, runtime.run(model, feeds)) <= 1e-5
+        assert runtime.max_abs_diff(expected, runtime.run(fast, feeds)) <= 1e-5

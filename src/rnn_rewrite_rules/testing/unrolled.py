@@ -344,6 +344,9 @@ class UnrolledCellConfig:
     #: ``c_0 = x[0] @ P_c``), as an encoder seeds a decoder loop.
     initial_state: Literal["zeros", "constant_of_shape", "folded", "first_frame"] = "zeros"
     batch: int | None = None
+    #: every step's ``x[t]`` is also read outside the loop (output ``x_read``: their sum),
+    #: as dynamo shares one Gather between a forward and a reversed loop over ``x``.
+    shared_read: bool = False
     mutation: str | None = None
     opset: int = 18
     seed: int = 0
@@ -433,6 +436,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
     if cfg.initial_state != "first_frame":
         h_prev, c_prev = zeros, zeros
     states: list[str] = []
+    reads: list[str] = []
     order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
     for step, t in enumerate(order):
         index = t
@@ -442,6 +446,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
             x_t = w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=0)
         else:
             x_t = w.squeeze0(w.node("Slice", ["x", w.ints(index), w.ints(index + 1), w.ints(0)]))
+        reads.append(x_t)
         if mutation == "broken_chain" and step == cfg.seq - 1 and len(states) >= 2:
             h_prev = states[-2]
         gx = linear(x_t, weight_ih, bias_ih)
@@ -479,16 +484,23 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
     y = w.node("Concat", [w.unsqueeze0(s) for s in stacked], prefix="stack", axis=0)
     finals = [states[-1]] + ([c_prev] if cfg.op_type == "LSTM" else [])
     names = ["y", "h_n", "c_n"][: 1 + len(finals)]
+    extra = []
+    if cfg.shared_read:
+        extra.append(helper.make_node("Sum", reads, ["x_read"], name="output_x_read"))
     nodes = [
         *w.nodes,
         *(
             helper.make_node("Identity", [v], [n], name=f"output_{n}")
             for v, n in zip([y, *finals], names, strict=True)
         ),
+        *extra,
     ]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [cfg.seq, batch, h])] + [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, h]) for n in names[1:]
     ]
+    if cfg.shared_read:
+        shape = [batch, cfg.input_size]
+        outputs.append(helper.make_tensor_value_info("x_read", TensorProto.FLOAT, shape))
     if mutation == "extra_reader":
         outputs.append(helper.make_tensor_value_info(states[0], TensorProto.FLOAT, [batch, h]))
     inputs += [

@@ -18,7 +18,9 @@ same gate positions (each operand is checked to be the gate the formula needs, s
 swapped gate order does not match); the steps are chained ``h_{t-1} -> h_t`` (and
 ``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one ``X`` of rank 3 (forward) or
 index ``T-1-t`` (a reversed loop); every value of a step is read only inside the step,
-by the next step or by the one stacking ``Concat``; ``h_0`` (``c_0``) is provably
+by the next step or by the one stacking ``Concat``, but ``x_t``, a function of ``X``
+alone, which keeps any other reader (dynamo shares one ``x[t]`` Gather between a forward
+and a reversed loop over ``X``); ``h_0`` (``c_0``) is provably
 ``[batch of X, H]`` (zeros built from ``Shape(X)``) or the first step's hidden term is a
 folded constant equal to ``b_hh`` for a batch of 1 or ``X``'s static batch. A loop of one
 step is not a recurrence and is left alone. ``X`` is sliced to ``T`` steps unless its
@@ -418,7 +420,9 @@ def plan_cell_chain(
     if prover.rank(x) != 3:
         return Refusal("X is not provably of rank 3")
 
-    # Every value of a step is read inside the step, by the next one or by the stack.
+    # Every value of a step is read inside the step, by the next one or by the stack; a
+    # step's read of X (X[t], a function of X alone) may have other readers (dynamo shares
+    # one Gather between a forward and a reversed loop): the rewrite leaves it to them.
     stack_inputs = [s.h for s in (steps[::-1] if reverse else steps)]
     concat, unsqueezes = _find_stack(stack_inputs)
     allowed_h_readers = {id(u) for u in unsqueezes}
@@ -428,6 +432,8 @@ def plan_cell_chain(
             for value in node.outputs:
                 if t + 1 == count and (value is step.h or value is step.c):
                     continue  # the final states: any reader
+                if value is step.x_linear.input:
+                    continue
                 for user, _ in value.uses():
                     if user in step.nodes or user in following:
                         continue
