@@ -324,7 +324,8 @@ def _make_graph_input(model: onnx.ModelProto, name: str, dims: list | None = Non
     [
         ("weight_input", "a gate weight is not a constant matrix"),
         ("bias_input", "a gate bias is not a constant"),
-        ("bias_shape", "a gate bias has shape [13], not [12]"),
+        ("bias_shape", "a gate bias has shape [13], not [12] or [1, 12]"),
+        ("bias_rows", "a gate bias has shape [2, 12], not [12] or [1, 12]"),
         ("weight_rows", "a gate weight has 13 rows, not a multiple of 4"),
     ],
 )
@@ -338,9 +339,28 @@ def test_gate_weights_that_are_not_constant_gate_blocks_are_refused(edit: str, r
         _make_graph_input(model, "cell.bias_ih")
     elif edit == "bias_shape":
         _replace_initializer(model, "cell.bias_hh", rng.standard_normal(13, np.float32))
+    elif edit == "bias_rows":  # [2, G*H]: a batch of 2 only, another bias per row
+        _replace_initializer(model, "cell.bias_hh", rng.standard_normal((2, 12), np.float32))
     else:
         _replace_initializer(model, "cell.weight_hh", rng.standard_normal((13, 3), np.float32))
     assert reroll_cells.plan_cell_chain(_root(model), "LSTM") == reason
+
+
+@pytest.mark.parametrize("gemm", [True, False], ids=["gemm", "matmul_add"])
+def test_a_gate_bias_of_one_row_is_the_bias(gemm: bool) -> None:
+    """A ``[1, G*H]`` bias (a 2-D Gemm C, a Keras-style row) adds the same to every row."""
+    cfg = UnrolledCellConfig(gemm=gemm)
+    model = build_unrolled_cell(cfg)
+    for name in ("cell.bias_ih", "cell.bias_hh"):
+        (tensor,) = [t for t in model.graph.initializer if t.name == name]
+        _replace_initializer(model, name, onnx.numpy_helper.to_array(tensor)[np.newaxis])
+    result = rnn_rewrite_rules.rewrite(model)
+    assert op_counts(result)["LSTM"] == 1 and op_counts(result)["Gemm"] == 0
+    for seed, batch in enumerate((1, 3)):
+        feeds = cell_inputs(cfg, batch, rng=seed)
+        expected = cell_reference(cfg, feeds["x"])
+        assert runtime.max_abs_diff(expected, runtime.run(model, feeds)) <= 1e-5
+        assert runtime.max_abs_diff(expected, runtime.run(result, feeds)) <= 1e-5
 
 
 #: A folded first step at X's static batch 3, with the zero state the first step reads

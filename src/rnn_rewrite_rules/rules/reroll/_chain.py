@@ -118,16 +118,16 @@ class Step(Protocol):
 S = TypeVar("S", bound=Step)
 
 
-def walk_back(last: S, parse: Callable[[ir.Node], S | Refusal]) -> list[S]:
-    """The chain ending at ``last``, first step first: each earlier step is what ``parse``
-    reads at the default-domain producer of the next one's ``h_prev``, with the same
-    ``source``. A graph has no cycles, so the walk ends."""
+def walk_back(last: S, parse: Callable[[ir.Node, ir.Value], S | Refusal]) -> list[S]:
+    """The chain ending at ``last``, first step first: each earlier step is what
+    ``parse(node, source)`` reads at the default-domain producer of the next one's
+    ``h_prev``, with the same ``source``. A graph has no cycles, so the walk ends."""
     steps = [last]
     while steps[-1].h_prev is not None:
         node = steps[-1].h_prev.producer()  # type: ignore[union-attr]
         if node is None or node.domain != "":
             break
-        previous = parse(node)
+        previous = parse(node, last.source)
         if isinstance(previous, Refusal) or previous.source is not last.source:
             break
         steps.append(previous)

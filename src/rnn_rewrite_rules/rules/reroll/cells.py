@@ -13,7 +13,8 @@ or equal constant sizes), in PyTorch's gate order:
 
 the steps' ``h_t`` stacked by ``Concat(Unsqueeze(h_t, 0), ..., axis=0)``.
 
-Condition: every step uses the same constant weights and biases and the same ops in the
+Condition: every step uses the same constant weights and biases (a bias ``[G*H]`` or one
+row ``[1, G*H]``) and the same ops in the
 same gate positions (each operand is checked to be the gate the formula needs, so a
 swapped gate order does not match); the steps are chained ``h_{t-1} -> h_t`` (and
 ``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one ``X`` of rank 3 (forward) or
@@ -114,8 +115,13 @@ def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None
         bias = weight_array(linear.bias)
         if bias is None:
             return Refusal("a gate bias is not a constant")
+        if bias.shape == (1, weight.shape[0]):  # [1, G*H]: added to a [batch, G*H] row
+            bias = bias[0]  # by row, as a [G*H] one is (X of rank 3: a step is 2-D)
         if bias.shape != (weight.shape[0],):
-            return Refusal(f"a gate bias has shape {list(bias.shape)}, not [{weight.shape[0]}]")
+            return Refusal(
+                f"a gate bias has shape {list(bias.shape)}, not [{weight.shape[0]}] or "
+                f"[1, {weight.shape[0]}]"
+            )
     if weight.shape[0] % gates:
         return Refusal(f"a gate weight has {weight.shape[0]} rows, not a multiple of {gates}")
     return weight, bias
@@ -209,8 +215,12 @@ def _hidden_linear(value: ir.Value) -> tuple[_Linear | None, np.ndarray | None] 
     return linear if isinstance(linear, Refusal) else (linear, None)
 
 
-def _lstm_step(root: ir.Node) -> _CellStep | Refusal:
-    """``h_t = Mul(sigmoid(o), tanh(c_t))`` with ``c_t = f * c + i * g``."""
+def _lstm_step(root: ir.Node, source: ir.Value | None = None) -> _CellStep | Refusal:
+    """``h_t = Mul(sigmoid(o), tanh(c_t))`` with ``c_t = f * c + i * g``.
+
+    The two projections are an ``Add``'s operands, either way round: the step input is the
+    one that reads a step of ``source`` (given: the loop's ``X``), else of any tensor (a
+    first step whose ``h_0`` is itself a ``Gather``, an encoder's ``h_n[0]``, reads two)."""
     if root.op_type != "Mul":
         return Refusal("not a Mul")
     pair = _pair(root, _sigmoid, _tanh)
@@ -252,7 +262,8 @@ def _lstm_step(root: ir.Node) -> _CellStep | Refusal:
         if isinstance(x_linear, Refusal):
             continue
         read = _read(x_linear.input)
-        if read is None:
+        if read is None or (source is not None and read[0] is not source):
+            read = None
             continue
         hidden = _hidden_linear(h_side)
         if isinstance(hidden, Refusal):
@@ -271,8 +282,10 @@ def _lstm_step(root: ir.Node) -> _CellStep | Refusal:
     )
 
 
-def _gru_step(root: ir.Node) -> _CellStep | Refusal:
-    """``h_t = Add(Mul(Sub(h_{t-1}, n), z), n)``."""
+def _gru_step(root: ir.Node, source: ir.Value | None = None) -> _CellStep | Refusal:
+    """``h_t = Add(Mul(Sub(h_{t-1}, n), z), n)`` (which projection reads the step input is
+    fixed by the formula: ``source`` is not needed)."""
+    del source
     if root.op_type != "Add":
         return Refusal("not an Add")
     pair = _pair(root, lambda v: producer(v, "Mul") is not None, _tanh)

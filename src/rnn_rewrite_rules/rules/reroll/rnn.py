@@ -203,7 +203,7 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
     if isinstance(last, Refusal):
         return last
 
-    def parse(node: ir.Node) -> _Step | Refusal:
+    def parse(node: ir.Node, _source: ir.Value) -> _Step | Refusal:
         if node.op_type != root.op_type:
             return Refusal(f"{node.op_type} is not the chain's {root.op_type}")
         return _parse_step(node)
