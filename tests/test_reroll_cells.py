@@ -748,9 +748,9 @@ def _edit_loop(model: onnx.ModelProto, edit: str) -> None:
         (folded,) = [t for t in model.graph.initializer if t.name == "linear"]
         array = onnx.numpy_helper.to_array(folded)[:, :, np.newaxis]
         folded.CopyFrom(onnx.numpy_helper.from_array(array, folded.name))
-    elif edit == "h_0 an input":
+    elif edit == "h_0 an input of unknown width":  # [batch, 3] is broadcast: re-rolled
         hidden_gemms[0].input[0] = "h0"
-        model.graph.input.append(onnx.helper.make_tensor_value_info("h0", 1, ["batch", 3]))
+        model.graph.input.append(onnx.helper.make_tensor_value_info("h0", 1, ["batch", "w"]))
     elif edit == "W_hh [12, 4]":
         _replace_initializer(model, "cell.weight_hh", rng.standard_normal((12, 4), np.float32))
     elif edit == "W_ih [16, 4]":
@@ -787,7 +787,7 @@ _LOOP_REASONS = {
     "folded of rank 3 [batch, 4H, 1]": (
         "the folded first step has shape [2, 12, 1], not [batch, G*H]"
     ),
-    "h_0 an input": "cannot prove h_0 is [batch of X, H]",  # ONNX does not unify dim_params
+    "h_0 an input of unknown width": "cannot prove h_0 is [batch of X, H] or [batch, H]",
     "W_hh [12, 4]": "W_hh has shape [12, 4], not [4*H, H]",
     "W_ih [16, 4]": "W_ih has shape [16, 4], not [4*H, I] with H = 3",
     "W_ih float64": "the weights are not one floating-point type",
@@ -961,3 +961,54 @@ def test_step_reads_of_x_read_outside_the_loop_stay_for_their_readers(
     for seed, batch in enumerate(_batches(cfg)):
         feeds = cell_inputs(cfg, batch, rng=seed)
         assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5
+
+
+#: (batch of X, batch of the states): equal, or one of them 1 (the steps broadcast it).
+_BROADCAST_BATCHES = ((3, 3), (1, 3), (3, 1), (2, 2), (1, 1))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        UnrolledCellConfig(initial_state="inputs"),
+        UnrolledCellConfig(op_type="GRU", initial_state="inputs", reverse=True),
+        UnrolledCellConfig(initial_state="inputs", read="slice", gemm=False, opset=13),
+    ],
+    ids=str,
+)
+def test_states_of_their_own_batch_are_broadcast_like_the_steps_do(
+    cfg: UnrolledCellConfig,
+) -> None:
+    """``h_0``/``c_0`` of a batch not proven X's (an encoder's final state seeding a
+    decoder): X and the states are expanded to the batch they broadcast to. Equal wherever
+    the original runs; where it fails (two batches, neither 1), the rewrite fails too."""
+    model = build_unrolled_cell(cfg)
+    result = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(result, full_check=True)
+    counts = op_counts(result)
+    assert counts[cfg.op_type] == 1 and counts["Split"] == 0 and counts["Expand"] >= 2, counts
+    for seed, (batch, state_batch) in enumerate(_BROADCAST_BATCHES):
+        feeds = cell_inputs(cfg, batch, rng=seed, state_batch=state_batch)
+        expected = runtime.run(model, feeds)
+        assert expected[0].shape[1] == max(batch, state_batch)
+        assert runtime.max_abs_diff(expected, runtime.run(result, feeds)) <= 1e-5
+    feeds = cell_inputs(cfg, 2, state_batch=3)
+    for failing in (model, result):
+        with pytest.raises(Exception, match=r"(?i)broadcast|dimension|shape"):
+            runtime.run(failing, feeds)
+
+
+@pytest.mark.parametrize(
+    ("dims", "reason"),
+    [
+        ([1, "state_batch", 3], "cannot prove h_0 is [batch of X, H] or [batch, H]"),
+        (["state_batch", "width"], "cannot prove h_0 is [batch of X, H] or [batch, H]"),
+    ],
+    ids=["rank_3", "width_unknown"],
+)
+def test_states_not_proven_of_rank_2_and_width_h_are_refused(dims: list, reason: str) -> None:
+    model = build_unrolled_cell(UnrolledCellConfig(op_type="GRU", initial_state="inputs"))
+    (h0,) = [v for v in model.graph.input if v.name == "h0"]
+    h0.CopyFrom(onnx.helper.make_tensor_value_info("h0", onnx.TensorProto.FLOAT, dims))
+    assert reroll_cells.plan_cell_chain(_root(model), "GRU") == reason
+    assert op_counts(rnn_rewrite_rules.rewrite(model))["GRU"] == 0

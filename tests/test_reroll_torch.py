@@ -288,3 +288,61 @@ def test_two_cell_loops_sharing_their_step_reads_become_one_bidirectional_node(
         feeds = {model.graph.input[0].name: x.numpy()}
         assert runtime.max_abs_diff(expected, runtime.run(model, feeds)) <= 1e-5
         assert runtime.max_abs_diff(expected, runtime.run(fast, feeds)) <= 1e-5
+
+
+class _EncoderDecoder(torch.nn.Module):
+    """An ``nn.LSTM`` encoder whose final state seeds a decoder loop over an ``LSTMCell``
+    or ``GRUCell`` reading another input ``y``: the states' batch is ``x``'s, not ``y``'s."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.encoder = torch.nn.LSTM(3, 4)
+        cls = torch.nn.LSTMCell if kind == "LSTM" else torch.nn.GRUCell
+        self.decoder, self.kind = cls(5, 4), kind
+
+    def forward(self, x, y):
+        _, (h, c) = self.encoder(x)
+        h, c = h[0], c[0]
+        outputs = []
+        for t in range(y.shape[0]):
+            if self.kind == "LSTM":
+                h, c = self.decoder(y[t], (h, c))
+            else:
+                h = self.decoder(y[t], h)
+            outputs.append(h)
+        return torch.stack(outputs)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_a_decoder_loop_seeded_by_an_encoder_becomes_one_node(kind: str, dynamo: bool) -> None:
+    torch.manual_seed(0)
+    module = _EncoderDecoder(kind).eval()
+    args = (torch.randn(6, 2, 3), torch.randn(4, 2, 5))
+    if dynamo:
+        batch = torch.export.Dim("batch")
+        model = _export(module, args, {"x": {1: batch}, "y": {1: batch}})
+    else:
+        buffer = io.BytesIO()
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                args,
+                buffer,
+                dynamo=False,
+                input_names=["x", "y"],
+                dynamic_axes={"x": {1: "batch"}, "y": {1: "batch"}},
+            )
+        model = onnx.load_from_string(buffer.getvalue())
+    fast = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(fast, full_check=True)
+    counts = op_counts(fast)
+    assert counts[kind] == (1 if kind == "GRU" else 2) and counts["Split"] == 0, counts
+    assert counts["LSTM"] >= 1  # the encoder
+    for batch in (2, 1, 3):
+        x, y = torch.randn(6, batch, 3), torch.randn(4, batch, 5)
+        with torch.no_grad():
+            expected = [module(x, y).numpy()]
+        feeds = {"x": x.numpy(), "y": y.numpy()}
+        assert runtime.max_abs_diff(expected, runtime.run(fast, feeds)) <= 1e-5

@@ -342,7 +342,11 @@ class UnrolledCellConfig:
     #: TorchScript form; "folded": static batch, the first hidden projection folded;
     #: "first_frame": non-zero states computed from ``x[0]`` (``h_0 = tanh(x[0] @ P_h)``,
     #: ``c_0 = x[0] @ P_c``), as an encoder seeds a decoder loop.
-    initial_state: Literal["zeros", "constant_of_shape", "folded", "first_frame"] = "zeros"
+    #: "inputs": graph inputs ``h0`` (and ``c0``) ``[state_batch, H]`` of a batch of their
+    #: own, as an encoder's final state seeds a decoder (the steps broadcast it against X's).
+    initial_state: Literal["zeros", "constant_of_shape", "folded", "first_frame", "inputs"] = (
+        "zeros"
+    )
     batch: int | None = None
     #: every step's ``x[t]`` is also read outside the loop (output ``x_read``: their sum),
     #: as dynamo shares one Gather between a forward and a reversed loop over ``x``.
@@ -430,10 +434,15 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         c_prev = ""  # GRU: no cell state
         if cfg.op_type == "LSTM":
             c_prev = w.node("MatMul", [frame, w.constant(params["init_c"])])
+    elif cfg.initial_state == "inputs":
+        for name in ("h0", "c0")[: 1 + (cfg.op_type == "LSTM")]:
+            dims = ["state_batch", h]
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
+        h_prev, c_prev = "h0", "c0" if cfg.op_type == "LSTM" else ""
     else:
         assert cfg.batch is not None
         zeros = w.constant(np.zeros((cfg.batch, h), np.float32), "zeros")
-    if cfg.initial_state != "first_frame":
+    if cfg.initial_state not in ("first_frame", "inputs"):
         h_prev, c_prev = zeros, zeros
     states: list[str] = []
     reads: list[str] = []
@@ -519,12 +528,22 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
 
 
 def cell_inputs(
-    cfg: UnrolledCellConfig, batch: int, seq: int | None = None, rng: np.random.Generator | int = 0
+    cfg: UnrolledCellConfig,
+    batch: int,
+    seq: int | None = None,
+    rng: np.random.Generator | int = 0,
+    state_batch: int | None = None,
 ) -> dict[str, np.ndarray]:
-    """Feeds for a model built from ``cfg``."""
+    """Feeds for a model built from ``cfg`` (``state_batch``: the batch of the ``inputs``
+    states, ``batch`` by default)."""
     rng = np.random.default_rng(rng)
     seq = cfg.seq if seq is None else seq
-    return {"x": rng.standard_normal((seq, batch, cfg.input_size)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((seq, batch, cfg.input_size)).astype(np.float32)}
+    if cfg.initial_state == "inputs":
+        shape = (batch if state_batch is None else state_batch, cfg.hidden_size)
+        for name in ("h0", "c0")[: 1 + (cfg.op_type == "LSTM")]:
+            feeds[name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
 
 
 def cell_reference(cfg: UnrolledCellConfig, x: np.ndarray) -> list[np.ndarray]:

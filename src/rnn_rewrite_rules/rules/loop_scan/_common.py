@@ -11,6 +11,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._broadcast import broadcast_batches
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
     cached_ints,
@@ -367,16 +368,7 @@ def _emit_node(
     x, h0 = to_compute(x), to_compute(plan.h0)
     c0 = None if plan.c0 is None else to_compute(plan.c0)
     if plan.broadcast:  # X and the states expanded to the batch they broadcast to
-        x_batch = slice_(op, op.Shape(x), [1], [2], [0], opset, ints)
-        same = plan.c0 is plan.h0  # one value for both (tf2onnx's zeros): one expansion
-        h0 = op.Expand(h0, op.Concat(x_batch, ints([1]), axis=0))
-        if c0 is not None and same:
-            c0 = h0
-        elif c0 is not None:
-            c0 = op.Expand(c0, op.Shape(h0))
-            h0 = op.Expand(h0, op.Shape(c0))
-        batch = slice_(op, op.Shape(h0), [0], [1], [0], opset, ints)
-        x = op.Expand(x, op.Concat(ints([1]), batch, ints([1]), axis=0))
+        x, h0, c0 = broadcast_batches(op, x, h0, c0, opset, ints)
     inputs: list[ir.Value | None] = [
         x,
         constant(cell.w[np.newaxis], "W"),

@@ -42,6 +42,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
+from rnn_rewrite_rules.rules._broadcast import broadcast_batches
 from rnn_rewrite_rules.rules._graph import producer, read_axes
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
@@ -364,11 +365,20 @@ class _CellPlan:
     c0: ir.Value | None
     slice_x: bool
     concat: ir.Node | None
+    #: ``h_0`` (``c_0``) of a batch not proven ``X``'s: all are expanded to the batch they
+    #: broadcast to (``rules._broadcast``), as the steps' arithmetic does.
+    broadcast: bool = False
 
 
 def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) -> bool:
     """``state`` is provably ``[batch of X, H]``."""
     return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
+
+
+def _broadcasts(prover: ShapeProver, state: ir.Value, hidden: int) -> bool:
+    """``state`` is provably ``[b, H]`` for some batch ``b`` (an encoder's final state, a
+    graph input): the steps broadcast it against ``X``'s batch."""
+    return prover.rank(state) == 2 and prover.dim(state, 1) == Dim.const(hidden)
 
 
 def plan_cell_chain(
@@ -460,6 +470,7 @@ def plan_cell_chain(
 
     h0 = first.h_prev
     c0 = first.c_prev
+    broadcast = False
     if first.h_linear is None:
         folded = first.folded
         assert folded is not None
@@ -473,7 +484,9 @@ def plan_cell_chain(
         if folded.shape[0] != 1 and static_size(prover, x, 1) != folded.shape[0]:
             return Refusal("the folded first step fixes a batch X does not provably have")
     elif not _state_ok(prover, h0, x, hidden):
-        return Refusal("cannot prove h_0 is [batch of X, H]")
+        if not _broadcasts(prover, h0, hidden):
+            return Refusal("cannot prove h_0 is [batch of X, H] or [batch, H]")
+        broadcast = True
     if op_type == "GRU" and first.h_linear is None:
         # the update reads h_0 itself: it must be zeros of X's batch
         if not (
@@ -482,6 +495,15 @@ def plan_cell_chain(
             return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
         h0 = None
     c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden)
+    if (
+        op_type == "LSTM"
+        and not c0_proven
+        and first.h_linear is not None
+        and c0 is not None
+        and _broadcasts(prover, c0, hidden)
+        and not _folded_zero(prover, c0, x)
+    ):
+        c0_proven = broadcast = True
     if op_type == "LSTM" and not (c0_proven or (c0 is not None and _folded_zero(prover, c0, x))):
         return Refusal("cannot prove c_0 is [batch of X, H]")
     if not c0_proven:
@@ -510,6 +532,7 @@ def plan_cell_chain(
         c0,
         static_size(prover, x, 0) != count,
         concat,
+        broadcast,
     )
 
 
@@ -600,12 +623,16 @@ class RerollCell(ChainRule[_CellPlan]):
         x = plan.x
         if plan.slice_x:
             x = emit.first_steps(x, len(plan.steps), reverse=False)
-        inputs = [x, w, r, b, None, emit.unsqueeze(plan.h0, 0)]
+        h0, c0 = plan.h0, plan.c0
+        if plan.broadcast:
+            assert h0 is not None
+            x, h0, c0 = broadcast_batches(op, x, h0, c0, emit.opset, emit.ints)
+        inputs = [x, w, r, b, None, emit.unsqueeze(h0, 0)]
         attributes = {"hidden_size": int(plan.r.shape[2]), "direction": "forward"}
         if plan.reverse:
             attributes["direction"] = "reverse"
         if self.op_type == "LSTM":
-            inputs.append(emit.unsqueeze(plan.c0, 0))
+            inputs.append(emit.unsqueeze(c0, 0))
             while inputs[-1] is None:
                 inputs.pop()
             y, y_h, y_c = op.LSTM(*inputs, _outputs=3, **attributes)

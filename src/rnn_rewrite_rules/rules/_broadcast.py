@@ -1,0 +1,37 @@
+"""``X`` and initial states of batches not proven equal, expanded to the batch they
+broadcast to.
+
+A recurrence written op by op (an unrolled cell loop, a Loop or Scan body) adds
+``x_t @ W`` to ``h_{t-1} @ R``: where ``h_0`` (or ``c_0``) is a value whose batch the prover
+cannot tie to ``X``'s (a graph input, an encoder's final state), NumPy-style broadcasting
+makes every step's batch the broadcast of the two (a batch of 1 against ``B`` gives ``B``;
+two other sizes fail). One RNN node requires ``X``'s batch and the states' to be equal, so
+the rewrite expands ``X`` and the states to that broadcast batch: equal outputs wherever
+the original runs, and an error (``Expand`` cannot broadcast) wherever it fails.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules.rules._graph import Ints, slice_
+
+__all__ = ["broadcast_batches"]
+
+
+def broadcast_batches(
+    op, x: ir.Value, h0: ir.Value, c0: ir.Value | None, opset: int, ints: Ints
+) -> tuple[ir.Value, ir.Value, ir.Value | None]:
+    """``X [T, B, I]``, ``h0 [B', H]`` and ``c0 [B'', H]`` (None: none; ``h0`` itself:
+    one value for both) expanded to the batch all three broadcast to."""
+    x_batch = slice_(op, op.Shape(x), [1], [2], [0], opset, ints)
+    same = c0 is h0  # one value for both (tf2onnx's zeros): one expansion
+    h0 = op.Expand(h0, op.Concat(x_batch, ints([1]), axis=0))
+    if c0 is not None and same:
+        c0 = h0
+    elif c0 is not None:
+        c0 = op.Expand(c0, op.Shape(h0))
+        h0 = op.Expand(h0, op.Shape(c0))
+    batch = slice_(op, op.Shape(h0), [0], [1], [0], opset, ints)
+    x = op.Expand(x, op.Concat(ints([1]), batch, ints([1]), axis=0))
+    return x, h0, c0
