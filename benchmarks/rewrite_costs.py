@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import pathlib
 from collections.abc import Callable
 
@@ -57,6 +58,9 @@ class Case:
     seqs: tuple[int, ...]
     batches: tuple[int, ...] = (1,)
     hiddens: tuple[int, ...] = (64, 256, 512)
+    #: A cost table the rule reads (``rnn_rewrite_rules/costs/<form>.json``): the points as
+    #: that form's (``costs.FORM_TABLES``); None: the page only.
+    form: str | None = None
 
 
 def _callers(name: str, model: onnx.ModelProto, feeds: dict) -> Callable[[], object]:
@@ -156,7 +160,12 @@ def main(case: Case, argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="one op, hidden 8, two lengths")
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
+    parser.add_argument(
+        "--table", type=pathlib.Path, default=None, help="the cost table to write (a form's)"
+    )
     args = parser.parse_args(argv)
+    if case.form is not None and args.table is None and not args.quick:
+        args.table = ROOT / "src" / "rnn_rewrite_rules" / "costs" / f"{case.form}.json"
     if args.quick:
         args.ops, args.hidden, args.repeats, args.rounds = [case.ops[-1]], [8], 1, 2
         args.seq, args.batch = list(case.seqs[:2]), [1]
@@ -168,4 +177,36 @@ def main(case: Case, argv: list[str] | None = None) -> int:
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
     args.out.write_text(render(case, points, header))
     print(f"wrote {args.out}")
+    if args.table is not None:
+        assert case.form is not None
+        args.table.write_text(json.dumps(table(case, points, header), indent=1) + "\n")
+        print(f"wrote {args.table}")
     return 0
+
+
+#: The harness's runtime names -> the cost table's keys (``costs.RUNTIMES``).
+_RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino"}
+
+
+def table(case: Case, points: list[Point], header: dict[str, str]) -> dict:
+    """The points as a cost table of form ``case.form`` (``costs.CostTable.from_json``)."""
+    return {
+        "generated_by": f"python -m benchmarks.{case.module}",
+        "measured": header["date"],
+        "versions": {k: v for k, v in header.items() if k != "date"},
+        "points": [
+            {
+                "runtime": _RUNTIME_KEYS[p.runtime],
+                "op": p.op,
+                "form": case.form,
+                "direction": "forward",
+                "hidden": p.hidden,
+                "seq": p.seq,
+                "batch": p.batch,
+                "ratio": round(p.ratio, 4),
+                "low": round(p.low, 4),
+                "high": round(p.high, 4),
+            }
+            for p in points
+        ],
+    }

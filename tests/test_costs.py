@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -214,3 +215,22 @@ def test_the_table_of_several_runs_is_their_per_point_median() -> None:
     (point,) = costs.CostTable.from_json(cost_grid.median_of([run(1.4), run(0.9)])).points
     assert point.ratio == 0.9  # an even count: the lower middle
     assert "[0.90-1.40]" in cost_grid.render(cost_grid.median_of([run(1.4), run(0.9)]))
+
+
+def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() -> None:
+    """Each form measured by a grid of its own (``costs.FORM_TABLES``) has its table beside
+    the main one, written by the command named, on both timed runtimes of its grid."""
+    from benchmarks import batch_first_costs
+
+    for form, command in costs.FORM_TABLES.items():
+        path = pathlib.Path(costs.__file__).with_name(f"{form}.json")
+        data = json.loads(path.read_text())
+        assert data["generated_by"] == command
+        table = costs.load(str(path))
+        case = {"batch_first": batch_first_costs.CASE}[form]
+        for op in case.ops:
+            for hidden in case.hiddens:
+                for seq in case.seqs:
+                    for batch in case.batches:
+                        key = ("ort", op, form, "forward", hidden, seq, batch)
+                        assert key in table._index, key

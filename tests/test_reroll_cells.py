@@ -45,6 +45,12 @@ POSITIVE = [
     UnrolledCellConfig(op_type="GRU", initial_state="first_frame", reverse=True, gemm=False),
     UnrolledCellConfig(opset=12, read="slice"),  # axes and split as attributes
     UnrolledCellConfig(op_type="GRU", opset=11, initial_state="constant_of_shape"),
+    # batch-first: x[:, t] reads, torch.stack(hs, 1)
+    UnrolledCellConfig(batch_first=True),
+    UnrolledCellConfig(op_type="GRU", batch_first=True, reverse=True, opset=13),
+    UnrolledCellConfig(batch_first=True, initial_state="constant_of_shape", opset=11),
+    UnrolledCellConfig(op_type="GRU", batch_first=True, initial_state="folded", batch=2),
+    UnrolledCellConfig(batch_first=True, initial_state="first_frame", gemm=False),
 ]
 
 
@@ -556,12 +562,12 @@ def test_other_spellings_of_the_same_step_are_rerolled(op_type: str, form: str) 
 _READ_REASON = "no projection reads one step of X (Gather(X, t) or Slice)"
 
 
-@pytest.mark.parametrize("edit", ["axis 1", "index -1", "index [t]", "index not constant"])
+@pytest.mark.parametrize("edit", ["axis 2", "index -1", "index [t]", "index not constant"])
 def test_a_step_that_does_not_read_one_row_of_x_is_refused(edit: str) -> None:
     model = build_unrolled_cell(UnrolledCellConfig())
     gather = _nodes(model, "Gather")[-1]
-    if edit == "axis 1":
-        _set_attribute(gather, "axis", 1)
+    if edit == "axis 2":  # x[:, :, t]: a feature, not a step (axis 1 is a batch-first step)
+        _set_attribute(gather, "axis", 2)
     elif edit == "index -1":
         gather.input[1] = _add_constant(model, "index", np.array(-1, np.int64))
     elif edit == "index [t]":
@@ -622,9 +628,9 @@ def _gru_edit(step: _LastStep, edit: str) -> None:
     elif edit == "z reads xr":
         z_add = step.of(z_sig.input[0])
         z_add.input[1] = x_split.output[0]
-    elif edit == "x projection reads X on axis 1":
+    elif edit == "x projection reads X on axis 2":
         gather = step.of(step.gemms[0].input[0])
-        gather.attribute[0].i = 1
+        gather.attribute[0].i = 2
     elif edit == "update reads h_{t-2}":
         sub.input[0] = step.of(step.gemms[1].input[0]).input[0]  # h_{t-1}'s Sub's h_{t-2}
     else:
@@ -676,7 +682,7 @@ _STEP_REASONS = {
         "xn not from a Split",
     ): "xn and hn are not part 2 of Splits in 3 (PyTorch order r, z, n)",
     ("GRU", "z reads xr"): "gate z is not sigmoid(part 1 of both Splits) (order r, z, n)",
-    ("GRU", "x projection reads X on axis 1"): (
+    ("GRU", "x projection reads X on axis 2"): (
         "the input projection does not read one step of X (Gather(X, t) or Slice)"
     ),
     ("GRU", "update reads h_{t-2}"): "the hidden projection and the update read different h_{t-1}",
@@ -1012,3 +1018,37 @@ def test_states_not_proven_of_rank_2_and_width_h_are_refused(dims: list, reason:
     h0.CopyFrom(onnx.helper.make_tensor_value_info("h0", onnx.TensorProto.FLOAT, dims))
     assert reroll_cells.plan_cell_chain(_root(model), "GRU") == reason
     assert op_counts(rnn_rewrite_rules.rewrite(model))["GRU"] == 0
+
+
+def _batch_first_edit(model: onnx.ModelProto, edit: str) -> None:
+    gathers = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] == "x"]
+    if edit == "one step reads axis 0":
+        next(a for a in gathers[-1].attribute if a.name == "axis").i = 0
+    elif edit == "steps read axis 2":
+        for gather in gathers:
+            next(a for a in gather.attribute if a.name == "axis").i = 2
+    else:
+        assert edit == "stacked on axis 2"
+        for node in model.graph.node:
+            if node.op_type == "Unsqueeze":
+                axes = next(t for t in model.graph.initializer if t.name == node.input[1])
+                axes.CopyFrom(onnx.numpy_helper.from_array(np.array([2], np.int64), axes.name))
+            if node.op_type == "Concat" and node.output[0].startswith("stack"):
+                next(a for a in node.attribute if a.name == "axis").i = 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        ("one step reads axis 0", "the steps read X on different axes"),
+        ("steps read axis 2", "no projection reads one step of X (Gather(X, t) or Slice)"),
+        ("stacked on axis 2", "a value of step 0 ({name}) has a reader outside the loop"),
+    ],
+)
+def test_batch_first_near_misses_are_refused(edit: str, reason: str) -> None:
+    cfg = UnrolledCellConfig(batch_first=True, input_size=3, hidden_size=3, seq=3, batch=3)
+    model = build_unrolled_cell(cfg)
+    assert not isinstance(reroll_cells.plan_cell_chain(_root(model), "LSTM"), str)
+    _batch_first_edit(model, edit)
+    found = reroll_cells.plan_cell_chain(_root(model), "LSTM")
+    assert _matches(found, reason), found

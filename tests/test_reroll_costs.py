@@ -168,3 +168,56 @@ def test_a_recurrence_left_unrolled_is_recorded_once_per_chain() -> None:
     with costs.recording() as declined, costs.ignored():
         rnn_rewrite_rules.rewrite(model, target="onnxruntime")
     assert declined == []
+
+
+def _batch_first_table(op: str, ratio: float) -> costs.CostTable:
+    """The node's table (``_table``, every point fast) and the ``batch_first`` form's
+    points, ``ratio`` at hidden 64 seq 16 batch 5 on ONNX Runtime, else 0.5."""
+    points = list(_table(op, {}).points)
+    for runtime_key in RUNTIMES:
+        for hidden in (8, 64):
+            for seq in (2, 16):
+                for batch in (1, 5):
+                    slow = (runtime_key, hidden, seq, batch) == ("ort", 64, 16, 5)
+                    value = ratio if slow else 0.5
+                    points.append(
+                        costs.Point(
+                            runtime_key,
+                            op,
+                            "batch_first",
+                            "forward",
+                            hidden,
+                            seq,
+                            batch,
+                            value,
+                            value,
+                            value,
+                        )
+                    )
+    return costs.CostTable(points, {})
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_batch_first_loop_reads_its_own_forms_table(op: str) -> None:
+    """The two Transposes a batch-first loop needs are measured as a form of their own
+    (``costs.FORM_TABLES``): slower there, the loop stays unrolled, with the reason."""
+    cfg = UnrolledCellConfig(op_type=op, input_size=64, hidden_size=64, seq=16, batch_first=True)
+    model = build_unrolled_cell(cfg)
+    with costs.using(_batch_first_table(op, 0.9)):
+        rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    assert _ops(rolled, op) == 1
+    feeds = cell_inputs(cfg, 3)
+    assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(rolled, feeds)) <= 1e-5
+    with costs.using(_batch_first_table(op, 1.2)):
+        assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), op) == 0
+        reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model)
+    expected = (
+        f"re-roll kept unrolled: batch-first, Transposes included: ONNX Runtime's {op} kernel "
+        "is slower at hidden 64, seq 16 (1.20x at batch 5)"
+    )
+    assert expected in reasons, reasons
+    time_major = build_unrolled_cell(
+        UnrolledCellConfig(op_type=op, input_size=64, hidden_size=64, seq=16)
+    )
+    with costs.using(_batch_first_table(op, 1.2)):  # a time-major loop does not read it
+        assert _ops(rnn_rewrite_rules.rewrite(time_major, target="onnxruntime"), op) == 1

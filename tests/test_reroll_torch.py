@@ -346,3 +346,52 @@ def test_a_decoder_loop_seeded_by_an_encoder_becomes_one_node(kind: str, dynamo:
             expected = [module(x, y).numpy()]
         feeds = {"x": x.numpy(), "y": y.numpy()}
         assert runtime.max_abs_diff(expected, runtime.run(fast, feeds)) <= 1e-5
+
+
+class _BatchFirstCellLoop(torch.nn.Module):
+    """A loop over ``x[:, t]`` of a batch-first ``x``, stacked with ``torch.stack(hs, 1)``."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        cls = torch.nn.LSTMCell if kind == "LSTM" else torch.nn.GRUCell
+        self.cell, self.kind = cls(3, 4), kind
+
+    def forward(self, x):
+        h = c = torch.zeros(x.shape[0], 4)
+        outputs = []
+        for t in range(x.shape[1]):
+            if self.kind == "LSTM":
+                h, c = self.cell(x[:, t], (h, c))
+            else:
+                h = self.cell(x[:, t], h)
+            outputs.append(h)
+        return torch.stack(outputs, 1), h
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+def test_a_batch_first_cell_loop_becomes_one_node(kind: str, dynamo: bool) -> None:
+    torch.manual_seed(0)
+    module = _BatchFirstCellLoop(kind).eval()
+    x = torch.randn(2, 5, 3)
+    if dynamo:
+        model = _export(module, (x,), ({0: torch.export.Dim("batch", min=2)},))
+    else:
+        buffer = io.BytesIO()
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module, (x,), buffer, dynamo=False, input_names=["x"],
+                dynamic_axes={"x": {0: "batch"}},
+            )  # fmt: skip
+        model = onnx.load_from_string(buffer.getvalue())
+    fast = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(fast, full_check=True)
+    counts = op_counts(fast)
+    assert counts[kind] == 1 and counts["Split"] == counts["Gather"] == 0, counts
+    for batch in (2, 1, 4):
+        x = torch.randn(batch, 5, 3)
+        with torch.no_grad():
+            expected = [t.numpy() for t in module(x)]
+        feeds = {model.graph.input[0].name: x.numpy()}
+        assert runtime.max_abs_diff(expected, runtime.run(fast, feeds)) <= 1e-5

@@ -64,6 +64,10 @@ TIMED_RUNTIMES: dict[str, tuple[str, ...]] = {
 #: ``zeros`` (an explicit shared zero state, what ``portable`` needs for a symbolic batch).
 FORMS = ("none", "zeros")
 _PATH = pathlib.Path(__file__).with_name("measured.json")
+#: Forms measured by a grid of their own, not by ``benchmarks.cost_grid``: form -> the
+#: command that writes ``<form>.json`` beside this module. ``batch_first``: the re-rolled
+#: node between the two ``Transpose``s a batch-first cell loop needs, against the steps.
+FORM_TABLES: dict[str, str] = {"batch_first": "python -m benchmarks.batch_first_costs"}
 
 
 def slower(ratio: float, low: float) -> bool:
@@ -262,8 +266,11 @@ def no_slower(
     direction: str = "forward",
     form: str = "none",
 ) -> Decision:
-    """:meth:`CostTable.decide` on the checked-in table; ``batch`` None is a symbolic
-    batch (every measured batch must agree)."""
+    """:meth:`CostTable.decide` on the checked-in table (a form of :data:`FORM_TABLES`: on
+    its own table); ``batch`` None is a symbolic batch (every measured batch must agree)."""
     if _ignored:
         return Decision(True, "cost model ignored")
-    return (_table or load()).decide(target, op, hidden, seq, batch, direction, form)
+    table = _table
+    if table is None:
+        table = load(str(_PATH.with_name(f"{form}.json"))) if form in FORM_TABLES else load()
+    return table.decide(target, op, hidden, seq, batch, direction, form)

@@ -121,10 +121,10 @@ class _Writer:
             return self.node("Squeeze", [value], axes=[0])
         return self.node("Squeeze", [value, self.ints(0)])
 
-    def unsqueeze0(self, value: str) -> str:
+    def unsqueeze0(self, value: str, axis: int = 0) -> str:
         if self.opset < 13:
-            return self.node("Unsqueeze", [value], axes=[0])
-        return self.node("Unsqueeze", [value, self.ints(0)])
+            return self.node("Unsqueeze", [value], axes=[axis])
+        return self.node("Unsqueeze", [value, self.ints(axis)])
 
     def dim(self, value: str, axis: int) -> str:
         """``Shape(value)[axis:axis+1]`` (``Shape``'s start/end are opset 15)."""
@@ -348,6 +348,9 @@ class UnrolledCellConfig:
         "zeros"
     )
     batch: int | None = None
+    #: ``x`` is ``[batch, seq, I]``, step ``t`` reads ``x[:, t]`` (``Gather`` on axis 1) and
+    #: the steps are stacked on axis 1 (``torch.stack(hs, 1)``: ``y [batch, seq, H]``).
+    batch_first: bool = False
     #: every step's ``x[t]`` is also read outside the loop (output ``x_read``: their sum),
     #: as dynamo shares one Gather between a forward and a reversed loop over ``x``.
     shared_read: bool = False
@@ -382,12 +385,14 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         raise ValueError(f"unknown mutation {cfg.mutation!r}")
     if cfg.initial_state == "folded" and cfg.batch is None:
         raise ValueError("a folded first step needs a static batch")
+    if cfg.batch_first and cfg.read != "gather":
+        raise ValueError("a batch-first loop reads x[:, t] with a Gather")
     w = _Writer(cfg.opset)
     h, mutation = cfg.hidden_size, cfg.mutation
     batch: int | str = "batch" if cfg.batch is None else cfg.batch
-    inputs = [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, [cfg.seq, batch, cfg.input_size])
-    ]
+    time_axis, batch_axis = (1, 0) if cfg.batch_first else (0, 1)
+    x_dims = [batch, cfg.seq] if cfg.batch_first else [cfg.seq, batch]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*x_dims, cfg.input_size])]
     params = _cell_parameters(cfg)
     weight_ih = w.constant(params["weight_ih"], "cell.weight_ih")
     weight_hh = w.constant(params["weight_hh"], "cell.weight_hh")
@@ -421,15 +426,16 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         return helper.make_node("Split", [value, sizes], parts, axis=1)
 
     if cfg.initial_state == "zeros":
-        shape = w.dim("x", 1)
+        shape = w.dim("x", batch_axis)
         target = w.node("Concat", [shape, w.ints(h)], axis=0)
         zeros = w.node("Expand", [w.constant(np.array(0.0, np.float32)), target], prefix="zeros")
     elif cfg.initial_state == "constant_of_shape":
-        dim = w.node("Gather", [w.node("Shape", ["x"]), w.constant(np.array(1, np.int64))], axis=0)
+        axis = w.constant(np.array(batch_axis, np.int64))
+        dim = w.node("Gather", [w.node("Shape", ["x"]), axis], axis=0)
         target = w.node("Concat", [w.unsqueeze0(dim), w.ints(h)], axis=0)
         zeros = w.node("ConstantOfShape", [target], prefix="zeros")
     elif cfg.initial_state == "first_frame":
-        frame = w.node("Gather", ["x", w.constant(np.array(0, np.int64))], axis=0)
+        frame = w.node("Gather", ["x", w.constant(np.array(0, np.int64))], axis=time_axis)
         h_prev = w.node("Tanh", [w.node("MatMul", [frame, w.constant(params["init_h"])])])
         c_prev = ""  # GRU: no cell state
         if cfg.op_type == "LSTM":
@@ -452,7 +458,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         if mutation == "step_read_twice" and step == cfg.seq - 1:
             index = t + 1 if cfg.reverse else t - 1
         if cfg.read == "gather":
-            x_t = w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=0)
+            x_t = w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=time_axis)
         else:
             x_t = w.squeeze0(w.node("Slice", ["x", w.ints(index), w.ints(index + 1), w.ints(0)]))
         reads.append(x_t)
@@ -490,7 +496,8 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         states.append(h_t)
         h_prev = h_t
     stacked = states[::-1] if cfg.reverse else states
-    y = w.node("Concat", [w.unsqueeze0(s) for s in stacked], prefix="stack", axis=0)
+    stacks = [w.unsqueeze0(s, time_axis) for s in stacked]
+    y = w.node("Concat", stacks, prefix="stack", axis=time_axis)
     finals = [states[-1]] + ([c_prev] if cfg.op_type == "LSTM" else [])
     names = ["y", "h_n", "c_n"][: 1 + len(finals)]
     extra = []
@@ -504,7 +511,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         ),
         *extra,
     ]
-    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [cfg.seq, batch, h])] + [
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*x_dims, h])] + [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, h]) for n in names[1:]
     ]
     if cfg.shared_read:
@@ -538,7 +545,8 @@ def cell_inputs(
     states, ``batch`` by default)."""
     rng = np.random.default_rng(rng)
     seq = cfg.seq if seq is None else seq
-    feeds = {"x": rng.standard_normal((seq, batch, cfg.input_size)).astype(np.float32)}
+    dims = (batch, seq) if cfg.batch_first else (seq, batch)
+    feeds = {"x": rng.standard_normal((*dims, cfg.input_size)).astype(np.float32)}
     if cfg.initial_state == "inputs":
         shape = (batch if state_batch is None else state_batch, cfg.hidden_size)
         for name in ("h0", "c0")[: 1 + (cfg.op_type == "LSTM")]:
@@ -548,6 +556,9 @@ def cell_inputs(
 
 def cell_reference(cfg: UnrolledCellConfig, x: np.ndarray) -> list[np.ndarray]:
     """What the PyTorch loop computes (numpy), without mutations: ``[y, h_n(, c_n)]``."""
+    if cfg.batch_first:
+        y, *states = cell_reference(dataclasses.replace(cfg, batch_first=False), x.swapaxes(0, 1))
+        return [y.swapaxes(0, 1), *states]
     p = _cell_parameters(cfg)
     b_ih = p["bias_ih"] if cfg.bias else 0.0
     b_hh = p["bias_hh"] if cfg.bias else 0.0

@@ -161,15 +161,16 @@ def cost_refusal(
     seq: int,
     reverse: bool,
     h0: ir.Value | None,
+    batch_axis: int = 1,
 ) -> KeptUnrolled | None:
     """None when re-rolling into ``op_type`` is no slower on ``target`` by the measured
     cost table (:mod:`rnn_rewrite_rules.costs`), else why the chain stays unrolled.
 
-    The batch is ``X``'s axis 1 when the shape prover fixes it (else every measured batch
+    The batch is ``X``'s ``batch_axis`` when the shape prover fixes it (else every measured batch
     must agree); the initial state's form is what the targets leave of ``h0``: none where it
     is absent or zeros that are dropped (target ``onnxruntime``, or a static batch), else an
     explicit state."""
-    batch = static_size(ShapeProver(context.model.graph), x, 1)
+    batch = static_size(ShapeProver(context.model.graph), x, batch_axis)
     dropped = h0 is None or (is_all_zeros(h0) and (target == "onnxruntime" or batch is not None))
     decision = costs.no_slower(
         target,
@@ -261,7 +262,8 @@ class _Emitter:
     ) -> ir.Value:
         return slice_(self.op, value, starts, ends, axes, self.opset, self.ints)
 
-    def first_steps(self, x: ir.Value, count: int, reverse: bool) -> ir.Value:
-        """The first ``count`` rows of ``x`` (the last ``count`` when ``reverse``)."""
+    def first_steps(self, x: ir.Value, count: int, reverse: bool, axis: int = 0) -> ir.Value:
+        """The first ``count`` entries of ``x`` on ``axis`` (the last ``count`` when
+        ``reverse``)."""
         starts, ends = ([-count], [_INT64_MAX]) if reverse else ([0], [count])
-        return self.slice(x, starts, ends, [0])
+        return self.slice(x, starts, ends, [axis])

@@ -1,7 +1,8 @@
 """Re-roll Python loops over ``nn.LSTMCell`` / ``nn.GRUCell`` into one ONNX ``LSTM`` / ``GRU``.
 
 Pattern (torch 2.13 ``dynamo=True`` and the TorchScript exporter write the same steps):
-step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``),
+step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``;
+``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``),
 ``gx = Gemm(x_t, W_ih, b_ih, transB=1)`` and ``gh = Gemm(h_{t-1}, W_hh, b_hh, transB=1)``
 (or ``MatMul(v, W^T) [+ b]``), split into gates on axis 1 by ``Split`` (``num_outputs``
 or equal constant sizes), in PyTorch's gate order:
@@ -11,25 +12,29 @@ or equal constant sizes), in PyTorch's gate order:
 * GRU ``r, z, n`` of ``Split(gx)`` and ``Split(gh)``: ``r = sigmoid(xr + hr)``,
   ``z = sigmoid(xz + hz)``, ``n = tanh(xn + r * hn)``, ``h_t = (h_{t-1} - n) * z + n``;
 
-the steps' ``h_t`` stacked by ``Concat(Unsqueeze(h_t, 0), ..., axis=0)``.
+the steps' ``h_t`` stacked by ``Concat(Unsqueeze(h_t, a), ..., axis=a)``, ``a`` 0 or 1.
 
 Condition: every step uses the same constant weights and biases (a bias ``[G*H]`` or one
-row ``[1, G*H]``) and the same ops in the
-same gate positions (each operand is checked to be the gate the formula needs, so a
-swapped gate order does not match); the steps are chained ``h_{t-1} -> h_t`` (and
-``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one ``X`` of rank 3 (forward) or
-index ``T-1-t`` (a reversed loop); every value of a step is read only inside the step,
-by the next step or by the one stacking ``Concat``, but ``x_t``, a function of ``X``
-alone, which keeps any other reader (dynamo shares one ``x[t]`` Gather between a forward
-and a reversed loop over ``X``); ``h_0`` (``c_0``) is provably
-``[batch of X, H]`` (zeros built from ``Shape(X)``) or the first step's hidden term is a
-folded constant equal to ``b_hh`` for a batch of 1 or ``X``'s static batch. A loop of one
-step is not a recurrence and is left alone. ``X`` is sliced to ``T`` steps unless its
-sequence axis is statically ``T`` (the original reads only those).
+row ``[1, G*H]``) and the same ops in the same gate positions (each operand is checked to
+be the gate the formula needs, so a swapped gate order does not match); the steps are
+chained ``h_{t-1} -> h_t`` (and ``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one
+``X`` of rank 3 (forward) or index ``T-1-t`` (a reversed loop), every step on the same
+axis; every value of a step is read only inside the step, by the next step or by the one
+stacking ``Concat``, but ``x_t``, a function of ``X`` alone, which keeps any other reader
+(dynamo shares one ``x[t]`` Gather between a forward and a reversed loop over ``X``);
+``h_0`` (``c_0``) is provably ``[batch of X, H]`` (zeros built from ``Shape(X)``), or
+``[b, H]`` for a batch ``b`` not proven ``X``'s (an encoder's final state, a graph input:
+the steps broadcast it), or the first step's hidden term is a folded constant equal to
+``b_hh`` for a batch of 1 or ``X``'s static batch. A loop of one step is not a recurrence
+and is left alone. ``X`` is sliced to ``T`` steps unless its sequence axis is statically
+``T`` (the original reads only those).
 
 Replacement: ``LSTM`` (gate order ``iofc``) / ``GRU`` (``zrh``, ``linear_before_reset=1``)
-with ``W``, ``R``, ``B`` as new initializers and ``Unsqueeze``-d initial states; ``h_T``
-and ``c_T`` become ``Squeeze(Y_h / Y_c, [0])`` and the stack ``Squeeze(Y, [1])``.
+with ``W``, ``R``, ``B`` as new initializers and ``Unsqueeze``-d initial states, reading
+``Transpose(X, [1, 0, 2])`` for a batch-first ``X``, and ``X`` and states of a batch of
+their own expanded to the batch they broadcast to (``rules._broadcast``); ``h_T`` and
+``c_T`` become ``Squeeze(Y_h / Y_c, [0])`` and the stack ``Squeeze(Y, [1])``
+(``Transpose``-d to ``[batch, T, H]`` for a stack on axis 1).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
@@ -150,20 +156,18 @@ def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
     return node, list(node.outputs).index(value)
 
 
-def _read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
-    """``(X, t)`` for ``Gather(X, t, axis=0)`` with a scalar t >= 0, or the Slice form."""
+def _read(value: ir.Value | None) -> tuple[ir.Value, int, int] | None:
+    """``(X, t, axis)`` for ``Gather(X, t, axis)`` with a scalar t >= 0 on axis 0 (``x[t]``)
+    or 1 (``x[:, t]``, a batch-first ``X``), or the Slice form (axis 0)."""
     gather = producer(value, "Gather")
     if gather is not None:
         index = const_array(gather.inputs[1])
-        if (
-            index is None
-            or index.ndim != 0
-            or gather.attributes.get_int("axis", 0) != 0
-            or int(index) < 0
-        ):
+        axis = gather.attributes.get_int("axis", 0)
+        if index is None or index.ndim != 0 or axis not in (0, 1) or int(index) < 0:
             return None
-        return gather.inputs[0], int(index)
-    return read_step(value)
+        return gather.inputs[0], int(index), axis
+    read = read_step(value)
+    return None if read is None else (*read, 0)
 
 
 def _pair(node: ir.Node | None, first, second):
@@ -202,6 +206,8 @@ class _CellStep:
     h_linear: _Linear | None  # None: folded first step
     folded: np.ndarray | None
     nodes: set[ir.Node]
+    #: X's time axis: 0, or 1 for a batch-first ``X`` read by ``x[:, t]``.
+    axis: int = 0
 
 
 def _gate_input(value, split: ir.Node, index: int) -> bool:
@@ -279,7 +285,7 @@ def _lstm_step(root: ir.Node, source: ir.Value | None = None) -> _CellStep | Ref
         nodes |= set(h_linear.nodes)
     h_prev = None if h_linear is None else h_linear.input
     return _CellStep(
-        root.outputs[0], c, h_prev, c_prev, read[0], read[1], x_linear, h_linear, folded, nodes
+        root.outputs[0], c, h_prev, c_prev, *read[:2], x_linear, h_linear, folded, nodes, read[2]
     )
 
 
@@ -346,7 +352,7 @@ def _gru_step(root: ir.Node, source: ir.Value | None = None) -> _CellStep | Refu
     if h_linear is not None:
         nodes |= set(h_linear.nodes)
     return _CellStep(
-        root.outputs[0], None, h_prev, None, read[0], read[1], x_linear, h_linear, folded, nodes
+        root.outputs[0], None, h_prev, None, *read[:2], x_linear, h_linear, folded, nodes, read[2]
     )
 
 
@@ -368,11 +374,17 @@ class _CellPlan:
     #: ``h_0`` (``c_0``) of a batch not proven ``X``'s: all are expanded to the batch they
     #: broadcast to (``rules._broadcast``), as the steps' arithmetic does.
     broadcast: bool = False
+    #: ``X``'s time axis (1: batch-first, read by ``x[:, t]``) and the stack's (1:
+    #: ``[batch, T, H]``).
+    time_axis: int = 0
+    stack_axis: int = 0
 
 
-def _state_ok(prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int) -> bool:
-    """``state`` is provably ``[batch of X, H]``."""
-    return prover.dims(state) == (prover.dim(x, 1), Dim.const(hidden))
+def _state_ok(
+    prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int, batch_axis: int
+) -> bool:
+    """``state`` is provably ``[batch of X, H]`` (the batch: ``X``'s ``batch_axis``)."""
+    return prover.dims(state) == (prover.dim(x, batch_axis), Dim.const(hidden))
 
 
 def _broadcasts(prover: ShapeProver, state: ir.Value, hidden: int) -> bool:
@@ -442,12 +454,16 @@ def plan_cell_chain(
     prover = ShapeProver(root.graph if main_graph is None else main_graph)
     if prover.rank(x) != 3:
         return Refusal("X is not provably of rank 3")
+    time_axis = last.axis
+    if any(step.axis != time_axis for step in steps):
+        return Refusal("the steps read X on different axes")
+    batch_axis = 1 - time_axis
 
     # Every value of a step is read inside the step, by the next one or by the stack; a
     # step's read of X (X[t], a function of X alone) may have other readers (dynamo shares
     # one Gather between a forward and a reversed loop): the rewrite leaves it to them.
     stack_inputs = [s.h for s in (steps[::-1] if reverse else steps)]
-    concat, unsqueezes = _find_stack(stack_inputs)
+    concat, stack_axis, unsqueezes = _find_stack(stack_inputs)
     allowed_h_readers = {id(u) for u in unsqueezes}
     for t, step in enumerate(steps):
         following = steps[t + 1].nodes if t + 1 < count else set()
@@ -481,30 +497,30 @@ def plan_cell_chain(
             )
         if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
             return Refusal("the folded first step is not b_hh (a non-zero initial state)")
-        if folded.shape[0] != 1 and static_size(prover, x, 1) != folded.shape[0]:
+        if folded.shape[0] != 1 and static_size(prover, x, batch_axis) != folded.shape[0]:
             return Refusal("the folded first step fixes a batch X does not provably have")
-    elif not _state_ok(prover, h0, x, hidden):
+    elif not _state_ok(prover, h0, x, hidden, batch_axis):
         if not _broadcasts(prover, h0, hidden):
             return Refusal("cannot prove h_0 is [batch of X, H] or [batch, H]")
         broadcast = True
     if op_type == "GRU" and first.h_linear is None:
         # the update reads h_0 itself: it must be zeros of X's batch
-        if not (
-            is_all_zeros(h0) and (_state_ok(prover, h0, x, hidden) or _folded_zero(prover, h0, x))
-        ):
+        proven = _state_ok(prover, h0, x, hidden, batch_axis)
+        if not (is_all_zeros(h0) and (proven or _folded_zero(prover, h0, x, batch_axis))):
             return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
         h0 = None
-    c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden)
+    c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden, batch_axis)
     if (
         op_type == "LSTM"
         and not c0_proven
         and first.h_linear is not None
         and c0 is not None
         and _broadcasts(prover, c0, hidden)
-        and not _folded_zero(prover, c0, x)
+        and not _folded_zero(prover, c0, x, batch_axis)
     ):
         c0_proven = broadcast = True
-    if op_type == "LSTM" and not (c0_proven or (c0 is not None and _folded_zero(prover, c0, x))):
+    c0_folded = c0 is not None and _folded_zero(prover, c0, x, batch_axis)
+    if op_type == "LSTM" and not (c0_proven or c0_folded):
         return Refusal("cannot prove c_0 is [batch of X, H]")
     if not c0_proven:
         c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
@@ -530,50 +546,57 @@ def plan_cell_chain(
         bias,
         h0,
         c0,
-        static_size(prover, x, 0) != count,
+        static_size(prover, x, time_axis) != count,
         concat,
         broadcast,
+        time_axis,
+        stack_axis,
     )
 
 
-def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value) -> bool:
+def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value, batch_axis: int) -> bool:
     """A constant zero state whose batch is 1 or X's static batch."""
     array = const_array(value)
     if array is None or array.ndim != 2 or np.any(array != 0):
         return False
-    return array.shape[0] == 1 or static_size(prover, x, 1) == array.shape[0]
+    return array.shape[0] == 1 or static_size(prover, x, batch_axis) == array.shape[0]
 
 
-def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, list[ir.Node]]:
-    """The ``Concat(Unsqueeze(h, 0) ..., axis=0)`` stacking ``hs`` in order, and its
+def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, int, list[ir.Node]]:
+    """The ``Concat(Unsqueeze(h, a), ..., axis=a)`` stacking ``hs`` in order on axis ``a``
+    0 (``[T, batch, H]``) or 1 (``[batch, T, H]``, ``torch.stack(hs, 1)``), ``a``, and its
     Unsqueezes (each read only by the Concat)."""
     for unsqueeze, _ in hs[0].uses():
-        if not _stacks(unsqueeze, hs[0]):
+        axis = _stack_axis(unsqueeze, hs[0])
+        if axis is None:
             continue
-        ((concat, _),) = unsqueeze.outputs[0].uses()  # _stacks: its only reader
+        ((concat, _),) = unsqueeze.outputs[0].uses()  # _stack_axis: its only reader
         if (
             concat.op_type == "Concat"
             and concat.domain == ""
-            and concat.attributes.get_int("axis", 0) == 0
+            and concat.attributes.get_int("axis", 0) == axis
             and len(concat.inputs) == len(hs)
         ):
             producers = [None if v is None else v.producer() for v in concat.inputs]
-            if all(_stacks(p, h) for p, h in zip(producers, hs, strict=True)):
-                return concat, producers
-    return None, []
+            if all(_stack_axis(p, h) == axis for p, h in zip(producers, hs, strict=True)):
+                return concat, axis, producers
+    return None, 0, []
 
 
-def _stacks(node: ir.Node | None, h: ir.Value) -> bool:
-    """``node`` is ``Unsqueeze(h, 0)`` whose output only the stacking Concat reads."""
-    return (
-        node is not None
-        and node.op_type == "Unsqueeze"
-        and node.domain == ""
-        and node.inputs[0] is h
-        and read_axes(node) == [0]
-        and len(node.outputs[0].uses()) == 1
-        and not node.outputs[0].is_graph_output()
-    )
+def _stack_axis(node: ir.Node | None, h: ir.Value) -> int | None:
+    """``a`` when ``node`` is ``Unsqueeze(h, a)``, ``a`` 0 or 1, whose output only the
+    stacking Concat reads, else None."""
+    if (
+        node is None
+        or node.op_type != "Unsqueeze"
+        or node.domain != ""
+        or node.inputs[0] is not h
+        or len(node.outputs[0].uses()) != 1
+        or node.outputs[0].is_graph_output()
+    ):
+        return None
+    axes = read_axes(node)
+    return axes[0] if axes in ([0], [1]) else None
 
 
 class RerollCell(ChainRule[_CellPlan]):
@@ -610,8 +633,20 @@ class RerollCell(ChainRule[_CellPlan]):
         # the node emitted is what rten converts (default activations, no clip, layout 0,
         # GRU linear_before_reset=1): the cost table alone decides, on every target
         hidden, seq = int(plan.r.shape[2]), len(plan.steps)
+        if plan.time_axis == 1 or plan.stack_axis == 1:  # the node between Transposes
+            kept = batch_first_refusal(context, self.target, self.op_type, plan, hidden, seq)
+            if kept is not None:
+                return kept
         return cost_refusal(
-            context, self.target, self.op_type, plan.x, hidden, seq, plan.reverse, plan.h0
+            context,
+            self.target,
+            self.op_type,
+            plan.x,
+            hidden,
+            seq,
+            plan.reverse,
+            plan.h0,
+            batch_axis=1 - plan.time_axis,
         )
 
     def rewrite(self, op, **_):
@@ -622,7 +657,9 @@ class RerollCell(ChainRule[_CellPlan]):
         b = None if plan.b is None else emit.constant(plan.b, f"{prefix}_B")
         x = plan.x
         if plan.slice_x:
-            x = emit.first_steps(x, len(plan.steps), reverse=False)
+            x = emit.first_steps(x, len(plan.steps), reverse=False, axis=plan.time_axis)
+        if plan.time_axis == 1:  # batch-first: the node reads [T, batch, I]
+            x = op.Transpose(x, perm=[1, 0, 2])
         h0, c0 = plan.h0, plan.c0
         if plan.broadcast:
             assert h0 is not None
@@ -645,8 +682,24 @@ class RerollCell(ChainRule[_CellPlan]):
         if y_c is not None and last.c is not None and _outside_uses(last):
             redirect(last.c, emit.squeeze(y_c, 0))
         if plan.concat is not None:
-            redirect(plan.concat.outputs[0], emit.squeeze(y, 1))
+            stack = emit.squeeze(y, 1)  # [T, batch, H]
+            if plan.stack_axis == 1:
+                stack = op.Transpose(stack, perm=[1, 0, 2])
+            redirect(plan.concat.outputs[0], stack)
         return emit.squeeze(y_h, 0)
+
+
+def batch_first_refusal(
+    context, target: str, op_type: str, plan: _CellPlan, hidden: int, seq: int
+) -> KeptUnrolled | None:
+    """Why a loop that needs a ``Transpose`` of ``X`` or of the stack stays unrolled on
+    ``target``: the form's own measured table (``costs.FORM_TABLES``), else None."""
+    batch = static_size(ShapeProver(context.model.graph), plan.x, 1 - plan.time_axis)
+    decision = costs.no_slower(target, op_type, hidden, seq, batch, "forward", "batch_first")
+    if decision.fires:
+        return None
+    reason = f"batch-first, Transposes included: {decision.reason}"
+    return KeptUnrolled(f"re-roll kept unrolled: {reason}")
 
 
 def _outside_uses(step: _CellStep) -> bool:
