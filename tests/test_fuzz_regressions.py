@@ -162,6 +162,19 @@ def test_old_opset_cell_loop_with_a_symbolic_sequence(opset: int) -> None:
     assert _failures(model) == []
 
 
+# --- defect C: states broadcast before opset 8 -------------------------------------------
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_cell_loop_with_states_of_their_own_batch_at_opset_7(op_type: str) -> None:
+    """``Expand`` is opset 8: the broadcast of states whose batch is not proven X's cannot
+    be written before it, so the loop stays unrolled (the rewrite gave a checker error)."""
+    cfg = unrolled.UnrolledCellConfig(op_type=op_type, initial_state="inputs", opset=7)
+    model = unrolled.build_unrolled_cell(cfg)
+    assert _failures(model) == []
+    assert not any(n.op_type == op_type for n in rnn_rewrite_rules.rewrite(model).graph.node)
+
+
 # --- defect 9: a value read inside a subgraph --------------------------------------------
 
 

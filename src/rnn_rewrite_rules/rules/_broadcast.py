@@ -16,7 +16,20 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules.rules._graph import Ints, slice_
 
-__all__ = ["broadcast_batches"]
+__all__ = ["BROADCAST_MIN_OPSET", "broadcast_batches", "broadcast_opset_reason"]
+
+#: ``Expand`` is opset 8: before it, the states cannot be expanded.
+BROADCAST_MIN_OPSET = 8
+
+
+def broadcast_opset_reason(opset: int) -> str | None:
+    """Why the broadcast cannot be written at ``opset`` (None: it can)."""
+    if opset >= BROADCAST_MIN_OPSET:
+        return None
+    return (
+        f"the initial states' batch is not proven X's, and opset {opset} has no Expand to "
+        "broadcast them"
+    )
 
 
 def broadcast_batches(

@@ -11,7 +11,7 @@ from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.rules._broadcast import broadcast_batches
+from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
     cached_ints,
@@ -223,6 +223,9 @@ class RecurrenceRule(RewriteRuleClassBase):
             return MatchResult().fail(reason, node)
         if found.guarded and found.broadcast:
             return MatchResult().fail(GUARD_COST_REASON, node)
+        reason = broadcast_opset_reason(opset) if found.broadcast else None
+        if reason is not None:
+            return MatchResult().fail(reason, node)
         if opset < 10 and "y_reversed" in found.outputs:
             return MatchResult().fail(f"opset {opset}'s Slice cannot reverse Y (no steps)", node)
         self._plan = found

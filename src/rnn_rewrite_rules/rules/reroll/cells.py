@@ -45,10 +45,10 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules import costs
-from rnn_rewrite_rules._ir import const_array, subgraph_owners
+from rnn_rewrite_rules._ir import const_array, opset_version, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
-from rnn_rewrite_rules.rules._broadcast import broadcast_batches
+from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import producer, read_axes
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.reroll._chain import (
@@ -624,6 +624,11 @@ class RerollCell(ChainRule[_CellPlan]):
         c = plan.steps[-1].c
         if c is not None and not _readers_after(context.graph_or_function, c, context.root, plan):
             return Refusal("a reader of c_T comes before h_T")
+        opset = opset_version(context.model, context.graph_or_function)
+        if plan.broadcast and not isinstance(opset, Refusal):  # else the check refuses
+            reason = broadcast_opset_reason(opset)
+            if reason is not None:
+                return Refusal(reason)
         return None
 
     def decline(self, context, plan: _CellPlan) -> KeptUnrolled | None:

@@ -80,9 +80,11 @@ def _unrolled_rnn(draw) -> Case:
 @st.composite
 def _cell_loop(draw) -> Case:
     opset = draw(_OPSETS)
-    forms = ["folded", "first_frame"] + (["zeros", "constant_of_shape"] if opset >= 9 else [])
+    forms = ["folded", "first_frame", "inputs"]
+    forms += ["zeros", "constant_of_shape"] if opset >= 9 else []
     initial_state = draw(st.sampled_from(forms))
     batch = draw(st.integers(1, 3)) if initial_state == "folded" else draw(st.none() | _SMALL)
+    read = draw(st.sampled_from(["gather", "slice"]))
     cfg = unrolled.UnrolledCellConfig(
         op_type=draw(st.sampled_from(["LSTM", "GRU"])),
         input_size=draw(_SMALL),
@@ -91,9 +93,11 @@ def _cell_loop(draw) -> Case:
         reverse=draw(st.booleans()),
         bias=draw(st.booleans()),
         gemm=draw(st.booleans()),
-        read=draw(st.sampled_from(["gather", "slice"])),
+        read=read,
         initial_state=initial_state,
         batch=batch,
+        batch_first=read == "gather" and draw(st.booleans()),
+        shared_read=draw(st.booleans()),
         mutation=draw(st.none() | st.sampled_from(sorted(unrolled.CELL_MUTATIONS))),
         opset=opset,
         seed=draw(st.integers(0, 99)),
