@@ -1052,4 +1052,3 @@ def test_batch_first_near_misses_are_refused(edit: str, reason: str) -> None:
     _batch_first_edit(model, edit)
     found = reroll_cells.plan_cell_chain(_root(model), "LSTM")
     assert _matches(found, reason), found
-
