@@ -9,6 +9,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchStatus, RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
 
 
 def refusal_reasons(rules: Sequence[RewriteRule], model: onnx.ModelProto) -> list[str]:
@@ -16,7 +17,9 @@ def refusal_reasons(rules: Sequence[RewriteRule], model: onnx.ModelProto) -> lis
 
     Every one, not only the best match per rule that onnxscript's ``MatchingTracer`` keeps:
     a refusal on one node is not hidden by the same rule firing on another.
-    Each refusal must also name the nodes or values it concerns: onnxscript's tracer shows
+    ``loop_scan``'s guard merge tries every Concat: its refusal of one that reads no guard
+    (:data:`NOT_GUARDS`) is left out. Each refusal must also name the nodes or values it
+    concerns: onnxscript's tracer shows
     them next to the reason (``Failure at or around nodes/values``), so a refusal without
     them is a diagnostic lost.
     """
@@ -27,4 +30,4 @@ def refusal_reasons(rules: Sequence[RewriteRule], model: onnx.ModelProto) -> lis
     ]
     unplaced = [str(r.reason) for r in refusals if not r.failure_nodes_and_values]
     assert not unplaced, f"refusals that name no node or value: {unplaced}"
-    return [str(r.reason) for r in refusals]
+    return [str(r.reason) for r in refusals if str(r.reason) != NOT_GUARDS]

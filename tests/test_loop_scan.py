@@ -290,6 +290,70 @@ def test_a_trip_count_of_x_s_length_is_guarded_at_zero_steps(cell, direction, tm
     assert count == 0 and again == after  # twice is once
 
 
+@pytest.mark.parametrize("cell", RNN_OPS)
+def test_a_guarded_forward_and_backward_pair_is_one_guarded_bidirectional_node(
+    cell, tmp_path
+) -> None:
+    """A forward and a backward Loop over ``X``'s length, concatenated: each becomes a
+    guarded node (``If(len(X) == 0)``), the two guards one ``If`` with the Concat inside
+    (``MergeGuards``), and ``bidirectional`` merges the pair in its branch: 61 nodes of an
+    LSTM pair become 4. Equal at every length, 0 included."""
+    spec = LoopSpec(cell=cell, form="torch", trip_count="length", bidirectional=True)
+    model = build_loop_model(spec)
+    after = rnn_rewrite_rules.rewrite(model, target=TARGET)
+    onnx.checker.check_model(after, full_check=True)
+    counts = op_counts(after)
+    assert counts["If"] == 1 and not counts["Loop"] and not counts["Concat"], counts
+    (guard,) = [n for n in after.graph.node if n.op_type == "If"]
+    (steps,) = [a.g for a in guard.attribute if a.name == "else_branch"]
+    (node,) = [n for n in steps.node if n.op_type == cell]
+    assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
+    for seed, seq in enumerate((1, 4, 9)):
+        feeds = loop_inputs(spec, 3, seq, seed=seed)
+        assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(after, feeds)) <= 1e-5
+    expected = _run_at_zero_steps(model, spec, tmp_path)
+    actual = _run_at_zero_steps(after, spec, tmp_path)
+    assert [a.shape for a in expected] == [a.shape for a in actual]
+    assert rnn_rewrite_rules.rewrite(after, target=TARGET) == after  # twice is once
+
+
+def _two_guards(cell: str = "GRU") -> onnx.ModelProto:
+    """The pair's two guarded nodes, before ``MergeGuards``."""
+    spec = LoopSpec(cell=cell, form="torch", trip_count="length", bidirectional=True)
+    rules = [r for r in loop_scan.make_rules(TARGET) if "MergeGuards" not in str(r.name)]
+    after, count = apply(rules, build_loop_model(spec))
+    assert count == 2
+    return after
+
+
+def _other_condition(model: onnx.ModelProto) -> None:
+    second = [n for n in model.graph.node if n.op_type == "If"][1]
+    flipped = onnx.helper.make_node("Not", [second.input[0]], ["flipped"])
+    model.graph.node.insert(list(model.graph.node).index(second), flipped)
+    second.input[0] = "flipped"
+
+
+def _final_state_read(model: onnx.ModelProto) -> None:
+    first = next(n for n in model.graph.node if n.op_type == "If")
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(first.output[0]))
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (_other_condition, "the two Ifs have different conditions"),
+        (_final_state_read, "another output of a guard is read"),
+    ],
+    ids=["other_condition", "final_state_read"],
+)
+def test_guards_that_are_not_one_are_left_two(edit, reason) -> None:
+    model = _two_guards()
+    edit(model)
+    assert reason in refusal_reasons([loop_scan.MergeGuards.rule()], model)
+    after = rnn_rewrite_rules.rewrite(model, target=TARGET)
+    assert op_counts(after)["If"] == 2
+
+
 def test_zero_steps_are_what_the_node_alone_gets_wrong(tmp_path) -> None:
     """The premise of the guard: an LSTM node alone does not give its initial states at 0
     steps (ONNX Runtime 1.32 gives zeros; 1.31 left them uninitialized), the Loop does."""

@@ -31,6 +31,7 @@ from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
 from rnn_rewrite_rules._verify import VerifyResult, format_plan
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import families, fixed_by
+from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
 
 if TYPE_CHECKING:
     from rnn_rewrite_rules.benchmark import BenchmarkResult
@@ -140,7 +141,9 @@ class _RecordingTracer(MatchingTracer):
 
 
 #: The reason a rule built for another output count gives (one rule per count).
-_OTHER_ARITY = re.compile(r"node has \d+ outputs, not \d+")
+#: Refusals that say nothing about the node near them: a rule made for another number of
+#: outputs, ``loop_scan``'s guard merge on a Concat of anything but guards.
+_NOT_ABOUT_IT = re.compile(rf"node has \d+ outputs, not \d+|{re.escape(NOT_GUARDS)}")
 
 
 def _is_subject(node: ir.Node) -> bool:
@@ -207,7 +210,7 @@ def unimproved_rnns(
         for rule, root, match, status in tracer.failures:
             default = "condition failed" if status == MatchStatus.CONDITION_FAILED else "no rewrite"
             reason = " ".join(str(match.reason or default).split())
-            if _OTHER_ARITY.fullmatch(reason):
+            if _NOT_ABOUT_IT.fullmatch(reason):
                 continue  # a rule made for another number of outputs: says nothing
             name = rule_name(rule)
             for rnn in _neighbour_rnns([root, *match.nodes]):

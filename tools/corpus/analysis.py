@@ -40,7 +40,7 @@ __all__ = ["ModelAnalysis", "RnnAnalysis", "analyze", "rule_families"]
 NOTHING_TO_DO = re.compile(
     r"already|node has \d+ outputs?, not \d+|the last output is used|the chain goes on|"
     r"neither starts at an RNN output nor feeds X|no input is a Split's output|"
-    r"has no layout attribute"
+    r"has no layout attribute|a concatenated value is not an If's output"
 )
 #: Families whose failures on ordinary nodes are not about an existing RNN node (they
 #: look for unrolled recurrences among MatMuls and activations).

@@ -25,7 +25,8 @@ gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequenc
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
 the node sits in ``If(len(X) == 0)`` whose other branch gives the Loop's outputs after
-no step (the initial states, ONNX Runtime's ``[0, 0, H]`` stack).
+no step (the initial states, ONNX Runtime's ``[0, 0, H]`` stack); two such guards
+concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.
 """
 
 from __future__ import annotations
@@ -34,23 +35,25 @@ from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
+from rnn_rewrite_rules.rules.loop_scan.guards import MergeGuards
 from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
 from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
 
-__all__ = ["FAMILY", "LoopToRnn", "ScanToRnn", "make_rules", "widened_rules"]
+__all__ = ["FAMILY", "LoopToRnn", "MergeGuards", "ScanToRnn", "make_rules", "widened_rules"]
 
 
 def _rules(float32: bool, target: str) -> list[RewriteRule]:
     counts = range(MAX_OUTPUTS, 0, -1)
-    return [LoopToRnn.rule(n, float32, target) for n in counts] + [
-        ScanToRnn.rule(n, float32, target) for n in counts
+    return [
+        *(LoopToRnn.rule(n, float32, target) for n in counts),
+        *(ScanToRnn.rule(n, float32, target) for n in counts),
     ]
 
 
 def make_rules(target: str = "portable") -> list[RewriteRule]:
     """The rules for ``target``: ``portable`` emits no ``RNN`` (rten has none), so a
     Loop or Scan holding an RNN cell stays one there."""
-    return _rules(False, target)
+    return [*_rules(False, target), MergeGuards.rule()]
 
 
 def widened_rules(target: str = "portable") -> list[RewriteRule]:
