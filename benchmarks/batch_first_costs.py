@@ -15,37 +15,11 @@ where both the node's measured table and this one say it is no slower.
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
+import functools
 
-import rnn_rewrite_rules
 from benchmarks import rewrite_costs
-from rnn_rewrite_rules import costs
-from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell
 
 __all__ = ["CASE", "main"]
-
-
-def _build(op: str, hidden: int, seq: int) -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    config = UnrolledCellConfig(
-        op_type=op,  # type: ignore[arg-type]
-        input_size=hidden,
-        hidden_size=hidden,
-        seq=seq,
-        batch_first=True,
-    )
-    before = build_unrolled_cell(config)
-    with costs.ignored():  # the grid measures the form the cost table is read for
-        after = rnn_rewrite_rules.rewrite(before)
-    nodes = [n for n in after.graph.node if n.op_type == op]
-    assert len(nodes) == 1, f"{op} {hidden} {seq}: not re-rolled"
-    return before, after
-
-
-def _feeds(model: onnx.ModelProto, seq: int, batch: int) -> dict[str, np.ndarray]:
-    (x,) = model.graph.input
-    size = x.type.tensor_type.shape.dim[2].dim_value
-    return {"x": np.random.default_rng(0).standard_normal((batch, seq, size)).astype(np.float32)}
 
 
 CASE = rewrite_costs.Case(
@@ -56,8 +30,8 @@ CASE = rewrite_costs.Case(
         "steps over `x[:, t]`), input size = hidden."
     ),
     out=rewrite_costs.ROOT / "docs" / "batch_first_costs.md",
-    build=_build,
-    feeds=_feeds,
+    build=functools.partial(rewrite_costs.rerolled_cells, batch_first=True),
+    feeds=rewrite_costs.cell_feeds,
     ops=("LSTM", "GRU"),
     seqs=(2, 4, 16),
     batches=(1, 8),

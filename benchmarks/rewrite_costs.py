@@ -18,6 +18,7 @@ import json
 import pathlib
 from collections.abc import Callable
 
+import numpy as np
 import onnx
 
 import rnn_rewrite_rules
@@ -61,6 +62,45 @@ class Case:
     #: A cost table the rule reads (``rnn_rewrite_rules/costs/<form>.json``): the points as
     #: that form's (``costs.FORM_TABLES``); None: the page only.
     form: str | None = None
+
+
+def rerolled_cells(
+    op: str, hidden: int, seq: int, **options
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """An unrolled cell loop (``testing.unrolled.UnrolledCellConfig(**options)``, input size
+    = hidden) and its re-rolled form, the cost table ignored (a grid measures the form the
+    table is read for)."""
+    from rnn_rewrite_rules import costs
+    from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell
+
+    config = UnrolledCellConfig(
+        op_type=op,  # type: ignore[arg-type]
+        input_size=hidden,
+        hidden_size=hidden,
+        seq=seq,
+        **options,
+    )
+    before = build_unrolled_cell(config)
+    with costs.ignored():
+        after = rnn_rewrite_rules.rewrite(before)
+    nodes = [n for n in after.graph.node if n.op_type == op]
+    assert len(nodes) == 1, f"{config}: not re-rolled"
+    return before, after
+
+
+def cell_feeds(model: onnx.ModelProto, seq: int, batch: int) -> dict[str, np.ndarray]:
+    """Random feeds for a cell loop of ``seq`` steps (static in the model): ``batch`` for
+    every symbolic size (``batch``, ``state_batch``)."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in model.graph.input:
+        dims = [
+            d.dim_value if d.HasField("dim_value") else batch
+            for d in value.type.tensor_type.shape.dim
+        ]
+        feeds[value.name] = rng.standard_normal(dims).astype(np.float32)
+    assert seq in feeds["x"].shape[:2], (seq, feeds["x"].shape)
+    return feeds
 
 
 def _callers(name: str, model: onnx.ModelProto, feeds: dict) -> Callable[[], object]:
