@@ -338,13 +338,21 @@ def _final_state_read(model: onnx.ModelProto) -> None:
     model.graph.output.append(onnx.helper.make_empty_tensor_value_info(first.output[0]))
 
 
+def _stack_also_read(model: onnx.ModelProto) -> None:
+    """The backward guard's stack (the Concat's second input, through its Identity) is
+    also a graph output."""
+    concat = next(n for n in model.graph.node if n.op_type == "Concat" and n.output == ["y"])
+    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(concat.input[1]))
+
+
 @pytest.mark.parametrize(
     ("edit", "reason"),
     [
         (_other_condition, "the two Ifs have different conditions"),
         (_final_state_read, "another output of a guard is read"),
+        (_stack_also_read, "a concatenated guard output has another reader"),
     ],
-    ids=["other_condition", "final_state_read"],
+    ids=["other_condition", "final_state_read", "stack_also_read"],
 )
 def test_guards_that_are_not_one_are_left_two(edit, reason) -> None:
     model = _two_guards()

@@ -5,7 +5,8 @@ Pattern: ``Concat(a, b)`` where ``a`` and ``b`` are outputs (through ``Identity`
 ``X``'s length (``If(len(X) == 0)``: the Loop's outputs after no step, else the node's).
 
 Condition: the two conditions are one value or one computation written twice
-(``rules._graph.same_value``); each ``If``'s other outputs are unread, the concatenated one
+(``rules._graph.same_value``); both ``If``s are in the ``Concat``'s graph; each ``If``'s
+other outputs are unread, the concatenated one
 is read only by the ``Concat`` (through its ``Identity``), and neither branch holds
 initializers (a branch's constants are ``Constant`` nodes).
 
@@ -48,9 +49,10 @@ def _reason(node: ir.Node, index: int, value: ir.Value) -> str | None:
             return "another output of a guard is read"
     current = node.outputs[index]
     while current is not value:  # the Identity chain to the Concat: read only along it
-        ((user, _),) = current.uses() or ((None, 0),)
-        if len(current.uses()) != 1 or current.is_graph_output() or user is None:
+        uses = current.uses()
+        if len(uses) != 1 or current.is_graph_output():
             return "a concatenated guard output has another reader"
+        ((user, _),) = uses
         current = user.outputs[0]
     if len(value.uses()) != 1 or value.is_graph_output():
         return "a concatenated guard output has another reader"
@@ -77,6 +79,9 @@ class MergeGuards(RewriteRuleClassBase):
         (first, i), (second, j) = found
         if first is second:
             return check_result.fail("both values come from one If", context.root)
+        if first.graph is not context.graph_or_function or second.graph is not first.graph:
+            reason = "a guard is in another graph than the Concat (it would move into it)"
+            return check_result.fail(reason, context.root)
         if not same_value(first.inputs[0], second.inputs[0]):
             return check_result.fail("the two Ifs have different conditions", context.root)
         for node, index, value in ((first, i, a), (second, j, b)):
