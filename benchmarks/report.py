@@ -48,8 +48,18 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: What the benchmarks write (git pathspecs left out of :func:`git_commit`'s mark).
+_GENERATED = (
+    ":(exclude)docs/*.md",
+    ":(exclude)docs/*.png",
+    ":(exclude)benchmarks/results.json",
+    ":(exclude)src/rnn_rewrite_rules/costs/*.json",
+)
+
+
 def git_commit() -> str:
-    """HEAD's short hash, marked when tracked files have uncommitted changes."""
+    """HEAD's short hash, marked when tracked files have uncommitted changes (but the
+    generated pages and tables themselves: a run writes several in turn)."""
     root = pathlib.Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(
@@ -60,7 +70,7 @@ def git_commit() -> str:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *_GENERATED],
             cwd=root,
             capture_output=True,
             text=True,
