@@ -15,26 +15,19 @@ where both the node's measured table and this one say it is no slower.
 
 from __future__ import annotations
 
-import functools
-
 from benchmarks import rewrite_costs
 
 __all__ = ["CASE", "main"]
 
 
-CASE = rewrite_costs.Case(
-    module="batch_first_costs",
-    title="Re-rolled batch-first cell loops",
-    description=(
+CASE = rewrite_costs.cell_loop_case(
+    "batch_first_costs",
+    "Re-rolled batch-first cell loops",
+    (
         "Ratio re-rolled (Transpose, one node, Transpose) / original (the unrolled cell\n"
         "steps over `x[:, t]`), input size = hidden."
     ),
-    out=rewrite_costs.ROOT / "docs" / "batch_first_costs.md",
-    build=functools.partial(rewrite_costs.rerolled_cells, batch_first=True),
-    feeds=rewrite_costs.cell_feeds,
-    ops=("LSTM", "GRU"),
-    seqs=(2, 4, 16),
-    batches=(1, 8),
+    batch_first=True,
     form="batch_first",
 )
 

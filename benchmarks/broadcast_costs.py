@@ -15,26 +15,19 @@ is no slower.
 
 from __future__ import annotations
 
-import functools
-
 from benchmarks import rewrite_costs
 
 __all__ = ["CASE", "main"]
 
 
-CASE = rewrite_costs.Case(
-    module="broadcast_costs",
-    title="Re-rolled cell loops seeded by states of their own batch",
-    description=(
+CASE = rewrite_costs.cell_loop_case(
+    "broadcast_costs",
+    "Re-rolled cell loops seeded by states of their own batch",
+    (
         "Ratio re-rolled (one node, X and the states expanded to their broadcast batch) /\n"
         "original (the unrolled cell steps), input size = hidden, the states of X's batch."
     ),
-    out=rewrite_costs.ROOT / "docs" / "broadcast_costs.md",
-    build=functools.partial(rewrite_costs.rerolled_cells, initial_state="inputs"),
-    feeds=rewrite_costs.cell_feeds,
-    ops=("LSTM", "GRU"),
-    seqs=(2, 4, 16),
-    batches=(1, 8),
+    initial_state="inputs",
 )
 
 

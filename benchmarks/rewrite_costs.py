@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import pathlib
 from collections.abc import Callable
@@ -101,6 +102,25 @@ def cell_feeds(model: onnx.ModelProto, seq: int, batch: int) -> dict[str, np.nda
         feeds[value.name] = rng.standard_normal(dims).astype(np.float32)
     assert seq in feeds["x"].shape[:2], (seq, feeds["x"].shape)
     return feeds
+
+
+def cell_loop_case(
+    module: str, title: str, description: str, *, form: str | None = None, **options
+) -> Case:
+    """The grid of a re-rolled cell loop (``UnrolledCellConfig(**options)``) against its
+    steps: LSTM and GRU, seq 2/4/16, batch 1/8, its page ``docs/<module>.md``."""
+    return Case(
+        module=module,
+        title=title,
+        description=description,
+        out=ROOT / "docs" / f"{module}.md",
+        build=functools.partial(rerolled_cells, **options),
+        feeds=cell_feeds,
+        ops=("LSTM", "GRU"),
+        seqs=(2, 4, 16),
+        batches=(1, 8),
+        form=form,
+    )
 
 
 def _callers(name: str, model: onnx.ModelProto, feeds: dict) -> Callable[[], object]:

@@ -32,6 +32,7 @@ from onnxscript.rewriter import MatchingTracer, MatchStatus, RewriteRuleSet
 import rnn_rewrite_rules
 from rnn_rewrite_rules import diagnostics
 from rnn_rewrite_rules.rules import families
+from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["ModelAnalysis", "RnnAnalysis", "analyze", "rule_families"]
@@ -40,7 +41,7 @@ __all__ = ["ModelAnalysis", "RnnAnalysis", "analyze", "rule_families"]
 NOTHING_TO_DO = re.compile(
     r"already|node has \d+ outputs?, not \d+|the last output is used|the chain goes on|"
     r"neither starts at an RNN output nor feeds X|no input is a Split's output|"
-    r"has no layout attribute|a concatenated value is not an If's output"
+    r"has no layout attribute|" + re.escape(NOT_GUARDS)
 )
 #: Families whose failures on ordinary nodes are not about an existing RNN node (they
 #: look for unrolled recurrences among MatMuls and activations).

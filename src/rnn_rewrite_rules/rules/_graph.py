@@ -21,11 +21,13 @@ __all__ = [
     "array_constant",
     "cached_ints",
     "const_ints",
+    "free_name",
     "fresh_name",
     "input_at",
     "int64_constant",
     "producer",
     "read_axes",
+    "same_attributes",
     "same_value",
     "slice_",
     "slice_params",
@@ -122,12 +124,14 @@ def _same_uncached(a: ir.Value, b: ir.Value, depth: int, memo: dict[tuple[int, i
         return False
     if x.domain not in ("", "ai.onnx") or x.op_type in _RANDOM:
         return False
-    if len(x.inputs) != len(y.inputs) or not _same_attributes(x, y):
+    if len(x.inputs) != len(y.inputs) or not same_attributes(x, y):
         return False
     return all(_same(u, v, depth - 1, memo) for u, v in zip(x.inputs, y.inputs, strict=True))
 
 
-def _same_attributes(x: ir.Node, y: ir.Node) -> bool:
+def same_attributes(x: ir.Node, y: ir.Node) -> bool:
+    """``x`` and ``y`` have the same attributes of equal values (never graphs or a
+    function's attribute references, which are not values here)."""
     if set(x.attributes) != set(y.attributes):
         return False
     for name, attr in x.attributes.items():
@@ -222,7 +226,11 @@ def taken_names(scope: ir.Graph | ir.Model) -> set[str]:
 def fresh_name(scope: ir.Graph | ir.Model, base: str) -> str:
     """``base``, or ``base_1``, ``base_2`` ...: the first name no value of ``scope`` (a
     graph and its subgraphs, or a whole model with its functions) uses."""
-    taken = taken_names(scope)
+    return free_name(taken_names(scope), base)
+
+
+def free_name(taken: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2`` ...: the first name not in ``taken``."""
     name, index = base, 0
     while name in taken:
         index += 1

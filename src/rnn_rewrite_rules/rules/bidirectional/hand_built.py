@@ -54,7 +54,13 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, same_value, squeeze
+from rnn_rewrite_rules.rules._graph import (
+    int64_constant,
+    read_axes,
+    same_attributes,
+    same_value,
+    squeeze,
+)
 from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
@@ -133,9 +139,7 @@ def _same_cast(a: ir.Node | None, b: ir.Node | None) -> bool:
     """Neither half is cast, or both by Casts of equal attributes."""
     if a is None or b is None:
         return a is b
-    return {k: v.value for k, v in a.attributes.items()} == {
-        k: v.value for k, v in b.attributes.items()
-    }
+    return same_attributes(a, b)
 
 
 def _cast_like(op, value: ir.Value, cast: ir.Node | None) -> ir.Value:

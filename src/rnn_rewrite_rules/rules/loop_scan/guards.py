@@ -21,7 +21,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules.rules._graph import same_value, taken_names
+from rnn_rewrite_rules.rules._graph import free_name, same_value, taken_names
 from rnn_rewrite_rules.rules.loop_scan.body import through_identity
 
 __all__ = ["NOT_GUARDS", "MergeGuards"]
@@ -108,12 +108,12 @@ class MergeGuards(RewriteRuleClassBase):
             for node in nodes:
                 for value in node.outputs:
                     if value.name is None or value.name in inner:
-                        value.name = _fresh(taken | inner, value.name or "guard")
+                        value.name = free_name(taken | inner, value.name or "guard")
                     inner.add(value.name)
             fused.extend(nodes)
             concat = ir.node("Concat", [left, right], attributes={"axis": axis})
             out = concat.outputs[0]
-            out.name = _fresh(taken, f"{fused.name or 'guard'}_concat")
+            out.name = free_name(taken, f"{fused.name or 'guard'}_concat")
             taken.add(out.name)
             out.type = left.type
             rank = None if left.shape is None else len(left.shape)
@@ -123,10 +123,3 @@ class MergeGuards(RewriteRuleClassBase):
             fused.outputs.append(out)
             branches[name] = fused
         return op.If(first.inputs[0], **branches)
-
-
-def _fresh(taken: set[str], base: str) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    return name

@@ -162,26 +162,29 @@ def cost_refusal(
     reverse: bool,
     h0: ir.Value | None,
     batch_axis: int = 1,
+    *,
+    form: str | None = None,
+    label: str = "",
 ) -> KeptUnrolled | None:
     """None when re-rolling into ``op_type`` is no slower on ``target`` by the measured
     cost table (:mod:`rnn_rewrite_rules.costs`), else why the chain stays unrolled.
 
-    The batch is ``X``'s ``batch_axis`` when the shape prover fixes it (else every measured batch
-    must agree); the initial state's form is what the targets leave of ``h0``: none where it
-    is absent or zeros that are dropped (target ``onnxruntime``, or a static batch), else an
-    explicit state."""
+    The batch is ``X``'s ``batch_axis`` when the shape prover fixes it (else every measured
+    batch must agree); the form is ``form`` when given (one with a table of its own,
+    ``costs.FORM_TABLES``; ``label`` names it in the reason), else the initial state's form,
+    what the targets leave of ``h0``: none where it is absent or zeros that are dropped
+    (target ``onnxruntime``, or a static batch), else an explicit state."""
     batch = static_size(ShapeProver(context.model.graph), x, batch_axis)
-    dropped = h0 is None or (is_all_zeros(h0) and (target == "onnxruntime" or batch is not None))
-    decision = costs.no_slower(
-        target,
-        op_type,
-        hidden,
-        seq,
-        batch,
-        "reverse" if reverse else "forward",
-        "none" if dropped else "zeros",
-    )
-    return None if decision.fires else KeptUnrolled(f"re-roll kept unrolled: {decision.reason}")
+    if form is None:
+        dropped = h0 is None or (
+            is_all_zeros(h0) and (target == "onnxruntime" or batch is not None)
+        )
+        form = "none" if dropped else "zeros"
+    direction = "reverse" if reverse else "forward"
+    decision = costs.no_slower(target, op_type, hidden, seq, batch, direction, form)
+    if decision.fires:
+        return None
+    return KeptUnrolled(f"re-roll kept unrolled: {label}{decision.reason}")
 
 
 P = TypeVar("P")

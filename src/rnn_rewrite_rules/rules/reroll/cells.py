@@ -44,7 +44,6 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._ir import const_array, opset_version, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
@@ -638,21 +637,14 @@ class RerollCell(ChainRule[_CellPlan]):
         # the node emitted is what rten converts (default activations, no clip, layout 0,
         # GRU linear_before_reset=1): the cost table alone decides, on every target
         hidden, seq = int(plan.r.shape[2]), len(plan.steps)
+        args = (context, self.target, self.op_type, plan.x, hidden, seq, plan.reverse, plan.h0)
+        batch_axis = 1 - plan.time_axis
         if plan.time_axis == 1 or plan.stack_axis == 1:  # the node between Transposes
-            kept = batch_first_refusal(context, self.target, self.op_type, plan, hidden, seq)
+            label = "batch-first, Transposes included: "
+            kept = cost_refusal(*args, batch_axis, form="batch_first", label=label)
             if kept is not None:
                 return kept
-        return cost_refusal(
-            context,
-            self.target,
-            self.op_type,
-            plan.x,
-            hidden,
-            seq,
-            plan.reverse,
-            plan.h0,
-            batch_axis=1 - plan.time_axis,
-        )
+        return cost_refusal(*args, batch_axis)
 
     def rewrite(self, op, **_):
         plan, emit = self.plan, self.emitter(op)
@@ -692,19 +684,6 @@ class RerollCell(ChainRule[_CellPlan]):
                 stack = op.Transpose(stack, perm=[1, 0, 2])
             redirect(plan.concat.outputs[0], stack)
         return emit.squeeze(y_h, 0)
-
-
-def batch_first_refusal(
-    context, target: str, op_type: str, plan: _CellPlan, hidden: int, seq: int
-) -> KeptUnrolled | None:
-    """Why a loop that needs a ``Transpose`` of ``X`` or of the stack stays unrolled on
-    ``target``: the form's own measured table (``costs.FORM_TABLES``), else None."""
-    batch = static_size(ShapeProver(context.model.graph), plan.x, 1 - plan.time_axis)
-    decision = costs.no_slower(target, op_type, hidden, seq, batch, "forward", "batch_first")
-    if decision.fires:
-        return None
-    reason = f"batch-first, Transposes included: {decision.reason}"
-    return KeptUnrolled(f"re-roll kept unrolled: {reason}")
 
 
 def _outside_uses(step: _CellStep) -> bool:
