@@ -1,0 +1,141 @@
+"""What today's rules do to every committed exporter output.
+
+    python -m tools.exporters.survey [--exporter NAME ...] [--out FILE] [--json FILE]
+
+For each exporter (every ``tests/data/exporters/*/manifest.json``, whoever wrote it): a
+table of file, nodes before -> after, recurrent ops (LSTM/GRU/RNN/Loop/Scan) before ->
+after, then why each recurrence was left alone, in the package's own words (the report
+of :func:`rnn_rewrite_rules.rewrite_file` with ``hazards=True``, i.e. ``rnn-rewrite
+--check``), and a summary: files smaller, recurrences left, reasons grouped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.exporter_files import DATA, ExporterFile, exporter_files, load_manifests
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import RewriteOptions
+
+#: Op types counted as recurrences (subgraphs included; domains kept in the name).
+RECURRENT = ("LSTM", "GRU", "RNN", "Loop", "Scan", "com.microsoft.DynamicQuantizeLSTM")
+#: Hazard kinds worth naming in the survey though no rule targets them.
+NAMED_HAZARDS = ("frozen-axis", "exporter-bug", "declared-output-shape")
+
+
+@dataclasses.dataclass
+class Row:
+    file: str
+    expect: str
+    nodes: tuple[int, int] = (0, 0)
+    recurrent: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    #: Why recurrences were left alone (or the model found none), one line each.
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    error: str = ""
+
+    @property
+    def smaller(self) -> bool:
+        return not self.error and self.nodes[1] < self.nodes[0]
+
+
+def _recurrent(op_counts: collections.Counter[str]) -> dict[str, int]:
+    return {op: op_counts[op] for op in RECURRENT if op_counts[op]}
+
+
+def survey_file(file: ExporterFile) -> Row:
+    row = Row(file.path.name, file.expect)
+    try:
+        report = rnn_rewrite_rules.rewrite_file(file.path, None, RewriteOptions(hazards=True))
+    except Exception as error:  # the survey reports, it does not stop
+        row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        return row
+    row.nodes = (report.before.nodes, report.after.nodes)
+    row.recurrent = (_recurrent(report.before.op_counts), _recurrent(report.after.op_counts))
+    for item in report.unimproved:
+        row.reasons += [f"{item.node}: {reason}" for reason in item.reasons] or [
+            f"{item.node}: {hazard}" for hazard in item.hazards
+        ]
+    row.reasons += [f"kept unrolled: {d.reason}" for d in report.kept_unrolled]
+    row.reasons += [
+        f"{h.kind}: {h.node}: {h.message}"
+        for h in report.hazards_after or ()
+        if h.kind in NAMED_HAZARDS
+    ]
+    if report.found_no_recurrence:
+        row.reasons.append("no recurrence found (no RNN/LSTM/GRU node, no recurrence recognised)")
+    return row
+
+
+def _ops(counts: dict[str, int]) -> str:
+    return ", ".join(f"{op} {n}" for op, n in counts.items()) or "-"
+
+
+def reason_key(reason: str) -> str:
+    """A reason without the names of the nodes and values it is about (for grouping)."""
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
+    text = re.sub(r"[\w.:-]*/[\w./:-]*(\[\d+\])?", "…", text)  # value names: a/b:0[1]
+    text = re.sub(r"^(Loop|Scan|LSTM|GRU|RNN|[A-Za-z.]+)\b[^:]*: ", r"\1 …: ", text)
+    return re.sub(r"\b\d+\b", "N", text)
+
+
+def format_exporter(name: str, header: dict, rows: Sequence[Row]) -> list[str]:
+    versions = ", ".join(f"{k} {v}" for k, v in header.get("versions", {}).items())
+    smaller = sum(r.smaller for r in rows)
+    left = sum(sum(r.recurrent[1].values()) for r in rows)
+    lines = [f"== {name}: {len(rows)} files, {smaller} smaller, {left} recurrent ops left =="]
+    lines.append(f"   {versions}")
+    width = max([len("file"), *(len(r.file) for r in rows)])
+    lines.append(f"{'file':<{width}}  {'nodes':>11}  recurrent ops before -> after")
+    for row in rows:
+        if row.error:
+            lines.append(f"{row.file:<{width}}  ERROR {row.error}")
+            continue
+        nodes = f"{row.nodes[0]} -> {row.nodes[1]}"
+        recurrent = f"{_ops(row.recurrent[0])} -> {_ops(row.recurrent[1])}"
+        expect = "" if row.expect == "rewrite" else f"  [expect {row.expect.split(':')[0]}]"
+        lines.append(f"{row.file:<{width}}  {nodes:>11}  {recurrent}{expect}")
+    lines.append("why left alone:")
+    for row in rows:
+        for reason in row.reasons:
+            lines.append(f"  {row.file}: {reason}")
+    groups = collections.Counter(reason_key(r) for row in rows for r in set(row.reasons))
+    lines.append("reasons grouped (files):")
+    lines += [f"  {n:>3} x {key}" for key, n in groups.most_common()]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.exporters.survey", description=__doc__)
+    parser.add_argument("--exporter", nargs="+", help="only these exporters")
+    parser.add_argument("--root", type=Path, default=DATA, help="the exporters' data folder")
+    parser.add_argument("--out", type=Path, help="also write the text here")
+    parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+    headers = {m["exporter"]: m for _, m in load_manifests(args.root)}
+    by_exporter: dict[str, list[Row]] = collections.defaultdict(list)
+    for file in exporter_files(args.root):
+        if args.exporter is None or file.exporter in args.exporter:
+            by_exporter[file.exporter].append(survey_file(file))
+    lines = []
+    for name, rows in by_exporter.items():
+        lines += [*format_exporter(name, headers[name], rows), ""]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    if args.json:
+        data = {name: [dataclasses.asdict(r) for r in rows] for name, rows in by_exporter.items()}
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
