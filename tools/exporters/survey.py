@@ -71,7 +71,16 @@ def survey_file(file: ExporterFile) -> Row:
     ]
     if report.found_no_recurrence:
         row.reasons.append("no recurrence found (no RNN/LSTM/GRU node, no recurrence recognised)")
+    elif not row.reasons and (row.nodes[1] == row.nodes[0] or _loops(row.recurrent[1])):
+        row.reasons.append(
+            f"{_ops(row.recurrent[1])} left as written: the report gives no reason "
+            "(--check finds no hazard a rule targets)"
+        )
     return row
+
+
+def _loops(counts: dict[str, int]) -> int:
+    return counts.get("Loop", 0) + counts.get("Scan", 0)
 
 
 def _ops(counts: dict[str, int]) -> str:
@@ -81,8 +90,7 @@ def _ops(counts: dict[str, int]) -> str:
 def reason_key(reason: str) -> str:
     """A reason without the names of the nodes and values it is about (for grouping)."""
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
-    text = re.sub(r"[\w.:-]*/[\w./:-]*(\[\d+\])?", "…", text)  # value names: a/b:0[1]
-    text = re.sub(r"^(Loop|Scan|LSTM|GRU|RNN|[A-Za-z.]+)\b[^:]*: ", r"\1 …: ", text)
+    text = re.sub(r"[\w./-]+:\d+(\[\d+\])?", "…", text)  # tf value names: a/b:0[1]
     return re.sub(r"\b\d+\b", "N", text)
 
 

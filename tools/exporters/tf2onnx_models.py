@@ -7,6 +7,11 @@ features 6, units 8, exported at batch 2, seq 5; batch and seq dynamic where Ker
 (``unroll=True`` and the CRNN's image width fix the sequence). Each file is checked against
 the Keras model at the export sizes and at a larger size of each dynamic axis
 (:mod:`tools.exporters.checks`).
+
+Reruns give the same graphs, but not always the same bytes: where tf2onnx merges two equal
+nodes (a Bidirectional layer's two ``Shape`` chains), which one keeps its name changes from
+run to run (one thread, ``PYTHONHASHSEED`` and op determinism do not fix it). The torch
+exports are byte for byte reproducible.
 """
 
 from __future__ import annotations
