@@ -67,15 +67,38 @@ EXPORTERS: dict[str, Exporter] = {
     "jax2onnx": Exporter(
         venv="jax2onnx",
         script="jax2onnx_models",
-        requirements=("jax==0.12.0.1", "jax2onnx==0.17.1"),
-        python="python3.12",  # jax2onnx needs Python >= 3.12
+        # every package the export reads: jax2onnx's output depends on onnx and onnx-ir
+        requirements=(
+            "jax==0.12.0.1",
+            "jaxlib==0.12.0.1",
+            "jax2onnx==0.17.1",
+            "flax==0.12.12",
+            "onnx==1.23.2",
+            "onnx-ir==1.1.0",
+            "onnxruntime==1.32.0",
+            "numpy==2.5.5",
+        ),
+        python="python3.12",  # jax2onnx needs Python >= 3.12: pyenv's 3.12.1
         python_env=(("PYENV_VERSION", "3.12.1"),),
     ),
     "paddle2onnx": Exporter(
         venv="paddle2onnx",
         script="paddle2onnx_models",
-        # paddle2onnx imports packaging without declaring it
-        requirements=("paddlepaddle==3.3.1", "paddle2onnx==2.1.0", "packaging"),
+        # paddle2onnx imports packaging without declaring it, and folds constants with
+        # Polygraphy, which pip-installs onnxruntime, onnx_graphsurgeon and sympy into the
+        # running venv when they are missing (POLYGRAPHY_AUTOINSTALL_DEPS=1): pinned here,
+        # an export never changes the venv
+        requirements=(
+            "paddlepaddle==3.3.1",
+            "paddle2onnx==2.1.0",
+            "packaging==26.4",
+            "onnx==1.17.0",
+            "polygraphy==0.53.6",
+            "onnxruntime==1.32.0",
+            "onnx_graphsurgeon==0.6.1",
+            "sympy==1.14.0",
+            "numpy==2.4.6",
+        ),
     ),
 }
 
@@ -96,9 +119,13 @@ def venv_python(exporter: Exporter, *, reinstall: bool = False) -> Path:
     if venv.exists():
         shutil.rmtree(venv)
     VENVS.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **dict(exporter.python_env)}
-    _run([exporter.python, "-m", "venv", str(venv)], env=env)
-    _run([str(python), "-m", "pip", "install", "-q", *exporter.requirements])
+    env = {**os.environ, **dict(exporter.python_env), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    try:
+        _run([exporter.python, "-m", "venv", str(venv)], env=env)
+        _run([str(python), "-m", "pip", "install", "-q", *exporter.requirements], env=env)
+    except subprocess.CalledProcessError:
+        shutil.rmtree(venv, ignore_errors=True)  # the next call starts anew
+        raise
     marker.write_text(pins)
     return python
 
