@@ -19,6 +19,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import _report
 from rnn_rewrite_rules import benchmark as benchmark_module
 from rnn_rewrite_rules.benchmark import (
+    BenchmarkResult,
     Latency,
     benchmark,
     best_per_repeat,
@@ -45,13 +46,15 @@ def test_best_per_repeat_interleaves_and_keeps_one_best_per_repeat() -> None:
     ("low", "high", "interval", "verdict"),
     [
         (0.4, 0.6, True, "faster"),
-        (0.98, 1.08, True, "noise"),
-        (1.01, 1.05, True, "slower"),
+        (0.93, 0.95, True, "faster"),  # below 1 / 1.05
+        (0.98, 1.08, True, "noise"),  # across the band's bound: undecided
+        (1.01, 1.05, True, "noise"),  # inside the band: within noise
+        (1.06, 1.1, True, "slower"),
         (0.9, 1.2, True, "noise"),
         (1.1, 1.2, False, "noise"),  # too few repeats for an interval: their range
     ],
 )
-def test_a_verdict_needs_the_interval_to_separate_from_1(
+def test_a_verdict_needs_the_interval_beyond_the_noise_band(
     low: float, high: float, interval: bool, verdict: str
 ) -> None:
     latency = Latency("onnxruntime", "x=1", 1.0, 1.0, (low + high) / 2, low, high, 8, interval)
@@ -221,8 +224,14 @@ def test_noise_takes_more_repeats_until_the_budget_and_is_said_so(monkeypatch) -
     assert latency.repeats == 8  # the budget spent: no more repeats
 
 
-@pytest.mark.parametrize(("result", "verdict"), [([1.2], "slower"), ([0.8], "faster")])
-def test_a_difference_beyond_noise_needs_no_more_repeats(monkeypatch, result, verdict) -> None:
+@pytest.mark.parametrize(
+    ("result", "verdict"),
+    [([1.2], "slower"), ([0.8], "faster"), ([1.01, 0.99], "noise")],
+)
+def test_an_interval_on_one_side_of_a_bound_needs_no_more_repeats(
+    monkeypatch, result, verdict
+) -> None:
+    """Above the noise band, below it, or inside it: decided after the first repeats."""
     pytest.importorskip("onnxruntime")
     monkeypatch.setattr(benchmark_module, "best_per_repeat", _Timings([1.0], result))
     model, rolled, feeds = _unrolled()
@@ -247,3 +256,23 @@ def test_a_result_within_noise_is_written_with_the_numbers(monkeypatch, tmp_path
     assert sum(" latency at " in line and "x (0.85-1.20, " in line for line in lines) == len(
         report.benchmark.latencies
     )
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "overall"),
+    [
+        (["faster", "noise"], "no slower"),
+        (["faster", "faster"], "faster"),
+        (["noise", "noise"], "noise"),
+        (["faster", "slower"], "slower"),
+        ([], "untimed"),
+    ],
+)
+def test_the_verdict_over_the_lines(verdicts: list[str], overall: str) -> None:
+    bounds = {"faster": (0.5, 0.6), "noise": (0.99, 1.01), "slower": (1.5, 1.6)}
+    result = BenchmarkResult(8, 5)
+    for index, name in enumerate(verdicts):
+        low, high = bounds[name]
+        result.latencies.append(Latency("onnxruntime", f"x={index}", 1, 1, low, low, high, 8))
+    assert result.verdict == overall and result.slower is (overall == "slower")
+    assert _report.benchmark_lines(result)[-1].startswith("benchmark: ")

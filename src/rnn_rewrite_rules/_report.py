@@ -418,6 +418,8 @@ def quantize_lines(result: QuantizeResult) -> list[str]:
 _BENCHMARK_VERDICTS = {
     "slower": "benchmark: the result is SLOWER than the original beyond noise",
     "faster": "benchmark: the result is faster than the original beyond noise",
+    "no slower": "benchmark: the result is faster than the original beyond noise in some "
+    "lines and within noise in the others",
     "noise": "benchmark: no difference beyond noise",
     "untimed": "benchmark: nothing was timed",
 }
@@ -430,8 +432,8 @@ def benchmark_lines(result: BenchmarkResult) -> list[str]:
 
     out = [
         f"benchmark: one thread, repeats of {result.rounds} interleaved rounds, ratio = "
-        f"result / original (median over repeats, {CONFIDENCE:.0%} interval; more repeats "
-        "while it spans 1)"
+        f"result / original (median over repeats, {CONFIDENCE:.0%} interval; within "
+        f"{costs.NOISE:.0%} of 1 is noise; more repeats while the interval crosses that band)"
     ]
     out += [f"  note: {note}" for note in result.notes]
     for name, (before, after) in result.sessions.items():
