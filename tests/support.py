@@ -4,11 +4,12 @@ and running the ``rnn-rewrite`` command in a subprocess."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -266,3 +267,118 @@ def as_float64(model: onnx.ModelProto) -> onnx.ModelProto:
 
     graph(result.graph)
     return result
+
+
+#: How :func:`save_model_as` lays a model's tensors out on disk.
+LAYOUTS = ("beside", "subfolder", "dotted", "past_2gb")
+#: Where ``past_2gb`` puts the first tensor: offsets a 32-bit reader gets wrong.
+PAST_2GB = 2**31 + 4096
+
+
+def save_model_as(model: onnx.ModelProto, folder: Path, layout: str) -> Path:
+    """``model`` saved as ``folder/model.onnx``, its tensors of 1 KiB or more as external
+    data: ``beside`` (``model.onnx.data`` next to it, as torch's exporter writes it),
+    ``subfolder`` (``weights/model.data``), ``dotted`` (the location ``./model.data``),
+    ``past_2gb`` (``model.data``, each tensor at an offset past 2 GiB of a sparse file: a
+    data file over 2 GiB that takes no disk)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    if layout == "past_2gb":
+        _externalize(copy, folder / "model.data", PAST_2GB)
+        onnx.save(copy, path)
+        return path
+    location = {
+        "beside": "model.onnx.data",
+        "subfolder": "weights/model.data",
+        "dotted": "./model.data",
+    }[layout]
+    (folder / location).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(copy, path, save_as_external_data=True, location=location, size_threshold=1024)
+    return path
+
+
+def _externalize(model: onnx.ModelProto, data: Path, offset: int) -> None:
+    """Move the initializers of 1 KiB or more to ``data``, the first at ``offset``."""
+    with open(data, "wb") as file:
+        for tensor in model.graph.initializer:
+            raw = onnx.numpy_helper.to_array(tensor).tobytes()
+            if len(raw) < 1024:
+                continue
+            file.seek(offset)
+            file.write(raw)
+            moved = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type)
+            moved.dims.extend(tensor.dims)
+            moved.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", data.name), ("offset", offset), ("length", len(raw))):
+                moved.external_data.add(key=key, value=str(value))
+            tensor.CopyFrom(moved)
+            offset += -(-len(raw) // 4096) * 4096
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``folder`` (the folder itself included) -> (size, mtime in ns): a
+    file written, replaced, created or deleted there changes it."""
+    paths = [folder, *sorted(folder.rglob("*"))]
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in paths}
+
+
+#: Runs ``rnn-rewrite`` (argv[2:]) with the folder argv[1] read-only for every write this
+#: Python process makes through the standard library (an audit hook): what a user without
+#: write permission meets, for a test running as root, whom chmod does not stop.
+_READ_ONLY_RUN = """
+import os, runpy, sys
+folder = os.path.realpath(sys.argv[1]) + os.sep
+WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+PATH_EVENTS = {"os.mkdir", "os.rename", "os.replace", "os.remove", "os.rmdir", "os.truncate",
+               "os.link", "os.symlink", "os.chmod", "os.utime", "shutil.rmtree", "shutil.move"}
+
+def inside(path):
+    return isinstance(path, (str, bytes, os.PathLike)) and os.path.realpath(
+        os.path.join(os.getcwd(), os.fsdecode(path))).startswith(folder)
+
+def hook(event, args):
+    if event == "open":
+        path, mode, flags = args
+        writing = (isinstance(mode, str) and set(mode) & set("wax+")) or (flags or 0) & WRITE
+        if writing and inside(path):
+            raise PermissionError(13, "Permission denied (read-only folder)", path)
+    elif event in PATH_EVENTS and any(inside(a) for a in args[:2]):
+        raise PermissionError(13, "Permission denied (read-only folder)", args[0])
+
+sys.addaudithook(hook)
+sys.argv = ["rnn-rewrite", *sys.argv[2:]]
+runpy.run_module("rnn_rewrite_rules", run_name="__main__", alter_sys=True)
+"""
+
+
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[Callable[..., subprocess.CompletedProcess]]:
+    """``folder`` and everything in it made read-only (chmod); yields a function that runs
+    the command like :func:`run`. Where chmod does not stop writes (root), the command
+    runs under an audit hook that refuses every write into ``folder`` from Python; either
+    way, :func:`folder_state` tells whether anything there changed."""
+    paths = [folder, *folder.rglob("*")]
+    modes = {p: p.stat().st_mode for p in paths}
+    for path in sorted(paths, key=lambda p: -len(p.parts)):
+        path.chmod(modes[path] & ~0o222)
+    enforced = not os.access(folder, os.W_OK)
+
+    def run_read_only(*args, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+        if enforced:
+            return run(*args, cwd=cwd, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-c", _READ_ONLY_RUN, str(folder), *map(str, args)],
+            cwd=cwd,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    try:
+        yield run_read_only
+    finally:
+        for path in sorted(paths, key=lambda p: len(p.parts)):
+            path.chmod(modes[path])

@@ -22,7 +22,8 @@ from onnx import TensorProto, helper
 
 from rnn_rewrite_rules import _verify, errors, runtime
 from rnn_rewrite_rules._report import verify_lines
-from rnn_rewrite_rules._verify import VerifyResult, parse_shape_overrides
+from rnn_rewrite_rules._size_plan import parse_shape_overrides
+from rnn_rewrite_rules._verify import VerifyResult
 from rnn_rewrite_rules.runtime import compare, latency, max_abs_diff
 from rnn_rewrite_rules.runtime import diff as _diff
 

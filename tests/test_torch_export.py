@@ -12,7 +12,7 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
-from tests.support import op_counts
+from tests.support import op_counts, run
 
 torch = pytest.importorskip("torch", reason="torch==2.13.0 is a test dependency")
 
@@ -141,3 +141,57 @@ def test_dynamic_sequence_export_stays_dynamic() -> None:
             runtime.max_abs_diff(torch_outputs(module, (x,)), runtime.run(ours, {"x": x.numpy()}))
             <= 1e-5
         )
+
+
+class _WithStates(torch.nn.Module):
+    """``nn.LSTM(8, 16, num_layers=2, batch_first=True)`` called with its states."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True)
+
+    def forward(self, x, h0, c0):
+        y, (h, c) = self.lstm(x, (h0, c0))
+        return y, h, c
+
+
+@pytest.mark.command
+def test_a_dynamo_export_on_disk_takes_every_option(tmp_path) -> None:
+    """The file torch 2.13 writes (``model.onnx`` + ``model.onnx.data``), through the
+    command with each option, as a user calls it."""
+    torch.manual_seed(0)
+    module = _WithStates().eval()
+    source = tmp_path / "in" / "model.onnx"
+    source.parent.mkdir()
+    batch = torch.export.Dim("batch")
+    example = (torch.randn(2, 5, 8), torch.randn(2, 2, 16), torch.randn(2, 2, 16))
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            example,
+            str(source),
+            dynamo=True,
+            dynamic_shapes=({0: batch, 1: torch.export.Dim("seq")}, {1: batch}, {1: batch}),
+            input_names=["x", "h0", "c0"],
+        )
+    assert (tmp_path / "in" / "model.onnx.data").is_file()  # the premise: external data
+    out = tmp_path / "out"
+    out.mkdir()
+    options = ["--verify", "--benchmark", "--benchmark-budget", "0.2", "--keep-slower"]
+    proc = run(source, "-o", out / "int8.onnx", "--quantize", "int8", *options, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "quantize int8 (onnxruntime quantize_dynamic): 2 DynamicQuantizeLSTM" in proc.stdout
+    assert "verify: OK" in proc.stdout and "benchmark: " in proc.stdout.splitlines()[-2]
+    proc = run(source, "--check", "--verify", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "hazards" in proc.stdout and "verify: OK" in proc.stdout
+    proc = run(source, "--in-place", "--verify", "--target", "onnxruntime", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    x, h0, c0 = torch.randn(3, 4, 8), torch.randn(2, 3, 16), torch.randn(2, 3, 16)
+    with torch.no_grad():
+        expected = [t.numpy() for t in module(x, h0, c0)]
+    feeds = {"x": x.numpy(), "h0": h0.numpy(), "c0": c0.numpy()}
+    for path in (source, out / "int8.onnx"):
+        actual = runtime.run(str(path), feeds)
+        assert runtime.max_abs_diff(expected, actual) < (1e-5 if path == source else 0.05)

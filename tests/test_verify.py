@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _verify, runtime
 from rnn_rewrite_rules._report import verify_lines
+from rnn_rewrite_rules._size_plan import SizePlan, input_specs
 from rnn_rewrite_rules.cli import ExitCode
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
@@ -124,19 +125,15 @@ def runs(stdout: str) -> list[str]:
 def test_a_symbolic_feature_axis_takes_ws_size(models, tmp_path) -> None:
     proc = run(models / "feature.onnx", "-o", tmp_path / "out.onnx", "--verify", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "note: sizes the weights fix: input axis 2 = 138" in proc.stdout
+    assert "note: sizes the graph fixes: input axis 2 = 138" in proc.stdout
     compared = runs(proc.stdout)
     assert len(compared) == 2 and all(r.endswith("x138") for r in compared), compared
     assert "verify: OK" in proc.stdout
-    # the planning alone: without the weights' size it would guess another one. torch's
-    # exporter computes W at run time; once folded, W's last dim is the feature size
+    # the planning alone: without the graph's size it would guess another one. torch's
+    # exporter computes W at run time; the shape prover proves W's last dim from the graph
     model = ir.serde.deserialize_model(symbolic_feature_model())
-    specs = _verify.input_specs(model)
-    assert _verify.weight_fixed_sizes(model) == {}
-    known = _verify.weight_fixed_sizes(rnn_rewrite_rules.rewrite(model))
-    assert known == {("input", 2): 138}
-    assert all(p["input"][2] == 138 for p in _verify.plan_runs(specs, {}, known=known))
-    assert all(p["input"][2] != 138 for p in _verify.plan_runs(specs, {}))
+    assert all(p["input"][2] == 138 for p in SizePlan.of(model).runs())
+    assert all(p["input"][2] != 138 for p in SizePlan(input_specs(model)).runs())
 
 
 @pytest.mark.command
@@ -250,10 +247,9 @@ def _fake_children(monkeypatch, *, abort: str = "", unstable: set[int] | None = 
 def _verify_small(models, tmp_path, shapes: dict) -> _verify.VerifyResult:
     after = tmp_path / "after.onnx"
     onnx.save(rnn_rewrite_rules.rewrite(onnx.load(models / "small.onnx")), after)
-    specs = _verify.input_specs(ir.load(models / "small.onnx"))
-    return _verify.verify(
-        str(models / "small.onnx"), str(after), specs, overrides=shapes, zero_unsafe=True
-    )
+    specs = input_specs(ir.load(models / "small.onnx"))
+    plan = SizePlan(specs, shapes, zero_unsafe=True)
+    return _verify.verify(str(models / "small.onnx"), str(after), plan)
 
 
 def test_a_result_aborting_where_the_original_runs_fails(models, tmp_path, monkeypatch) -> None:
@@ -358,8 +354,8 @@ def test_an_original_ort_rejects_is_compared_in_onnx_reference(result_op: str) -
     after.graph.node[0].op_type = result_op
     with pytest.raises(Exception, match="hidden_size"):
         runtime.ort_runner(before, optimize=False, arena=False)
-    specs = _verify.input_specs(ir.serde.deserialize_model(before))
-    result = _verify.verify(before.SerializeToString(), after.SerializeToString(), specs)
+    plan = SizePlan(input_specs(ir.serde.deserialize_model(before)))
+    result = _verify.verify(before.SerializeToString(), after.SerializeToString(), plan)
     assert result.reference == "onnx.reference"
     (note,) = result.notes
     assert note.startswith("ONNX Runtime rejects the original model (")

@@ -1,4 +1,5 @@
-"""In-process unit tests of ``--verify`` (``_verify``): planning, reference runs, comparison.
+"""In-process unit tests of ``--verify`` (``_verify``, ``_size_plan``): planning, reference
+runs, comparison.
 
 Written for mutation testing (docs/mutation.md): every case runs in this process on tiny
 models (no ``rnn-rewrite`` command, no child process: ``_run_in_child`` is replaced by an
@@ -18,28 +19,30 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from rnn_rewrite_rules import _verify, runtime
+from rnn_rewrite_rules import _size_plan, _verify, runtime
 from rnn_rewrite_rules._report import verify_lines
-from rnn_rewrite_rules._verify import (
+from rnn_rewrite_rules._size_facts import SizeFacts
+from rnn_rewrite_rules._size_plan import (
     MAX_ELEMENTS,
     InputSpec,
-    VerifyResult,
+    SizePlan,
     _axis_key,
-    _Case,
-    _compare,
     _format_shape,
-    _graph_input_axis,
-    _has_zero,
     _Planner,
-    _reference,
-    _reference_runs,
-    _time_major_equivalent,
     format_plan,
     input_specs,
     make_feeds,
     plan_runs,
-    weight_fixed_sizes,
     zero_unsafe,
+)
+from rnn_rewrite_rules._verify import (
+    VerifyResult,
+    _Case,
+    _compare,
+    _has_zero,
+    _reference,
+    _reference_runs,
+    _time_major_equivalent,
 )
 from rnn_rewrite_rules.errors import CannotVerify
 
@@ -315,13 +318,11 @@ def _runs(
     result: VerifyResult | None = None,
     ticks: list | None = None,
 ) -> list[_Case]:
-    planner = _Planner(specs, overrides or {}, {})
+    plan = SizePlan(specs, overrides, zero_unsafe=unsafe)
     return _reference_runs(
-        planner,
-        specs,
+        plan,
         reference,
         child_source,
-        zero_unsafe=unsafe,
         seed=seed,
         result=result if result is not None else _result(),
         on_run=None if ticks is None else lambda: ticks.append(1),
@@ -357,39 +358,57 @@ def test_reference_runs_retry_sizes_the_original_rejects_and_say_so() -> None:
     assert result.notes == ["the original rejects x=2 (no 2); compared x=1 instead"]
 
 
-def test_reference_runs_never_repeat_a_size_and_fail_when_none_is_left() -> None:
-    """Run 2 skips n=1 (run 1's) and every other size fails: CannotVerify names the first
-    size refused, its error and how many others were refused."""
+def test_reference_runs_never_repeat_a_size_and_stop_when_none_is_left() -> None:
+    """Run 2 skips n=1 (run 1's), then tries the other bases and larger sizes (8, 64, 512
+    times its own); none runs: one run is compared, and a note says why."""
     reference, sizes = _reference_runner(lambda n: n == 1)
     ticks: list = []
+    result = _result()
+    cases = _runs(N_SPECS, reference, ticks=ticks, result=result)
+    assert [case.plan for case in cases] == [{"x": (1,)}]
+    assert sizes == [2, 1, 5, 3, 4, 6, 7, 40, 320, 2560] and len(ticks) == 1
+    assert result.notes == [
+        "the original rejects x=2 (no 2); compared x=1 instead",
+        "the original rejects x=5 and 7 other sizes (no 5): compared 1 run only (a frozen "
+        "axis? see --check)",
+    ]
+
+
+def test_reference_runs_fail_when_no_size_runs() -> None:
+    """CannotVerify names the first size refused, its error, how many others were refused
+    and the --shape argument that would help."""
+    reference, sizes = _reference_runner(lambda n: False)
     with pytest.raises(CannotVerify) as error:
-        _runs(N_SPECS, reference, ticks=ticks)
+        _runs(N_SPECS, reference)
     assert str(error.value) == (
-        "the original model fails on x=5 (and 4 other sizes) in fake: no 5 "
-        "(a frozen axis? see --check; or fix sizes with --shape)"
+        "the original model fails on x=2 in fake: no 2; 8 other sizes failed too; give sizes "
+        "it runs on, e.g. --shape x=<n> (a frozen axis? see --check)"
     )
-    assert sizes == [2, 1, 5, 3, 4, 6, 7] and len(ticks) == 1
+    assert sizes == [2, 1, 3, 4, 6, 7, 16, 128, 1024]
 
 
 @pytest.mark.parametrize(
-    ("accepted", "failed", "others", "tried"),
+    ("accepted", "note", "tried"),
     [
-        ((1, 3, 4, 6), "14x1", "1 other size", [14, 7]),
-        ((1, 3, 4), "11x1", "2 other sizes", [11, 6, 7]),
+        ((1, 3, 4, 6), "x=14x1 and 4 other sizes (no 14)", [14, 7, 112, 896, 7168]),
+        ((1, 3, 4), "x=11x1 and 5 other sizes (no 11)", [11, 6, 7, 88, 704, 5632]),
     ],
 )
 def test_reference_runs_count_the_other_sizes_refused(
-    accepted: tuple[int, ...], failed: str, others: str, tried: list[int]
+    accepted: tuple[int, ...], note: str, tried: list[int]
 ) -> None:
     """Five runs (seq given five times) of batch 2, 5, 8, 11, 14, each refused: runs 1-4
-    take the alternatives 1, 3, 4, 6 in turn, run 5 has only its own and 7 left; without
-    6, run 4 fails on its own, 6 and 7."""
+    take the alternatives 1, 3, 4, 6 in turn, run 5 has only its own, 7 and the larger
+    sizes left; without 6, run 4 fails on its own, 6, 7 and the larger sizes."""
     reference, sizes = _reference_runner(lambda n: n in accepted)
-    with pytest.raises(CannotVerify) as error:
-        _runs([_spec("x", "batch", "seq")], reference, overrides={"seq": (1,) * 5})
-    assert str(error.value) == (
-        f"the original model fails on x={failed} (and {others}) in fake: no {tried[0]} "
-        "(a frozen axis? see --check; or fix sizes with --shape)"
+    result = _result()
+    cases = _runs(
+        [_spec("x", "batch", "seq")], reference, overrides={"seq": (1,) * 5}, result=result
+    )
+    assert [case.plan["x"][0] for case in cases] == list(accepted)
+    assert result.notes[-1] == (
+        f"the original rejects {note}: compared {len(accepted)} runs only (a frozen axis? see "
+        "--check)"
     )
     assert sizes == [2, 1, 5, 3, 8, 4, 11, 6, 14, 7][: 2 * len(accepted)] + tried
 
@@ -409,8 +428,8 @@ def test_reference_runs_try_a_fixed_size_once() -> None:
     with pytest.raises(CannotVerify) as error:
         _runs([_spec("x", 3)], reference)
     assert str(error.value) == (
-        "the original model fails on x=3 in fake: no 3 "
-        "(a frozen axis? see --check; or fix sizes with --shape)"
+        "the original model fails on x=3 in fake: no 3; give sizes it runs on with --shape "
+        "NAME=DIMS (a frozen axis? see --check)"
     )
     assert sizes == [3]
 
@@ -493,7 +512,7 @@ def test_planner_sizes_each_axis_from_the_runs_base() -> None:
     run's base (2, then 5) plus the axis's index in order of first appearance."""
     planner = _Planner(XH, {}, {})
     assert planner.keys == ["batch", "seq"] and planner.runs == 2
-    assert planner.fixed == {} and planner.axis_sizes == {} and planner.weight_fixed == []
+    assert planner.fixed == {} and planner.axis_sizes == {} and planner.graph_fixed == []
     assert planner.plans() == [
         {"x": (2, 3, 8), "h": (1, 2, 16)},
         {"x": (5, 6, 8), "h": (1, 5, 16)},
@@ -505,9 +524,9 @@ def test_planner_alternatives_use_the_fallback_bases() -> None:
     """Fallback bases 1, 3, 4, 6, 7 change only the axes nothing fixes."""
     planner = _Planner(XH, {"seq": (9,)}, {})
     assert planner.alternatives(0) == [
-        {"x": (b, 9, 8), "h": (1, b, 16)} for b in _verify._FALLBACK_BASES
+        {"x": (b, 9, 8), "h": (1, b, 16)} for b in _size_plan._FALLBACK_BASES
     ]
-    assert _verify._FALLBACK_BASES == (1, 3, 4, 6, 7)
+    assert _size_plan._FALLBACK_BASES == (1, 3, 4, 6, 7)
     cycling = _Planner(XH, {"seq": (4, 9)}, {})  # the run's own axis sizes
     assert [p["x"][1] for p in cycling.alternatives(1)] == [9] * 5
 
@@ -585,16 +604,16 @@ def test_planner_takes_the_sizes_the_weights_fix() -> None:
     """Docstring: axes the weights fix take that size, listed as "input axis N = size"."""
     specs = [_spec("x", "seq", "batch", "feature")]
     planner = _Planner(specs, {}, {("x", 2): 138})
-    assert planner.weight_fixed == ["x axis 2 = 138"] and planner.fixed == {"feature": 138}
+    assert planner.graph_fixed == ["x axis 2 = 138"] and planner.fixed == {"feature": 138}
     assert planner.plans() == [{"x": (2, 3, 138)}, {"x": (5, 6, 138)}]
 
 
 def test_planner_takes_weight_sizes_of_unnamed_axes_and_after_an_overridden_input() -> None:
     planner = _Planner([_spec("x", None, "f")], {}, {("x", 0): 7})
-    assert planner.weight_fixed == ["x axis 0 = 7"]
+    assert planner.graph_fixed == ["x axis 0 = 7"]
     assert planner.plans() == [{"x": (7, 3)}, {"x": (7, 6)}]
     planner = _Planner([_spec("x", "n"), _spec("h", "m")], {"x": (3,)}, {("h", 0): 7})
-    assert planner.weight_fixed == ["h axis 0 = 7"] and planner.plans() == [{"x": (3,), "h": (7,)}]
+    assert planner.graph_fixed == ["h axis 0 = 7"] and planner.plans() == [{"x": (3,), "h": (7,)}]
 
 
 @pytest.mark.parametrize(
@@ -610,13 +629,13 @@ def test_planner_ignores_weight_sizes_of_axes_already_decided(
     specs: list[InputSpec], overrides: dict, known: dict
 ) -> None:
     planner = _Planner(specs, overrides, known)
-    assert planner.weight_fixed == []
+    assert planner.graph_fixed == []
     assert all(plan["x"][1] != 5 for plan in planner.plans())
 
 
 def test_planner_takes_a_shared_axis_weight_size_from_its_first_input() -> None:
     planner = _Planner([_spec("x", "n"), _spec("h", "n")], {}, {("x", 0): 3, ("h", 0): 4})
-    assert planner.weight_fixed == ["x axis 0 = 3"] and planner.fixed == {"n": 3}
+    assert planner.graph_fixed == ["x axis 0 = 3"] and planner.fixed == {"n": 3}
 
 
 def test_planner_refuses_an_input_over_the_element_limit() -> None:
@@ -641,74 +660,12 @@ def test_plan_runs_takes_known_sizes_only_when_given() -> None:
     assert plan_runs(specs, {"n": (4,)}) == [{"x": (4, 3)}, {"x": (4, 6)}]
 
 
-# ----------------------------------------------------------------------------- _graph_input_axis
+# --------------------------------------------------------------------- sizes the graph fixes
 
 
-@pytest.fixture(scope="module")
-def chains() -> ir.Model:
-    """Chains from graph input ``a [2, 3, 4]`` through Identity, Cast, Transpose and others."""
-    nodes = [
-        helper.make_node("Identity", ["a"], ["i"]),
-        helper.make_node("Cast", ["i"], ["c"], to=TensorProto.FLOAT),
-        helper.make_node("Transpose", ["c"], ["t"], perm=[2, 0, 1]),
-        helper.make_node("Transpose", ["t"], ["tt"], perm=[1, 2, 0]),
-        helper.make_node("Transpose", ["a"], ["reversed"]),
-        helper.make_node("Transpose", ["a"], ["unranked"]),
-        helper.make_node("Relu", ["a"], ["relu"]),
-        helper.make_node("Identity", ["a"], ["custom"], domain="com.example"),
-        helper.make_node("Identity", ["w"], ["from_w"]),
-        helper.make_node("Identity", ["k"], ["from_k"]),
-    ]
-    outputs = ["t", "tt", "unranked", "relu", "custom", "from_w", "from_k"]
-    model = _model(
-        nodes,
-        [_vi("a", [2, 3, 4]), _vi("w", [2])],
-        [_vi("reversed", [4, 3, 2]), *(_vi(name, None) for name in outputs)],
-        [_weights("w", (2,)), _weights("k", (2,))],
-    )
-    return ir.serde.deserialize_model(model)
-
-
-def _value(model: ir.Model, name: str) -> ir.Value:
-    return next(v for n in model.graph for v in n.outputs if v.name == name)
-
-
-@pytest.mark.parametrize(
-    ("name", "axis", "expected"),
-    [
-        ("i", 1, ("a", 1)),
-        ("c", 2, ("a", 2)),
-        ("t", 0, ("a", 2)),  # perm [2, 0, 1]: t's axis 0 is c's axis 2
-        ("t", 2, ("a", 1)),  # the last axis of the perm
-        ("t", 3, None),  # past the perm
-        ("tt", 0, ("a", 0)),  # perm [1, 2, 0] after [2, 0, 1]: t's axis 1, a's axis 0
-        ("reversed", 0, ("a", 2)),  # no perm: reversed, of the declared rank
-        ("reversed", 1, ("a", 1)),
-        ("unranked", 0, None),  # no perm and no rank: unknown
-        ("relu", 0, None),
-        ("custom", 0, None),
-        ("from_w", 0, None),  # an input with an initializer: not fed
-        ("from_k", 0, None),  # an initializer: not an input
-    ],
-)
-def test_graph_input_axis_follows_identity_cast_and_transpose(
-    chains: ir.Model, name: str, axis: int, expected: tuple[str, int] | None
-) -> None:
-    assert _graph_input_axis(_value(chains, name), axis) == expected
-
-
-def test_graph_input_axis_of_a_graph_input_and_of_nothing(chains: ir.Model) -> None:
-    assert _graph_input_axis(chains.graph.inputs[0], 2) == ("a", 2)
-    assert _graph_input_axis(chains.graph.inputs[1], 0) is None  # w: has an initializer
-    assert _graph_input_axis(None, 0) is None
-
-
-def test_graph_input_axis_of_a_node_without_inputs() -> None:
-    node = ir.Node("", "Identity", inputs=[], num_outputs=1)
-    assert _graph_input_axis(node.outputs[0], 0) is None
-
-
-# ----------------------------------------------------------------------------- weight_fixed_sizes
+def weight_fixed_sizes(model: ir.Model) -> dict[tuple[str, int], int]:
+    """The input axes the size plan of ``model`` takes from its graph."""
+    return SizePlan.of(model).facts.fixed
 
 
 def _rnn(
@@ -739,12 +696,12 @@ def _rnn(
     return ir.serde.deserialize_model(model)
 
 
-X = _vi("x", ["seq", "batch", 3])
+X = _vi("x", ["seq", "batch", "I"])
 
 
 def test_weights_fix_the_feature_axis_and_both_states_axes() -> None:
-    """Docstring: X's feature axis (W's last dim); initial_h/initial_c's directions (axis 0
-    at layout 0) and hidden (axis 2) axes."""
+    """X's feature axis (W's last dim); initial_h/initial_c's directions (axis 0 at layout
+    0) and hidden (axis 2) axes."""
     state = ["D", "batch", "H"]
     model = _rnn(
         "LSTM",
@@ -763,18 +720,19 @@ def test_weights_fix_the_feature_axis_and_both_states_axes() -> None:
 
 def test_the_plan_is_read_from_the_model_and_keeps_what_it_knew() -> None:
     model = _rnn("GRU", ["x", "W", "R"], [_vi("x", ["seq", "batch", None])])
-    plan = _verify.VerifyPlan.of(model)
+    plan = SizePlan.of(model, {"seq": (2, 4)})
     assert [spec.name for spec in plan.specs] == ["x"]
-    assert plan.known == {("x", 2): 3} and plan.zero_unsafe
-    runs = plan.runs({"seq": (2, 4)})
+    assert plan.facts.fixed == {("x", 2): 3} and plan.zero_unsafe
+    runs = plan.runs()
     assert [(shapes["x"][0], shapes["x"][2]) for shapes in runs] == [(2, 3), (4, 3)]
     other = _rnn("GRU", ["x", "W", "R"], [_vi("x", ["seq", "batch", None])], features=7)
     plan.add_rewritten(other)  # a size already known wins
-    assert plan.known == {("x", 2): 3}
-    plan.known = {}
+    assert plan.facts.fixed == {("x", 2): 3}
+    plan.facts.fixed = {}
     plan.add_rewritten(other)
-    assert plan.known == {("x", 2): 7}
-    plain = _verify.VerifyPlan.of(
+    assert plan.facts.fixed == {("x", 2): 7}
+    assert [shapes["x"][2] for shapes in plan.runs()] == [7, 7]
+    plain = SizePlan.of(
         ir.serde.deserialize_model(
             _model(
                 [helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n"])], [_vi("y", None)], []
@@ -791,7 +749,7 @@ def test_weights_fix_the_directions_axis_1_at_layout_1() -> None:
     model = _rnn(
         "GRU",
         ["x", "W", "R", "", "", "h0"],
-        [_vi("x", ["batch", "seq", 3]), _vi("h0", ["batch", 1, 5])],
+        [_vi("x", ["batch", "seq", "I"]), _vi("h0", ["batch", "D", "H"])],
         layout=1,
     )
     assert weight_fixed_sizes(model) == {("x", 2): 3, ("h0", 1): 1, ("h0", 2): 5}
@@ -799,26 +757,31 @@ def test_weights_fix_the_directions_axis_1_at_layout_1() -> None:
 
 def test_weights_fix_an_lstm_initial_h_without_initial_c() -> None:
     """Six inputs: there is no initial_c to read."""
-    model = _rnn("LSTM", ["x", "W", "R", "", "", "h0"], [X, _vi("h0", [1, "batch", 5])])
+    model = _rnn("LSTM", ["x", "W", "R", "", "", "h0"], [X, _vi("h0", ["D", "batch", "H"])])
     assert weight_fixed_sizes(model) == {("x", 2): 3, ("h0", 0): 1, ("h0", 2): 5}
 
 
 def test_weights_fix_an_lstm_initial_c_without_initial_h() -> None:
-    model = _rnn("LSTM", ["x", "W", "R", "", "", "", "c0"], [X, _vi("c0", [1, "batch", 5])])
+    model = _rnn("LSTM", ["x", "W", "R", "", "", "", "c0"], [X, _vi("c0", ["D", "batch", "H"])])
     assert weight_fixed_sizes(model) == {("x", 2): 3, ("c0", 0): 1, ("c0", 2): 5}
 
 
 def test_weights_fix_the_axis_a_transpose_moves() -> None:
     """``xf [I, seq, batch]`` transposed by [1, 2, 0]: X's feature axis is xf's axis 0."""
     transpose = helper.make_node("Transpose", ["xf"], ["x"], perm=[1, 2, 0])
-    model = _rnn("RNN", ["x", "W", "R"], [_vi("xf", [3, "seq", "batch"])], extra=[transpose])
+    model = _rnn("RNN", ["x", "W", "R"], [_vi("xf", ["I", "seq", "batch"])], extra=[transpose])
     assert weight_fixed_sizes(model) == {("xf", 0): 3}
 
 
 def test_weights_of_a_graph_input_fix_only_the_states() -> None:
-    w_input = _vi("W", [1, 20, 3])
-    model = _rnn("LSTM", ["x", "W", "R", "", "", "h0"], [X, w_input, _vi("h0", [1, "b", 5])])
-    assert weight_fixed_sizes(model) == {("h0", 0): 1, ("h0", 2): 5}
+    """W is an input with a default (a caller may feed another): it fixes nothing; the
+    states' batch ``b`` is tied to X's ``batch``."""
+    w_input = _vi("W", [1, 20, "wi"])
+    model = _rnn("LSTM", ["x", "W", "R", "", "", "h0"], [X, w_input, _vi("h0", ["D", "b", "H"])])
+    plan = SizePlan.of(model)
+    assert plan.facts.fixed == {("h0", 0): 1, ("h0", 2): 5}
+    assert plan.facts.ties == [(("h0", 1), ("x", 1))]
+    assert all(sizes["x"][1] == sizes["h0"][1] for sizes in plan.runs())
 
 
 @pytest.mark.parametrize(("inputs", "known"), [(["x"], {}), (["x", "W"], {("x", 2): 3})])
@@ -829,16 +792,16 @@ def test_weights_read_what_a_short_node_has(inputs: list[str], known: dict) -> N
     assert weight_fixed_sizes(ir.serde.deserialize_model(model)) == known
 
 
-def test_weights_fix_nothing_for_a_contrib_lstm() -> None:
-    """com.microsoft's DynamicQuantizeLSTM has W transposed ([D, I, 4H]): left out (its
-    facts are readable, so only the domain check leaves it out)."""
+def test_weights_of_a_contrib_lstm_are_read_transposed() -> None:
+    """com.microsoft's DynamicQuantizeLSTM has W transposed ([D, I, 4H]): X's feature
+    axis is W's axis 1."""
     model = _rnn(
         "DynamicQuantizeLSTM",
         ["x", "W", "R", "", "", "h0"],
-        [X, _vi("h0", [1, "batch", 5])],
+        [X, _vi("h0", ["D", "batch", "H"])],
         domain="com.microsoft",
     )
-    assert weight_fixed_sizes(model) == {}
+    assert weight_fixed_sizes(model) == {("x", 2): 3, ("h0", 0): 1, ("h0", 2): 5}
 
 
 def test_weights_skip_nodes_they_cannot_read_and_go_on() -> None:
@@ -1011,7 +974,7 @@ def test_verify_compares_on_the_planned_runs(ort_calls: list) -> None:
     """Defaults: no overrides or known sizes, seed 0, tolerance 1e-4, in process. The
     original loads without optimizations, the result with them (as a user runs it)."""
     specs, before, after = [_spec("x", "n", 3)], _unary(), _unary("Relu")
-    result = _verify.verify(before, after, specs)
+    result = _verify.verify(before, after, SizePlan(specs))
     assert result == VerifyResult(1e-4, 0, [{"x": (2, 3)}, {"x": (5, 3)}], {"y": 0.0})
     assert [(source is before, source is after, kw) for source, kw in ort_calls] == [
         (True, False, {"optimize": False, "arena": False}),
@@ -1024,7 +987,7 @@ def test_verify_feeds_both_models_the_seeded_inputs() -> None:
     """Relu against Identity differs by the largest negative input: the inputs are those
     make_feeds draws from ``seed`` for the planned runs, in turn."""
     specs = [_spec("x", "n", 3)]
-    result = _verify.verify(_unary(), _unary("Identity"), specs, seed=7, tolerance=0.5)
+    result = _verify.verify(_unary(), _unary("Identity"), SizePlan(specs), seed=7, tolerance=0.5)
     rng = np.random.default_rng(7)
     worst = 0.0
     for plan in plan_runs(specs, {}):
@@ -1040,15 +1003,10 @@ def test_verify_takes_overrides_and_known_sizes_and_calls_on_run_twice_per_run()
     specs = [_spec("x", "n", "f", "g")]
     model = helper.make_node("Relu", ["x"], ["y"])
     before = _model([model], [_vi("x", ["n", "f", "g"])], [_vi("y", None)]).SerializeToString()
-    result = _verify.verify(
-        before,
-        before,
-        specs,
-        overrides={"n": (4,)},
-        known={("x", 1): 3, ("x", 2): 1},
-        on_run=lambda: ticks.append(1),
-    )
-    assert result.notes == ["sizes the weights fix: x axis 1 = 3, x axis 2 = 1"]
+    facts = SizeFacts(fixed={("x", 1): 3, ("x", 2): 1})
+    plan = SizePlan(specs, {"n": (4,)}, facts)
+    result = _verify.verify(before, before, plan, on_run=lambda: ticks.append(1))
+    assert result.notes == ["sizes the graph fixes: x axis 1 = 3, x axis 2 = 1"]
     assert result.runs == [{"x": (4, 3, 1)}] and len(ticks) == 2 and result.ok
 
 
@@ -1066,7 +1024,7 @@ def test_verify_retries_sizes_the_original_rejects_and_says_so() -> None:
             runner.run({"x": np.zeros(size, np.float32)})
         return runtime.short_error(error.value)
 
-    result = _verify.verify(before, before, [_spec("x", "batch", "seq", 2)])
+    result = _verify.verify(before, before, SizePlan([_spec("x", "batch", "seq", 2)]))
     assert result.runs == [{"x": (3, 4, 2)}, {"x": (4, 5, 2)}] and result.ok
     assert result.notes == [
         f"the original rejects x=2x3x2 ({refusal((2, 3, 2))}); compared x=3x4x2 instead",
@@ -1077,7 +1035,7 @@ def test_verify_retries_sizes_the_original_rejects_and_says_so() -> None:
 def test_verify_compares_a_layout_1_model_with_its_layout_0_equivalent() -> None:
     before = _layout1_lstm().SerializeToString()
     after = _time_major_equivalent(before)
-    result = _verify.verify(before, after, [_spec("x", "batch", "seq", 3)])
+    result = _verify.verify(before, after, SizePlan([_spec("x", "batch", "seq", 3)]))
     assert result.notes == [
         "ONNX Runtime rejects the original's layout=1 RNNs; reference outputs from an "
         "equivalent layout=0 model (the layout rules alone) in ONNX Runtime"
@@ -1087,11 +1045,12 @@ def test_verify_compares_a_layout_1_model_with_its_layout_0_equivalent() -> None
 
 def test_verify_refuses_sizes_too_large_before_loading_anything() -> None:
     with pytest.raises(ValueError, match=r"^--shape: input 'x' would have shape 67108864x3,"):
-        _verify.verify(b"garbage", b"garbage", [_spec("x", "n", 3)], overrides={"n": (2**26,)})
+        plan = SizePlan([_spec("x", "n", 3)], {"n": (2**26,)})
+        _verify.verify(b"garbage", b"garbage", plan)
 
 
 def test_verify_fails_a_result_ort_does_not_load() -> None:
-    result = _verify.verify(_unary(), b"garbage", [_spec("x", "n", 3)])
+    result = _verify.verify(_unary(), b"garbage", SizePlan([_spec("x", "n", 3)]))
     assert result.failure == (
         f"the rewritten model does not load in ONNX Runtime: {_ort_error(b'garbage')}"
     )
@@ -1099,7 +1058,7 @@ def test_verify_fails_a_result_ort_does_not_load() -> None:
 
 
 def test_verify_fails_a_result_with_other_outputs() -> None:
-    result = _verify.verify(_unary(), _unary(output="z"), [_spec("x", "n", 3)])
+    result = _verify.verify(_unary(), _unary(output="z"), SizePlan([_spec("x", "n", 3)]))
     assert result.failure == "outputs differ: ['y'] before, ['z'] after"
     assert result.runs == []
 
@@ -1108,7 +1067,8 @@ def test_verify_stops_at_the_first_failed_run() -> None:
     """Flatten(axis=0) gives 1 x (n * 3): run 1 fails, run 2 is not compared."""
     ticks: list = []
     after = _unary("Flatten", axis=0)
-    result = _verify.verify(_unary(), after, [_spec("x", "n", 3)], on_run=lambda: ticks.append(1))
+    plan = SizePlan([_spec("x", "n", 3)])
+    result = _verify.verify(_unary(), after, plan, on_run=lambda: ticks.append(1))
     assert result.failure == "run 1: output 'y' has shape (1, 6), expected (2, 3)"
     assert result.runs == [{"x": (2, 3)}] and len(ticks) == 2  # the original's two runs
 
@@ -1121,11 +1081,11 @@ def test_verify_runs_zero_sizes_in_children_only_when_zero_unsafe(
         monkeypatch, lambda source, feeds, optimize: (runtime.run(source, feeds), set())
     )
     specs, before, after = [_spec("x", "n", 3)], _unary(), _unary()
-    result = _verify.verify(before, after, specs, overrides={"n": (0, 2)}, zero_unsafe=True)
+    result = _verify.verify(before, after, SizePlan(specs, {"n": (0, 2)}, zero_unsafe=True))
     assert calls == [(before, {"x": (0, 3)}, False), (after, {"x": (0, 3)}, True)]
     assert result.runs == [{"x": (0, 3)}, {"x": (2, 3)}] and result.ok
     calls.clear()
-    assert _verify.verify(before, after, specs, overrides={"n": (0, 2)}).ok and calls == []
+    assert _verify.verify(before, after, SizePlan(specs, {"n": (0, 2)})).ok and calls == []
 
 
 # ----------------------------------------------------------------------------- VerifyResult.lines

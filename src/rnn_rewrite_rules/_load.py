@@ -1,8 +1,8 @@
 """Load a model file, checking it thoroughly, its big tensors left on disk.
 
 :func:`load_model` classifies every way a file can be unusable (missing, a directory, not
-ONNX, truncated or damaged, unsupported opset, external data missing or short) as a
-distinct :class:`~rnn_rewrite_rules.errors.ModelIOError`.
+ONNX, truncated or damaged, unsupported opset, external data missing or short, refused by
+the ONNX checker) as a distinct :class:`~rnn_rewrite_rules.errors.ModelIOError`.
 
 A model stored in one ``.onnx`` file of at least :data:`LAZY_MIN_BYTES` keeps its tensors'
 bytes (``raw_data``) in that file: the file is scanned at the protobuf wire level, and a
@@ -16,7 +16,6 @@ to the plain parse with its own error reporting.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import mmap
 import os
@@ -48,6 +47,7 @@ from rnn_rewrite_rules._protobuf import (
 from rnn_rewrite_rules._serialize import STREAM_MIN_BYTES
 from rnn_rewrite_rules.errors import (
     DamagedModel,
+    InvalidModel,
     ModelIsDirectory,
     ModelNotFound,
     NotOnnx,
@@ -141,6 +141,12 @@ def _check_external_data(path: Path, files: dict[str, list[onnx.TensorProto]]) -
         data_path = path.parent / location
         if not data_path.is_file():
             raise DamagedModel(f"{path}: external data file {str(data_path)!r} is missing")
+        if not data_path.resolve().is_relative_to(path.parent.resolve()):
+            raise InvalidModel(
+                f"{path}: external data file {location!r} is a link to "
+                f"{str(data_path.resolve())!r}, outside the model's folder, which onnx refuses "
+                "to read: put the model and its data in one folder"
+            )
         size = data_path.stat().st_size
         for tensor in tensors:
             info = {entry.key: entry.value for entry in tensor.external_data}
@@ -233,6 +239,7 @@ def _model_from_proto(path: Path, proto: onnx.ModelProto, *, lazy: bool = False)
     if lazy:  # the tensors lazy_model_proto left in the model file itself: not external data
         files.pop(path.name, None)
     _check_external_data(path, files)
+    _check_onnx(path, proto)
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as error:  # onnx_ir raises many kinds for malformed graphs
@@ -347,28 +354,60 @@ def _skeleton(data, size: int, location: str) -> tuple[bytes, int]:
     return bytes(out), left
 
 
-def check_model_file(path: str | os.PathLike) -> None:
-    """``onnx.checker.check_model`` on the file at ``path``, its big tensors left on disk.
+def check_model_file(path: str | os.PathLike, proto: onnx.ModelProto | None = None) -> None:
+    """``onnx.checker.check_model`` on the file at ``path`` (``proto``: what was read of it),
+    by path, without reading its tensors' bytes or writing next to it.
 
-    The checker parses the whole file into memory (twice the tensors, at its peak). Here
-    the file is scanned (every field but the tensors' bytes, which the checker does not
-    read either) and the checker runs on what :func:`lazy_model_proto` makes of it,
-    written next to the file so that its references to the file resolve.
+    The checker parses the whole file it is given and resolves external data against the
+    file's folder (an in-memory model against the working directory). So it runs on a copy
+    of the protobuf in a temporary folder, the big embedded tensors turned into references
+    to the file (:func:`lazy_model_proto`), beside an empty stand-in for each external data
+    file named: the checker checks that each is a regular file in the model's folder and
+    reads none (:func:`load_model` checks the real files, their presence and sizes). It runs
+    so for a model of any size, in a read-only folder, and with data files that are
+    symbolic links (which the checker refuses and runtimes follow).
 
     Raises:
         onnx.checker.ValidationError: as the checker does.
     """
     path = Path(path)
-    proto = lazy_model_proto(path, min_bytes=0)
     if proto is None:
-        onnx.checker.check_model(str(path))
-        return
-    descriptor, skeleton = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        proto = lazy_model_proto(path, min_bytes=0) or onnx.load(path, load_external_data=False)
+    with tempfile.TemporaryDirectory(prefix="rnn-rewrite-check-") as scratch:
+        copy = Path(scratch) / path.name
+        copy.write_bytes(_declared_shapes(proto).SerializeToString())
+        for location in external_files(proto):
+            if location and not os.path.isabs(location) and ".." not in Path(location).parts:
+                stand_in = Path(scratch) / location
+                stand_in.parent.mkdir(parents=True, exist_ok=True)
+                stand_in.touch(exist_ok=True)
+        onnx.checker.check_model(str(copy))
+
+
+def _declared_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto``, or a copy whose main-graph inputs and outputs declared without a shape
+    declare one (of rank 0): the checker requires a shape there, the IR (``TypeProto``:
+    only ``elem_type`` MUST be present) and the runtimes do not, and the checker checks
+    nothing about it but its presence."""
+    infos = [*proto.graph.input, *proto.graph.output]
+    if all(
+        not i.type.HasField("tensor_type") or i.type.tensor_type.HasField("shape") for i in infos
+    ):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for info in [*copy.graph.input, *copy.graph.output]:
+        if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape"):
+            info.type.tensor_type.shape.SetInParent()
+    return copy
+
+
+def _check_onnx(path: Path, proto: onnx.ModelProto) -> None:
+    """The ONNX checker on the input: a model it refuses is not a valid ONNX model (a
+    runtime refuses it too, or runs it on borrowed assumptions)."""
     try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(proto.SerializeToString())
-        del proto
-        onnx.checker.check_model(skeleton)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(skeleton)
+        check_model_file(path, proto)
+    except onnx.checker.ValidationError as error:
+        message = " ".join(str(error).split())
+        message = message if len(message) <= 300 else message[:297] + "..."
+        raise InvalidModel(f"{path}: input is not a valid ONNX model: {message}") from None

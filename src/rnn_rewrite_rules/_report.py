@@ -28,7 +28,8 @@ from rnn_rewrite_rules import _compat, _save, _verify, costs, diagnostics
 from rnn_rewrite_rules._api import rule_name
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
-from rnn_rewrite_rules._verify import VerifyResult, format_plan
+from rnn_rewrite_rules._size_plan import format_plan
+from rnn_rewrite_rules._verify import VerifyResult
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import families, fixed_by
 from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
@@ -413,31 +414,47 @@ def quantize_lines(result: QuantizeResult) -> list[str]:
     return out
 
 
+#: The last line of ``--benchmark``'s report, by verdict.
+_BENCHMARK_VERDICTS = {
+    "slower": "benchmark: the result is SLOWER than the original beyond noise",
+    "faster": "benchmark: the result is faster than the original beyond noise",
+    "no slower": "benchmark: the result is faster than the original beyond noise in some "
+    "lines and within noise in the others",
+    "noise": "benchmark: no difference beyond noise",
+    "untimed": "benchmark: nothing was timed",
+}
+
+
 def benchmark_lines(result: BenchmarkResult) -> list[str]:
-    """``--benchmark``'s ratios (result / original; below 1: faster) with their spread."""
+    """``--benchmark``'s ratios (result / original; below 1: faster), each with its interval
+    and the repeats it took, and the verdict."""
+    from rnn_rewrite_rules.benchmark import CONFIDENCE
+
     out = [
-        f"benchmark: one thread, {result.repeats} x {result.rounds} interleaved rounds, "
-        "ratio = result / original (spread over repeats)"
+        f"benchmark: one thread, repeats of {result.rounds} interleaved rounds, ratio = "
+        f"result / original (median over repeats, {CONFIDENCE:.0%} interval; within "
+        f"{costs.NOISE:.0%} of 1 is noise; more repeats while the interval crosses that band)"
     ]
+    out += [f"  note: {note}" for note in result.notes]
     for name, (before, after) in result.sessions.items():
         out.append(
             f"  {name} session creation: {before * 1e3:.1f} ms -> {after * 1e3:.1f} ms "
             f"({after / before:.2f}x)"
         )
     for t in result.latencies:
-        flag = "  SLOWER" if t.slower else ""
-        if flag and not result.is_judged(t.runtime):
-            flag += " (not judged for this target)"
+        judged = "" if result.is_judged(t.runtime) else " (not judged for this target)"
+        spread = "" if t.interval else " range"
         out.append(
             f"  {t.runtime} latency at {t.sizes}: {t.original_s * 1e6:.1f} us -> "
-            f"{t.result_s * 1e6:.1f} us, {t.ratio:.2f}x ({t.low:.2f}-{t.high:.2f}){flag}"
+            f"{t.result_s * 1e6:.1f} us, {t.ratio:.2f}x ({t.low:.2f}-{t.high:.2f}{spread}, "
+            f"{t.repeats} repeats): {_LATENCY_VERDICTS[t.verdict]}{judged}"
         )
     out += [f"  {name}: not timed: {why}" for name, why in result.skipped.items()]
-    if result.slower:
-        out.append("benchmark: the result is SLOWER than the original beyond the spread")
-    else:
-        out.append("benchmark: the result is no slower than the original")
+    out.append(_BENCHMARK_VERDICTS[result.verdict])
     return out
+
+
+_LATENCY_VERDICTS = {"slower": "SLOWER", "faster": "faster", "noise": "no difference beyond noise"}
 
 
 def hazard_lines(

@@ -55,6 +55,7 @@ __all__ = [
     "output_staging",
     "progress_callback",
     "save_embedded",
+    "save_model",
     "signals_deferred",
     "tensor_bytes",
 ]
@@ -226,6 +227,11 @@ class Staging:
         self.model_path = self._dir / self.target.name
         self._data_name: str | None = None
 
+    @property
+    def directory(self) -> Path:
+        """The staging directory (removed with everything in it when closed)."""
+        return self._dir
+
     def __enter__(self) -> Staging:
         return self
 
@@ -262,24 +268,9 @@ class Staging:
             OutputNotWritable: the write failed (disk full, permissions).
         """
         external_data = external_data or tensor_bytes(model) > EMBED_LIMIT_BYTES
+        name = self._choose_data_name() if external_data else None
         try:
-            if external_data:
-                self._data_name = self._choose_data_name()
-                ir.save(
-                    model,
-                    self.model_path,
-                    external_data=self._data_name,
-                    size_threshold_bytes=EXTERNAL_THRESHOLD_BYTES,
-                    callback=progress_callback(on_tensor),
-                )
-                data = self._dir / self._data_name
-                if data.exists() and data.stat().st_size == 0:  # every tensor was small
-                    data.unlink()
-                    self._data_name = None
-            else:
-                self._data_name = None
-                # streamed: never a second copy of every tensor in memory
-                save_embedded(model, self.model_path, on_tensor)
+            self._data_name = save_model(model, self.model_path, name, on_tensor)
         except OSError as error:
             raise _write_error(self.target, error) from None
 
@@ -343,6 +334,37 @@ def output_staging(target: str | os.PathLike, loaded: LoadedModel, *, in_place: 
     same_dir = resolved.parent == Path(os.path.realpath(loaded.path)).parent
     keep = loaded.data_files if same_dir and not in_place else frozenset()
     return Staging(resolved, keep_away=keep)
+
+
+def save_model(
+    model: ir.Model,
+    path: Path,
+    data_name: str | None,
+    on_tensor: Callable[[int, int], None] | None = None,
+) -> str | None:
+    """Write ``model`` to ``path``: with ``data_name``, its tensors of at least
+    :data:`EXTERNAL_THRESHOLD_BYTES` to that file next to it; else one file, streamed.
+
+    Returns the data file's name, or None when there is none (every tensor was small).
+
+    Raises:
+        OSError: the write failed.
+    """
+    if data_name is None:
+        save_embedded(model, path, on_tensor)  # never a second copy of every tensor
+        return None
+    ir.save(
+        model,
+        path,
+        external_data=data_name,
+        size_threshold_bytes=EXTERNAL_THRESHOLD_BYTES,
+        callback=progress_callback(on_tensor),
+    )
+    data = path.parent / data_name
+    if data.exists() and data.stat().st_size == 0:  # every tensor was small
+        data.unlink()
+        return None
+    return data_name
 
 
 def save_embedded(

@@ -1,12 +1,19 @@
 """Time the original and the rewritten model side by side on this machine (``--benchmark``).
 
 Per runtime (ONNX Runtime, and OpenVINO when it is installed), one thread: session
-creation (best of interleaved creations), then latency at each of the input sizes
-``--verify`` uses: ``repeats`` repeats of ``rounds`` interleaved rounds (one round calls
-each model in turn, enough times for about 2 ms), best of each. The ratio is
-best(result) / best(original) over every round; its spread is the lowest and highest
-per-repeat ratio. The result is *slower* when a ratio is above 1 beyond that spread, by
-the rule the cost table uses (:func:`rnn_rewrite_rules.costs.slower`).
+creation (best of interleaved creations), then latency at each of the input sizes of the
+size plan (those ``--verify`` compared): repeats of ``rounds`` interleaved rounds (one
+round calls each model in turn, enough times for about 2 ms), the best of each model per
+repeat. Each repeat gives one paired ratio, result / original; the ratio shown is their
+median, with a distribution-free interval of the median (:func:`median_interval`, 99%).
+
+A verdict that changes between runs is noise. Two sessions of one graph differ by a few
+percent on a busy machine, consistently enough over a run to look significant, so the
+band within ``costs.NOISE`` (5%) of 1 is noise: the result is *slower* where the interval
+lies above the band, *faster* below it, and there is *no difference beyond noise* inside
+it. While the interval crosses a bound of the band, more repeats are taken (the order of
+the two models alternating), until it does not or the time budget (or
+:data:`MAX_REPEATS`) runs out: then there is no difference beyond noise either.
 """
 
 from __future__ import annotations
@@ -14,25 +21,84 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
-from rnn_rewrite_rules import _openvino, costs, runtime
+from rnn_rewrite_rules import _openvino, runtime
+from rnn_rewrite_rules.costs import NOISE
 
 __all__ = [
+    "BUDGET_S",
+    "CONFIDENCE",
+    "MAX_REPEATS",
     "BenchmarkResult",
     "Latency",
     "benchmark",
     "best_per_repeat",
+    "median_interval",
+    "plan_feeds",
+    "verdict",
     "verify_feeds",
 ]
+
+if TYPE_CHECKING:
+    from rnn_rewrite_rules._size_plan import SizePlan
 
 Progress = Callable[[str], None]
 #: A model as serialized bytes or a path (a path keeps external data where it is).
 Model = bytes | str
+
+#: The confidence of the interval a verdict needs (two-sided, at each look).
+CONFIDENCE = 0.99
+#: Seconds one latency line may spend on more repeats while its interval spans 1.
+BUDGET_S = 10.0
+#: Repeats one latency line takes at most.
+MAX_REPEATS = 40
+#: Repeats added at each look while the interval spans 1.
+_STEP = 2
+
+
+def median_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """A distribution-free interval of the median of ``ratios``: the order statistics
+    ``k`` and ``n + 1 - k``, ``k`` the largest with ``P(Binomial(n, 1/2) < k)`` at most
+    ``(1 - confidence) / 2``. Too few ratios for that confidence: ``(-inf, inf)``."""
+    ordered = sorted(ratios)
+    n = len(ordered)
+    tail = (1 - confidence) / 2
+    k, below = 0, 0.0
+    while k < n // 2:
+        below += math.comb(n, k) / 2**n  # P(Binomial(n, 1/2) <= k)
+        if below > tail:
+            break
+        k += 1
+    if k == 0:
+        return -math.inf, math.inf
+    return ordered[k - 1], ordered[n - k]
+
+
+def _zone(low: float, high: float) -> str:
+    """Where the interval of a ratio lies: above the noise band (``slower``), below it
+    (``faster``), inside it (``noise``), or across a bound (``undecided``)."""
+    if low > 1.0 + NOISE:
+        return "slower"
+    if high < 1.0 / (1.0 + NOISE):
+        return "faster"
+    if low >= 1.0 / (1.0 + NOISE) and high <= 1.0 + NOISE:
+        return "noise"
+    return "undecided"
+
+
+def verdict(low: float, high: float) -> str:
+    """``slower`` or ``faster`` where the interval of the ratio lies beyond the noise band
+    (within ``costs.NOISE`` of 1: two sessions of one graph differ by that much on a busy
+    machine), else ``noise``: no difference beyond noise."""
+    zone = _zone(low, high)
+    return "noise" if zone == "undecided" else zone
 
 
 def best_per_repeat(
@@ -62,7 +128,8 @@ def best_per_repeat(
 
 @dataclasses.dataclass(frozen=True)
 class Latency:
-    """One runtime at one set of input sizes."""
+    """One runtime at one set of input sizes: the best seconds per call of each model, the
+    median per-repeat ratio (result / original) and its interval (``low``, ``high``)."""
 
     runtime: str
     sizes: str
@@ -71,10 +138,20 @@ class Latency:
     ratio: float
     low: float
     high: float
+    #: Repeats taken (more while the interval spanned 1).
+    repeats: int = 0
+    #: Whether (``low``, ``high``) is the interval of :func:`median_interval`; False: too
+    #: few repeats for one, the lowest and highest ratio (no verdict but noise).
+    interval: bool = True
+
+    @property
+    def verdict(self) -> str:
+        """``slower``, ``faster`` or ``noise`` (:func:`verdict`)."""
+        return verdict(self.low, self.high) if self.interval else "noise"
 
     @property
     def slower(self) -> bool:
-        return costs.slower(self.ratio, self.low)
+        return self.verdict == "slower"
 
 
 @dataclasses.dataclass
@@ -91,14 +168,30 @@ class BenchmarkResult:
     #: the runtimes whose ratios decide :attr:`slower` (None: all), e.g. ONNX Runtime alone
     #: for target ``onnxruntime``; the others are shown, not judged
     judged: tuple[str, ...] | None = None
+    #: what the reader should know about the sizes timed (those replaced, and why)
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     def is_judged(self, runtime_name: str) -> bool:
         return self.judged is None or runtime_name in self.judged
 
     @property
     def slower(self) -> bool:
-        """Some judged latency ratio is above 1 beyond its spread."""
-        return any(t.slower and self.is_judged(t.runtime) for t in self.latencies)
+        """Some judged latency's interval lies above 1."""
+        return self.verdict == "slower"
+
+    @property
+    def verdict(self) -> str:
+        """Over the judged latencies: ``slower`` (one is), ``faster`` (all are), ``no
+        slower`` (some are faster, the others within noise), ``noise`` (all within noise),
+        or ``untimed`` (none was timed)."""
+        verdicts = {t.verdict for t in self.latencies if self.is_judged(t.runtime)}
+        if not verdicts:
+            return "untimed"
+        if "slower" in verdicts:
+            return "slower"
+        if "faster" in verdicts:
+            return "faster" if verdicts == {"faster"} else "no slower"
+        return "noise"
 
 
 #: One CPU thread, one stream, float32 (OpenVINO's default precision hint computes lower).
@@ -123,29 +216,71 @@ def _openvino_creator(model: Model) -> Callable[[], object]:
     return lambda: _openvino_compile(model)
 
 
+def _latency(
+    name: str, label: str, calls: dict[str, Callable[[], object]], settings: _Settings
+) -> Latency:
+    """Repeats of interleaved rounds, more while the interval of the ratio spans 1."""
+    times: dict[str, list[float]] = {"original": [], "result": []}
+    start = time.perf_counter()
+    batch, order = settings.repeats, calls
+    while True:
+        measured = best_per_repeat(order, repeats=batch, rounds=settings.rounds)
+        for key in times:
+            times[key] += measured[key]
+        ratios = [a / b for a, b in zip(times["result"], times["original"], strict=True)]
+        low, high = median_interval(ratios)
+        if (
+            _zone(low, high) != "undecided"
+            or len(ratios) >= settings.max_repeats
+            or time.perf_counter() - start >= settings.budget
+        ):
+            break
+        batch = min(_STEP, settings.max_repeats - len(ratios))
+        order = dict(reversed(order.items()))  # neither model always goes first
+    original, result = min(times["original"]), min(times["result"])
+    interval = not math.isinf(low)
+    if not interval:  # too few repeats for the confidence: their range
+        low, high = min(ratios), max(ratios)
+    median = statistics.median(ratios)
+    return Latency(name, label, original, result, median, low, high, len(ratios), interval)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    repeats: int
+    rounds: int
+    budget: float
+    max_repeats: int
+
+
 def benchmark(
     before: Model,
     after: Model,
     feeds: Sequence[tuple[str, Mapping[str, np.ndarray]]],
     *,
-    repeats: int = 3,
-    rounds: int = 7,
+    repeats: int = 8,
+    rounds: int = 5,
     session_repeats: int = 3,
     openvino: bool | None = None,
     judged: tuple[str, ...] | None = None,
     progress: Progress | None = None,
+    budget: float = BUDGET_S,
+    max_repeats: int = MAX_REPEATS,
 ) -> BenchmarkResult:
     """Time ``before`` and ``after`` (serialized models or paths) on ``feeds`` (label,
     feeds) pairs.
 
-    ``openvino`` None: time OpenVINO when it is installed. ``judged``: the runtimes whose
-    ratios decide whether the result is slower (None: every runtime timed).
+    ``repeats`` repeats first, then more (while the interval spans 1) until ``budget``
+    seconds or ``max_repeats`` per latency line. ``openvino`` None: time OpenVINO when it
+    is installed. ``judged``: the runtimes whose ratios decide the verdict (None: every
+    runtime timed).
 
     Raises:
         rnn_rewrite_rules.runtime.OnnxRuntimeMissing: onnxruntime is not installed.
     """
     runtime.require_onnxruntime()
     say = progress or (lambda _text: None)
+    settings = _Settings(repeats, rounds, budget, max(max_repeats, repeats))
     result = BenchmarkResult(repeats, rounds, judged=judged)
     if openvino is None:
         openvino = importlib.util.find_spec("openvino") is not None
@@ -167,17 +302,10 @@ def benchmark(
             say(f"{name}: latency at {label}")
             try:
                 calls = {"original": caller(before, feed), "result": caller(after, feed)}
-                times = best_per_repeat(calls, repeats=repeats, rounds=rounds)
+                result.latencies.append(_latency(name, label, calls, settings))
             except Exception as error:
                 result.skipped[name] = runtime.short_error(error)
                 break
-            ratios = [a / b for a, b in zip(times["result"], times["original"], strict=True)]
-            original, rewritten = min(times["original"]), min(times["result"])
-            result.latencies.append(
-                Latency(
-                    name, label, original, rewritten, rewritten / original, min(ratios), max(ratios)
-                )
-            )
     return result
 
 
@@ -187,26 +315,32 @@ def verify_feeds(
     *,
     seed: int = 0,
 ) -> list[tuple[str, dict[str, np.ndarray]]]:
-    """(label, feeds) at the input sizes ``--verify`` uses for ``model`` (``shapes``: its
-    ``--shape`` overrides), sizes of 0 left out: nothing to time.
+    """(label, feeds) at the input sizes the size plan of ``model`` starts from
+    (``shapes``: its ``--shape`` overrides), sizes of 0 left out: nothing to time.
 
     Raises:
-        rnn_rewrite_rules._verify.CannotVerify: an input has no rank or an unsupported type.
+        rnn_rewrite_rules.errors.CannotVerify: an input has no rank or an unsupported type.
     """
     import onnx_ir as ir
 
-    from rnn_rewrite_rules import _verify
+    from rnn_rewrite_rules._size_plan import SizePlan
 
-    ir_model = ir.serde.deserialize_model(model)
-    specs = _verify.input_specs(ir_model)
-    known = _verify.weight_fixed_sizes(ir_model)
+    plan = SizePlan.of(ir.serde.deserialize_model(model), shapes)
+    return plan_feeds(plan, plan.runs(), seed=seed)
+
+
+def plan_feeds(
+    plan: SizePlan, runs: Sequence[Mapping[str, tuple[int, ...]]], *, seed: int = 0
+) -> list[tuple[str, dict[str, np.ndarray]]]:
+    """(label, feeds) of ``plan`` at ``runs``, sizes of 0 left out: nothing to time."""
+    from rnn_rewrite_rules._size_plan import format_plan
+
     rng = np.random.default_rng(seed)
-    result = []
-    for plan in _verify.plan_runs(specs, shapes or {}, known=known):
-        if any(0 in shape for shape in plan.values()):
-            continue
-        result.append((_verify.format_plan(plan), _verify.make_feeds(specs, plan, rng)))
-    return result
+    return [
+        (format_plan(sizes), plan.feeds(dict(sizes), rng))
+        for sizes in runs
+        if not any(0 in shape for shape in sizes.values())
+    ]
 
 
 def _ort_caller(model: Model, feeds: Mapping[str, np.ndarray]) -> Callable[[], object]:

@@ -60,7 +60,7 @@ _EXIT_HELP = {
     ExitCode.USAGE: "bad command line",
     ExitCode.INPUT_NOT_FOUND: "input file not found or unreadable",
     ExitCode.INPUT_IS_DIRECTORY: "input is a directory",
-    ExitCode.NOT_ONNX: "input is not an ONNX model",
+    ExitCode.NOT_ONNX: "input is not an ONNX model, or not a valid one (the ONNX checker)",
     ExitCode.DAMAGED_MODEL: "input is truncated or damaged (external data included)",
     ExitCode.UNSUPPORTED_MODEL: "unsupported opset (< 7 or newer than onnx knows) or IR version",
     ExitCode.UNKNOWN_RULE: "unknown rule or family name",
@@ -73,7 +73,7 @@ _EXIT_HELP = {
     ExitCode.UNSUPPORTED_ONNXSCRIPT: "the installed onnxscript is outside the tested range",
     ExitCode.NO_RECURRENCE: "no RNN, LSTM, GRU or recurrence found (nothing written; "
     "--allow-no-rnn writes it anyway)",
-    ExitCode.SLOWER: "--benchmark: the result is slower than the original beyond the spread "
+    ExitCode.SLOWER: "--benchmark: the result is slower than the original beyond noise "
     "(nothing written; --keep-slower writes it anyway)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C, SIGTERM or SIGHUP); nothing written",
 }
@@ -105,6 +105,8 @@ def _epilog() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from rnn_rewrite_rules.benchmark import BUDGET_S
+
     parser = _Parser(
         prog=PROG,
         usage="%(prog)s IN.onnx (-o OUT.onnx | --in-place | --check) [options]\n"
@@ -168,7 +170,16 @@ def _parser() -> argparse.ArgumentParser:
         "--benchmark",
         action="store_true",
         help="time IN and the result side by side (ONNX Runtime, OpenVINO when installed) at "
-        "--verify's sizes; write nothing if the result is slower beyond the spread",
+        "--verify's sizes, repeating while the difference is within noise; write nothing if "
+        "the result is slower beyond noise",
+    )
+    parser.add_argument(
+        "--benchmark-budget",
+        type=float,
+        default=BUDGET_S,
+        metavar="S",
+        help=f"with --benchmark: seconds each size may take for more repeats while the "
+        f"difference is within noise (default {BUDGET_S:g})",
     )
     parser.add_argument(
         "--keep-slower",
@@ -180,8 +191,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=DIMS",
-        help="--verify sizes: an input's shape (input=1,7,256) or a dynamic axis' sizes, one "
-        "per run (seq=1,9); repeatable",
+        help="--verify and --benchmark sizes: an input's shape (input=1,7,256) or a dynamic "
+        "axis' sizes, one per run (seq=1,9); repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="--verify random seed (default 0)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print no report")
@@ -340,11 +351,11 @@ def _print(lines: Sequence[str]) -> None:
 
 
 def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
-    from rnn_rewrite_rules import _verify
     from rnn_rewrite_rules._rewrite_file import RewriteOptions
+    from rnn_rewrite_rules._size_plan import parse_shape_overrides
 
     try:
-        shapes = _verify.parse_shape_overrides(args.shape)
+        shapes = parse_shape_overrides(args.shape)
     except ValueError as error:
         raise _Fail(ExitCode.USAGE, str(error)) from None
     return RewriteOptions(
@@ -362,6 +373,7 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
         quantize=args.quantize,
         benchmark=args.benchmark,
         keep_slower=args.keep_slower,
+        benchmark_budget=args.benchmark_budget,
     )
 
 

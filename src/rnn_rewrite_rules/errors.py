@@ -13,6 +13,7 @@ __all__ = [
     "BadOptions",
     "CannotVerify",
     "DamagedModel",
+    "InvalidModel",
     "InvalidResult",
     "ModelIOError",
     "ModelIsDirectory",
@@ -78,6 +79,10 @@ class NotOnnx(ModelIOError):
     """The input is not an ONNX model (empty, another format, a special file)."""
 
 
+class InvalidModel(NotOnnx):
+    """The input fails the ONNX checker (graph outputs no node produces, say)."""
+
+
 class DamagedModel(ModelIOError):
     """The input is truncated or damaged, its external data included."""
 
@@ -132,5 +137,5 @@ class NoRecurrence(ReportedError):
 
 
 class SlowerResult(ReportedError):
-    """``--benchmark`` measured the result slower than the original beyond the spread
+    """``--benchmark`` measured the result slower than the original beyond noise
     (nothing was written; ``keep_slower`` writes it anyway); ``report`` has the numbers."""

@@ -12,9 +12,15 @@ and what stays float. There is no quantizer of our own here.
 What stays float: ``GRU`` and ``RNN`` (ONNX Runtime has no quantized GRU or RNN kernel),
 and an ``LSTM`` whose weights are not constant initializers.
 
+The quantizer reads and writes files: :func:`quantize_file` gives it a model on disk
+(its external data next to it, as torch's exporter writes it) in a directory it may
+write its shape-inferred copy to, and asks for external data in the output when the
+tensors would not fit in one protobuf (2 GB). :func:`quantize_int8` does the same for a
+model in memory, through a temporary directory.
+
 The error it introduces is measured, not assumed: :func:`quantization_error` runs the
-float model and the quantized one on ``--verify``'s inputs and compares the outputs to
-:data:`INT8_TOLERANCE`.
+float model and the quantized one at ``--verify``'s sizes (the float model's size plan)
+and compares the outputs to :data:`INT8_TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import onnx
 
@@ -34,6 +40,7 @@ __all__ = [
     "INT8_TOLERANCE",
     "QuantizeResult",
     "quantization_error",
+    "quantize_file",
     "quantize_int8",
 ]
 
@@ -59,11 +66,13 @@ _QUANTIZED = {
 class QuantizeResult:
     """The quantized model and what changed."""
 
-    model: onnx.ModelProto
+    #: The quantized model (None from :func:`quantize_file`: it is on disk).
+    model: onnx.ModelProto | None
     #: quantized op -> count (``DynamicQuantizeLSTM``, ``MatMulInteger``, ...)
     quantized: dict[str, int]
     #: recurrent ops left float -> (count, why)
     left_float: dict[str, tuple[int, str]]
+    #: The model's bytes on disk (its file and external data), before and after.
     bytes_before: int
     bytes_after: int
 
@@ -89,17 +98,8 @@ def _constant_weights(model: onnx.ModelProto, node: onnx.NodeProto) -> bool:
     return all(shapes.get(name) == 3 for name in node.input[1:3])
 
 
-def quantize_int8(model: onnx.ModelProto) -> QuantizeResult:
-    """``model`` quantized by ``onnxruntime.quantization.quantize_dynamic`` (defaults).
-
-    Raises:
-        rnn_rewrite_rules.runtime.OnnxRuntimeMissing: onnxruntime is not installed.
-    """
-    from rnn_rewrite_rules.runtime import require_onnxruntime
-
-    require_onnxruntime()
-    from onnxruntime.quantization import quantize_dynamic
-
+def _left_float(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
+    """The recurrent ops the quantizer leaves float -> (count, why)."""
     left: dict[str, tuple[int, str]] = {}
     before = _ops(model)
     for op, why in FLOAT_ONLY.items():
@@ -110,20 +110,66 @@ def quantize_int8(model: onnx.ModelProto) -> QuantizeResult:
     )
     if unfolded:
         left["LSTM"] = (unfolded, "W or R is not a constant 3-D initializer")
-    large = model.ByteSize() > 2**31 - 2**26
-    with tempfile.TemporaryDirectory() as tmp, _quiet():
-        path = os.path.join(tmp, "quantized.onnx")
-        quantize_dynamic(model, path, use_external_data_format=large)
-        result = onnx.load(path)
-    after = _ops(result)
-    quantized = {op: after[op] for op in _QUANTIZED if after[op]}
+    return left
+
+
+def _bytes_on_disk(path: Path) -> int:
+    """The model file's size and that of each external data file it references."""
+    from rnn_rewrite_rules._load import referenced_data_files
+
+    files = {path, *(path.parent / name for name in referenced_data_files(path))}
+    return sum(f.stat().st_size for f in files if f.is_file())
+
+
+def quantize_file(source: str | Path, target: str | Path) -> QuantizeResult:
+    """The model at ``source`` quantized by ``onnxruntime.quantization.quantize_dynamic``
+    (defaults) into ``target``, with external data (``<target>.data``) when the tensors
+    would not fit in one protobuf.
+
+    The quantizer writes a shape-inferred copy next to ``source``: give it a directory of
+    your own (a scratch copy), not the user's input folder.
+
+    Raises:
+        rnn_rewrite_rules.runtime.OnnxRuntimeMissing: onnxruntime is not installed.
+    """
+    from rnn_rewrite_rules._save import EMBED_LIMIT_BYTES
+    from rnn_rewrite_rules.runtime import require_onnxruntime
+
+    require_onnxruntime()
+    from onnxruntime.quantization import quantize_dynamic
+
+    source, target = Path(source), Path(target)
+    left = _left_float(onnx.load(source, load_external_data=False))
+    bytes_before = _bytes_on_disk(source)
+    with _quiet():
+        quantize_dynamic(source, target, use_external_data_format=bytes_before > EMBED_LIMIT_BYTES)
+    after = _ops(onnx.load(target, load_external_data=False))
     return QuantizeResult(
-        model=result,
-        quantized=quantized,
+        model=None,
+        quantized={op: after[op] for op in _QUANTIZED if after[op]},
         left_float=left,
-        bytes_before=model.ByteSize(),
-        bytes_after=result.ByteSize(),
+        bytes_before=bytes_before,
+        bytes_after=_bytes_on_disk(target),
     )
+
+
+def quantize_int8(model: onnx.ModelProto) -> QuantizeResult:
+    """``model`` (its tensors in memory) quantized by ``onnxruntime.quantization
+    .quantize_dynamic`` (defaults), through files in a temporary directory
+    (:func:`quantize_file`).
+
+    Raises:
+        rnn_rewrite_rules.runtime.OnnxRuntimeMissing: onnxruntime is not installed.
+    """
+    from rnn_rewrite_rules._save import EMBED_LIMIT_BYTES
+
+    with tempfile.TemporaryDirectory(prefix="rnn-rewrite-int8-") as scratch:
+        source, target = Path(scratch) / "float.onnx", Path(scratch) / "int8.onnx"
+        large = model.ByteSize() > EMBED_LIMIT_BYTES
+        onnx.save(model, source, save_as_external_data=large, location="float.onnx.data")
+        result = quantize_file(source, target)
+        result.model = onnx.load(target)
+    return result
 
 
 def quantization_error(
@@ -133,17 +179,19 @@ def quantization_error(
     tolerance: float = INT8_TOLERANCE,
     seed: int = 0,
 ):
-    """``--verify`` of the float ``original`` against the int8 model at ``tolerance``
-    (a :class:`rnn_rewrite_rules._verify.VerifyResult`)."""
+    """``--verify`` of the float ``original`` against the int8 model at ``tolerance``, at
+    the sizes of the original's size plan (a :class:`rnn_rewrite_rules._verify
+    .VerifyResult`)."""
     import onnx_ir as ir
 
     from rnn_rewrite_rules import _verify
+    from rnn_rewrite_rules._size_plan import SizePlan
 
-    specs = _verify.input_specs(ir.serde.deserialize_model(original))
+    plan = SizePlan.of(ir.serde.deserialize_model(original))
     return _verify.verify(
         original.SerializeToString(),
         quantized.SerializeToString(),
-        specs,
+        plan,
         seed=seed,
         tolerance=tolerance,
     )

@@ -40,8 +40,14 @@ _BUILT_AT_IMPORT = ("pattern", "__init__")
 #: ``rules/__init__.py``, which mutmut does not mutate and so records no tests for: they
 #: are named here (tests/test_mutation_tooling.py checks that they exist).
 NAME_TESTS = ("tests/test_api.py::test_every_rule_is_selected_by_its_own_name",)
-#: What the command runs that in-process tests may not reach: its --verify comparison.
-_COMMAND_MODULES = ("rnn_rewrite_rules._verify.", "rnn_rewrite_rules.runtime.")
+#: What the command runs that in-process tests may not reach: its --verify comparison and
+#: the sizes it runs at.
+_COMMAND_MODULES = (
+    "rnn_rewrite_rules._verify.",
+    "rnn_rewrite_rules._size_plan.",
+    "rnn_rewrite_rules._size_facts.",
+    "rnn_rewrite_rules.runtime.",
+)
 HANG_FACTOR = 5.0
 HANG_SLACK = 3.0
 
