@@ -296,15 +296,18 @@ def test_a_guarded_forward_and_backward_pair_is_one_guarded_bidirectional_node(
 ) -> None:
     """A forward and a backward Loop over ``X``'s length, concatenated: each becomes a
     guarded node (``If(len(X) == 0)``), the two guards one ``If`` with the Concat inside
-    (``MergeGuards``), and ``bidirectional`` merges the pair in its branch: 61 nodes of an
-    LSTM pair become 4. Equal at every length, 0 included."""
+    (``MergeGuards``), and ``bidirectional`` merges the pair in its branch; the other
+    branch runs both Loops with a trip count of 0 (what the pair gives at length 0).
+    Equal at every length, 0 included."""
     spec = LoopSpec(cell=cell, form="torch", trip_count="length", bidirectional=True)
     model = build_loop_model(spec)
     after = rnn_rewrite_rules.rewrite(model, target=TARGET)
     onnx.checker.check_model(after, full_check=True)
     counts = op_counts(after)
-    assert counts["If"] == 1 and not counts["Loop"] and not counts["Concat"], counts
+    assert counts["If"] == 1 and not counts["Loop"] and not counts["ReverseSequence"], counts
     (guard,) = [n for n in after.graph.node if n.op_type == "If"]
+    (no_step,) = [a.g for a in guard.attribute if a.name == "then_branch"]
+    assert [n.op_type for n in no_step.node].count("Loop") == 2
     (steps,) = [a.g for a in guard.attribute if a.name == "else_branch"]
     (node,) = [n for n in steps.node if n.op_type == cell]
     assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"

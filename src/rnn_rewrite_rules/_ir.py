@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
 
-__all__ = ["NUMPY_DTYPES", "const_array", "opset_version", "subgraph_owners"]
+__all__ = ["NUMPY_DTYPES", "const_array", "opset_version", "same_bits", "subgraph_owners"]
 
 #: Element types with a native numpy dtype (what runs, casts and random feeds use).
 NUMPY_DTYPES = frozenset(
@@ -85,3 +86,20 @@ def const_array(value: ir.Value | None):
         return None
     tensor = ir.convenience.get_const_tensor(value)
     return None if tensor is None else tensor.numpy()
+
+
+def same_bits(a, b) -> bool:
+    """``a`` and ``b`` are one constant: the same dtype, shape and bits.
+
+    The one equality for constants and attribute values. ``np.array_equal`` takes
+    ``+0.0`` and ``-0.0`` for one value (``1 / x`` tells them apart) and no NaN for
+    itself; here two floats are the same only when their bits are (NaN payloads
+    included). Python floats compare as float64 (an ONNX float attribute is a float32,
+    which float64 holds exactly); strings and other object arrays compare by value.
+    """
+    x, y = np.asarray(a), np.asarray(b)
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return False
+    if x.dtype.kind in "OUS":
+        return bool(np.array_equal(x, y))
+    return np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, same_bits
 
 __all__ = [
     "Ints",
@@ -27,6 +27,7 @@ __all__ = [
     "int64_constant",
     "producer",
     "read_axes",
+    "same_attribute",
     "same_attributes",
     "same_value",
     "slice_",
@@ -80,7 +81,8 @@ SAME_VALUE_DEPTH = 16
 def same_value(a: ir.Value | None, b: ir.Value | None, depth: int = SAME_VALUE_DEPTH) -> bool:
     """``a`` and ``b`` hold the same tensor whatever the graph's inputs are.
 
-    True when they are one value, two constants of one type, shape and content, or the
+    True when they are one value, two constants of one type, shape and bits (``+0.0`` is
+    not ``-0.0``: ``_ir.same_bits``), or the
     same output of two default-domain nodes of one deterministic op (no random op, no
     graph attribute) with equal attributes whose inputs are pairwise the same value, at
     most ``depth`` producers deep. Exporters write one computation twice (the input of a
@@ -109,13 +111,7 @@ def _same(
 def _same_uncached(a: ir.Value, b: ir.Value, depth: int, memo: dict[tuple[int, int], bool]) -> bool:
     first, second = const_array(a), const_array(b)
     if first is not None or second is not None:
-        return (
-            first is not None
-            and second is not None
-            and first.dtype == second.dtype
-            and first.shape == second.shape
-            and bool(np.array_equal(first, second))
-        )
+        return first is not None and second is not None and same_bits(first, second)
     nodes = a.producer(), b.producer()
     if depth <= 0 or nodes[0] is None or nodes[1] is None or a.index() != b.index():
         return False
@@ -134,26 +130,28 @@ def same_attributes(x: ir.Node, y: ir.Node) -> bool:
     function's attribute references, which are not values here)."""
     if set(x.attributes) != set(y.attributes):
         return False
-    for name, attr in x.attributes.items():
-        other = y.attributes[name]
-        if attr.is_ref() or other.is_ref():  # a function's attribute: unknown here
-            return False
-        if attr.type != other.type or attr.type in (
-            ir.AttributeType.GRAPH,
-            ir.AttributeType.GRAPHS,
-        ):
-            return False
-        if attr.type in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS):
-            tensors = [attr.value] if attr.type == ir.AttributeType.TENSOR else attr.value
-            others = [other.value] if attr.type == ir.AttributeType.TENSOR else other.value
-            if len(tensors) != len(others) or not all(
-                t.dtype == o.dtype and np.array_equal(t.numpy(), o.numpy()) and t.shape == o.shape
-                for t, o in zip(tensors, others, strict=True)
-            ):
-                return False
-        elif attr.value != other.value:
-            return False
-    return True
+    return all(same_attribute(attr, y.attributes[name]) for name, attr in x.attributes.items())
+
+
+def same_attribute(attr: ir.Attr, other: ir.Attr) -> bool:
+    """Two attributes of one type and value: tensors and floats by their bits
+    (``_ir.same_bits``: ``clip=0.0`` is not ``clip=-0.0``); never graphs or a function's
+    attribute references, which are not values here."""
+    if attr.is_ref() or other.is_ref() or attr.type != other.type:
+        return False
+    kind = attr.type
+    if kind in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+        return False
+    if kind in (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS):
+        tensors = [attr.value] if kind == ir.AttributeType.TENSOR else list(attr.value)
+        others = [other.value] if kind == ir.AttributeType.TENSOR else list(other.value)
+        return len(tensors) == len(others) and all(
+            t.dtype == o.dtype and same_bits(t.numpy(), o.numpy())
+            for t, o in zip(tensors, others, strict=True)
+        )
+    if kind in (ir.AttributeType.FLOAT, ir.AttributeType.FLOATS):
+        return same_bits(np.asarray(attr.value, np.float64), np.asarray(other.value, np.float64))
+    return attr.value == other.value
 
 
 def read_axes(
@@ -290,8 +288,7 @@ def _initializer(op, graph: ir.Graph, array: np.ndarray, base: str) -> ir.Value:
         if (
             not existing.is_graph_input()
             and tensor is not None
-            and tensor.numpy().dtype == array.dtype
-            and np.array_equal(tensor.numpy(), array)
+            and same_bits(tensor.numpy(), array)
         ):
             return existing
         index += 1

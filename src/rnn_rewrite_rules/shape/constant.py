@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import NUMPY_DTYPES
+from rnn_rewrite_rules._ir import NUMPY_DTYPES, same_bits
 from rnn_rewrite_rules._refusal import Refusal
 
 __all__ = [
@@ -337,7 +337,7 @@ def cast_as_runtime(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     via = _TWO_STEP_CASTS.get((array.dtype, dtype))
     with np.errstate(over="ignore"):  # overflow to infinity is the cast's semantics
         once = array.astype(dtype)
-        if via is not None and not np.array_equal(once, array.astype(via).astype(dtype), True):
+        if via is not None and not same_bits(once, array.astype(via).astype(dtype)):
             raise FoldError(
                 f"Cast of {array.dtype} to {dtype} rounds differently in ONNX Runtime "
                 f"(via {via}) and onnx.reference (once)"

@@ -15,7 +15,7 @@ from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._graph import fresh_name, input_at
+from rnn_rewrite_rules.rules._graph import fresh_name, input_at, same_attribute
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -145,7 +145,7 @@ def pair_reason(
     if set(a) != set(b):
         return Refusal("the two halves have different attributes")
     for name in a:
-        if name not in _MERGED_ATTRIBUTES and a[name].value != b[name].value:
+        if name not in _MERGED_ATTRIBUTES and not same_attribute(a[name], b[name]):
             return Refusal(f"the two halves differ in {name}")
     spec = rnn_op(forward)
     assert spec is not None  # rnn_facts proved both halves RNN ops

@@ -168,7 +168,7 @@ def _reversed_input_reason(
             and read_axes(x_node, prover.ints) in ([1], [-2])
         ):
             slice_node = None if node.inputs[0] is None else node.inputs[0].producer()
-            if slice_node is not None and slice_node.inputs[0] is x_node.inputs[0]:
+            if slice_node is not None and same_value(slice_node.inputs[0], x_node.inputs[0]):
                 return is_reversal(slice_node, prover)
     if node is None or not node.inputs or not same_value(node.inputs[0], x):
         return Refusal("the second RNN does not read the reversed input of the first")

@@ -24,8 +24,10 @@ Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into 
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
-the node sits in ``If(len(X) == 0)`` whose other branch gives the Loop's outputs after
-no step (the initial states, ONNX Runtime's ``[0, 0, H]`` stack); two such guards
+the node sits in ``If(len(X) == 0)`` whose other branch is the Loop itself with a trip
+count of 0 (its outputs after no step, exactly: ONNX Runtime shapes that stack by what
+the body declares and infers, ``(0,)``, ``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``,
+so no one constant would do); two such guards
 concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.
 """
 

@@ -61,11 +61,18 @@ class Recurrence:
     ``broadcast``: the states' batch is not proven ``x``'s: all three are expanded to the
     batch they broadcast to, as the body's arithmetic does.
     ``guarded``: a Loop's trip count is ``x``'s length, which can be 0: then the Loop runs
-    no step (its states are the initial ones, its stacked output ONNX Runtime's
-    ``[0, 0, H]``) where the node would not run (ONNX Runtime's GRU aborts on 0 steps, its
-    LSTM and RNN give zero states), so the node sits in ``If(len(x) == 0)``. A Scan is
-    not guarded: ONNX Runtime's Scan fails on 0 steps, so there is nothing to equal, and
-    a guard would hide the node from the ``bidirectional`` merge.
+    no step where the node would not run (ONNX Runtime's GRU aborts on 0 steps, its LSTM
+    and RNN give zero states), so the node sits in ``If(len(x) == 0)`` whose other
+    branch is the Loop itself with a trip count of 0. Its outputs there are the initial
+    states and a stack of no step whose shape ONNX Runtime takes from the body's scan
+    output as it declares and infers it (``(0,)`` with no rank known, ``(0, 0, 0)`` for
+    ``[?, ?]``, ``(0, 0, H)`` for ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``), and
+    ``onnx.reference`` cannot run at all: only the Loop itself gives what the Loop gives.
+    ``step_input``: the value the body's step reads (``x`` or its reversal), read by that
+    zero-step Loop as ``x`` instead (no step runs: only its type and shape matter, and a
+    reversal is neither). A Scan is not guarded: ONNX Runtime's Scan fails on 0 steps,
+    so there is nothing to equal, and a guard would hide the node from the
+    ``bidirectional`` merge.
     """
 
     node: ir.Node
@@ -80,6 +87,7 @@ class Recurrence:
     replaced: list[ir.Value] = dataclasses.field(default_factory=list)
     broadcast: bool = False
     guarded: bool = False
+    step_input: ir.Value | None = None
 
 
 def classify_carried(
@@ -249,40 +257,32 @@ def emit(
         result, value_of = _emit_node(op, plan, num_outputs, opset, main)
         for old in plan.replaced:
             redirect(old, value_of("y"))
-    else:
+        _detach_body(plan.node)
+    else:  # the body moves to the zero-step Loop
         result = _emit_guarded(op, plan, num_outputs, opset, main, model)
-    _detach_body(plan.node)
     return result
 
 
 def _emit_guarded(
     op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None, model: ir.Model
 ) -> list[ir.Value]:
-    """``If(len(x) == 0)``: the Loop's outputs after no step, else the node's (built in a
-    branch, so with ``Constant`` nodes: a subgraph holds no initializers). A reversal
-    undone after the Loop reads an extra output, ``Y``."""
+    """``If(len(x) == 0)``: the Loop itself with a trip count of 0 (its body moved there),
+    else the node's (built in a branch, so with ``Constant`` nodes: a subgraph holds no
+    initializers). A reversal undone after the Loop reads an extra output, ``Y``."""
     # a builder of the rewriter's own kind (its class moved between onnxscript releases)
     branch = type(op)()
     taken, value_of = _emit_node(branch, plan, num_outputs, opset, None)
     zero = type(op)()
-    # ConstantOfShape, not an empty Constant: OpenVINO 2026.4 reads that as a scalar
-    empty = zero.ConstantOfShape(
-        zero.Constant(value=ir.tensor(np.array([0, 0, plan.cell.hidden_size], np.int64))),
-        value=ir.tensor(np.zeros(1, plan.cell.dtype)),
+    loop_outputs = _zero_step_loop(zero, plan)
+    skipped: list[ir.Value] = [zero.Identity(v) for v in loop_outputs[:num_outputs]]
+    stack = next(
+        (loop_outputs[k] for k, kind in enumerate(plan.outputs) if kind in ("y", "y_reversed")),
+        None,
     )
-    skipped: list[ir.Value] = []
-    for kind in plan.outputs[:num_outputs]:
-        if kind in ("y", "y_reversed"):
-            skipped.append(zero.Identity(empty))
-        elif kind == "c":
-            skipped.append(zero.Identity(plan.c0))
-        elif isinstance(kind, ir.Value):
-            skipped.append(zero.Identity(kind))
-        else:  # "h", or an unread output's stand-in
-            skipped.append(zero.Identity(plan.h0))
-    if plan.replaced:
+    if plan.replaced:  # the reversal of a stack of no step is that stack
+        assert stack is not None
         taken.append(branch.Identity(value_of("y")))
-        skipped.append(zero.Identity(empty))
+        skipped.append(zero.Identity(stack))
     name = plan.node.name or plan.cell.op_type
     _name_values([*zero.nodes, *branch.nodes], model, f"{name}_branch")
     # a branch output's type and rank, which OpenVINO needs to compile an If (its value
@@ -295,8 +295,9 @@ def _emit_guarded(
             rank = 3 if kind in ("y", "y_reversed") else 2
             kind_type = ir.TensorType(ir.DataType.from_numpy(plan.cell.dtype))
             kind_shape = ir.Shape([*[None] * (rank - 1), plan.cell.hidden_size])
-        for value in pair:
-            value.type, value.shape = kind_type, kind_shape
+        pair[1].type, pair[1].shape = kind_type, kind_shape
+        # the zero-step Loop's stack may have another rank (ONNX Runtime's inference)
+        pair[0].type = kind_type
     graphs = [
         ir.Graph((), outputs, nodes=builder.nodes, name=f"{name}_{tag}")
         for builder, outputs, tag in ((zero, skipped, "no_step"), (branch, taken, "steps"))
@@ -317,6 +318,23 @@ def _emit_guarded(
     for old in plan.replaced:
         redirect(old, outputs[-1])
     return list(outputs[:num_outputs])
+
+
+def _zero_step_loop(op, plan: Recurrence) -> list[ir.Value]:
+    """``plan.node`` with a trip count of 0: the same body (moved here), condition and
+    initial values, so the same outputs as the Loop at ``len(x) == 0`` on every runtime.
+    The body's reads of a reversal of ``x`` read ``x`` (no step runs; the two have one
+    type and shape), so the reversal dies with the node."""
+    node = plan.node
+    body = node.attributes["body"].as_graph()
+    if plan.step_input is not None and plan.step_input is not plan.x:
+        for inner in ir.traversal.RecursiveGraphIterator(body):
+            for index, value in enumerate(inner.inputs):
+                if value is plan.step_input:
+                    inner.replace_input_with(index, plan.x)
+    trips = op.Constant(value=ir.tensor(np.array(0, np.int64)))
+    condition = node.inputs[1] if len(node.inputs) > 1 else None
+    return list(op.Loop(trips, condition, *node.inputs[2:], body=body, _outputs=len(node.outputs)))
 
 
 def _name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:

@@ -127,6 +127,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
     plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
+    plan.step_input = x
 
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so

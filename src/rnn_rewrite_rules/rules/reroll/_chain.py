@@ -15,7 +15,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules import costs
-from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._ir import const_array, opset_version, same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
@@ -102,7 +102,7 @@ def same_constant(a: ir.Value | None, b: ir.Value | None) -> bool:
     if a is None or b is None:
         return False
     x, y = weight_array(a), weight_array(b)
-    return x is not None and y is not None and x.dtype == y.dtype and np.array_equal(x, y)
+    return x is not None and y is not None and same_bits(x, y)
 
 
 class Step(Protocol):

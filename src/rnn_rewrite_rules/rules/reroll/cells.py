@@ -44,7 +44,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array, opset_version, subgraph_owners
+from rnn_rewrite_rules._ir import const_array, opset_version, same_bits, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
@@ -494,7 +494,7 @@ def plan_cell_chain(
             return Refusal(
                 f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
             )
-        if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
+        if not same_bits(folded, np.broadcast_to(expected, folded.shape)):
             return Refusal("the folded first step is not b_hh (a non-zero initial state)")
         if folded.shape[0] != 1 and static_size(prover, x, batch_axis) != folded.shape[0]:
             return Refusal("the folded first step fixes a batch X does not provably have")

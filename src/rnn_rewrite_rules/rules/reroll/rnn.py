@@ -47,7 +47,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array, opset_version
+from rnn_rewrite_rules._ir import const_array, opset_version, same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
 from rnn_rewrite_rules.rules._kernels import missing_kernel
@@ -293,7 +293,7 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
             return Refusal(
                 f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
             )
-        if not np.array_equal(folded, np.broadcast_to(expected, folded.shape)):
+        if not same_bits(folded, np.broadcast_to(expected, folded.shape)):
             return Refusal("the folded first step is not b_hh (a non-zero initial state)")
         if folded.shape[1] != 1 and static_size(prover, source.x, 1) != folded.shape[1]:
             return Refusal("the folded first step fixes a batch X does not provably have")

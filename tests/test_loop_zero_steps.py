@@ -1,0 +1,198 @@
+"""A Loop over ``len(X)`` at length 0: the guard's zero-step branch gives exactly what the
+Loop gives there in ONNX Runtime, whatever the body declares for its scan output.
+
+ONNX Runtime shapes a stack of no step from the body's scan output as declared and
+inferred: ``(0,)`` with no rank known, ``(0, 0, 0)`` for ``[?, ?]``, ``(0, 0, H)`` for
+``[?, H]``, ``(0, 1, H)`` for ``[1, H]`` (measured below on the original); the branch
+runs the Loop itself with a trip count of 0, so it gives each of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
+from tests.support import op_counts
+
+TARGET = "onnxruntime"
+_H = 4
+#: The body's scan output as declared: no type info at all, rank 2 of unknown sizes,
+#: ``[?, H]`` and ``[1, H]`` (a static batch of 1).
+DECLARATIONS = {
+    "none": None,
+    "unknown_2d": [None, None],
+    "batch_h": ["batch", _H],
+    "one_h": [1, _H],
+}
+
+
+def _spec(cell: str = "LSTM") -> LoopSpec:
+    return LoopSpec(cell=cell, form="torch", trip_count="length", hidden_size=_H, outputs=("y",))
+
+
+def _declare(model: onnx.ModelProto, dims: list | None) -> None:
+    """The Loop body's stacked output declared as ``dims`` (None: nothing at all)."""
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    stacked = body.output[-1]
+    if dims is None:
+        stacked.CopyFrom(helper.make_empty_tensor_value_info(stacked.name))
+        for value in body.input[2:]:  # and the states: nothing for inference to start from
+            value.CopyFrom(helper.make_empty_tensor_value_info(value.name))
+        del body.value_info[:]
+    else:
+        stacked.CopyFrom(helper.make_tensor_value_info(stacked.name, TensorProto.FLOAT, dims))
+
+
+def _trip_count_as_vector(model: onnx.ModelProto) -> None:
+    """The trip count ``[len(X)]`` (a 1-element tensor), as some exporters write it."""
+    gather = next(n for n in model.graph.node if n.op_type == "Gather")
+    const = next(n for n in model.graph.node if n.output[0] == gather.input[1])
+    const.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(np.array([0], np.int64)))
+
+
+def _in_if(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The whole graph in the then-branch of an ``If`` on a graph input ``pick``."""
+    graph = model.graph
+    then = helper.make_graph(list(graph.node), "then", [], list(graph.output))
+    zeros = helper.make_node(
+        "Constant",
+        [],
+        ["other"],
+        value=onnx.numpy_helper.from_array(np.zeros((1, 1, _H), np.float32)),
+    )
+    other = helper.make_graph(
+        [zeros], "else", [], [helper.make_tensor_value_info("other", TensorProto.FLOAT, [None] * 3)]
+    )
+    outer = helper.make_node("If", ["pick"], ["picked"], then_branch=then, else_branch=other)
+    pick = helper.make_tensor_value_info("pick", TensorProto.BOOL, [])
+    result = helper.make_graph(
+        [outer],
+        graph.name,
+        [*graph.input, pick],
+        [helper.make_tensor_value_info("picked", TensorProto.FLOAT, [None] * 3)],
+        list(graph.initializer),
+    )
+    new = helper.make_model(result, opset_imports=list(model.opset_import))
+    new.ir_version = model.ir_version
+    return new
+
+
+def _in_loop(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The whole graph in the body of a one-trip ``Loop`` (its output stacked once more)."""
+    graph = model.graph
+    (out,) = graph.output
+    nodes = [*graph.node, helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    body = helper.make_graph(
+        nodes,
+        "outer_body",
+        [
+            helper.make_tensor_value_info("it", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), out],
+    )
+    consts = [
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor("", 7, [], [1])),
+        helper.make_node("Constant", [], ["go"], value=helper.make_tensor("", 9, [], [True])),
+    ]
+    outer = helper.make_node("Loop", ["one", "go"], ["stacked"], body=body)
+    result = helper.make_graph(
+        [*consts, outer],
+        graph.name,
+        list(graph.input),
+        [helper.make_tensor_value_info("stacked", TensorProto.FLOAT, [None] * 4)],
+        list(graph.initializer),
+    )
+    new = helper.make_model(result, opset_imports=list(model.opset_import))
+    new.ir_version = model.ir_version
+    return new
+
+
+def _model(declared: str, trip: str, where: str) -> onnx.ModelProto:
+    model = build_loop_model(_spec())
+    _declare(model, DECLARATIONS[declared])
+    if trip == "vector":
+        _trip_count_as_vector(model)
+    if where == "if":
+        model = _in_if(model)
+    elif where == "loop":
+        model = _in_loop(model)
+    return model
+
+
+def _feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0) -> dict:
+    feeds = loop_inputs(_spec(), batch, seq, seed=seed)
+    if any(i.name == "pick" for i in model.graph.input):
+        feeds["pick"] = np.array(True)
+    return feeds
+
+
+def _loops(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Every Loop node, at any depth, with the trip counts of the main graph's guards."""
+
+    def walk(graph: onnx.GraphProto):
+        for node in graph.node:
+            yield node
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    yield from walk(attr.g)
+
+    return [n for n in walk(model.graph) if n.op_type == "Loop"]
+
+
+@pytest.mark.parametrize("where", ["main", "if", "loop"])
+@pytest.mark.parametrize("trip", ["scalar", "vector"])
+@pytest.mark.parametrize("declared", sorted(DECLARATIONS))
+def test_zero_steps_give_what_the_loop_gives_for_each_declaration(declared, trip, where) -> None:
+    model = _model(declared, trip, where)
+    onnx.checker.check_model(model, full_check=True)
+    after = rnn_rewrite_rules.rewrite(model, target=TARGET)
+    onnx.checker.check_model(after, full_check=True)
+    kinds = [n.op_type for n in _loops(after)]
+    lstm_count = str(after).count('op_type: "LSTM"')
+    assert lstm_count == 1, "the rule fired"
+    # the Loop that is left runs no step: its trip count is a constant 0
+    assert len(kinds) == len(_loops(model))
+    expected = runtime.run(model, _feeds(model, 2, 0))
+    actual = runtime.run(after, _feeds(after, 2, 0))
+    assert [a.shape for a in expected] == [a.shape for a in actual]
+    assert [a.dtype for a in expected] == [a.dtype for a in actual]
+    for batch, seq in ((2, 3), (1, 1), (3, 5)):
+        feeds = _feeds(model, batch, seq, seed=batch + seq)
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+        assert runtime.max_abs_diff(expected, actual) <= 1e-5
+    assert rnn_rewrite_rules.rewrite(after, target=TARGET) == after  # twice is once
+
+
+def test_onnxruntime_shapes_a_stack_of_no_step_by_the_declaration() -> None:
+    """The premise: the original Loop's stack at length 0 differs by declaration, so no
+    one constant shape is right for all of them."""
+    shapes = {
+        name: runtime.run(
+            _model(name, "scalar", "main"), _feeds(_model(name, "scalar", "main"), 2, 0)
+        )[0].shape
+        for name in DECLARATIONS
+    }
+    assert shapes["batch_h"] == (0, 0, _H)
+    assert shapes["one_h"] == (0, 1, _H)
+    assert len(set(shapes.values())) >= 3, shapes
+
+
+def test_the_zero_step_loop_keeps_its_inputs_alive() -> None:
+    """Dead-node removal after the rewrite keeps what the zero-step Loop reads (its
+    initial states, computed in the main graph) and drops the trip count's Shape/Gather."""
+    model = _model("none", "scalar", "main")
+    after = rnn_rewrite_rules.rewrite(model, target=TARGET)
+    onnx.checker.check_model(after, full_check=True)
+    counts = op_counts(after)
+    assert counts["If"] == 1 and not counts["Loop"] and not counts["Gather"]
+    expected = runtime.run(model, _feeds(model, 3, 0))
+    actual = runtime.run(after, _feeds(after, 3, 0))
+    assert [a.shape for a in expected] == [a.shape for a in actual]
