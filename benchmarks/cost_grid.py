@@ -353,10 +353,11 @@ def render(data: dict) -> str:
         f"faster. **Bold**: slower (ratio above {1 + data['noise']:.2f}, or above 1 with "
         "the whole spread above 1); *italic*: within noise (the spread crosses 1), which "
         "fires only where no neighbouring measured cell is slower; plain: the whole spread "
-        "at or below 1. The `fires` columns are the decision at that size from every model "
-        "measured there (the builders and the real exports below). A spread in parentheses "
-        "without `drop` from a table before issue 41 kept only the lowest and highest "
-        "repeat: nothing could be dropped there.",
+        "at or below 1; the spread these read is the repeats kept and the runs' ratios. "
+        "Points with no repeats recorded (measured before issue 41) kept only their lowest and "
+        "highest repeat, glitches included: their spread is their runs' ratios alone. The "
+        "`fires` columns are the decision at that size from every model measured there "
+        "(the builders and the real exports below).",
         "",
         "`builder` models: `rnn_rewrite_rules.testing.unrolled` builders shaped as torch "
         "2.13 `dynamo=True` exports (one `nn.RNN` layer, input size = hidden, or a loop over "
@@ -446,7 +447,7 @@ def _export_section(
 
 
 def _cell(p: costs.Point) -> str:
-    low, high = p.spread
+    low, high = (min(p.kept), max(p.kept)) if p.kept else (p.low, p.high)
     dropped = [r for r in p.repeats if r not in p.kept]
     text = f"{p.ratio:.2f} ({low:.2f}-{high:.2f}"
     if dropped:

@@ -134,6 +134,17 @@ def test_a_glitched_repeat_is_dropped_not_let_widen_the_spread() -> None:
     assert costs.glitches((0.6, 0.8, 1.0, 1.2, 1.4)) == set()
 
 
+def test_a_point_without_repeats_takes_its_runs_ratios_as_its_spread() -> None:
+    """The issue's checked-in cell, 1.05 (0.26-1.11) [1.04-1.05]: the table kept only the
+    lowest and highest repeat (a glitch among them), so the three runs' ratios decide."""
+    legacy = _point("ort", 512, 16, 1, 1.05, low=0.26, high=1.11, ratios=(1.05, 1.04, 1.05))
+    assert legacy.spread == (1.04, 1.05) and not legacy.no_slower
+    one_run = _point("ort", 512, 16, 1, 1.05, low=0.26, high=1.11)
+    assert one_run.spread == (0.26, 1.11) and one_run.no_slower  # nothing else to go on
+    runs = _repeats(0.95, 0.96, 0.97, 0.95, 0.96, ratio=0.96, ratios=(0.96, 1.02, 0.95))
+    assert runs.spread == (0.95, 1.02) and not runs.clear  # every run's ratio counts
+
+
 def test_a_point_is_slower_within_noise_or_clear_by_its_kept_spread() -> None:
     clear = _repeats(0.95, 0.97, 1.0, 0.96, 0.98, ratio=0.95)
     noise = _repeats(0.97, 0.99, 1.02, 0.98, 1.01, ratio=0.97)

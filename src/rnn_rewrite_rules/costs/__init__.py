@@ -10,7 +10,10 @@ sequence length and batch, with the spread of that ratio over repeats.
 A point's spread is the range of its repeats' ratios once glitches are dropped: a repeat
 is a glitch when its modified z-score (0.6745 |r - median| / MAD over the repeats) is above
 :data:`GLITCH` (3.5), the MAD floored at 2% of the median, so a repeat within about 10% of
-the median of tight repeats is never dropped; with fewer than 5 repeats none is. A point
+the median of tight repeats is never dropped; with fewer than 5 repeats none is. Where the
+table is the median of independent runs, their ratios join the spread; a point measured
+before issue 41 kept only its lowest and highest repeat, glitches included, so its spread
+is its runs' ratios alone (or that lowest and highest, where it had one run). A point
 is *slower* when its ratio is above ``1 + NOISE``, or above 1 with its whole spread above
 1; *clear* when its ratio and whole spread are at or below 1; else *within noise*.
 A measured cell (hidden, seq, batch) takes the worst of its points over the target's
@@ -130,9 +133,10 @@ class Point:
 
     @property
     def spread(self) -> tuple[float, float]:
-        """Lowest and highest ratio of the repeats kept (``low``, ``high`` without repeats)."""
-        kept = self.kept
-        return (min(kept), max(kept)) if kept else (self.low, self.high)
+        """Lowest and highest ratio of the repeats kept and of the independent runs (a point
+        measured before issue 41 kept no repeats: its runs' ratios, else ``low``, ``high``)."""
+        values = list(self.kept) + list(self.ratios if len(self.ratios) > 1 else ())
+        return (min(values), max(values)) if values else (self.low, self.high)
 
     @property
     def no_slower(self) -> bool:
