@@ -275,15 +275,31 @@ def test_the_checked_in_table_covers_the_grid_and_names_its_versions() -> None:
 
 def test_the_hidden_64_re_roll_wins_stay_on_onnxruntime() -> None:
     """At batch 1 (the issue's table) at every length; with a symbolic batch (every
-    measured batch must agree) the cell loops at every length and nn.RNN up to seq 16: at
-    hidden 64 seq 128 batch 5 ONNX Runtime's RNN kernel measured 1.0x to 1.1x."""
+    measured batch must agree) the cell loops at every length and nn.RNN at seq 1: at
+    hidden 64 batch 5 ONNX Runtime's RNN kernel measured 1.08x at seq 128 and, on the
+    3-layer dynamo export, 0.99x with a repeat above 1 at seq 16 next to hidden 256's
+    slowdown (a boundary cell that is not clear)."""
     for op in ("RNN", "GRU", "LSTM"):
         for seq in (16, 128):
             decision = costs.no_slower("onnxruntime", op, 64, seq, 1)
             assert decision.fires, (op, seq, decision.reason)
-            if op != "RNN" or seq <= 16:
+            if op != "RNN":
                 decision = costs.no_slower("onnxruntime", op, 64, seq, None)
                 assert decision.fires, (op, seq, decision.reason)
+    assert costs.no_slower("onnxruntime", "RNN", 64, 1, None).fires
+
+
+def test_the_issues_hidden_512_cells_decline_on_onnxruntime() -> None:
+    """The 2-layer batch-first export at hidden 512, batch 1 (the issue: 1.09x at seq 16,
+    1.13x at seq 1), by the checked-in table, at a static batch 1 and a symbolic one."""
+    for seq in (1, 16):
+        for batch in (1, None):
+            decision = costs.no_slower("onnxruntime", "RNN", 512, seq, batch)
+            assert not decision.fires, (seq, batch)
+            size = "symbolic" if batch is None else batch
+            assert decision.reason.startswith(f"hidden 512, seq {seq}, batch {size}: "), (
+                decision.reason
+            )
 
 
 def test_docs_costs_md_is_rendered_from_the_table() -> None:
