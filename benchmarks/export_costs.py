@@ -9,11 +9,17 @@ exports ``nn.RNN(h, h, layers, batch_first=...)`` with ``torch.onnx.export(dynam
 (torch 2.13 unrolls each layer over the traced sequence: the chains the rule re-rolls) at
 each hidden size, length and layer count, re-rolls it for target ``onnxruntime`` with the
 cost model ignored, checks the outputs, and times original and re-rolled side by side
-(:func:`benchmarks.cost_grid.time_pair`: interleaved rounds, best of each, one thread, ONNX
-Runtime with default optimizations and with ``ORT_DISABLE_ALL``). The points go into
-``src/rnn_rewrite_rules/costs/measured.json`` under ``model`` ``torch_dynamo Lx[bf]``
+(:func:`benchmarks.cost_grid.time_points`: interleaved rounds, best of each, one thread, ONNX
+Runtime with default optimizations and with ``ORT_DISABLE_ALL``). The modules: 2 layers
+batch-first and 3 layers time-major with a dynamic batch (timed at batch 1 and 5), and 2
+layers batch-first exported at a static batch 1 (a streaming call). The points go into
+``src/rnn_rewrite_rules/costs/measured.json`` under ``model`` ``torch_dynamo NL[ bf]``
 (``rnn_rewrite_rules.costs`` reads every model's points at a size: any slower declines).
 TorchScript keeps ``nn.RNN`` as ``RNN`` nodes: nothing to re-roll, nothing to time there.
+Three independent runs, then their per-point median into the table::
+
+    for n in 1 2 3; do python -m benchmarks.export_costs --table run$n.json --docs /dev/null; done
+    python -m benchmarks.cost_grid --median-of run1.json run2.json run3.json
 """
 
 from __future__ import annotations

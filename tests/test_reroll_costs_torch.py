@@ -9,6 +9,7 @@ import pytest
 from benchmarks import export_costs
 
 import rnn_rewrite_rules
+from rnn_rewrite_rules import costs
 from rnn_rewrite_rules.rules import reroll
 from tests.reasons import refusal_reasons
 from tests.support import op_counts
@@ -33,3 +34,12 @@ def test_the_issues_2_layer_batch_first_export_at_hidden_512_stays_unrolled(seq:
         ), reason
         assert " kernel is slower at hidden 512, seq " in reason, reason
         assert reason.endswith(f"(measured hidden 512, seq {seq}, batch 1/5)"), reason
+
+
+def test_a_quick_export_grid_writes_points_the_model_reads(tmp_path) -> None:
+    table, docs = tmp_path / "t.json", tmp_path / "c.md"
+    assert export_costs.main(["--quick", "--table", str(table), "--docs", str(docs)]) == 0
+    loaded = costs.load(str(table))
+    assert {p.model for p in loaded.points} == {"torch_dynamo 2L bf"}
+    assert all(len(p.repeats) == 3 and p.original_us > 0 for p in loaded.points)
+    assert "## RNN (forward): `torch_dynamo 2L bf`" in docs.read_text()
