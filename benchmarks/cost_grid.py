@@ -200,30 +200,67 @@ def measure_case(
                 diff = measure.compare(calls[key](), expected)
                 if diff > measure.ATOL:
                     raise RuntimeError(f"{case} {key} differs by {diff} in {runtime_key}")
-            times = best_per_repeat(calls, repeats=grid.repeats, rounds=grid.rounds)
-            overall = {k: min(v) for k, v in times.items()}
-            for form in ("none", "zeros"):
-                ratios = [a / b for a, b in zip(times[form], times["original"], strict=True)]
-                point = costs.Point(
-                    runtime=runtime_key,
-                    op=case.op,
-                    form=form,
-                    direction=case.direction,
-                    hidden=case.hidden,
-                    seq=case.seq,
-                    batch=batch,
-                    ratio=round(overall[form] / overall["original"], 4),
-                    low=round(min(ratios), 4),
-                    high=round(max(ratios), 4),
-                )
-                points.append(point)
-            none, zeros = points[-2], points[-1]
-            log(
-                f"  {runtime_key:9} batch {batch}: original {overall['original'] * 1e6:9.1f} us, "
-                f"none {none.ratio:.2f} ({none.low:.2f}-{none.high:.2f}), "
-                f"zeros {zeros.ratio:.2f} ({zeros.low:.2f}-{zeros.high:.2f})"
+            points += time_points(
+                calls,
+                ("none", "zeros"),
+                repeats=grid.repeats,
+                rounds=grid.rounds,
+                runtime=runtime_key,
+                op=case.op,
+                direction=case.direction,
+                hidden=case.hidden,
+                seq=case.seq,
+                batch=batch,
             )
+            none, zeros = points[-2], points[-1]
+            log(f"  {runtime_key:9} batch {batch}: none {describe(none)}, zeros {describe(zeros)}")
     return points
+
+
+def time_points(
+    calls: dict, forms: Iterable[str], *, repeats: int, rounds: int, **fields
+) -> list[costs.Point]:
+    """Each form of ``calls`` timed side by side with ``calls["original"]``: ``repeats``
+    repeats of ``rounds`` interleaved rounds, best of each. A repeat's ratio is its best(form)
+    / best(original) (timed in the same rounds, so under the same load); the point's ratio
+    is the median of the repeats' ratios, glitches dropped (``costs.glitches``), and
+    ``repeats`` keeps every one. (Best over all rounds / best over all rounds pairs times
+    from different repeats: on a shared machine it fell outside every repeat's ratio.)"""
+    times = best_per_repeat(calls, repeats=repeats, rounds=rounds)
+    overall = {k: min(v) for k, v in times.items()}
+    points = []
+    for form in forms:
+        ratios = [a / b for a, b in zip(times[form], times["original"], strict=True)]
+        points.append(
+            costs.Point(
+                form=form,
+                ratio=round(costs.median_kept(ratios), 4),
+                low=round(min(ratios), 4),
+                high=round(max(ratios), 4),
+                repeats=tuple(round(r, 4) for r in ratios),
+                original_us=round(overall["original"] * 1e6, 1),
+                **fields,
+            )
+        )
+    return points
+
+
+def describe(point: costs.Point) -> str:
+    """``1.05 (1.03-1.07, dropped 0.26)`` with the original's time."""
+    low, high = point.spread
+    dropped = sorted(set(point.repeats) - set(point.kept))
+    text = f"{point.ratio:.2f} ({low:.2f}-{high:.2f}"
+    if dropped:
+        text += ", dropped " + " ".join(f"{r:.2f}" for r in dropped)
+    return text + f") of {point.original_us:.1f} us"
+
+
+def method(repeats: int, rounds: int) -> str:
+    return (
+        f"one thread; {repeats} repeats x {rounds} interleaved rounds, best of each; a "
+        "repeat's ratio = best(rewritten) / best(original), the point's = the median of the "
+        "repeats' ratios, glitches dropped"
+    )
 
 
 def versions() -> dict[str, str]:
@@ -256,24 +293,33 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def merge(old: dict | None, points: list[costs.Point], grid: Grid) -> dict:
-    """The new table: ``old``'s points, replaced where measured again."""
+KEY = ("model", "runtime", "op", "form", "direction", "hidden", "seq", "batch")
 
-    def key(p: dict) -> tuple:
-        return tuple(p[k] for k in ("runtime", "op", "form", "direction", "hidden", "seq", "batch"))
 
-    merged = {key(p): p for p in (old or {}).get("points", [])}
-    merged.update({key(p): p for p in map(dataclasses.asdict, points)})
+def point_key(p: dict) -> tuple:
+    return tuple(p.get(k, "builder") for k in KEY)
+
+
+def methods(data: dict | None) -> dict[str, str]:
+    """Model -> how its points were measured (a table before issue 41: one method)."""
+    if not data:
+        return {}
+    return dict(data.get("methods") or {"builder": data["method"]})
+
+
+def merge(old: dict | None, points: list[costs.Point], method_text: str) -> dict:
+    """The new table: ``old``'s points, replaced where measured again; ``method_text`` is how
+    the models of ``points`` were measured."""
+    merged = {point_key(p): p for p in (old or {}).get("points", [])}
+    merged.update({point_key(p): p for p in map(dataclasses.asdict, points)})
+    how = methods(old) | {p.model: method_text for p in points}
     return {
         "generated_by": "python -m benchmarks.cost_grid",
         "measured": datetime.date.today().isoformat(),
         "versions": versions(),
-        "method": (
-            f"one thread; {grid.repeats} repeats x {grid.rounds} interleaved rounds, best of "
-            "each; ratio = best(rewritten) / best(original), low/high = per-repeat ratios"
-        ),
+        "methods": dict(sorted(how.items())),
         "noise": costs.NOISE,
-        "points": sorted(merged.values(), key=key),
+        "points": sorted(merged.values(), key=point_key),
     }
 
 
@@ -284,6 +330,7 @@ def render(data: dict) -> str:
     """``docs/costs.md``: every point, and what each target decides."""
     table = costs.CostTable.from_json(data)
     versions = ", ".join(f"{k} {v}" for k, v in data["versions"].items())
+    how = "; ".join(f"`{model}`: {text}" for model, text in methods(data).items())
     lines = [
         "# Cost model: where a re-roll is no slower",
         "",
@@ -292,52 +339,47 @@ def render(data: dict) -> str:
         "A rewrite that changes which kernels run (re-rolling an unrolled recurrence into "
         "`RNN` / `GRU` / `LSTM`) fires only where the measured table "
         "(`src/rnn_rewrite_rules/costs/measured.json`) says its form is no slower on every "
-        "runtime of the target; otherwise the rule declines with the reason (for example "
-        '"ONNX Runtime\'s RNN kernel is slower at hidden 512, seq 1"). See '
-        "`rnn_rewrite_rules.costs` for the rule between measured sizes.",
+        "runtime of the target; otherwise the rule declines with the reason, which names "
+        "the model's own sizes and the measured cells it relied on (for example "
+        "\"hidden 512, seq 16, batch symbolic: ONNX Runtime's RNN kernel is slower at hidden "
+        '512, seq 16, batch 1 (...)"). See `rnn_rewrite_rules.costs` for the rule.',
         "",
-        f"Measured {data['measured']} with {versions}. Method: {data['method']}. "
-        "A cell is the ratio (its spread over repeats) [its range over the runs, where "
-        "the table is their median]. "
-        f"A ratio below 1 means the re-rolled graph is faster; **bold** is slower beyond "
-        f"noise (ratio above 1, and above {1 + data['noise']:.2f} or every repeat above 1). "
-        "Models: `rnn_rewrite_rules.testing.unrolled` builders shaped as torch 2.13 "
-        "`dynamo=True` exports (one `nn.RNN` layer, input size = hidden, or a loop over "
+        f"Measured {data['measured']} with {versions}. Method: {how}.",
+        "",
+        "A cell is the ratio rewritten / original (the spread of its repeats' ratios, "
+        "glitches dropped: a repeat whose modified z-score about the repeats' median is "
+        f"above {costs.GLITCH}, listed after `drop`) [its range over the independent runs, "
+        "where the table is their median]. A ratio below 1 means the re-rolled graph is "
+        f"faster. **Bold**: slower (ratio above {1 + data['noise']:.2f}, or above 1 with "
+        "the whole spread above 1); *italic*: within noise (the spread crosses 1), which "
+        "fires only where no neighbouring measured cell is slower; plain: the whole spread "
+        "at or below 1; the spread these read is the repeats kept and the runs' ratios. "
+        "Points with no repeats recorded (measured before issue 41) kept only their lowest and "
+        "highest repeat, glitches included: their spread is their runs' ratios alone. The "
+        "`fires` columns are the decision at that size from every model measured there "
+        "(the builders and the real exports below).",
+        "",
+        "`builder` models: `rnn_rewrite_rules.testing.unrolled` builders shaped as torch "
+        "2.13 `dynamo=True` exports (one `nn.RNN` layer, input size = hidden, or a loop over "
         "`GRUCell` / `LSTMCell`), symbolic batch, torchlib's runtime zero state. Forms: "
         "`none`, the initial state dropped (target `onnxruntime`); `zeros`, one explicit "
-        "zero state (target `portable` with a symbolic batch).",
+        "zero state (target `portable` with a symbolic batch). `torch_dynamo NL [bf]` "
+        "models: `torch.onnx.export(dynamo=True)` of `nn.RNN(h, h, N[, batch_first=True])` "
+        "itself, batch dynamic (`static batch B`: exported at that batch), every layer "
+        "re-rolled (`python -m benchmarks.export_costs`).",
         "",
     ]
     runtimes = [r for r in costs.RUNTIMES if r in table.runtimes()]
     groups = sorted(
-        {(p.op, p.direction) for p in table.points},
+        {(p.op, p.direction) for p in table.points if p.model == "builder"},
         key=lambda g: (("RNN", "GRU", "LSTM").index(g[0]), g[1] != "forward", g[1]),
     )
     for op, direction in groups:
-        lines += [f"## {op} ({direction})", ""]
-        header = ["hidden", "seq", "batch"]
-        for r in runtimes:
-            header += [f"{costs.RUNTIMES[r]}: none", "zeros"]
-        header += ["fires: onnxruntime", "portable (zeros)"]
-        lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-        sizes = sorted(
-            {
-                (p.hidden, p.seq, p.batch)
-                for p in table.points
-                if (p.op, p.direction) == (op, direction)
-            }
-        )
-        for hidden, seq, batch in sizes:
-            cells = [str(hidden), str(seq), str(batch)]
-            for r in runtimes:
-                for form in ("none", "zeros"):
-                    p = table._index.get((r, op, form, direction, hidden, seq, batch))
-                    cells.append("-" if p is None else _cell(p))
-            ort = table.decide("onnxruntime", op, hidden, seq, batch, direction, "none")
-            port = table.decide("portable", op, hidden, seq, batch, direction, "zeros")
-            cells += ["yes" if ort.fires else "no", "yes" if port.fires else "no"]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += _builder_section(table, runtimes, op, direction)
+    exports = sorted({(p.model, p.op, p.direction) for p in table.points} - {("builder",)})
+    for model, op, direction in exports:
+        if model != "builder":
+            lines += _export_section(table, runtimes, model, op, direction)
     lines += [
         "The `portable` column is the cost model alone: `portable` never emits an `RNN` "
         "node (rten has no `RNN` op and converts the unrolled `nn.RNN`), and drops the zero "
@@ -347,25 +389,86 @@ def render(data: dict) -> str:
     return "\n".join(lines)
 
 
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _sizes(table: costs.CostTable, model: str, op: str, direction: str) -> list[tuple]:
+    return sorted(
+        {
+            (p.hidden, p.seq, p.batch)
+            for p in table.points
+            if (p.model, p.op, p.direction) == (model, op, direction)
+        }
+    )
+
+
+def _builder_section(
+    table: costs.CostTable, runtimes: list[str], op: str, direction: str
+) -> list[str]:
+    header = ["hidden", "seq", "batch"]
+    for r in runtimes:
+        header += [f"{costs.RUNTIMES[r]}: none", "zeros"]
+    header += ["fires: onnxruntime", "portable (zeros)"]
+    lines = [f"## {op} ({direction})", "", _row(header), "|" + " --- |" * len(header)]
+    for hidden, seq, batch in _sizes(table, "builder", op, direction):
+        cells = [str(hidden), str(seq), str(batch)]
+        for r in runtimes:
+            for form in ("none", "zeros"):
+                p = table._index.get((r, op, form, direction, hidden, seq, batch))
+                cells.append("-" if p is None or p.model != "builder" else _cell(p))
+        ort = table.decide("onnxruntime", op, hidden, seq, batch, direction, "none")
+        port = table.decide("portable", op, hidden, seq, batch, direction, "zeros")
+        cells += ["yes" if ort.fires else "no", "yes" if port.fires else "no"]
+        lines.append(_row(cells))
+    return [*lines, ""]
+
+
+def _export_section(
+    table: costs.CostTable, runtimes: list[str], model: str, op: str, direction: str
+) -> list[str]:
+    timed = [r for r in runtimes if r in costs.TIMED_RUNTIMES["onnxruntime"]]
+    header = ["hidden", "seq", "batch", "original (us)"]
+    header += [f"{costs.RUNTIMES[r]}: none" for r in timed] + ["fires: onnxruntime"]
+    lines = [f"## {op} ({direction}): `{model}`", "", _row(header), "|" + " --- |" * len(header)]
+    for hidden, seq, batch in _sizes(table, model, op, direction):
+        found = {
+            p.runtime: p
+            for p in table._models.get(("ort", op, "none", direction, hidden, seq, batch), [])
+            + table._models.get(("ort_noopt", op, "none", direction, hidden, seq, batch), [])
+            if p.model == model
+        }
+        original = found["ort"].original_us if "ort" in found else 0.0
+        cells = [str(hidden), str(seq), str(batch), f"{original:.0f}"]
+        cells += ["-" if r not in found else _cell(found[r]) for r in timed]
+        ort = table.decide("onnxruntime", op, hidden, seq, batch, direction, "none")
+        lines.append(_row([*cells, "yes" if ort.fires else "no"]))
+    return [*lines, ""]
+
+
 def _cell(p: costs.Point) -> str:
-    text = f"{p.ratio:.2f} ({p.low:.2f}-{p.high:.2f})"
+    low, high = (min(p.kept), max(p.kept)) if p.kept else (p.low, p.high)
+    dropped = [r for r in p.repeats if r not in p.kept]
+    text = f"{p.ratio:.2f} ({low:.2f}-{high:.2f}"
+    if dropped:
+        text += "; drop " + " ".join(f"{r:.2f}" for r in dropped)
+    text += ")"
     if len(p.ratios) > 1:
         text += f" [{min(p.ratios):.2f}-{max(p.ratios):.2f}]"
-    return text if p.no_slower else f"**{text}**"
+    if not p.no_slower:
+        return f"**{text}**"
+    return text if p.clear else f"*{text}*"
 
 
-def median_of(runs: list[dict]) -> dict:
+def median_of(runs: list[dict], into: dict | None = None) -> dict:
     """One table from independent runs of the grid: per point, the run whose ratio is the
     median (a slowdown one run measured alone does not decide; one that most runs measured
-    does). ``ratios`` keeps every run's ratio; the versions and date are the last run's."""
-
-    def key(p: dict) -> tuple:
-        return tuple(p[k] for k in ("runtime", "op", "form", "direction", "hidden", "seq", "batch"))
-
+    does). ``ratios`` keeps every run's ratio; the versions and date are the last run's.
+    ``into``: a table whose points of models the runs did not measure are kept."""
     by_key: dict[tuple, list[dict]] = {}
     for run in runs:
         for point in run["points"]:
-            by_key.setdefault(key(point), []).append(point)
+            by_key.setdefault(point_key(point), []).append(point)
     points = []
     for found in by_key.values():
         ordered = sorted(found, key=lambda p: p["ratio"])
@@ -373,11 +476,18 @@ def median_of(runs: list[dict]) -> dict:
         median["ratios"] = [p["ratio"] for p in found]
         points.append(median)
     last = runs[-1]
-    return {
-        **last,
-        "method": f"median of {len(runs)} independent runs, each: {last['method']}",
-        "points": sorted(points, key=key),
+    measured = {p.get("model", "builder") for p in points}
+    how = {
+        model: f"median of {len(runs)} independent runs, each: {text}"
+        for model, text in methods(last).items()
+        if model in measured
     }
+    if into is not None:
+        how = methods(into) | how
+        points += [p for p in into["points"] if p.get("model", "builder") not in measured]
+    result = {**last, "methods": dict(sorted(how.items())), "points": sorted(points, key=point_key)}
+    result.pop("method", None)
+    return result
 
 
 # ---------------------------------------------------------------- audit
@@ -444,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.median_of:
-        data = median_of([json.loads(path.read_text()) for path in args.median_of])
+        into = json.loads(args.table.read_text()) if args.table.exists() else None
+        data = median_of([json.loads(path.read_text()) for path in args.median_of], into)
         args.table.write_text(json.dumps(data, indent=1) + "\n")
         args.docs.write_text(render(data))
         return 0
@@ -489,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{case.direction} hidden {case.hidden} seq {case.seq}"
         )
         points += measure_case(case, grid, runtimes, log)
-        data = merge(None if args.fresh else old, points, grid)
+        data = merge(None if args.fresh else old, points, method(grid.repeats, grid.rounds))
         args.table.write_text(json.dumps(data, indent=1) + "\n")  # a partial run keeps its points
     args.docs.write_text(render(data))
     log(f"wrote {args.table} and {args.docs} in {time.perf_counter() - start:.0f} s")

@@ -83,8 +83,9 @@ def test_onnxruntime_re_rolls_nn_rnn_only_where_the_table_says_no_slower() -> No
         assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), "RNN") == 0
         reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model)
     assert (
-        "re-roll kept unrolled: ONNX Runtime's RNN kernel is slower at hidden 64, seq 16 "
-        "(1.60x at batch 5)"
+        "re-roll kept unrolled: hidden 64, seq 16, batch symbolic: ONNX Runtime's RNN kernel "
+        "is slower at hidden 64, seq 16, batch 5 (1.60x [1.60-1.60]) (measured hidden 64, "
+        "seq 16, batch 1/5)"
     ) in reasons
 
 
@@ -110,9 +111,10 @@ def test_portable_weighs_the_zero_state_a_symbolic_batch_forces(op: str) -> None
         assert _ops(rnn_rewrite_rules.rewrite(model), op) == 0
         assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), op) == 1
         reasons = refusal_reasons(reroll.FAMILY.rules_for("portable"), model)
-    assert f"re-roll kept unrolled: OpenVINO's {op} kernel is slower at hidden 64, seq 16 " in (
-        " ".join(reasons)
-    )
+    assert (
+        f"re-roll kept unrolled: hidden 64, seq 16, batch symbolic: OpenVINO's {op} kernel is "
+        "slower at hidden 64, seq 16, batch 1 (1.30x [1.30-1.30])"
+    ) in " ".join(reasons)
     with costs.using(_table(op, {})):
         rolled = rnn_rewrite_rules.rewrite(model)
     assert _ops(rolled, op) == 1
@@ -212,8 +214,9 @@ def test_a_batch_first_loop_reads_its_own_forms_table(op: str) -> None:
         assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), op) == 0
         reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model)
     expected = (
-        f"re-roll kept unrolled: batch-first, Transposes included: ONNX Runtime's {op} kernel "
-        "is slower at hidden 64, seq 16 (1.20x at batch 5)"
+        "re-roll kept unrolled: batch-first, Transposes included: hidden 64, seq 16, batch "
+        f"symbolic: ONNX Runtime's {op} kernel is slower at hidden 64, seq 16, batch 5 (1.20x "
+        "[1.20-1.20]) (measured hidden 64, seq 16, batch 1/5)"
     )
     assert expected in reasons, reasons
     time_major = build_unrolled_cell(

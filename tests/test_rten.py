@@ -22,7 +22,8 @@ from tests.test_portability import CASES
 def test_the_converter_names_what_rten_lacks() -> None:
     unrolled = build_unrolled_rnn(UnrolledRnnConfig(hidden_size=8, seq=4, num_layers=2))
     assert rten.convert(unrolled).ok
-    rolled = rnn_rewrite_rules.rewrite(unrolled, target="onnxruntime")
+    with costs.ignored():  # what target onnxruntime emits, wherever the cost table lets it
+        rolled = rnn_rewrite_rules.rewrite(unrolled, target="onnxruntime")
     assert any(n.op_type == "RNN" for n in rolled.graph.node)
     verdict = rten.convert(rolled)
     assert not verdict.ok and verdict.unsupported == {"RNN"}

@@ -1,17 +1,32 @@
 """Which kernel-changing rewrites are no slower, per target, from a measured table.
 
-``measured.json`` beside this module is written by ``python -m benchmarks.cost_grid`` (one
-command, on the benchmark machine; the versions it ran are in the file). Each point is one
+``measured.json`` beside this module is written by ``python -m benchmarks.cost_grid`` (the
+one-layer builders) and ``python -m benchmarks.export_costs`` (torch's own exports), on the
+benchmark machine; the versions they ran are in the file. Each point is one
 rewrite's latency ratio (rewritten / original, best of interleaved rounds, ONNX Runtime or
 OpenVINO at one thread) for one op, form of the initial state, direction, hidden size,
 sequence length and batch, with the spread of that ratio over repeats.
 
-A point is *no slower* when its ratio is at most 1, or at most ``1 + NOISE`` with a repeat
-at or below 1 (the difference is inside the measurement's own noise). Between measured
-sizes the decision is conservative: the rewrite fires only when every measured corner
-around the size (the measured hidden sizes, sequence lengths and batches just below and
-just above it) is no slower on every runtime of the target; outside the measured range the
-nearest measured size stands in; a symbolic batch needs every measured batch.
+A point's spread is the range of its repeats' ratios once glitches are dropped: a repeat
+is a glitch when its modified z-score (0.6745 |r - median| / MAD over the repeats) is above
+:data:`GLITCH` (3.5), the MAD floored at 2% of the median, so a repeat within about 10% of
+the median of tight repeats is never dropped; with fewer than 5 repeats none is. Where the
+table is the median of independent runs, their ratios join the spread; a point measured
+before issue 41 kept only its lowest and highest repeat, glitches included, so its spread
+is its runs' ratios alone (or that lowest and highest, where it had one run). A point
+is *slower* when its ratio is above ``1 + NOISE``, or above 1 with its whole spread above
+1; *clear* when its ratio and whole spread are at or below 1; else *within noise*.
+A measured cell (hidden, seq, batch) takes the worst of its points over the target's
+runtimes and every model measured there (the one-layer builders and torch's own exports,
+``Point.model``).
+
+A cell fires when no point is slower there and, where one is within noise, no neighbouring
+cell (the next measured size along one axis) is slower: at a boundary only a clear cell
+fires. Between measured sizes the rewrite fires only when every measured cell around the
+size (the measured hidden sizes, sequence lengths and batches just below and just above
+it) fires, so where two neighbours disagree nothing between them fires; outside the
+measured range the nearest measured size stands in; a symbolic batch needs every measured
+batch. The reason names the model's own sizes and the measured cells it relied on.
 
 Targets and the runtimes they are checked on: ``onnxruntime``: ONNX Runtime with default
 optimizations and with ``ORT_DISABLE_ALL``; ``portable``: those and OpenVINO (where the
@@ -30,6 +45,7 @@ import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 
 __all__ = [
+    "GLITCH",
     "NOISE",
     "RUNTIMES",
     "TIMED_RUNTIMES",
@@ -37,8 +53,10 @@ __all__ = [
     "Decision",
     "Declined",
     "Point",
+    "glitches",
     "ignored",
     "load",
+    "median_kept",
     "no_slower",
     "record",
     "recording",
@@ -48,6 +66,12 @@ __all__ = [
 
 #: A ratio up to 1 + NOISE with a repeat at or below 1 is noise, not a slowdown.
 NOISE = 0.05
+#: A repeat is a glitch when its modified z-score (0.6745 |r - median| / MAD) is above this.
+GLITCH = 3.5
+#: Fewer repeats than this: none is dropped (a robust centre needs a few).
+GLITCH_MIN_REPEATS = 5
+#: The MAD is floored at this fraction of the median.
+MAD_FLOOR = 0.02
 #: Runtime key -> how users and the reasons name it.
 RUNTIMES: dict[str, str] = {
     "ort": "ONNX Runtime",
@@ -94,10 +118,62 @@ class Point:
     high: float
     #: every independent run's ratio, where the table is their median
     ratios: tuple[float, ...] = ()
+    #: what was timed: ``builder`` (``testing.unrolled``) or a real export (``torch_dynamo 2L bf``)
+    model: str = "builder"
+    #: every repeat's ratio (a table before issue 41 kept only ``low`` and ``high``)
+    repeats: tuple[float, ...] = ()
+    #: the original's best seconds per call, in microseconds (0: not recorded)
+    original_us: float = 0.0
+
+    @property
+    def kept(self) -> tuple[float, ...]:
+        """The repeats' ratios, glitches dropped (:func:`glitches`)."""
+        dropped = glitches(self.repeats)
+        return tuple(r for i, r in enumerate(self.repeats) if i not in dropped)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """Lowest and highest ratio of the repeats kept and of the independent runs (a point
+        measured before issue 41 kept no repeats: its runs' ratios, else ``low``, ``high``)."""
+        values = list(self.kept) + list(self.ratios if len(self.ratios) > 1 else ())
+        return (min(values), max(values)) if values else (self.low, self.high)
 
     @property
     def no_slower(self) -> bool:
-        return not slower(self.ratio, self.low)
+        return not slower(self.ratio, self.spread[0])
+
+    @property
+    def clear(self) -> bool:
+        """The whole spread is at or below 1."""
+        return self.ratio <= 1.0 and self.spread[1] <= 1.0
+
+    def describe(self) -> str:
+        low, high = self.spread
+        model = "" if self.model == "builder" else f", {self.model}"
+        return f"{self.ratio:.2f}x [{low:.2f}-{high:.2f}]{model}"
+
+
+def glitches(repeats: Sequence[float]) -> set[int]:
+    """Indices of repeats far outside the others: modified z-score above :data:`GLITCH`."""
+    if len(repeats) < GLITCH_MIN_REPEATS:
+        return set()
+    values = sorted(repeats)
+    median = _median(values)
+    mad = max(_median(sorted(abs(r - median) for r in repeats)), MAD_FLOOR * abs(median))
+    if mad == 0:
+        return set()
+    return {i for i, r in enumerate(repeats) if 0.6745 * abs(r - median) / mad > GLITCH}
+
+
+def median_kept(repeats: Sequence[float]) -> float:
+    """The median of ``repeats`` once glitches are dropped."""
+    dropped = glitches(repeats)
+    return _median(sorted(r for i, r in enumerate(repeats) if i not in dropped))
+
+
+def _median(ordered: Sequence[float]) -> float:
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,19 +187,55 @@ class Decision:
         return iter((self.fires, self.reason))
 
 
+Cell = tuple[int, int, int]  # hidden, seq, batch
+
+
+@dataclasses.dataclass(frozen=True)
+class _Verdict:
+    """A measured cell on one target: its worst point and whether it is slower or clear."""
+
+    cell: Cell
+    worst: Point | None  # None: some runtime of the target not measured there
+    missing: str = ""
+
+    @property
+    def slower(self) -> bool:
+        return self.worst is not None and not self.worst.no_slower
+
+    @property
+    def clear(self) -> bool:
+        return self.worst is not None and self.worst.clear
+
+
 class CostTable:
     """The measured points, indexed for :meth:`decide`."""
 
     def __init__(self, points: Sequence[Point], versions: Mapping[str, str]) -> None:
         self.points = tuple(points)
         self.versions = dict(versions)
-        self._index = {
-            (p.runtime, p.op, p.form, p.direction, p.hidden, p.seq, p.batch): p for p in points
-        }
+        #: (runtime, op, form, direction, hidden, seq, batch) -> the builder's point (or
+        #: the only model's)
+        self._index: dict[tuple, Point] = {}
+        #: the same key -> every model's point
+        self._models: dict[tuple, list[Point]] = {}
+        for p in points:
+            key = (p.runtime, p.op, p.form, p.direction, p.hidden, p.seq, p.batch)
+            self._models.setdefault(key, []).append(p)
+            if p.model == "builder" or key not in self._index:
+                self._index[key] = p
 
     @classmethod
     def from_json(cls, data: Mapping) -> CostTable:
-        points = [Point(**{**p, "ratios": tuple(p.get("ratios", ()))}) for p in data["points"]]
+        points = [
+            Point(
+                **{
+                    **p,
+                    "ratios": tuple(p.get("ratios", ())),
+                    "repeats": tuple(p.get("repeats", ())),
+                }
+            )
+            for p in data["points"]
+        ]
         return cls(points, data.get("versions", {}))
 
     def runtimes(self) -> set[str]:
@@ -137,6 +249,25 @@ class CostTable:
                 if (p.op, p.form, p.direction) == (op, form, direction)
             }
         )
+
+    def _verdict(
+        self, runtimes: Sequence[str], op: str, form: str, direction: str, cell: Cell
+    ) -> _Verdict:
+        worst: Point | None = None
+        for runtime in runtimes:
+            found = self._models.get((runtime, op, form, direction, *cell), [])
+            if not found:
+                h, s, b = cell
+                return _Verdict(
+                    cell,
+                    None,
+                    f"{RUNTIMES[runtime]}'s {op} kernel not measured at hidden {h}, seq {s}, "
+                    f"batch {b}",
+                )
+            for point in found:
+                if worst is None or _rank(point) > _rank(worst):
+                    worst = point
+        return _Verdict(cell, worst)
 
     def decide(
         self,
@@ -152,37 +283,77 @@ class CostTable:
         if target not in TIMED_RUNTIMES:
             raise ValueError(f"unknown target {target!r}")
         direction = "forward" if direction == "reverse" else direction
-        kernel = f"{op} kernel"
-        hiddens = self._axis(op, form, direction, "hidden")
-        seqs = self._axis(op, form, direction, "seq")
-        batches = self._axis(op, form, direction, "batch")
-        if not (hiddens and seqs and batches):
-            return Decision(False, f"no measurement of the {direction} {op} kernel ({form} state)")
-        corners = itertools.product(
+        sizes = f"hidden {hidden}, seq {seq}, batch {'symbolic' if batch is None else batch}"
+        axes = [self._axis(op, form, direction, a) for a in ("hidden", "seq", "batch")]
+        if not all(axes):
+            return Decision(
+                False, f"{sizes}: no measurement of the {direction} {op} kernel ({form} state)"
+            )
+        hiddens, seqs, batches = axes
+        around = [
             _around(hiddens, hidden),
             _around(seqs, seq),
             batches if batch is None else _around(batches, batch),
+        ]
+        relied = "measured " + ", ".join(
+            f"{name} {'/'.join(map(str, values))}"
+            for name, values in zip(("hidden", "seq", "batch"), around, strict=True)
         )
         runtimes = [r for r in TIMED_RUNTIMES[target] if r in self.runtimes()]
-        worst: Point | None = None
-        for h, s, b in corners:
-            for runtime in runtimes:
-                point = self._index.get((runtime, op, form, direction, h, s, b))
-                if point is None:
+
+        def verdict(cell: Cell) -> _Verdict:
+            return self._verdict(runtimes, op, form, direction, cell)
+
+        verdicts = [verdict(cell) for cell in itertools.product(*around)]
+        for v in verdicts:
+            if v.worst is None:
+                return Decision(False, f"{sizes}: {v.missing}")
+        slow = [v for v in verdicts if v.slower]
+        if slow:
+            worst = max(slow, key=lambda v: _rank(v.worst))
+            return Decision(False, f"{sizes}: {_slower_text(op, worst)} ({relied})")
+        for v in verdicts:
+            if v.clear:
+                continue
+            for cell in _neighbours(axes, v.cell):
+                near = verdict(cell)
+                if near.slower:
                     return Decision(
                         False,
-                        f"{RUNTIMES[runtime]}'s {kernel} not measured at hidden {h}, seq {s}, "
-                        f"batch {b}",
+                        f"{sizes}: {RUNTIMES[v.worst.runtime]}'s {op} kernel is within noise at "
+                        f"{_cell_text(v.cell)} ({v.worst.describe()}), next to "
+                        f"{_slower_text(op, near)} ({relied})",
                     )
-                if not point.no_slower and (worst is None or point.ratio > worst.ratio):
-                    worst = point
-        if worst is not None:
-            return Decision(
-                False,
-                f"{RUNTIMES[worst.runtime]}'s {kernel} is slower at hidden {worst.hidden}, "
-                f"seq {worst.seq} ({worst.ratio:.2f}x at batch {worst.batch})",
-            )
-        return Decision(True, f"no slower on {', '.join(RUNTIMES[r] for r in runtimes)}")
+        names = ", ".join(RUNTIMES[r] for r in runtimes)
+        return Decision(True, f"{sizes}: no slower on {names} ({relied})")
+
+
+def _rank(point: Point | None) -> tuple[int, float]:
+    """Worse first: slower, then within noise, then clear; then the higher ratio."""
+    if point is None:
+        return (3, 0.0)
+    return (2 if not point.no_slower else 0 if point.clear else 1, point.ratio)
+
+
+def _cell_text(cell: Cell) -> str:
+    return "hidden {}, seq {}, batch {}".format(*cell)
+
+
+def _slower_text(op: str, v: _Verdict) -> str:
+    assert v.worst is not None
+    where = _cell_text(v.cell)
+    return f"{RUNTIMES[v.worst.runtime]}'s {op} kernel is slower at {where} ({v.worst.describe()})"
+
+
+def _neighbours(axes: Sequence[list[int]], cell: Cell) -> Iterator[Cell]:
+    """The measured cells next to ``cell``: one step along one axis."""
+    for axis, values in enumerate(axes):
+        i = values.index(cell[axis])
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                near = list(cell)
+                near[axis] = values[j]
+                yield (near[0], near[1], near[2])
 
 
 def _around(measured: list[int], value: int) -> list[int]:
