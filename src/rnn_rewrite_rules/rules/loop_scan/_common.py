@@ -23,14 +23,16 @@ from rnn_rewrite_rules.rules._graph import (
 )
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
-from rnn_rewrite_rules.rules.loop_scan.body import (
+from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
     Cell,
     Constants,
+    recurrent_node,
     through_identity,
 )
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.semantics import INT64_MAX, INT64_MIN
 
 __all__ = [
     "FLOAT16_REASON",
@@ -44,7 +46,6 @@ __all__ = [
 
 #: Rules are made for nodes with up to this many outputs (one rule per count).
 MAX_OUTPUTS = 16
-_INT64_MAX = 2**63 - 1
 _FLOAT16 = np.dtype(np.float16)
 
 
@@ -350,86 +351,96 @@ def _name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:
             taken.add(value.name)
 
 
+@dataclasses.dataclass
+class _Builder:
+    """What the values of one emitted node are built with: the rewriter's builder, the
+    opset, the graph new initializers go to (None: a subgraph, so ``Constant`` nodes)."""
+
+    op: object
+    plan: Recurrence
+    opset: int
+    main: ir.Graph | None
+    cache: dict[tuple[int, ...], ir.Value] = dataclasses.field(default_factory=dict)
+    casts: dict[ir.Value, ir.Value] = dataclasses.field(default_factory=dict)
+
+    @property
+    def cast_back(self) -> bool:
+        """The cell computes in float16: the node runs in float32 between Casts."""
+        return self.plan.cell.dtype != _COMPUTE
+
+    def constant(self, array: np.ndarray, suffix: str) -> ir.Value:
+        op, cell = self.op, self.plan.cell
+        array = np.ascontiguousarray(array.astype(_COMPUTE))
+        if self.main is None:  # a subgraph: a new name there could shadow one outside
+            return op.Constant(value=ir.tensor(array))  # type: ignore[attr-defined]
+        name = f"{self.plan.node.name or cell.op_type}_{suffix}"
+        return array_constant(op, self.main, array, name)
+
+    def ints(self, values: list[int]) -> ir.Value:
+        as_node = self.main is None
+        return cached_ints(self.op, self.main, self.cache, values, as_node=as_node)  # type: ignore[arg-type]
+
+    def squeezed(self, v: ir.Value, axis: int) -> ir.Value:
+        out = squeeze(self.op, v, [axis], self.opset, self.ints)
+        return self.op.Cast(out, to=ir.DataType.FLOAT16) if self.cast_back else out  # type: ignore[attr-defined]
+
+    def to_compute(self, v: ir.Value) -> ir.Value:
+        if self.cast_back and v not in self.casts:
+            self.casts[v] = self.op.Cast(v, to=ir.DataType.FLOAT)  # type: ignore[attr-defined]
+        return self.casts.get(v, v)
+
+
+_COMPUTE = np.dtype(np.float32)
+
+
+def _node_inputs(build: _Builder) -> list[ir.Value | None]:
+    """``X`` (the steps the Loop runs, in float32), ``W``, ``R``, ``B``, and the states."""
+    op, plan, opset, ints = build.op, build.plan, build.opset, build.ints
+    cell = plan.cell
+    x = plan.x
+    if plan.first_steps is not None:
+        x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
+    elif plan.last_steps is not None:
+        x = slice_(op, x, [-plan.last_steps], [INT64_MAX], [0], opset, ints)
+    x, h0 = build.to_compute(x), build.to_compute(plan.h0)
+    c0 = None if plan.c0 is None else build.to_compute(plan.c0)
+    if plan.broadcast:  # X and the states expanded to the batch they broadcast to
+        x, h0, c0 = broadcast_batches(op, x, h0, c0, opset, ints)
+    inputs: list[ir.Value | None] = [
+        x,
+        build.constant(cell.w[np.newaxis], "W"),
+        build.constant(cell.r[np.newaxis], "R"),
+        build.constant(cell.b[np.newaxis], "B"),
+        None,
+    ]
+    initial_h = unsqueeze(op, h0, [0], opset, ints)
+    inputs.append(initial_h)
+    if cell.op_type == "LSTM":
+        assert c0 is not None
+        inputs.append(initial_h if c0 is h0 else unsqueeze(op, c0, [0], opset, ints))
+    return inputs
+
+
 def _emit_node(
     op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None
 ) -> tuple[list[ir.Value], Callable[[str], ir.Value]]:
     """The node, the values replacing the Loop's outputs, and a getter of the values
     it gives (``"y"``, ``"h"``, ...)."""
-    node, cell = plan.node, plan.cell
-    cache: dict[tuple[int, ...], ir.Value] = {}
-    compute = np.dtype(np.float32)
-    cast_back = cell.dtype != compute
-
-    def constant(array: np.ndarray, suffix: str) -> ir.Value:
-        array = np.ascontiguousarray(array.astype(compute))
-        if main is None:  # a subgraph: a new name there could shadow one outside
-            return op.Constant(value=ir.tensor(array))
-        return array_constant(op, main, array, f"{node.name or cell.op_type}_{suffix}")
-
-    def ints(values: list[int]) -> ir.Value:
-        return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
-
-    def squeezed(v: ir.Value, axis: int) -> ir.Value:
-        out = squeeze(op, v, [axis], opset, ints)
-        return op.Cast(out, to=ir.DataType.FLOAT16) if cast_back else out
-
-    casts: dict[ir.Value, ir.Value] = {}
-
-    def to_compute(v: ir.Value) -> ir.Value:
-        if cast_back and v not in casts:
-            casts[v] = op.Cast(v, to=ir.DataType.FLOAT)
-        return casts.get(v, v)
-
-    op_type = cell.op_type
-    x = plan.x
-    if plan.first_steps is not None:
-        x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
-    elif plan.last_steps is not None:
-        x = slice_(op, x, [-plan.last_steps], [_INT64_MAX], [0], opset, ints)
-    x, h0 = to_compute(x), to_compute(plan.h0)
-    c0 = None if plan.c0 is None else to_compute(plan.c0)
-    if plan.broadcast:  # X and the states expanded to the batch they broadcast to
-        x, h0, c0 = broadcast_batches(op, x, h0, c0, opset, ints)
-    inputs: list[ir.Value | None] = [
-        x,
-        constant(cell.w[np.newaxis], "W"),
-        constant(cell.r[np.newaxis], "R"),
-        constant(cell.b[np.newaxis], "B"),
-        None,
-        unsqueeze(op, h0, [0], opset, ints),
-    ]
-    if op_type == "LSTM":
-        assert c0 is not None
-        initial_h = inputs[-1]
-        inputs.append(initial_h if c0 is h0 else unsqueeze(op, c0, [0], opset, ints))
-    attributes: dict = {
-        "hidden_size": cell.hidden_size,
-        "direction": "reverse" if plan.reverse else "forward",
-    }
-    if cell.activations != DEFAULT_ACTIVATIONS[op_type]:
-        attributes["activations"] = list(cell.activations)
-    if op_type == "GRU":
-        attributes["linear_before_reset"] = cell.linear_before_reset
-    count = 3 if op_type == "LSTM" else 2
-    outputs = getattr(op, op_type)(*inputs, _outputs=count, **attributes)
-    keep_identity(outputs[0].producer(), node)
-    values: dict[str, ir.Value] = {}
-
-    def value_of(kind: str) -> ir.Value:
-        if kind not in values:
-            if kind == "h":
-                values[kind] = squeezed(outputs[1], 0)
-            elif kind == "c":
-                values[kind] = squeezed(outputs[2], 0)
-            elif kind == "y":
-                values[kind] = squeezed(outputs[0], 1)
-            else:  # y_reversed: Y in the other step order
-                y = squeezed(outputs[0], 1)
-                values[kind] = op.Slice(
-                    y, ints([-1]), ints([-_INT64_MAX - 1]), ints([0]), ints([-1])
-                )
-        return values[kind]
-
+    build = _Builder(op, plan, opset, main)
+    cell = plan.cell
+    outputs = recurrent_node(
+        op,
+        cell.op_type,
+        _node_inputs(build),
+        hidden_size=cell.hidden_size,
+        reverse=plan.reverse,
+        activations=None
+        if cell.activations == DEFAULT_ACTIVATIONS[cell.op_type]
+        else cell.activations,
+        linear_before_reset=cell.linear_before_reset if cell.op_type == "GRU" else None,
+    )
+    keep_identity(outputs[0].producer(), plan.node)
+    value_of = _output_values(build, outputs)
     result: list[ir.Value] = []
     for index in range(num_outputs):
         kind = plan.outputs[index]
@@ -443,6 +454,30 @@ def _emit_node(
         else:  # an invariant: its initial value, through an Identity that takes the
             result.append(op.Identity(kind))  # output's name (the value keeps its own)
     return result, value_of
+
+
+def _output_values(build: _Builder, outputs) -> Callable[[str], ir.Value]:
+    """A getter of the values the node gives, each built once on first use: ``"h"``,
+    ``"c"``, ``"y"`` (``[T, batch, H]``), ``"y_reversed"`` (Y in the other step order)."""
+    values: dict[str, ir.Value] = {}
+
+    def value_of(kind: str) -> ir.Value:
+        if kind not in values:
+            if kind == "h":
+                values[kind] = build.squeezed(outputs[1], 0)
+            elif kind == "c":
+                values[kind] = build.squeezed(outputs[2], 0)
+            elif kind == "y":
+                values[kind] = build.squeezed(outputs[0], 1)
+            else:
+                y = build.squeezed(outputs[0], 1)
+                ints = build.ints
+                values[kind] = build.op.Slice(  # type: ignore[attr-defined]
+                    y, ints([-1]), ints([INT64_MIN]), ints([0]), ints([-1])
+                )
+        return values[kind]
+
+    return value_of
 
 
 def _detach_body(node: ir.Node) -> None:

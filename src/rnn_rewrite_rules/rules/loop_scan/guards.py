@@ -22,7 +22,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules.rules._graph import free_name, same_value, taken_names
-from rnn_rewrite_rules.rules.loop_scan.body import through_identity
+from rnn_rewrite_rules.rules.cell import through_identity
 
 __all__ = ["NOT_GUARDS", "MergeGuards"]
 

@@ -8,17 +8,17 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
+from rnn_rewrite_rules.rules.cell import (
+    Constants,
+    prove_cell,
+    through_identity,
+)
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
     classify_carried,
     states_fit,
     used,
-)
-from rnn_rewrite_rules.rules.loop_scan.body import (
-    Constants,
-    prove_cell,
-    through_identity,
 )
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
 from rnn_rewrite_rules.shape import Dim, ShapeProver

@@ -6,6 +6,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules.cell import Constants, prove_cell, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
@@ -13,7 +14,6 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
     states_fit,
     used,
 )
-from rnn_rewrite_rules.rules.loop_scan.body import Constants, prove_cell, through_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = ["ScanToRnn", "plan_scan"]

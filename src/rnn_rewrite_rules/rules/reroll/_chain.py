@@ -28,6 +28,7 @@ from rnn_rewrite_rules.rules._graph import (
     unsqueeze,
 )
 from rnn_rewrite_rules.shape import ShapeProver
+from rnn_rewrite_rules.shape.semantics import INT64_MAX
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "weight_array",
 ]
 
-_INT64_MAX = 2**63 - 1
 #: ONNX's shape inference of Slice-10 (onnx 1.23) gives ``Slice(X, [0], [1])`` of a
 #: dimension ``seq`` the size ``seq``; ONNX Runtime plans buffers by those shapes and puts a
 #: re-rolled node's values of length ``seq`` in a one-step buffer ("Shape mismatch attempting
@@ -268,5 +268,5 @@ class _Emitter:
     def first_steps(self, x: ir.Value, count: int, reverse: bool, axis: int = 0) -> ir.Value:
         """The first ``count`` entries of ``x`` on ``axis`` (the last ``count`` when
         ``reverse``)."""
-        starts, ends = ([-count], [_INT64_MAX]) if reverse else ([0], [count])
+        starts, ends = ([-count], [INT64_MAX]) if reverse else ([0], [count])
         return self.slice(x, starts, ends, [axis])

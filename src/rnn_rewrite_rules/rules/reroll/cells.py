@@ -50,6 +50,7 @@ from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import producer, read_axes
 from rnn_rewrite_rules.rules._kernels import missing_kernel
+from rnn_rewrite_rules.rules.cell import recurrent_node
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
     KeptUnrolled,
@@ -662,19 +663,18 @@ class RerollCell(ChainRule[_CellPlan]):
             assert h0 is not None
             x, h0, c0 = broadcast_batches(op, x, h0, c0, emit.opset, emit.ints)
         inputs = [x, w, r, b, None, emit.unsqueeze(h0, 0)]
-        attributes = {"hidden_size": int(plan.r.shape[2]), "direction": "forward"}
-        if plan.reverse:
-            attributes["direction"] = "reverse"
         if self.op_type == "LSTM":
             inputs.append(emit.unsqueeze(c0, 0))
-            while inputs[-1] is None:
-                inputs.pop()
-            y, y_h, y_c = op.LSTM(*inputs, _outputs=3, **attributes)
-        else:
-            while inputs[-1] is None:
-                inputs.pop()
-            y, y_h = op.GRU(*inputs, _outputs=2, linear_before_reset=1, **attributes)
-            y_c = None
+        outputs = recurrent_node(
+            op,
+            self.op_type,
+            inputs,
+            hidden_size=int(plan.r.shape[2]),
+            reverse=plan.reverse,
+            linear_before_reset=1 if self.op_type == "GRU" else None,
+        )
+        y, y_h = outputs[:2]
+        y_c = outputs[2] if self.op_type == "LSTM" else None
         last = plan.steps[-1]
         if y_c is not None and last.c is not None and _outside_uses(last):
             redirect(last.c, emit.squeeze(y_c, 0))

@@ -51,6 +51,7 @@ from rnn_rewrite_rules._ir import const_array, opset_version, same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer, slice_params
 from rnn_rewrite_rules.rules._kernels import missing_kernel
+from rnn_rewrite_rules.rules.cell import recurrent_node
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
     KeptUnrolled,
@@ -374,15 +375,13 @@ class RerollRnn(ChainRule[_Plan]):
             h0 = op.Expand(h0, op.Concat(one, x_batch, one, axis=0))
             h_batch = emit.slice(op.Shape(h0), [1], [2], [0])
             x = op.Expand(x, op.Concat(one, h_batch, one, axis=0))
-        inputs = [x, w, r, b, None, h0]
-        while inputs[-1] is None:
-            inputs.pop()
-        y, y_h = op.RNN(
-            *inputs,
+        y, y_h = recurrent_node(
+            op,
+            "RNN",
+            [x, w, r, b, None, h0],
             hidden_size=int(hidden),
+            reverse=source.reverse,
             activations=[plan.activation],
-            direction="reverse" if source.reverse else "forward",
-            _outputs=2,
         )
         if plan.concat is not None:
             redirect(plan.concat.outputs[0], emit.squeeze(y, 1))

@@ -1,44 +1,29 @@
-"""What a ``Loop``/``Scan`` body computes: constants it reads and the recurrent cell in it.
+"""The recurrent cell one step computes, proven from the graph.
 
-:class:`Constants` evaluates a body value computed from constants only (initializers,
-``Constant`` nodes, loop-invariant carried values bound to a constant outside), with
-ONNX's semantics (``onnx.reference``, Casts the way ONNX Runtime rounds them).
-
-:func:`prove_cell` proves that the carried outputs are one step of an ``RNN``, ``LSTM``
-or ``GRU`` cell applied to the carried inputs and one step input ``x_t``, and returns the
-weights in ONNX's layout and gate order. Gates are told apart by what they do in the
-cell (the one multiplying ``c_{t-1}`` is ``f``...), never by where they sit in a Split,
-so any gate order (Keras ``i, f, c, o``, ONNX ``i, o, f, c``, PyTorch ``i, f, g, o``)
-is read from the body itself.
+:func:`prove_cell` proves that the step outputs ``h_t`` (and ``c_t``) are one step of an
+``RNN``, ``LSTM`` or ``GRU`` cell applied to the state inputs ``h_(t-1)`` (and
+``c_(t-1)``) and one step input ``x_t``, and returns the weights in ONNX's layout and
+gate order, or a :class:`Refusal` with the reason of the closest attempt. It reads the
+values only: the states may be a Loop's or Scan's carried values, an unrolled step's
+inputs or graph inputs. Gates are told apart by what they do in the cell (the one
+multiplying ``c_(t-1)`` is ``f``...), never by where they sit in a Split, so any gate
+order (Keras ``i, f, c, o``, ONNX ``i, o, f, c``, PyTorch ``i, f, g, o``) is read from
+the step itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
-from onnx.reference import ReferenceEvaluator
 
-from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.shape.constant import cast_as_runtime
+from rnn_rewrite_rules.rules.cell.constants import Constants
 
-__all__ = ["DEFAULT_ACTIVATIONS", "Cell", "Constants", "prove_cell", "through_identity"]
-
-#: Ops :class:`Constants` evaluates: deterministic, no subgraphs, no randomness.
-_EVALUATED = frozenset(
-    {
-        "Add", "And", "Cast", "Concat", "Div", "Equal", "Gather", "Greater",
-        "GreaterOrEqual", "Identity", "Less", "LessOrEqual", "Mul", "Neg", "Not", "Or",
-        "Reshape", "Shape", "Slice", "Split", "Squeeze", "Sub", "Transpose", "Unsqueeze",
-        "Xor",
-    }
-)  # fmt: skip
-#: Above this many elements a value is not evaluated (a weight is a few million at most).
-_MAX_ELEMENTS = 1 << 27
+__all__ = ["DEFAULT_ACTIVATIONS", "ONNX_GATES", "Cell", "prove_cell", "through_identity"]
 
 #: Activations read from a body (ONNX's RNN ops take them by name, without parameters).
 _ACTS = ("Sigmoid", "Tanh", "Relu")
@@ -60,69 +45,6 @@ def through_identity(value: ir.Value) -> ir.Value:
         value = node.inputs[0]
         node = producer(value, "Identity")
     return value
-
-
-class Constants:
-    """The numpy value of a value computed from constants alone, else None.
-
-    ``bound`` maps a value (a body input) to a value or array it provably equals (a
-    loop-invariant carried value to the Loop's input; an iteration number to its number
-    while the condition is evaluated). ``opset`` is the ONNX opset the nodes run at.
-    """
-
-    def __init__(self, opset: int, bound: Mapping[ir.Value, ir.Value | np.ndarray] = ()) -> None:
-        self._opset = opset
-        self._bound = dict(bound)
-        self._memo: dict[ir.Value, np.ndarray | None] = {}
-
-    def __call__(self, value: ir.Value | None) -> np.ndarray | None:
-        if value is None:
-            return None
-        if value not in self._memo:
-            self._memo[value] = None  # a cycle (there is none in a valid graph) is unknown
-            self._memo[value] = self._compute(value)
-        return self._memo[value]
-
-    def _compute(self, value: ir.Value) -> np.ndarray | None:
-        if value in self._bound:
-            bound = self._bound[value]
-            return self(bound) if isinstance(bound, ir.Value) else np.asarray(bound)
-        array = const_array(value)
-        if array is not None:
-            return array
-        node = value.producer()
-        if node is None or node.domain != "" or node.op_type not in _EVALUATED:
-            return None
-        operands = [self(v) if v is not None else None for v in node.inputs]
-        if any(a is None for a, v in zip(operands, node.inputs, strict=True) if v is not None):
-            return None
-        if any(a is not None and a.size > _MAX_ELEMENTS for a in operands):
-            return None
-        try:
-            results = _evaluate(node, operands, self._opset)
-        except Exception:
-            return None
-        for output, result in zip(node.outputs, results, strict=True):
-            if output is not value:
-                self._memo.setdefault(output, result)
-        return results[list(node.outputs).index(value)]
-
-
-def _evaluate(node: ir.Node, operands: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
-    """``node``'s outputs for these operands, as ONNX (and ONNX Runtime's Cast) define them."""
-    if node.op_type == "Cast":
-        to = ir.DataType(node.attributes.get_int("to", 0))
-        assert operands[0] is not None
-        return [np.asarray(cast_as_runtime(operands[0], to.numpy()))]
-    proto = ir.serde.serialize_node(node)
-    names = [f"in{i}" if v is not None else "" for i, v in enumerate(node.inputs)]
-    del proto.input[:]
-    proto.input.extend(names)
-    del proto.output[:]
-    proto.output.extend(f"out{i}" for i in range(len(node.outputs)))
-    feeds = {n: a for n, a in zip(names, operands, strict=True) if n}
-    results = ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
-    return [np.asarray(r) for r in results]
 
 
 @dataclasses.dataclass

@@ -1,0 +1,29 @@
+"""One home for the recurrent cell: its proof from a graph and its ONNX node.
+
+- :func:`prove_cell` (:mod:`.prove`): the :class:`Cell` (kind, ``W``, ``R``, ``B`` in
+  ONNX's layout and gate order, activations, ``linear_before_reset``) that one step's
+  state inputs and outputs compute, or a refusal naming what does not fit. It assumes
+  no Loop: Loop and Scan bodies, unrolled chains and single steps feed it values.
+- :class:`Constants` (:mod:`.constants`): the value of a value computed from constants.
+- :func:`recurrent_node` (:mod:`.emit`): the ``RNN``/``LSTM``/``GRU`` node itself.
+"""
+
+from rnn_rewrite_rules.rules.cell.constants import Constants
+from rnn_rewrite_rules.rules.cell.emit import recurrent_node
+from rnn_rewrite_rules.rules.cell.prove import (
+    DEFAULT_ACTIVATIONS,
+    ONNX_GATES,
+    Cell,
+    prove_cell,
+    through_identity,
+)
+
+__all__ = [
+    "DEFAULT_ACTIVATIONS",
+    "ONNX_GATES",
+    "Cell",
+    "Constants",
+    "prove_cell",
+    "recurrent_node",
+    "through_identity",
+]
