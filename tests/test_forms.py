@@ -98,12 +98,12 @@ def test_a_tracer_sees_the_refusal_and_nothing_changes():
     tracer = MatchingTracer()
     RewriteRuleSet([_form()]).apply_to_model(model, tracer=tracer)
     reasons = {
-        str(info.match_result.reason)
-        for matches in tracer.best_matches_map.values()
+        (rule.name, str(info.match_result.reason))
+        for rule, matches in tracer.best_matches_map.items()
         for info in matches
         if info.status == MatchStatus.CONDITION_FAILED
     }
-    assert "named refused" in reasons
+    assert ("Split", "named refused") in reasons
     assert [n.op_type for n in model.graph] == ["Multi"]
 
 

@@ -25,8 +25,8 @@ class FormRule(RewriteRule):
 
     The variants are ordinary rules (e.g. ``SomeRule.rule(n)`` for each output count, most
     outputs first); they must agree on ``remove_nodes`` and not be ``as_function``. Each
-    variant's setup and cleanup run as the rewriter runs a rule's. A tracer sees each
-    variant's refusals under the variant's own name.
+    variant's setup and cleanup run as the rewriter runs a rule's. The variants take the
+    rule's name, so a tracer records their refusals under it.
 
     Raises:
         ValueError: no variants, or variants that disagree on ``remove_nodes``, or an
@@ -53,6 +53,8 @@ class FormRule(RewriteRule):
             graph_pre_visitor=_each(v.graph_pre_visitor for v in variants),
             graph_post_visitor=_each(v.graph_post_visitor for v in variants),
         )
+        for variant in variants:
+            variant.name = name
         self.variants: tuple[RewriteRule, ...] = tuple(variants)
 
     def try_rewrite(
