@@ -665,7 +665,7 @@ def test_list_rules_describes_each_rule_in_full(capsys) -> None:
     assert rules
     for line in rules:  # a description wrapped in its docstring is one line here
         assert not line.rstrip().endswith("->"), line
-    zero_states = [line for line in rules if "ShareZeroInitialState[GRU/1]" in line]
+    zero_states = [line for line in rules if "ShareZeroInitialState[GRU]" in line]
     assert zero_states and "-> GRU(..., z) with z = ConstantOfShape" in zero_states[0]
 
 

@@ -107,11 +107,12 @@ def rule_description(rule: RewriteRule) -> str:
     """The first docstring paragraph of the rule's class (or replacement function) as one
     line, else "".
 
-    Rules made per RNN op (named ``Class[OP/outputs]``) get the description for that op.
+    Rules made per RNN op (named ``Class[OP]``) get the description for that op.
     """
     text = _docstring_line(rule)
-    match = re.search(r"\[(\w+)/(\d+)\]$", rule_name(rule))
-    return _for_op(text, match[1], int(match[2])) if match else text
+    match = re.search(r"\[(\w+)\]$", rule_name(rule))
+    spec = rnn_op_of_type(match[1]) if match else None
+    return _for_op(text, spec.op_type, len(spec.outputs)) if spec else text
 
 
 def _docstring_line(rule: RewriteRule) -> str:

@@ -294,9 +294,11 @@ def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -
     x = rnn.inputs[0] if rnn.inputs else None
     batch = prover.dim(x, batch_axis)
     symbol = None if batch is None else _symbol(batch, symbols)
-    if symbol is None:
+    spec = rnn_op(rnn)
+    if symbol is None or spec is None:
         return
-    for index, name in ((5, "initial_h"), (6, "initial_c")):
+    for index in spec.state_inputs:
+        name = spec.inputs[index]
         state = rnn.inputs[index] if index < len(rnn.inputs) else None
         dims = prover.dims(state)
         size = dims[batch_axis].value if dims is not None and len(dims) == 3 else None
@@ -404,7 +406,8 @@ def _unproven_zero_state(rnn: ir.Node, main_graph: ir.Graph | None) -> Hazard | 
     from rnn_rewrite_rules.rules.initial_state import state_reason  # rules import us lazily
     from rnn_rewrite_rules.shape.values import is_all_zeros
 
-    indices = (5, 6) if rnn.op_type in ("LSTM", "DynamicQuantizeLSTM") else (5,)
+    spec = rnn_op(rnn)
+    indices = spec.state_inputs if spec else ()
     prover = ShapeProver(main_graph)
     for index in indices:
         state = rnn.inputs[index] if index < len(rnn.inputs) else None

@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array, same_bits
+from rnn_rewrite_rules._refusal import Refusal
 
 __all__ = [
     "Ints",
@@ -31,6 +32,7 @@ __all__ = [
     "same_attributes",
     "same_value",
     "slice_",
+    "slice_bounds",
     "slice_params",
     "squeeze",
     "taken_names",
@@ -166,19 +168,44 @@ def read_axes(
     return None if value is None else ints(value)
 
 
+def slice_bounds(
+    node: ir.Node, ints: Callable[[ir.Value], list[int] | None] = const_ints
+) -> tuple[int, int, int, int] | Refusal:
+    """(start, end, axis, step) of a one-axis Slice with constant bounds, any opset: the
+    attributes (opset < 10), else inputs 1-4 as ``ints`` reads them (a constant by default;
+    a rule passes its prover's ``ints``)."""
+    if node.attributes.get("starts") is not None:  # opset < 10: attributes
+        starts: list[int] | None = list(node.attributes["starts"].as_ints())
+        ends_attr = node.attributes.get("ends")
+        ends = list(ends_attr.as_ints()) if ends_attr is not None else None
+        axes_attr = node.attributes.get("axes")
+        axes = list(axes_attr.as_ints()) if axes_attr is not None else None
+        steps: list[int] | None = [1]
+    else:
+        start_value, end_value = input_at(node, 1), input_at(node, 2)
+        if start_value is None or end_value is None:
+            return Refusal("the Slice has no starts or ends")
+        starts, ends = ints(start_value), ints(end_value)
+        if starts is None or ends is None:
+            return Refusal("the Slice's bounds are not constant")
+        axes_value, steps_value = input_at(node, 3), input_at(node, 4)
+        axes = None if axes_value is None else ints(axes_value)
+        steps = [1] * len(starts) if steps_value is None else ints(steps_value)
+        if (axes_value is not None and axes is None) or steps is None:
+            return Refusal("the Slice's axes or steps are not constant")
+    if starts is None or ends is None or steps is None:
+        return Refusal("the Slice has no starts or ends")
+    if axes is None:
+        axes = list(range(len(starts)))
+    if not len(starts) == len(ends) == len(axes) == len(steps) == 1:
+        return Refusal("the Slice does not slice exactly one axis")
+    return starts[0], ends[0], axes[0], steps[0]
+
+
 def slice_params(node: ir.Node) -> tuple[int, int, int, int] | None:
-    """(start, end, axis, step) of a one-axis opset >= 10 Slice with constant parameters."""
-    if len(node.inputs) < 3:
-        return None
-    starts, ends = const_ints(node.inputs[1]), const_ints(node.inputs[2])
-    axes_value, steps_value = input_at(node, 3), input_at(node, 4)
-    axes = [0] if axes_value is None else const_ints(axes_value)
-    steps = [1] if steps_value is None else const_ints(steps_value)
-    if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == 1:  # type: ignore[arg-type]
-        return None
-    if len(steps) != 1:  # type: ignore[arg-type]
-        return None
-    return starts[0], ends[0], axes[0], steps[0]  # type: ignore[index]
+    """:func:`slice_bounds` of an opset >= 10 Slice with constant inputs, else None."""
+    bounds = slice_bounds(node) if len(node.inputs) >= 3 else None
+    return None if isinstance(bounds, Refusal) else bounds
 
 
 def squeeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:

@@ -1,8 +1,9 @@
 """A rule base for rewrites that replace an RNN node by a copy with other inputs.
 
-The onnxscript matcher refuses a node with fewer outputs than the pattern names,
-and refuses a match when an output the pattern does not name is used outside it.
-So a rule family rooted at an RNN node is one rule per (op, number of outputs).
+The onnxscript matcher refuses a match when an output the pattern does not name is used
+outside it, so a rule rooted at an RNN node is one pattern per number of outputs; those
+patterns are one rule per op (:class:`~rnn_rewrite_rules.rules._forms.FormRule`), named
+``Class[OP]``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
+from rnn_rewrite_rules.rules._forms import FormRule
 
 __all__ = ["RnnNodeRule", "copy_rnn_node", "keep_identity", "rnn_node_rules"]
 
@@ -93,9 +95,14 @@ def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
 
 
 def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:
-    """One rule per RNN op and output count, most outputs first."""
+    """One rule per RNN op, ``Class[OP]``, trying each output count, most outputs first."""
     return [
-        rule_class.rule(spec.domain, spec.op_type, n)
+        FormRule(
+            f"{rule_class.__name__}[{spec.op_type}]",
+            [
+                rule_class.rule(spec.domain, spec.op_type, n)
+                for n in range(len(spec.outputs), 0, -1)
+            ],
+        )
         for spec in RNN_OPS.values()
-        for n in range(len(spec.outputs), 0, -1)
     ]

@@ -28,6 +28,7 @@ from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._forms import FormRule
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -127,7 +128,8 @@ class FoldProvenIf(RewriteRuleClassBase):
 
 
 def make_rules() -> list[RewriteRule]:
-    return [FoldProvenIf.rule(n) for n in range(1, _MAX_OUTPUTS + 1)]
+    """One rule, ``FoldProvenIf``, for an ``If`` of up to 8 outputs."""
+    return [FormRule("FoldProvenIf", [FoldProvenIf.rule(n) for n in range(1, _MAX_OUTPUTS + 1)])]
 
 
 FAMILY = RuleFamily(

@@ -45,7 +45,13 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._graph import int64_constant, producer, read_axes, squeeze
+from rnn_rewrite_rules.rules._graph import (
+    int64_constant,
+    producer,
+    read_axes,
+    slice_bounds,
+    squeeze,
+)
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
@@ -139,38 +145,11 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         return int64_constant(op, self._graph, values, as_node=not self._main_graph)
 
 
-_INT64_MAX = 2**63 - 1
-
-
 def _clamp(bound: int, size: int) -> int:
     """A Slice bound on an axis of ``size`` elements, as ONNX clamps it (step 1)."""
     if bound < 0:
         bound += size
     return min(max(bound, 0), size)
-
-
-def _slice_bounds(node: ir.Node, prover: ShapeProver) -> tuple[int, int, int, int] | Refusal:
-    """(start, end, axis, step) of a one-axis Slice with constant bounds, any opset."""
-    if node.attributes.get("starts") is not None:  # opset < 10: attributes
-        starts = list(node.attributes["starts"].as_ints())
-        ends = list(node.attributes["ends"].as_ints())
-        axes_attr = node.attributes.get("axes")
-        axes = list(axes_attr.as_ints()) if axes_attr is not None else list(range(len(starts)))
-        steps = [1]
-    else:
-        values = [node.inputs[i] if i < len(node.inputs) else None for i in range(1, 5)]
-        if values[0] is None or values[1] is None:
-            return Refusal("the Slice has no starts or ends")
-        starts, ends = prover.ints(values[0]), prover.ints(values[1])
-        if starts is None or ends is None:
-            return Refusal("the Slice's bounds are not constant")
-        axes = list(range(len(starts))) if values[2] is None else prover.ints(values[2])
-        steps = [1] * len(starts) if values[3] is None else prover.ints(values[3])
-        if axes is None or steps is None:
-            return Refusal("the Slice's axes or steps are not constant")
-    if not len(starts) == len(ends) == len(axes) == len(steps) == 1:
-        return Refusal("the Slice does not slice exactly one axis")
-    return starts[0], ends[0], axes[0], steps[0]
 
 
 class _Read:
@@ -198,7 +177,7 @@ def _direction_read(value: ir.Value, prover: ShapeProver) -> _Read | Refusal:
     if facts.num_directions != 2:
         return Refusal("the sliced RNN is not bidirectional")
     rank, axis = (4, 1) if source is facts.node.outputs[0] else (3, 0)
-    bounds = _slice_bounds(slice_node, prover)
+    bounds = slice_bounds(slice_node, prover.ints)
     if isinstance(bounds, Refusal):
         return bounds
     start, end, slice_axis, step = bounds

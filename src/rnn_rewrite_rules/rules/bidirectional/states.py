@@ -29,6 +29,7 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
+from rnn_rewrite_rules.rules._forms import FormRule
 from rnn_rewrite_rules.rules._graph import int64_constant, read_axes, same_value
 from rnn_rewrite_rules.rules.bidirectional._pair import Half, emit_merged, pair_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver, Sym
@@ -312,8 +313,10 @@ class ConcatWholeSplit(RewriteRuleClassBase):
 
 def state_rules() -> list:
     """The merge rules (most outputs first, so that a read ``Y_c`` is seen) and the fold."""
-    shapes = (("LSTM", 3), ("LSTM", 2), ("GRU", 2), ("RNN", 2))
+    counts = {"LSTM": (3, 2), "GRU": (2,), "RNN": (2,)}
     merges = [
-        cls.rule(op, n) for cls in (MergeForwardReverse, MergeForwardReverseY) for op, n in shapes
+        FormRule(f"{cls.__name__}[{op}]", [cls.rule(op, n) for n in numbers])
+        for cls in (MergeForwardReverse, MergeForwardReverseY)
+        for op, numbers in counts.items()
     ]
     return [*merges, ConcatWholeSplit.rule()]
