@@ -13,7 +13,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
-from rnn_rewrite_rules import _serialize
+from rnn_rewrite_rules import _serialize, costs
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
@@ -120,11 +120,14 @@ def rewrite(
     *,
     target: str | None = None,
     exclude: Sequence[str] | str | None = None,
+    context: costs.Context | None = None,
 ) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
-    ``names``, ``target`` and ``exclude`` are as in :func:`rules`.
+    ``names``, ``target`` and ``exclude`` are as in :func:`rules`. ``context``: the cost
+    tables the rules decide on and where they record what they declined (default: the
+    checked-in tables, the record dropped).
 
     Memory: a ``ModelProto`` is not changed, so the result is a second copy of the weights
     (the folded ones), built while each is dropped from the working model: the peak is the
@@ -151,7 +154,7 @@ def rewrite(
     rule_set = RewriteRuleSet(select(names, target=target, exclude=exclude))
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        fired = _rewrite(ir_model, rule_set)
+        fired = apply_rounds(ir_model, rule_set, context=context)
         if not fired:
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
@@ -161,13 +164,8 @@ def rewrite(
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
                 return result
         return _serialize.serialize_releasing(ir_model)
-    _rewrite(model, rule_set)
+    apply_rounds(model, rule_set, context=context)
     return model
-
-
-def _rewrite(model: ir.Model, rule_set: RewriteRuleSet) -> bool:
-    """Rewrite ``model`` in place and clean up; True when a rule fired."""
-    return apply_rounds(model, rule_set)
 
 
 def apply_rounds(
@@ -177,6 +175,7 @@ def apply_rounds(
     *,
     counts: collections.Counter[str] | None = None,
     on_node: Callable[[], None] | None = None,
+    context: costs.Context | None = None,
 ) -> bool:
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
@@ -190,6 +189,8 @@ def apply_rounds(
             wrapped (the wrapper delegates everything to it), so the count is what the
             rewriter applied.
         on_node: called for every node the rules visit (progress); needs ``counts``.
+        context: what the rules' checks read and record (:mod:`rnn_rewrite_rules.costs`);
+            None: a fresh one.
     """
     if counts is not None and rule_set.rules:
         wrapped = [
@@ -199,13 +200,14 @@ def apply_rounds(
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
     fired = False
-    for round_number in range(_MAX_ROUNDS):
-        if on_round is not None:
-            on_round(round_number)
-        if not rule_set.apply_to_model(model):
-            break
-        fired = True
-        RemoveDeadNodesPass()(model)
+    with costs.attached(model, context or costs.Context()):
+        for round_number in range(_MAX_ROUNDS):
+            if on_round is not None:
+                on_round(round_number)
+            if not rule_set.apply_to_model(model):
+                break
+            fired = True
+            RemoveDeadNodesPass()(model)
     cleanup(model, original)
     return fired
 

@@ -170,21 +170,22 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
 
     fired: collections.Counter[str] = collections.Counter()
     check_onnxscript()
-    with costs.recording() as kept_unrolled:
-        apply_rounds(
-            model,
-            RewriteRuleSet(rules),
-            on_round,
-            counts=fired,
-            on_node=lambda: current[0].advance(),
-        )
+    context = costs.Context()
+    apply_rounds(
+        model,
+        RewriteRuleSet(rules),
+        on_round,
+        counts=fired,
+        on_node=lambda: current[0].advance(),
+        context=context,
+    )
     current[0].done()
     explain = progress.task("explaining what was not rewritten")
     unimproved = _report.unimproved_rnns(model, rules, _report.rule_families())
     explain.done()
     after = _report.model_stats(model)
     report = Report(Path(), None, before, after, fired, unimproved, len(rules))
-    report.kept_unrolled = kept_unrolled
+    report.kept_unrolled = context.declined
     return report
 
 
