@@ -181,7 +181,9 @@ def cost_refusal(
         )
         form = "none" if dropped else "zeros"
     direction = "reverse" if reverse else "forward"
-    decision = costs.of(context.model).no_slower(target, op_type, hidden, seq, batch, direction, form)
+    decision = costs.of(context.model).no_slower(
+        target, op_type, hidden, seq, batch, direction, form
+    )
     if decision.fires:
         return None
     return KeptUnrolled(f"re-roll kept unrolled: {label}{decision.reason}")
