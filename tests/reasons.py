@@ -9,7 +9,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchStatus, RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import costs
-from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules._api import _RefusalTracer
 from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
 
 
@@ -27,7 +27,7 @@ def refusal_reasons(
     them is a diagnostic lost. ``context``: the cost tables the rules read (default: the
     checked-in ones).
     """
-    tracer = _RecordingTracer()
+    tracer = _RefusalTracer()
     copy = ir.serde.deserialize_model(model)
     with costs.attached(copy, context or costs.Context()):
         RewriteRuleSet(list(rules)).apply_to_model(copy, tracer=tracer)

@@ -13,6 +13,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._refusal import Inapplicable
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 
 __all__ = ["RnnNodeRule", "copy_rnn_node", "keep_identity", "rnn_node_rules"]
@@ -45,7 +46,7 @@ class RnnNodeRule(RewriteRuleClassBase):
         node = self.node(out0)
         if len(node.outputs) != self.num_outputs:
             return MatchResult().fail(
-                f"node has {len(node.outputs)} outputs, not {self.num_outputs}", node
+                Inapplicable(f"node has {len(node.outputs)} outputs, not {self.num_outputs}"), node
             )
         return self.check_node(context, node)
 
