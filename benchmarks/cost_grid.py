@@ -11,7 +11,7 @@
 For every op (an unrolled ``nn.RNN`` layer, a ``GRUCell`` / ``LSTMCell`` loop, built as
 torch 2.13 ``dynamo=True`` exports them by ``rnn_rewrite_rules.testing.unrolled``, with a
 symbolic batch and torchlib's runtime zero state), hidden size, sequence length, direction
-and batch, it re-rolls the model with the cost model ignored (``costs.ignored()``) into
+and batch, it re-rolls the model with the cost model ignored (``costs.Context(ignore=True)``) into
 both forms of the initial state the targets emit (``none``: dropped; ``zeros``: one
 explicit ``ConstantOfShape`` zero state, what ``portable`` keeps for a symbolic batch),
 checks the outputs against the original's, and times original and both forms side by
@@ -163,8 +163,8 @@ def with_zero_states(model: onnx.ModelProto) -> onnx.ModelProto:
 
 def forms(model: onnx.ModelProto, op: str) -> dict[str, onnx.ModelProto]:
     """``original``, ``none`` and ``zeros``: the model and its two re-rolled forms."""
-    with costs.ignored():
-        rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    ignored = costs.Context(ignore=True)
+    rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=ignored)
     kinds = [n.op_type for n in rolled.graph.node if n.op_type in ("RNN", "GRU", "LSTM")]
     if kinds != [op]:
         raise RuntimeError(f"re-rolling gave {kinds or 'no RNN node'}, not one {op}")

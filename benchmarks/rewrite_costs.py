@@ -82,8 +82,7 @@ def rerolled_cells(
         **options,
     )
     before = build_unrolled_cell(config)
-    with costs.ignored():
-        after = rnn_rewrite_rules.rewrite(before)
+    after = rnn_rewrite_rules.rewrite(before, context=costs.Context(ignore=True))
     nodes = [n for n in after.graph.node if n.op_type == op]
     assert len(nodes) == 1, f"{config}: not re-rolled"
     return before, after

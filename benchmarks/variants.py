@@ -47,16 +47,16 @@ def _original(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _ours(model: onnx.ModelProto) -> onnx.ModelProto:
+def _ours(model: onnx.ModelProto, context=None) -> onnx.ModelProto:
     import rnn_rewrite_rules
 
-    return rnn_rewrite_rules.rewrite(model)
+    return rnn_rewrite_rules.rewrite(model, context=context)
 
 
-def _ours_onnxruntime(model: onnx.ModelProto) -> onnx.ModelProto:
+def _ours_onnxruntime(model: onnx.ModelProto, context=None) -> onnx.ModelProto:
     import rnn_rewrite_rules
 
-    return rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    return rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=context)
 
 
 def _ours_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -133,6 +133,8 @@ VARIANTS: dict[str, tuple[Callable[[onnx.ModelProto], onnx.ModelProto], str]] = 
 DEFAULT_VARIANTS: tuple[str, ...] = tuple(VARIANTS)
 #: Variants that are our rules (the rest are the tools we compare against).
 OURS = ("ours", "ours+optimize", "ours-onnxruntime")
+#: Variants that take the rewrite's context (and so record the rewrites their rules declined).
+_TRACED = ("ours", "ours-onnxruntime")
 
 
 def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
@@ -143,8 +145,8 @@ def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
     copy = _copy(model)
     start = time.perf_counter()
     try:
-        with costs.recording() as declined:
-            result = tool(copy)
+        context = costs.Context()
+        result = tool(copy, context) if name in _TRACED else tool(copy)
     except ModuleNotFoundError as error:
         seconds = time.perf_counter() - start
         return VariantResult(name, None, seconds, f"not installed ({error.name})", missing=True)
@@ -155,7 +157,7 @@ def apply_variant(name: str, model: onnx.ModelProto) -> VariantResult:
             name, None, time.perf_counter() - start, f"{type(error).__name__}: {detail}"
         )
     seconds = time.perf_counter() - start
-    return VariantResult(name, result, seconds, declined=[d.reason for d in declined])
+    return VariantResult(name, result, seconds, declined=[d.reason for d in context.declined])
 
 
 def parse_variants(names: Sequence[str] | None) -> list[str]:

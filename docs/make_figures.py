@@ -419,8 +419,10 @@ def render(figure: Figure) -> str:
     for index, node in enumerate(proto.graph.node):
         node.name = f"fig_{index}"  # names tell unchanged nodes from new ones
     before = ir.serde.deserialize_model(proto)
-    with costs.ignored():  # a figure shows what a rule emits, not where the table lets it
-        rewritten = rnn_rewrite_rules.rewrite(proto, [figure.family], target=figure.target)
+    ignored = costs.Context(ignore=True)  # a figure shows what a rule emits, not where the table lets it
+    rewritten = rnn_rewrite_rules.rewrite(
+        proto, [figure.family], target=figure.target, context=ignored
+    )
     after = ir.serde.deserialize_model(rewritten)
     left, right = _regions(before, after)
     if left.nodes == [] and right.nodes == []:

@@ -8,11 +8,14 @@ import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import MatchStatus, RewriteRule, RewriteRuleSet
 
-from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules import costs
+from rnn_rewrite_rules._api import _RefusalTracer
 from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
 
 
-def refusal_reasons(rules: Sequence[RewriteRule], model: onnx.ModelProto) -> list[str]:
+def refusal_reasons(
+    rules: Sequence[RewriteRule], model: onnx.ModelProto, context: costs.Context | None = None
+) -> list[str]:
     """Every reason a condition failed while applying ``rules`` once to a copy of ``model``.
 
     Every one, not only the best match per rule that onnxscript's ``MatchingTracer`` keeps:
@@ -21,10 +24,13 @@ def refusal_reasons(rules: Sequence[RewriteRule], model: onnx.ModelProto) -> lis
     (:data:`NOT_GUARDS`) is left out. Each refusal must also name the nodes or values it
     concerns: onnxscript's tracer shows
     them next to the reason (``Failure at or around nodes/values``), so a refusal without
-    them is a diagnostic lost.
+    them is a diagnostic lost. ``context``: the cost tables the rules read (default: the
+    checked-in ones).
     """
-    tracer = _RecordingTracer()
-    RewriteRuleSet(list(rules)).apply_to_model(ir.serde.deserialize_model(model), tracer=tracer)
+    tracer = _RefusalTracer()
+    copy = ir.serde.deserialize_model(model)
+    with costs.attached(copy, context or costs.Context()):
+        RewriteRuleSet(list(rules)).apply_to_model(copy, tracer=tracer)
     refusals = [
         match for _, _, match, status in tracer.failures if status == MatchStatus.CONDITION_FAILED
     ]

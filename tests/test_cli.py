@@ -22,7 +22,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+from onnxscript.rewriter import MatchResult, RewriteRuleClassBase, RewriteRuleSet
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _api, _load, _report, _save, diagnostics, errors
@@ -637,7 +637,9 @@ def test_unimproved_rnns_carry_the_conditions_reason() -> None:
     )
     rule = _RefuseUnsqueeze.rule()
     names = {rule.name: "weight_folding", "SomeLayerOutputRule": "layer_output"}
-    unimproved = _report.unimproved_rnns(model, [rule], names)
+    refusals: list[_api.Refused] = []
+    _api.apply_rounds(model, RewriteRuleSet([rule]), refusals=refusals)
+    unimproved = _report.unimproved_rnns(model, [rule], names, refusals)
     assert len(unimproved) == SMALL.num_layers
     for item in unimproved:
         assert any(h.startswith("runtime-weight-prep") for h in item.hazards)

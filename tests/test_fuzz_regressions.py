@@ -240,13 +240,13 @@ def test_opset10_bidirectional_chain_with_an_overridable_weight_on_onnxruntime()
     Runtime reused a step's buffer for the re-rolled node's input: no re-roll at opset 10
     where the graph has Slices, with the reason."""
     model, cfg, weight = _class_b()
-    with costs.ignored():
-        after = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    ignored = costs.Context(ignore=True)
+    after = rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=ignored)
     feeds = unrolled.rnn_inputs(cfg, 2)
     tensor = next(t for t in model.graph.initializer if t.name == weight)
     feeds[weight] = numpy_helper.to_array(tensor)
     expected = runtime.run(model, feeds)
     assert runtime.max_abs_diff(expected, runtime.run(after, feeds)) <= 1e-5
-    with costs.ignored():
-        reasons = refusal_reasons(rnn_rewrite_rules.rules(["reroll"], target="onnxruntime"), model)
+    rules = rnn_rewrite_rules.rules(["reroll"], target="onnxruntime")
+    reasons = refusal_reasons(rules, model, ignored)
     assert any("Slice-10" in reason for reason in reasons), reasons

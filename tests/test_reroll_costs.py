@@ -60,9 +60,10 @@ def _ops(model, op_type: str) -> int:
 
 def test_portable_keeps_nn_rnn_unrolled_and_says_why() -> None:
     model = build_unrolled_rnn(UnrolledRnnConfig(hidden_size=8, seq=4, num_layers=2))
-    with costs.ignored():  # not a cost decision: rten has no RNN op
-        assert _ops(rnn_rewrite_rules.rewrite(model), "RNN") == 0
-        assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), "RNN") == 2
+    ignored = costs.Context(ignore=True)  # not a cost decision: rten has no RNN op
+    assert _ops(rnn_rewrite_rules.rewrite(model, context=ignored), "RNN") == 0
+    rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=ignored)
+    assert _ops(rolled, "RNN") == 2
     reasons = refusal_reasons(reroll.FAMILY.rules_for("portable"), model)
     assert NO_RNN in reasons
 
@@ -72,16 +73,15 @@ def test_onnxruntime_re_rolls_nn_rnn_only_where_the_table_says_no_slower() -> No
     model = build_unrolled_rnn(cfg)
     fast = _table("RNN", {})
     slow = _table("RNN", {("ort", "none", 5): 1.6})
-    with costs.using(fast):
-        rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=costs.Context(fast))
     assert _ops(rolled, "RNN") == 1
     feeds = rnn_inputs(cfg, 3)
     np.testing.assert_allclose(
         runtime.run(rolled, feeds)[0], runtime.run(model, feeds)[0], atol=1e-5
     )
-    with costs.using(slow):  # the batch is symbolic: batch 5's slowdown counts
-        assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), "RNN") == 0
-        reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model)
+    context = costs.Context(slow)  # the batch is symbolic: batch 5's slowdown counts
+    assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=context), "RNN") == 0
+    reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model, context)
     assert (
         "re-roll kept unrolled: hidden 64, seq 16, batch symbolic: ONNX Runtime's RNN kernel "
         "is slower at hidden 64, seq 16, batch 5 (1.60x [1.60-1.60]) (measured hidden 64, "
@@ -95,8 +95,9 @@ def test_a_static_batch_reads_its_own_corner() -> None:
         cfg = UnrolledRnnConfig(
             input_size=64, hidden_size=64, seq=16, batch=batch, initial_state="folded"
         )
-        with costs.using(slow):
-            result = rnn_rewrite_rules.rewrite(build_unrolled_rnn(cfg), target="onnxruntime")
+        result = rnn_rewrite_rules.rewrite(
+            build_unrolled_rnn(cfg), target="onnxruntime", context=costs.Context(slow)
+        )
         assert _ops(result, "RNN") == rolled, batch
 
 
@@ -107,16 +108,15 @@ def test_portable_weighs_the_zero_state_a_symbolic_batch_forces(op: str) -> None
     cfg = UnrolledCellConfig(op_type=op, input_size=64, hidden_size=64, seq=16)
     model = build_unrolled_cell(cfg)
     zeros_slow = _table(op, {("openvino", "zeros", 1): 1.3})
-    with costs.using(zeros_slow):
-        assert _ops(rnn_rewrite_rules.rewrite(model), op) == 0
-        assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), op) == 1
-        reasons = refusal_reasons(reroll.FAMILY.rules_for("portable"), model)
+    context = costs.Context(zeros_slow)
+    assert _ops(rnn_rewrite_rules.rewrite(model, context=context), op) == 0
+    assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=context), op) == 1
+    reasons = refusal_reasons(reroll.FAMILY.rules_for("portable"), model, context)
     assert (
         f"re-roll kept unrolled: hidden 64, seq 16, batch symbolic: OpenVINO's {op} kernel is "
         "slower at hidden 64, seq 16, batch 1 (1.30x [1.30-1.30])"
     ) in " ".join(reasons)
-    with costs.using(_table(op, {})):
-        rolled = rnn_rewrite_rules.rewrite(model)
+    rolled = rnn_rewrite_rules.rewrite(model, context=costs.Context(_table(op, {})))
     assert _ops(rolled, op) == 1
     (node,) = [n for n in rolled.graph.node if n.op_type == op]
     assert node.input[5]  # the shared explicit zero state
@@ -131,8 +131,7 @@ def test_portable_drops_the_zero_state_of_a_static_batch(op: str) -> None:
     cfg = UnrolledCellConfig(op_type=op, input_size=64, hidden_size=64, seq=16, batch=3)
     model = build_unrolled_cell(cfg)
     zeros_slow = _table(op, {("ort", "zeros", 5): 1.3})  # never read: the state is dropped
-    with costs.using(zeros_slow):
-        rolled = rnn_rewrite_rules.rewrite(model)
+    rolled = rnn_rewrite_rules.rewrite(model, context=costs.Context(zeros_slow))
     (node,) = [n for n in rolled.graph.node if n.op_type == op]
     assert len(node.input) <= 5 or not node.input[5]
     assert _ops(rolled, "ConstantOfShape") == 0
@@ -148,28 +147,33 @@ def test_sizes_outside_the_table_take_the_nearest_and_between_every_corner() -> 
     between = build_unrolled_cell(
         UnrolledCellConfig(op_type="GRU", input_size=8, hidden_size=32, seq=8)
     )
-    with costs.using(slow):
-        assert _ops(rnn_rewrite_rules.rewrite(small, target="onnxruntime"), "GRU") == 1
-        assert _ops(rnn_rewrite_rules.rewrite(between, target="onnxruntime"), "GRU") == 0
+    context = costs.Context(slow)
+    assert _ops(rnn_rewrite_rules.rewrite(small, target="onnxruntime", context=context), "GRU") == 1
+    assert (
+        _ops(rnn_rewrite_rules.rewrite(between, target="onnxruntime", context=context), "GRU") == 0
+    )
 
 
 def test_a_rule_named_is_the_targets_own() -> None:
     model = build_unrolled_rnn(UnrolledRnnConfig(hidden_size=8, seq=4))
-    with costs.ignored():
-        ort = rnn_rewrite_rules.rewrite(model, ["RerollRnn[Tanh]"], target="onnxruntime")
-        portable = rnn_rewrite_rules.rewrite(model, ["RerollRnn[Tanh]"])
+    ignored = costs.Context(ignore=True)
+    ort = rnn_rewrite_rules.rewrite(
+        model, ["RerollRnn[Tanh]"], target="onnxruntime", context=ignored
+    )
+    portable = rnn_rewrite_rules.rewrite(model, ["RerollRnn[Tanh]"], context=ignored)
     assert _ops(ort, "RNN") == 1 and _ops(portable, "RNN") == 0
 
 
 def test_a_recurrence_left_unrolled_is_recorded_once_per_chain() -> None:
     model = build_unrolled_rnn(UnrolledRnnConfig(hidden_size=8, seq=4, num_layers=2))
-    with costs.recording() as declined:
-        rnn_rewrite_rules.rewrite(model)
+    context = costs.Context()
+    rnn_rewrite_rules.rewrite(model, context=context)
+    declined = context.declined
     assert [(d.rule, d.reason) for d in declined] == [("RerollRnn[Tanh]", NO_RNN)] * 2
     assert len({d.node for d in declined}) == 2
-    with costs.recording() as declined, costs.ignored():
-        rnn_rewrite_rules.rewrite(model, target="onnxruntime")
-    assert declined == []
+    context = costs.Context(ignore=True)
+    rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=context)
+    assert context.declined == []
 
 
 def _batch_first_table(op: str, ratio: float) -> costs.CostTable:
@@ -205,14 +209,14 @@ def test_a_batch_first_loop_reads_its_own_forms_table(op: str) -> None:
     (``costs.FORM_TABLES``): slower there, the loop stays unrolled, with the reason."""
     cfg = UnrolledCellConfig(op_type=op, input_size=64, hidden_size=64, seq=16, batch_first=True)
     model = build_unrolled_cell(cfg)
-    with costs.using(_batch_first_table(op, 0.9)):
-        rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    fast = costs.Context(_batch_first_table(op, 0.9))
+    rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=fast)
     assert _ops(rolled, op) == 1
     feeds = cell_inputs(cfg, 3)
     assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(rolled, feeds)) <= 1e-5
-    with costs.using(_batch_first_table(op, 1.2)):
-        assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime"), op) == 0
-        reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model)
+    slow = costs.Context(_batch_first_table(op, 1.2))
+    assert _ops(rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=slow), op) == 0
+    reasons = refusal_reasons(reroll.FAMILY.rules_for("onnxruntime"), model, slow)
     expected = (
         "re-roll kept unrolled: batch-first, Transposes included: hidden 64, seq 16, batch "
         f"symbolic: ONNX Runtime's {op} kernel is slower at hidden 64, seq 16, batch 5 (1.20x "
@@ -222,5 +226,6 @@ def test_a_batch_first_loop_reads_its_own_forms_table(op: str) -> None:
     time_major = build_unrolled_cell(
         UnrolledCellConfig(op_type=op, input_size=64, hidden_size=64, seq=16)
     )
-    with costs.using(_batch_first_table(op, 1.2)):  # a time-major loop does not read it
-        assert _ops(rnn_rewrite_rules.rewrite(time_major, target="onnxruntime"), op) == 1
+    # a time-major loop does not read it
+    rolled = rnn_rewrite_rules.rewrite(time_major, target="onnxruntime", context=slow)
+    assert _ops(rolled, op) == 1

@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import diagnostics, runtime
-from rnn_rewrite_rules._report import _RecordingTracer
+from rnn_rewrite_rules._api import _RefusalTracer
 from rnn_rewrite_rules.rules.bidirectional import MergeHandBuiltBidirectional
 from rnn_rewrite_rules.rules.bidirectional.states import state_rules
 from rnn_rewrite_rules.testing import thirdparty as tp
@@ -79,7 +79,7 @@ def rewrite(model: onnx.ModelProto, families=None, target: str = "portable") -> 
 def reasons(model: onnx.ModelProto, families=None) -> list[str]:
     """Every failed condition of the rules on ``model`` (nothing is rewritten)."""
     ir_model = ir.serde.deserialize_model(model)
-    tracer = _RecordingTracer()
+    tracer = _RefusalTracer()
     rnn_rewrite_rules.rules(families).apply_to_model(ir_model, tracer=tracer)
     return [str(match.reason) for _, _, match, _ in tracer.failures]
 

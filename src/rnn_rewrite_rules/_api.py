@@ -6,14 +6,20 @@ import collections
 import os
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
-from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+from onnxscript.rewriter import (
+    MatchingTracer,
+    MatchResult,
+    MatchStatus,
+    RewriteRule,
+    RewriteRuleSet,
+)
 
-from rnn_rewrite_rules import _serialize
+from rnn_rewrite_rules import _serialize, costs
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.passes import (
@@ -120,11 +126,14 @@ def rewrite(
     *,
     target: str | None = None,
     exclude: Sequence[str] | str | None = None,
+    context: costs.Context | None = None,
 ) -> _Model:
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
-    ``names``, ``target`` and ``exclude`` are as in :func:`rules`.
+    ``names``, ``target`` and ``exclude`` are as in :func:`rules`. ``context``: the cost
+    tables the rules decide on and where they record what they declined (default: the
+    checked-in tables, the record dropped).
 
     Memory: a ``ModelProto`` is not changed, so the result is a second copy of the weights
     (the folded ones), built while each is dropped from the working model: the peak is the
@@ -151,7 +160,7 @@ def rewrite(
     rule_set = RewriteRuleSet(select(names, target=target, exclude=exclude))
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        fired = _rewrite(ir_model, rule_set)
+        fired = apply_rounds(ir_model, rule_set, context=context)
         if not fired:
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
@@ -161,13 +170,8 @@ def rewrite(
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
                 return result
         return _serialize.serialize_releasing(ir_model)
-    _rewrite(model, rule_set)
+    apply_rounds(model, rule_set, context=context)
     return model
-
-
-def _rewrite(model: ir.Model, rule_set: RewriteRuleSet) -> bool:
-    """Rewrite ``model`` in place and clean up; True when a rule fired."""
-    return apply_rounds(model, rule_set)
 
 
 def apply_rounds(
@@ -177,6 +181,8 @@ def apply_rounds(
     *,
     counts: collections.Counter[str] | None = None,
     on_node: Callable[[], None] | None = None,
+    context: costs.Context | None = None,
+    refusals: list[Refused] | None = None,
 ) -> bool:
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
@@ -190,22 +196,32 @@ def apply_rounds(
             wrapped (the wrapper delegates everything to it), so the count is what the
             rewriter applied.
         on_node: called for every node the rules visit (progress); needs ``counts``.
+        context: what the rules' checks read and record (:mod:`rnn_rewrite_rules.costs`);
+            None: a fresh one.
+        refusals: if given, it ends holding every failed condition of the last round (the
+            one that fired nothing: the rules' refusals on the rewritten model).
     """
-    if counts is not None and rule_set.rules:
+    tracer = _RefusalTracer() if refusals is not None else None
+    if (counts is not None or tracer is not None) and rule_set.rules:
         wrapped = [
-            _CountingRule(rule, counts, on_node if index == 0 else None)
+            _CountingRule(rule, counts, on_node if index == 0 else None, tracer)
             for index, rule in enumerate(rule_set.rules)
         ]
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
     fired = False
-    for round_number in range(_MAX_ROUNDS):
-        if on_round is not None:
-            on_round(round_number)
-        if not rule_set.apply_to_model(model):
-            break
-        fired = True
-        RemoveDeadNodesPass()(model)
+    with costs.attached(model, context or costs.Context()):
+        for round_number in range(_MAX_ROUNDS):
+            if on_round is not None:
+                on_round(round_number)
+            if tracer is not None:
+                tracer.failures.clear()
+            if not rule_set.apply_to_model(model):
+                break
+            fired = True
+            RemoveDeadNodesPass()(model)
+    if refusals is not None and tracer is not None:
+        refusals[:] = tracer.failures
     cleanup(model, original)
     return fired
 
@@ -215,18 +231,43 @@ def rule_name(rule: RewriteRule) -> str:
     return rule.name or repr(rule)
 
 
+class Refused(NamedTuple):
+    """A rule's failed condition (or failed replacement) at a node."""
+
+    rule: RewriteRule
+    root: ir.Node
+    match: MatchResult
+    status: MatchStatus
+
+
+class _RefusalTracer(MatchingTracer):
+    """Keeps every failed condition (the base class keeps only the best match per rule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: list[Refused] = []
+
+    def log(self, rule, container, node, match_result, status) -> None:
+        if status in (MatchStatus.CONDITION_FAILED, MatchStatus.REPLACEMENT_FAILED):
+            self.failures.append(Refused(rule, node, match_result, status))
+
+
 class _CountingRule:
-    """Delegates to a rule and counts the rewrites it produced."""
+    """Delegates to a rule, counts the rewrites it produced and (given a tracer) traces
+    its failed conditions: the tracer goes to the rule, not to the rule set, which would
+    then apply nothing."""
 
     def __init__(
         self,
         rule: RewriteRule,
-        counts: collections.Counter[str],
+        counts: collections.Counter[str] | None,
         on_node: Callable[[], None] | None = None,
+        tracer: MatchingTracer | None = None,
     ) -> None:
         self._rule = rule
         self._counts = counts
         self._on_node = on_node
+        self._tracer = tracer
 
     def __getattr__(self, name: str):
         return getattr(self._rule, name)
@@ -234,8 +275,14 @@ class _CountingRule:
     def try_rewrite(self, model, graph_or_function, node, **kwargs):
         if self._on_node is not None:
             self._on_node()
-        delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
-        if delta is not None and kwargs.get("tracer") is None:
+        if kwargs.get("tracer") is None and self._tracer is not None:
+            kwargs["tracer"] = self._tracer
+            delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+            traced_by_caller = False
+        else:
+            delta = self._rule.try_rewrite(model, graph_or_function, node, **kwargs)
+            traced_by_caller = kwargs.get("tracer") is not None
+        if delta is not None and not traced_by_caller and self._counts is not None:
             self._counts[rule_name(self._rule)] += 1
         return delta
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["Refusal"]
+__all__ = ["Inapplicable", "Refusal"]
 
 
 class Refusal(str):
@@ -18,3 +18,11 @@ class Refusal(str):
 
     def __repr__(self) -> str:
         return f"Refusal({str.__repr__(self)})"
+
+
+class Inapplicable(Refusal):
+    """A refusal that says nothing about the node: the rule is not written for it at all
+    (a rule for another output count, a guard merge on a Concat no guard feeds). Reports
+    leave it out."""
+
+    __slots__ = ()

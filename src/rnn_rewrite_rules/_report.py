@@ -17,22 +17,19 @@ from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 from onnxscript.rewriter import (
-    MatchingTracer,
-    MatchResult,
     MatchStatus,
     RewriteRule,
-    RewriteRuleSet,
 )
 
 from rnn_rewrite_rules import _compat, _save, _verify, costs, diagnostics
-from rnn_rewrite_rules._api import rule_name
+from rnn_rewrite_rules._api import Refused, rule_name
+from rnn_rewrite_rules._refusal import Inapplicable
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op_of_type
 from rnn_rewrite_rules._size_plan import format_plan
 from rnn_rewrite_rules._verify import VerifyResult
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import families, fixed_by
-from rnn_rewrite_rules.rules.loop_scan.guards import NOT_GUARDS
 
 if TYPE_CHECKING:
     from rnn_rewrite_rules.benchmark import BenchmarkResult
@@ -130,22 +127,11 @@ def _docstring_line(rule: RewriteRule) -> str:
     return ""
 
 
-class _RecordingTracer(MatchingTracer):
-    """Keeps every failed condition (the base class keeps only the best match per rule)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures: list[tuple[RewriteRule, ir.Node, MatchResult, MatchStatus]] = []
-
-    def log(self, rule, container, node, match_result, status) -> None:
-        if status in (MatchStatus.CONDITION_FAILED, MatchStatus.REPLACEMENT_FAILED):
-            self.failures.append((rule, node, match_result, status))
-
-
-#: The reason a rule built for another output count gives (one rule per count).
-#: Refusals that say nothing about the node near them: a rule made for another number of
-#: outputs, ``loop_scan``'s guard merge on a Concat of anything but guards.
-_NOT_ABOUT_IT = re.compile(rf"node has \d+ outputs, not \d+|{re.escape(NOT_GUARDS)}")
+def _not_about_it(reason: object) -> bool:
+    """A refusal that says nothing about the node near it (a rule made for another number
+    of outputs, ``loop_scan``'s guard merge on a Concat of anything but guards): its kind,
+    not its text."""
+    return isinstance(reason, Inapplicable)
 
 
 def _is_subject(node: ir.Node) -> bool:
@@ -185,12 +171,16 @@ class Unimproved:
 
 
 def unimproved_rnns(
-    model: ir.Model, rules: Sequence[RewriteRule], rule_families: Mapping[str, str]
+    model: ir.Model,
+    rules: Sequence[RewriteRule],
+    rule_families: Mapping[str, str],
+    refusals: Sequence[Refused] = (),
 ) -> list[Unimproved]:
     """RNN nodes of ``model`` (already rewritten) that still carry a hazard a family targets.
 
-    For each, the reasons come from a tracing pass (which changes nothing): the failed
-    conditions of that family's rules on matches near the node. onnxscript does not
+    For each, the reasons are the failed conditions of that family's rules on matches near
+    the node, from ``refusals``: the trace of the rewrite's last round (``apply_rounds``),
+    which fired nothing, so the rules' verdicts on the model as it is. onnxscript does not
     record failures at a pattern's root op type, so "no rule matched" is said then.
 
     Args:
@@ -206,18 +196,15 @@ def unimproved_rnns(
     if not remaining:
         return []
     failures: dict[ir.Node, list[tuple[str, str]]] = collections.defaultdict(list)
-    if rules:
-        tracer = _RecordingTracer()
-        RewriteRuleSet(list(rules)).apply_to_model(model, tracer=tracer)
-        for rule, root, match, status in tracer.failures:
-            default = "condition failed" if status == MatchStatus.CONDITION_FAILED else "no rewrite"
-            reason = " ".join(str(match.reason or default).split())
-            if _NOT_ABOUT_IT.fullmatch(reason):
-                continue  # a rule made for another number of outputs: says nothing
-            name = rule_name(rule)
-            for rnn in _neighbour_rnns([root, *match.nodes]):
-                if (name, reason) not in failures[rnn]:
-                    failures[rnn].append((name, reason))
+    for rule, root, match, status in refusals:
+        if _not_about_it(match.reason):
+            continue
+        default = "condition failed" if status == MatchStatus.CONDITION_FAILED else "no rewrite"
+        reason = " ".join(str(match.reason or default).split())
+        name = rule_name(rule)
+        for rnn in _neighbour_rnns([root, *match.nodes]):
+            if (name, reason) not in failures[rnn]:
+                failures[rnn].append((name, reason))
     selected = {rule_families.get(rule_name(rule)) for rule in rules}
     available = set(rule_families.values())
     result = []

@@ -24,7 +24,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import RewriteRuleSet
 
 from rnn_rewrite_rules import _load, _report, _save, _verify, costs, diagnostics, runtime
-from rnn_rewrite_rules._api import apply_rounds, select
+from rnn_rewrite_rules._api import Refused, apply_rounds, select
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules._report import Report
 from rnn_rewrite_rules._size_plan import SizePlan, Sizes
@@ -170,21 +170,22 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
 
     fired: collections.Counter[str] = collections.Counter()
     check_onnxscript()
-    with costs.recording() as kept_unrolled:
-        apply_rounds(
-            model,
-            RewriteRuleSet(rules),
-            on_round,
-            counts=fired,
-            on_node=lambda: current[0].advance(),
-        )
+    context = costs.Context()
+    refusals: list[Refused] = []
+    apply_rounds(
+        model,
+        RewriteRuleSet(rules),
+        on_round,
+        counts=fired,
+        on_node=lambda: current[0].advance(),
+        context=context,
+        refusals=refusals,
+    )
     current[0].done()
-    explain = progress.task("explaining what was not rewritten")
-    unimproved = _report.unimproved_rnns(model, rules, _report.rule_families())
-    explain.done()
+    unimproved = _report.unimproved_rnns(model, rules, _report.rule_families(), refusals)
     after = _report.model_stats(model)
     report = Report(Path(), None, before, after, fired, unimproved, len(rules))
-    report.kept_unrolled = kept_unrolled
+    report.kept_unrolled = context.declined
     return report
 
 

@@ -44,24 +44,25 @@ import json
 import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 
+import onnx_ir as ir
+
 __all__ = [
     "GLITCH",
     "NOISE",
     "RUNTIMES",
     "TIMED_RUNTIMES",
+    "Context",
     "CostTable",
     "Decision",
     "Declined",
     "Point",
+    "attached",
     "glitches",
-    "ignored",
     "load",
     "median_kept",
     "no_slower",
-    "record",
-    "recording",
+    "of",
     "slower",
-    "using",
 ]
 
 #: A ratio up to 1 + NOISE with a repeat at or below 1 is noise, not a slowdown.
@@ -373,11 +374,6 @@ def load(path: str | None = None) -> CostTable:
     return CostTable.from_json(data)
 
 
-_ignored = False
-_table: CostTable | None = None
-_declined: list[Declined] | None = None
-
-
 @dataclasses.dataclass(frozen=True)
 class Declined:
     """A proven rewrite a rule left undone for its target (cost, or a runtime's limits)."""
@@ -387,45 +383,62 @@ class Declined:
     reason: str
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[list[Declined]]:
-    """Inside, :func:`record` collects declined rewrites (each once) into the list given."""
-    global _declined
-    previous, _declined = _declined, []
-    try:
-        yield _declined
-    finally:
-        _declined = previous
+@dataclasses.dataclass
+class Context:
+    """One rewrite's cost state, made by its caller and read by the rules' checks: the
+    table they decide on (None: the checked-in ones), whether the cost model is ignored
+    (every rewrite no slower: what the grids need to measure), and the trace of rewrites
+    declined (each once), what the report reads."""
 
+    table: CostTable | None = None
+    ignore: bool = False
+    declined: list[Declined] = dataclasses.field(default_factory=list)
 
-def record(rule: str, node: str, reason: str) -> None:
-    """Note a declined rewrite when :func:`recording`."""
-    if _declined is not None:
+    def no_slower(
+        self,
+        target: str,
+        op: str,
+        hidden: int,
+        seq: int,
+        batch: int | None,
+        direction: str = "forward",
+        form: str = "none",
+    ) -> Decision:
+        """:func:`no_slower` on this context's table (always, when the model is ignored)."""
+        if self.ignore:
+            return Decision(True, "cost model ignored")
+        return no_slower(target, op, hidden, seq, batch, direction, form, table=self.table)
+
+    def decline(self, rule: str, node: str, reason: str) -> None:
+        """Note a declined rewrite (once)."""
         entry = Declined(rule, node, reason)
-        if entry not in _declined:
-            _declined.append(entry)
+        if entry not in self.declined:
+            self.declined.append(entry)
+
+
+#: Where a rewrite's :class:`Context` is kept on the model it rewrites (``ir.Model.meta``).
+_META_KEY = "rnn_rewrite_rules.costs.Context"
 
 
 @contextlib.contextmanager
-def ignored() -> Iterator[None]:
-    """Inside, every rewrite counts as no slower (what the grid itself needs to measure)."""
-    global _ignored
-    previous, _ignored = _ignored, True
+def attached(model: ir.Model, context: Context) -> Iterator[Context]:
+    """Inside, the rules rewriting ``model`` read ``context`` (:func:`of`); removed after."""
+    previous = model.meta.get(_META_KEY)
+    model.meta[_META_KEY] = context
     try:
-        yield
+        yield context
     finally:
-        _ignored = previous
+        if previous is None:
+            model.meta.pop(_META_KEY, None)
+        else:
+            model.meta[_META_KEY] = previous
 
 
-@contextlib.contextmanager
-def using(table: CostTable) -> Iterator[None]:
-    """Inside, the rules read ``table`` instead of the checked-in one."""
-    global _table
-    previous, _table = _table, table
-    try:
-        yield
-    finally:
-        _table = previous
+def of(model: ir.Model) -> Context:
+    """The context attached to ``model`` by the rewrite running on it; a default one (the
+    checked-in tables, nothing recorded) when the rules are applied without one."""
+    context = model.meta.get(_META_KEY)
+    return context if isinstance(context, Context) else Context()
 
 
 def no_slower(
@@ -436,12 +449,12 @@ def no_slower(
     batch: int | None,
     direction: str = "forward",
     form: str = "none",
+    *,
+    table: CostTable | None = None,
 ) -> Decision:
-    """:meth:`CostTable.decide` on the checked-in table (a form of :data:`FORM_TABLES`: on
-    its own table); ``batch`` None is a symbolic batch (every measured batch must agree)."""
-    if _ignored:
-        return Decision(True, "cost model ignored")
-    table = _table
+    """:meth:`CostTable.decide` on ``table``, by default the checked-in table (a form of
+    :data:`FORM_TABLES`: on its own table); ``batch`` None is a symbolic batch (every
+    measured batch must agree)."""
     if table is None:
         table = load(str(_PATH.with_name(f"{form}.json"))) if form in FORM_TABLES else load()
     return table.decide(target, op, hidden, seq, batch, direction, form)

@@ -14,6 +14,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
+from rnn_rewrite_rules._refusal import Inapplicable
 from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._forms import FormRule
 
@@ -47,7 +48,7 @@ class RnnNodeRule(RewriteRuleClassBase):
         node = self.node(out0)
         if len(node.outputs) != self.num_outputs:
             return MatchResult().fail(
-                f"node has {len(node.outputs)} outputs, not {self.num_outputs}", node
+                Inapplicable(f"node has {len(node.outputs)} outputs, not {self.num_outputs}"), node
             )
         return self.check_node(context, node)
 

@@ -10,7 +10,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import opset_version
-from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._refusal import Inapplicable, Refusal
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
@@ -217,7 +217,7 @@ class RecurrenceRule(RewriteRuleClassBase):
         assert node is not None
         if len(node.outputs) != self.num_outputs:  # the matcher accepts fewer
             return MatchResult().fail(
-                f"node has {len(node.outputs)} outputs, not {self.num_outputs}", node
+                Inapplicable(f"node has {len(node.outputs)} outputs, not {self.num_outputs}"), node
             )
         if not any(used(v) for v in node.outputs):
             return MatchResult().fail("no output of the node is read", node)

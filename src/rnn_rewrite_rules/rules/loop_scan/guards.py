@@ -21,6 +21,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
+from rnn_rewrite_rules._refusal import Inapplicable
 from rnn_rewrite_rules.rules._graph import free_name, same_value, taken_names
 from rnn_rewrite_rules.rules.cell import through_identity
 
@@ -29,7 +30,7 @@ __all__ = ["NOT_GUARDS", "MergeGuards"]
 _BRANCHES = ("then_branch", "else_branch")
 #: The refusal on a Concat of anything else (every Concat is tried): says nothing about a
 #: recurrence, so reports leave it out.
-NOT_GUARDS = "a concatenated value is not an If's output"
+NOT_GUARDS = Inapplicable("a concatenated value is not an If's output")
 
 
 def _guard_output(value: ir.Value) -> tuple[ir.Node, int] | None:

@@ -146,7 +146,7 @@ def redirect(old: ir.Value, new: ir.Value) -> None:
 
 
 class KeptUnrolled(Refusal):
-    """A proven chain left unrolled for the target: recorded (``costs.recording``) so a
+    """A proven chain left unrolled for the target: recorded (``costs.Context.declined``) so a
     report can say that a recurrence was found, and why it stays."""
 
     __slots__ = ()
@@ -181,7 +181,9 @@ def cost_refusal(
         )
         form = "none" if dropped else "zeros"
     direction = "reverse" if reverse else "forward"
-    decision = costs.no_slower(target, op_type, hidden, seq, batch, direction, form)
+    decision = costs.of(context.model).no_slower(
+        target, op_type, hidden, seq, batch, direction, form
+    )
     if decision.fires:
         return None
     return KeptUnrolled(f"re-roll kept unrolled: {label}{decision.reason}")
@@ -231,7 +233,7 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
             return check_result.fail(_SLICE_10, root)
         kept = self.decline(context, plan)
         if kept is not None:
-            costs.record(str(self.name), root.name or root.op_type, kept)
+            costs.of(context.model).decline(str(self.name), root.name or root.op_type, kept)
             return check_result.fail(kept, root)
         self.plan, self.graph, self.opset = plan, context.graph_or_function, opset
         return check_result
