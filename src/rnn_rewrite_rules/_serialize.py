@@ -59,7 +59,7 @@ def serialize_with_placeholders(
                 0,
                 tensor.nbytes,
                 tensor.dtype,
-                shape=tensor.shape,
+                shape=ir.Shape(tensor.shape.numpy()),  # a tensor's shape is static
                 name=value.name or "",
                 doc_string=tensor.doc_string,
                 metadata_props=dict(tensor.metadata_props),
