@@ -227,9 +227,9 @@ def _anchor(fact: Fact, value: ir.Value) -> Fact:
 
 
 def _agree(a: Fact, b: Fact) -> Fact:
-    if a.rank is None or a.rank != b.rank:
+    if a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
         return UNKNOWN
-    dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims, strict=True))  # type: ignore[arg-type]
+    dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims, strict=True))
     elements = None
     if a.elements is not None and b.elements is not None and len(a.elements) == len(b.elements):
         elements = tuple(x if x == y else None for x, y in zip(a.elements, b.elements, strict=True))

@@ -362,12 +362,14 @@ def _windows(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> li
         return [Fact((None,) * len(f.dims)) if f.dims is not None else f for f in facts]
     auto_pad = node.attributes.get("auto_pad")
     mode = "NOTSET" if auto_pad is None else auto_pad.as_string()
-    kernel = _int_list(node, "kernel_shape")
+    given = _int_list(node, "kernel_shape")
+    kernel: list[int | None] | None = None if given is None else [*given]
     weight_index = 3 if node.op_type == "QLinearConv" else 1
-    if kernel is None and len(ins) > weight_index and ins[weight_index] is not None:
-        w = ins[weight_index].dims  # type: ignore[union-attr]
+    weight = ins[weight_index] if len(ins) > weight_index else None
+    if kernel is None and weight is not None:
+        w = weight.dims
         if w is not None and len(w) == len(x.dims):
-            kernel = [None if d is None else d.value for d in w[2:]]  # type: ignore[misc]
+            kernel = [None if d is None else d.value for d in w[2:]]
     pads = _int_list(node, "pads") or [0] * (2 * spatial)
     dilations = _int_list(node, "dilations") or [1] * spatial
     ceil = node.attributes.get("ceil_mode")
@@ -383,7 +385,7 @@ def _windows(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> li
             padding = (
                 pads[i] + pads[i + spatial] if mode == "NOTSET" and len(pads) == 2 * spatial else 0
             )
-            fits = k is not None and n + padding >= (k - 1) * dilations[i] + 1  # type: ignore[operator]
+            fits = k is not None and n is not None and n + padding >= (k - 1) * dilations[i] + 1
         if not fits:
             dims[2 + i] = None
     corrected = Fact(tuple(dims))
