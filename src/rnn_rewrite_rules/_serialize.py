@@ -82,6 +82,7 @@ def serialize_releasing(model: ir.Model) -> onnx.ModelProto:
     the weights between them, not two. ``model`` is not usable afterwards."""
     proto, streamed = serialize_with_placeholders(model, restore=False)
     sources: list[ir.TensorProtocol | None] = [*streamed]  # each dropped once copied
+    del streamed  # sources holds the only references, so that dropping one frees it
     for tensor_proto in proto.graph.initializer:
         index = stream_index(tensor_proto)
         if index is None:
