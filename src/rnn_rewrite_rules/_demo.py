@@ -41,8 +41,8 @@ def run(
         "writes it (built in memory)"
     ]
     if save_seed:
-        target = _save.check_output_path(save_seed, None, in_place=False)
-        with _save.Staging(target) as staging:
+        seed_path = _save.check_output_path(save_seed, None, in_place=False)
+        with _save.Staging(seed_path) as staging:
             staging.write(ir.serde.deserialize_model(proto))
             staging.commit()
         lines.append(f"  seed model written to {save_seed}")

@@ -93,12 +93,12 @@ def installed(
 ) -> Iterator[None]:
     """Install for the duration of a ``with`` block, restoring the previous state after."""
     was_installed = is_installed()
-    previous = _ours
+    previous = [r.name for r in _ours if r.name is not None]  # ours are all named
     install(names, target=target, exclude=exclude)
     try:
         yield
     finally:
         if was_installed:
-            install([r.name for r in previous])
+            install(previous)
         else:
             uninstall()

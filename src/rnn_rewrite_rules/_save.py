@@ -458,5 +458,5 @@ def _write_bytes(file, tensor: ir.TensorProtocol) -> None:
     if array.dtype.byteorder == ">" or not array.flags.c_contiguous:
         file.write(tensor.tobytes())
     else:
-        file.write(memoryview(array.reshape(-1)).cast("B"))
+        file.write(array.reshape(-1).data.cast("B"))
     del array  # before the mapping, if any, is released

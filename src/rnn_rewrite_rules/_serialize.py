@@ -50,16 +50,15 @@ def serialize_with_placeholders(
     ``restore=False`` leaves the placeholders in ``model`` (which then no longer holds the
     tensors)."""
     streamed = [v for v in model.graph.initializers.values() if _streamable(v.const_value)]
-    sources = [v.const_value for v in streamed]
+    sources = [t for v in streamed if (t := v.const_value) is not None]  # all, by _streamable
     try:
         for index, (value, tensor) in enumerate(zip(streamed, sources, strict=True)):
-            assert tensor is not None
             value.const_value = ir.ExternalTensor(
                 f"\0stream/{index}",
                 0,
                 tensor.nbytes,
                 tensor.dtype,
-                shape=tensor.shape,
+                shape=ir.Shape(tensor.shape.numpy()),  # a tensor's shape is static
                 name=value.name or "",
                 doc_string=tensor.doc_string,
                 metadata_props=dict(tensor.metadata_props),
@@ -69,7 +68,7 @@ def serialize_with_placeholders(
         if restore:
             for value, tensor in zip(streamed, sources, strict=True):
                 value.const_value = tensor
-    return proto, sources  # type: ignore[return-value]
+    return proto, sources
 
 
 def stream_index(tensor_proto: onnx.TensorProto) -> int | None:
@@ -81,16 +80,21 @@ def serialize_releasing(model: ir.Model) -> onnx.ModelProto:
     """``ir.serde.serialize_model(model)``, but each big initializer of the main graph is
     dropped from ``model`` once copied into the proto, so that the two hold one copy of
     the weights between them, not two. ``model`` is not usable afterwards."""
-    proto, sources = serialize_with_placeholders(model, restore=False)
+    proto, streamed = serialize_with_placeholders(model, restore=False)
+    sources: list[ir.TensorProtocol | None] = [*streamed]  # each dropped once copied
+    del streamed  # sources holds the only references, so that dropping one frees it
     for tensor_proto in proto.graph.initializer:
         index = stream_index(tensor_proto)
         if index is None:
             continue
         del tensor_proto.external_data[:]
         tensor_proto.ClearField("data_location")
-        tensor_proto.raw_data = sources[index].tobytes()
-        release(sources[index])
-        sources[index] = None  # type: ignore[call-overload]
+        source = sources[index]
+        if source is None:
+            raise ValueError(f"stream placeholder {index} appears twice in the proto")
+        tensor_proto.raw_data = source.tobytes()
+        release(source)
+        sources[index] = None
     return proto
 
 

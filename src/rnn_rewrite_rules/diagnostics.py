@@ -137,7 +137,7 @@ def _shape_chain(rnn: ir.Node) -> Hazard | None:
 def _preparation(value: ir.Value) -> set[ir.Node] | None:
     """The nodes computing ``value`` from constants only, or None if it needs a graph input."""
     cone: set[ir.Node] = set()
-    stack = [value]
+    stack: list[ir.Value | None] = [value]
     while stack:
         current = stack.pop()
         if current is None or _is_constant(current):
@@ -153,7 +153,10 @@ def _preparation(value: ir.Value) -> set[ir.Node] | None:
 
 
 def _weight_preparation(rnn: ir.Node) -> Hazard | None:
-    names = rnn_op(rnn).weight_inputs  # type: ignore[union-attr]
+    spec = rnn_op(rnn)
+    if spec is None:
+        return None
+    names = spec.weight_inputs
     prepared: list[str] = []
     cone: set[ir.Node] = set()
     for index, name in names.items():
@@ -166,12 +169,12 @@ def _weight_preparation(rnn: ir.Node) -> Hazard | None:
             cone |= nodes
     if not prepared:
         return None
-    nodes = [n for n in cone if n.op_type != "Constant"]
+    preparers = [n for n in cone if n.op_type != "Constant"]
     return Hazard(
         "runtime-weight-prep",
         describe_node(rnn),
-        f"{', '.join(prepared)} computed at run time from initializers by {len(nodes)} nodes "
-        f"({_summary(nodes)}); ONNX Runtime folds them at load or recomputes them per call",
+        f"{', '.join(prepared)} computed at run time from initializers by {len(preparers)} nodes "
+        f"({_summary(preparers)}); ONNX Runtime folds them at load or recomputes them per call",
     )
 
 
@@ -229,7 +232,10 @@ def _after_rnn(value: ir.Value, hops: int = 6) -> ir.Node | None:
             return producer
         if producer.op_type not in _PASS_THROUGH or not producer.inputs:
             return None
-        value = producer.inputs[0]
+        first = producer.inputs[0]
+        if first is None:
+            return None
+        value = first
     return None
 
 
@@ -417,6 +423,7 @@ def _unproven_zero_state(rnn: ir.Node, main_graph: ir.Graph | None) -> Hazard | 
         if not fills:
             continue
         name = "initial_c" if index == 6 else "initial_h"
+        why: str | None
         if not is_all_zeros(state):
             why = "it is not provably zeros (x * 0 is NaN where x is inf or NaN)"
         else:

@@ -34,7 +34,8 @@ def onnxscript_gru_bug(node: ir.Node) -> str | None:
     if node.attributes.get_int("linear_before_reset", 0) != 0:
         return None
     w = spec.inputs.index("W")
-    if len(node.inputs) <= w or node.inputs[w] is None or not _torchlib_reordered(node.inputs[w]):
+    weights = node.inputs[w] if len(node.inputs) > w else None
+    if weights is None or not _torchlib_reordered(weights):
         return None
     return (
         "linear_before_reset=0 with torchlib's weight reordering: exported by onnxscript "
@@ -45,10 +46,10 @@ def onnxscript_gru_bug(node: ir.Node) -> str | None:
 
 def _torchlib_reordered(value: ir.Value) -> bool:
     """Whether ``value`` is (a direction stack of) torchlib's GRU gate reordering."""
-    frontier = [value]
+    frontier: list[ir.Value | None] = [value]
     for _ in range(_MAX_HOPS):
-        producers = [v.producer() for v in frontier if v is not None]
-        producers = [p for p in producers if p is not None and p.domain in ("", "ai.onnx")]
+        producers = [p for v in frontier if v is not None and (p := v.producer()) is not None]
+        producers = [p for p in producers if p.domain in ("", "ai.onnx")]
         if any(_is_gate_reorder(p) for p in producers):
             return True
         frontier = [v for p in producers if p.op_type in _WRAPPERS for v in p.inputs]
@@ -63,18 +64,18 @@ def _is_gate_reorder(node: ir.Node) -> bool:
         return False
     if len(node.inputs) != 3:
         return False
-    slices = [v.producer() if v is not None else None for v in node.inputs]
-    if any(s is None or s.op_type != "Slice" or len(s.inputs) < 3 for s in slices):
+    slices = [p for v in node.inputs if v is not None and (p := v.producer()) is not None]
+    if len(slices) != 3 or any(s.op_type != "Slice" or len(s.inputs) < 3 for s in slices):
         return False
     if len({s.inputs[0] for s in slices}) != 1:
         return False
     if any(len(s.inputs) > 3 and _scalar(s.inputs[3]) not in (0, None) for s in slices):
         return False  # axes given, and not axis 0
-    starts = [_scalar(s.inputs[1]) for s in slices]
-    ends = [_scalar(s.inputs[2]) for s in slices]
-    if None in starts or None in ends:
+    bounds = [(_scalar(s.inputs[1]), _scalar(s.inputs[2])) for s in slices]
+    known = [(start, end) for start, end in bounds if start is not None and end is not None]
+    if len(known) != 3:
         return False
-    (z, r, n), (z_end, r_end, n_end) = starts, ends
+    (z, z_end), (r, r_end), (n, n_end) = known
     hidden = r_end
     return (
         r == 0

@@ -114,7 +114,12 @@ def reference_runner(model: Source) -> Runner:
         model = onnx.load(model)
     evaluator = ReferenceEvaluator(model)
     names = [o.name for o in model.graph.output]
-    return Runner("onnx.reference", lambda feeds: evaluator.run(None, dict(feeds)), names)
+
+    def run(feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        outputs = evaluator.run(names, dict(feeds))  # a list in ``names`` order
+        return outputs if isinstance(outputs, list) else [outputs[name] for name in names]
+
+    return Runner("onnx.reference", run, names)
 
 
 def make_feed(

@@ -41,9 +41,10 @@ class Fact:
 
     def ints(self) -> list[int] | None:
         """The elements as Python ints when all are constants."""
-        if self.elements is None or any(e is None or e.value is None for e in self.elements):
+        if self.elements is None:
             return None
-        return [e.value for e in self.elements]  # type: ignore[union-attr,misc]
+        values = [v for e in self.elements if e is not None and (v := e.value) is not None]
+        return values if len(values) == len(self.elements) else None
 
 
 UNKNOWN = Fact()

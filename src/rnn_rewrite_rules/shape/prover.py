@@ -125,11 +125,12 @@ class ShapeProver:
 
     def _if(self, node: ir.Node) -> list[Fact]:
         """The branch that runs when the condition is proven, or what both branches agree on."""
-        branches = [node.attributes.get(name) for name in ("then_branch", "else_branch")]
-        if any(b is None for b in branches):
+        then_branch, else_branch = (node.attributes.get(n) for n in ("then_branch", "else_branch"))
+        if then_branch is None or else_branch is None:
             return []
-        then_graph, else_graph = (b.as_graph() for b in branches)  # type: ignore[union-attr]
-        cond = self._facts.get(node.inputs[0], UNKNOWN) if node.inputs else UNKNOWN
+        then_graph, else_graph = then_branch.as_graph(), else_branch.as_graph()
+        condition = node.inputs[0] if node.inputs else None
+        cond = UNKNOWN if condition is None else self._facts.get(condition, UNKNOWN)
         then_facts = [self._facts.get(v, UNKNOWN) for v in then_graph.outputs]
         else_facts = [self._facts.get(v, UNKNOWN) for v in else_graph.outputs]
         taken = cond.ints()
@@ -194,11 +195,12 @@ class ShapeProver:
         tensor = None if value.is_graph_input() else ir.convenience.get_const_tensor(value)
         if tensor is None:
             return UNKNOWN
-        dims = tuple(Dim.const(int(d)) for d in tensor.shape.dims)
+        shape = tensor.shape.numpy()  # a tensor's shape is static
+        dims = tuple(Dim.const(int(d)) for d in shape)
         elements = None
         dtype = tensor.dtype
         if len(dims) <= 1 and (dtype.is_integer() or dtype == ir.DataType.BOOL):
-            size = int(np.prod(tensor.shape.dims)) if dims else 1
+            size = int(np.prod(shape)) if dims else 1
             if size <= MAX_ELEMENTS:
                 array = const_array(value)
                 if array is not None:
@@ -225,9 +227,9 @@ def _anchor(fact: Fact, value: ir.Value) -> Fact:
 
 
 def _agree(a: Fact, b: Fact) -> Fact:
-    if a.rank is None or a.rank != b.rank:
+    if a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
         return UNKNOWN
-    dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims, strict=True))  # type: ignore[arg-type]
+    dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims, strict=True))
     elements = None
     if a.elements is not None and b.elements is not None and len(a.elements) == len(b.elements):
         elements = tuple(x if x == y else None for x, y in zip(a.elements, b.elements, strict=True))

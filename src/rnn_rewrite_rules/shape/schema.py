@@ -121,7 +121,8 @@ def _infer(node: ir.Node, ins: Sequence[Fact | None], main_graph: ir.Graph | Non
         if value is None:
             continue
         name = proto.input[i]
-        fact = ins[i] if i < len(ins) and ins[i] is not None else UNKNOWN
+        given = ins[i] if i < len(ins) else None
+        fact = UNKNOWN if given is None else given
         type_str = types[i]
         if type_str.startswith("seq(") and type_str[4:-1] in _DTYPES:
             sequence = onnx.TypeProto()
@@ -182,9 +183,11 @@ def _tensor_type(dtype: int, fact: Fact, names: _Names) -> onnx.TypeProto:
 
 
 def _fact(type_proto: onnx.TypeProto | None, names: _Names) -> Fact:
-    kind = None if type_proto is None else type_proto.WhichOneof("value")
+    if type_proto is None:
+        return UNKNOWN
+    kind = type_proto.WhichOneof("value")
     if kind == "sequence_type":
-        element = _fact(type_proto.sequence_type.elem_type, names)  # type: ignore[union-attr]
+        element = _fact(type_proto.sequence_type.elem_type, names)
         return UNKNOWN if element.dims is None else Fact(sequence=element)
     if kind != "tensor_type":
         return UNKNOWN
@@ -294,6 +297,12 @@ _INT_DTYPES = frozenset(
 # a size that ONNX Runtime or onnx.reference contradicts. It keeps what stays true.
 
 
+def _known_dims(dims: Sequence[Dim | None]) -> tuple[Dim, ...] | None:
+    """``dims`` when every size is known, else None."""
+    known = tuple(dim for dim in dims if dim is not None)
+    return known if len(known) == len(dims) else None
+
+
 def _einsum(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> list[Fact]:
     """ONNX takes a label's size from one operand, but ONNX Runtime and numpy broadcast a
     size 1 against the others (``btgi,gih`` with ``g`` 1 in one and 0 in the other is
@@ -304,21 +313,24 @@ def _einsum(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> lis
     equation = "" if attr is None else attr.as_string().replace(" ", "")
     lhs, arrow, rhs = equation.partition("->")
     terms = lhs.split(",")
+    unknown = [Fact((None,) * len(facts[0].dims))]
     operands = [ins[i] if i < len(ins) else None for i in range(len(terms))]
-    if len(terms) != len(node.inputs) or any(f is None or f.dims is None for f in operands):
-        return [Fact((None,) * len(facts[0].dims))]
+    if len(terms) != len(node.inputs):
+        return unknown
     labels: dict[str, list[Dim]] = {}
     ellipses: list[tuple[Dim, ...]] = []
     for term, fact in zip(terms, operands, strict=True):
-        dims = fact.dims  # type: ignore[union-attr]
+        known = None if fact is None or fact.dims is None else _known_dims(fact.dims)
+        if known is None:
+            return unknown
         head, dots, tail = term.partition("...")
-        middle = len(dims) - len(head) - len(tail)  # type: ignore[arg-type]
-        if middle < 0 or (middle and not dots) or None in dims:  # type: ignore[operator]
-            return [Fact((None,) * len(facts[0].dims))]
-        ellipses.append(tuple(dims[len(head) : len(head) + middle]))  # type: ignore[index,misc]
+        middle = len(known) - len(head) - len(tail)
+        if middle < 0 or (middle and not dots):
+            return unknown
+        ellipses.append(known[len(head) : len(head) + middle])
         for label, dim in zip(
-            head + tail, dims[: len(head)] + dims[len(head) + middle :], strict=True
-        ):  # type: ignore[index,operator]
+            head + tail, known[: len(head)] + known[len(head) + middle :], strict=True
+        ):
             labels.setdefault(label, []).append(dim)
     if not arrow:  # implicit output: the ellipsis, then the labels used once, sorted
         counts = {label: lhs.count(label) for label in labels}
@@ -350,12 +362,14 @@ def _windows(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> li
         return [Fact((None,) * len(f.dims)) if f.dims is not None else f for f in facts]
     auto_pad = node.attributes.get("auto_pad")
     mode = "NOTSET" if auto_pad is None else auto_pad.as_string()
-    kernel = _int_list(node, "kernel_shape")
+    given = _int_list(node, "kernel_shape")
+    kernel: list[int | None] | None = None if given is None else [*given]
     weight_index = 3 if node.op_type == "QLinearConv" else 1
-    if kernel is None and len(ins) > weight_index and ins[weight_index] is not None:
-        w = ins[weight_index].dims  # type: ignore[union-attr]
+    weight = ins[weight_index] if len(ins) > weight_index else None
+    if kernel is None and weight is not None:
+        w = weight.dims
         if w is not None and len(w) == len(x.dims):
-            kernel = [None if d is None else d.value for d in w[2:]]  # type: ignore[misc]
+            kernel = [None if d is None else d.value for d in w[2:]]
     pads = _int_list(node, "pads") or [0] * (2 * spatial)
     dilations = _int_list(node, "dilations") or [1] * spatial
     ceil = node.attributes.get("ceil_mode")
@@ -371,7 +385,7 @@ def _windows(node: ir.Node, ins: Sequence[Fact | None], facts: list[Fact]) -> li
             padding = (
                 pads[i] + pads[i + spatial] if mode == "NOTSET" and len(pads) == 2 * spatial else 0
             )
-            fits = k is not None and n + padding >= (k - 1) * dilations[i] + 1  # type: ignore[operator]
+            fits = k is not None and n is not None and n + padding >= (k - 1) * dilations[i] + 1
         if not fits:
             dims[2 + i] = None
     corrected = Fact(tuple(dims))

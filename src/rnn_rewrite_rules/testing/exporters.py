@@ -246,8 +246,8 @@ def _zero_states(
             result[s] = per_layer(value)
         return result
     if form in ("zero_constant", "wrong_shape_constant"):
-        batch = spec.static_batch if form == "zero_constant" else 1
-        zeros = w.const(np.zeros(stacked_dims(batch), dtype=np.float32), as_node=False)
+        rows = spec.static_batch if form == "zero_constant" else 1
+        zeros = w.const(np.zeros(stacked_dims(rows), dtype=np.float32), as_node=False)
         return {s: per_layer(zeros) for s in spec.state_names}
     if form == "half_zero":
         # zeros for every direction but the last, which starts from ones
@@ -267,7 +267,8 @@ def _zero_states(
         (flat,) = w.node("ConstantOfShape", [shape], value=value)
         one = w.unsqueeze(flat, [state_axis])
         states = [w.node("Concat", [one] * d, axis=state_axis)[0] if d > 1 else one]
-        return dict.fromkeys(spec.state_names, states * layers)
+        layer_states: list[str | None] = [*states] * layers
+        return dict.fromkeys(spec.state_names, layer_states)
 
     batch = _batch_of(w, source, batch_axis, keras=False)
     shape = _stacked_shape(w, batch, stacked)
@@ -413,7 +414,10 @@ def _body(
 
 
 def _build_wrapped(spec: ExporterSpec, rng: np.random.Generator, x_dims: list) -> onnx.ModelProto:
-    lead = {"if": [], "loop": [2], "scan": ["chunks"]}[spec.wrap]
+    if spec.wrap is None:
+        raise ValueError("a wrapped model needs spec.wrap")
+    leads: dict[str, list[str | int]] = {"if": [], "loop": [2], "scan": ["chunks"]}
+    lead = leads[spec.wrap]
     float_out = [
         (
             name,
@@ -520,7 +524,9 @@ def exporter_inputs(
     rng = np.random.default_rng(rng)
     if spec.static_batch is not None:
         batch = spec.static_batch
-    x_shape = (batch, seq, spec.input_size) if spec.batch_first else (seq, batch, spec.input_size)
+    x_shape: tuple[int, ...] = (
+        (batch, seq, spec.input_size) if spec.batch_first else (seq, batch, spec.input_size)
+    )
     if spec.wrap == "scan":
         x_shape = (2, *x_shape)
     feeds = {"input": rng.standard_normal(x_shape).astype(np.float32)}
@@ -542,7 +548,7 @@ def quantized_lstm_model(
     *,
     input_size: int = 4,
     hidden_size: int = 5,
-    direction: str = "forward",
+    direction: Literal["forward", "reverse", "bidirectional"] = "forward",
     outputs: tuple[str, ...] = ("y",),
     zero_states: bool = True,
     style: Style = "torchscript",
@@ -603,7 +609,11 @@ def quantized_lstm_model(
         )
     )
     values = {"y": _glue(w, y, last=True), "h": y_h, "c": y_c}
-    dims = {"y": ["seq", "batch", d * h], "h": [d, "batch", h], "c": [d, "batch", h]}
+    dims: dict[str, list[str | int]] = {
+        "y": ["seq", "batch", d * h],
+        "h": [d, "batch", h],
+        "c": [d, "batch", h],
+    }
     graph_outputs = []
     for name in outputs:
         w.nodes.append(helper.make_node("Identity", [values[name]], [name]))

@@ -29,6 +29,7 @@ the stacked output back. :data:`NEAR_MISSES` are the twins a rule must refuse.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -185,7 +186,7 @@ def _cell(
         kernels = body.add("Split", [w["kernel"]], gates, axis=1)
         if spec.cell == "GRU" and spec.linear_before_reset:
             biases = body.add("Split", [w["bias"]], gates, axis=0)
-            rbiases = body.add("Split", [w["recurrent_bias"]], gates, axis=0)
+            rbiases: Sequence[str | None] = body.add("Split", [w["recurrent_bias"]], gates, axis=0)
         else:
             biases = body.add("Split", [w["bias"]], gates, axis=0)
             rbiases = [None] * gates
@@ -196,8 +197,9 @@ def _cell(
             r_k = body.one("Slice", [w["recurrent"], starts, ends, axes])
             x_part = body.one("Add", [body.one("MatMul", [x_t, kernels[k]]), biases[k]])
             h_part = body.one("MatMul", [h, r_k])
-            if rbiases[k] is not None:
-                h_part = body.one("Add", [h_part, rbiases[k]])
+            rbias = rbiases[k]
+            if rbias is not None:
+                h_part = body.one("Add", [h_part, rbias])
             pre[name] = (x_part, h_part)
     else:
         if spec.form == "scan":
@@ -241,6 +243,8 @@ def _cell(
     r = body.one("Sigmoid", [summed("r")])
     x_n, h_n = pre["h"]
     if spec.linear_before_reset:
+        if h_n is None:
+            raise ValueError("linear_before_reset needs the recurrent part of the new gate")
         n = body.one(spec.activation, [body.one("Add", [x_n, body.one("Mul", [r, h_n])])])
     else:
         # (r * h) @ R_n: the recurrent kernel's n block read again
@@ -379,7 +383,7 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
         if source is None:
             raise ValueError(f"{spec.cell} has no output {name!r}")
         nodes.append(helper.make_node("Identity", [source], [name]))
-        dims = ["steps", "batch", hidden] if name == "y" else ["batch", hidden]
+        dims: list[str | int] = ["steps", "batch", hidden] if name == "y" else ["batch", hidden]
         graph_outputs.append(helper.make_tensor_value_info(name, elem, dims))
     if side is not None:
         nodes.append(helper.make_node("Identity", [side], ["side"]))
@@ -412,7 +416,11 @@ def _bidirectional(spec: LoopSpec) -> onnx.ModelProto:
     if spec.outputs != ("y",):
         raise ValueError("a bidirectional model has the one output y")
     halves = []
-    for prefix, direction, seed in (("f_", "forward", spec.seed), ("b_", "reverse", spec.seed + 1)):
+    directions: tuple[tuple[str, Literal["forward", "reverse"], int], ...] = (
+        ("f_", "forward", spec.seed),
+        ("b_", "reverse", spec.seed + 1),
+    )
+    for prefix, direction, seed in directions:
         half = dataclasses.replace(spec, bidirectional=False, direction=direction, seed=seed)
         halves.append(_prefixed(build_loop_model(half), prefix))
     forward, backward = (half.graph for half in halves)
@@ -514,14 +522,18 @@ def _loop(
             cond = body.one("Less", ["iteration", body.const(np.array(steps - 3, np.int64))])
         outputs.append((cond, TensorProto.BOOL))
     outputs.append((_carried_h(spec, body, h_t), elem))
-    if c0:
+    if c0 and c_t is not None:  # the cell has a c_t exactly when it is given c0
         outputs.append((body.one("Identity", [c_t]), elem))
     if keras:
         outputs += [(f"{key}_in", TensorProto.FLOAT) for key in weights]
     outputs.append((body.one("Identity", [h_t]), elem))
     if spec.near_miss == "side_output":
         outputs.append((body.one("Identity", [c_t or "h_in"]), elem))
-    shapes = {TensorProto.BOOL: [], TensorProto.INT32: [], elem: ["batch", spec.hidden_size]}
+    shapes: dict[int, list[str | int]] = {
+        TensorProto.BOOL: [],
+        TensorProto.INT32: [],
+        elem: ["batch", spec.hidden_size],
+    }
     body_outputs = [
         vi(name, kind, list(weights[name[:-3]].shape) if name.endswith("_in") else shapes[kind])
         for name, kind in outputs
@@ -564,7 +576,9 @@ def loop_inputs(
     ``h0`` (and ``c0``) of ``state_batch`` rows (``batch`` by default; 1 broadcasts)."""
     rng = np.random.default_rng(seed)
     seq = spec.steps if seq is None else seq
-    feeds = {"x": rng.standard_normal((seq, batch, spec.input_size)).astype(spec.dtype)}
+    feeds: dict[str, np.ndarray] = {
+        "x": rng.standard_normal((seq, batch, spec.input_size)).astype(spec.dtype)
+    }
     if spec.state_inputs:
         rows = batch if state_batch is None else state_batch
         for name in ("h0", "c0") if spec.cell == "LSTM" else ("h0",):

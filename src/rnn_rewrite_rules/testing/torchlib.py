@@ -104,8 +104,8 @@ class _GraphWriter:
 
     def prep(self, op_type: str, inputs: Sequence[str], **attrs) -> str:
         """A weight-preparation node, folded when the constant folder would fold it."""
-        arrays = [self.constants.get(name) for name in inputs]
-        if all(a is not None for a in arrays) and all(a.size <= self._fold_limit for a in arrays):
+        arrays = [a for name in inputs if (a := self.constants.get(name)) is not None]
+        if len(arrays) == len(inputs) and all(a.size <= self._fold_limit for a in arrays):
             result = _evaluate_prep(op_type, arrays, attrs)
             if result.size <= TORCHLIB_FOLD_OUTPUT_LIMIT:
                 return self.constant(result)
@@ -135,7 +135,7 @@ def _pytorch_parameters(cfg: RnnConfig, rng: np.random.Generator) -> list[dict[s
     for layer in range(cfg.num_layers):
         layer_input = cfg.input_size if layer == 0 else cfg.hidden_size * cfg.num_directions
         for _ in range(cfg.num_directions):
-            shapes = {
+            shapes: dict[str, tuple[int, ...]] = {
                 "weight_ih": (gates_h, layer_input),
                 "weight_hh": (gates_h, cfg.hidden_size),
             }
@@ -195,7 +195,8 @@ def _shape(w: _GraphWriter, opset: int, value: str, start: int = 0, end: int | N
     (shape,) = w.node("Shape", [value])
     if start == 0 and end is None:
         return shape
-    return w.node("Slice", [shape, w.ints(start), w.ints(end)])[0]
+    stop = np.iinfo(np.int64).max if end is None else end  # Shape's end: the last axis
+    return w.node("Slice", [shape, w.ints(start), w.ints(int(stop))])[0]
 
 
 def _layer_output(w: _GraphWriter, y: str, opset: int) -> str:
@@ -218,7 +219,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
     stacked = cfg.num_layers * cfg.num_directions
     h = cfg.hidden_size
 
-    x_dims = (
+    x_dims: list[str | int] = (
         ["batch", "seq", cfg.input_size] if cfg.batch_first else ["seq", "batch", cfg.input_size]
     )
     inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims)]
@@ -237,8 +238,8 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
     params = _pytorch_parameters(cfg, rng)
     named_params = []
     for index, p in enumerate(params):
-        layer, direction = divmod(index, cfg.num_directions)
-        suffix = f"_l{layer}" + ("_reverse" if direction else "")
+        layer, reverse = divmod(index, cfg.num_directions)
+        suffix = f"_l{layer}" + ("_reverse" if reverse else "")
         named_params.append({k: w.constant(v, k + suffix) for k, v in p.items()})
 
     current = "input"
@@ -284,7 +285,9 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
     sources = [current] + [graph_output(final_states[s]) for s in states]
     for name, source in zip(out_names, sources, strict=True):
         w.nodes.append(helper.make_node("Identity", [source], [name]))
-    y_dims = ["batch", "seq", d * h] if cfg.batch_first else ["seq", "batch", d * h]
+    y_dims: list[str | int] = (
+        ["batch", "seq", d * h] if cfg.batch_first else ["seq", "batch", d * h]
+    )
     outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, y_dims)] + [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, [stacked, "batch", h])
         for n in out_names[1:]

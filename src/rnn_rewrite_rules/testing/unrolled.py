@@ -186,7 +186,7 @@ def _chain(
         + np.float32(1e-3) * (np.arange(weight_hh_t.size) == 0).reshape(weight_hh_t.shape)
     )
     bias_hh = w.constant(params["bias_hh"]) if cfg.bias else None
-    states = []
+    states: list[str] = []
     h = h0
     for t in range(cfg.seq):
         index = t
@@ -215,6 +215,8 @@ def _chain(
         states.append(h)
         if mutation == "extra_reader" and t == 0:
             extra_outputs.append(h)
+    if h is None:
+        raise ValueError("an unrolled chain needs at least one step")
     stacked = states[::-1] if reverse else states
     return w.node("Concat", stacked, prefix="cat", axis=0), h
 
@@ -442,7 +444,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
             c_prev = w.node("MatMul", [frame, w.constant(params["init_c"])])
     elif cfg.initial_state == "inputs":
         for name in ("h0", "c0")[: 1 + (cfg.op_type == "LSTM")]:
-            dims = ["state_batch", h]
+            dims: list[str | int] = ["state_batch", h]
             inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
         h_prev, c_prev = "h0", "c0" if cfg.op_type == "LSTM" else ""
     else:
@@ -466,6 +468,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
             h_prev = states[-2]
         gx = linear(x_t, weight_ih, bias_ih)
         if step == 0 and cfg.initial_state == "folded":
+            assert cfg.batch is not None  # checked where the model is built
             base = params["bias_hh"] if cfg.bias else np.zeros(cfg.gates * h, np.float32)
             gh = w.constant(np.broadcast_to(base, (cfg.batch, cfg.gates * h)).copy(), "linear")
         else:
@@ -515,8 +518,8 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, h]) for n in names[1:]
     ]
     if cfg.shared_read:
-        shape = [batch, cfg.input_size]
-        outputs.append(helper.make_tensor_value_info("x_read", TensorProto.FLOAT, shape))
+        read_dims = [batch, cfg.input_size]
+        outputs.append(helper.make_tensor_value_info("x_read", TensorProto.FLOAT, read_dims))
     if mutation == "extra_reader":
         outputs.append(helper.make_tensor_value_info(states[0], TensorProto.FLOAT, [batch, h]))
     inputs += [
