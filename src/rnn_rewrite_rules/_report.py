@@ -470,7 +470,20 @@ def hazard_lines(
     lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
     # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
     lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
-    return lines
+    return lines + _rerolled_axis_lines(before, after)
+
+
+def _rerolled_axis_lines(
+    before: Sequence[diagnostics.Hazard], after: Sequence[diagnostics.Hazard]
+) -> list[str]:
+    """Unrolled axes the rewrite re-rolled: no frozen-axis hazard names them after it."""
+    frozen_after = [h for h in after if h.kind == "frozen-axis"]
+    names = dict.fromkeys(h.unrolled for h in before if h.unrolled is not None)
+    return [
+        f"  now truly dynamic: {name!r} (the per-step reads were re-rolled into one loop node)"
+        for name in names
+        if not any(h.unrolled == name or repr(name) in h.message for h in frozen_after)
+    ]
 
 
 def verify_lines(result: VerifyResult) -> list[str]:
