@@ -480,7 +480,7 @@ def _rerolled_axis_lines(
     frozen_after = [h for h in after if h.kind == "frozen-axis"]
     names = dict.fromkeys(h.unrolled for h in before if h.unrolled is not None)
     return [
-        f"  now truly dynamic: {name!r} (the per-step reads were re-rolled into one loop node)"
+        f"  now truly dynamic: {name!r} (the per-step reads were re-rolled into one recurrent node)"
         for name in names
         if not any(h.unrolled == name or repr(name) in h.message for h in frozen_after)
     ]
