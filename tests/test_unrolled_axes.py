@@ -59,10 +59,13 @@ def test_the_hazard_is_real_at_a_longer_input() -> None:
     ],
     ids=lambda p: f"{p.parent.name}/{p.stem}",
 )
-def test_tensordot_and_step_reshapes_freeze_nothing(path) -> None:
-    """Keras Dense's ``Reshape [-1, 8]`` and a step's ``Reshape [-1, 1, 8]``: the -1 takes
-    every symbolic axis, the constant axes around it kept."""
+def test_tensordot_and_step_reshapes_freeze_nothing(path, capsys) -> None:
+    """Keras Dense's ``Reshape [-1, 8]`` and a step's ``Reshape [-1, 1, 8]`` (after the
+    rewrite, on ``Y [1, 1, batch, 8]``): the -1 takes every symbolic axis, the constant axes
+    around it kept. Checked before and after the rewrite."""
     assert _frozen(onnx.load(path)) == []
+    assert main([str(path), "--check"]) == 0
+    assert "[frozen-axis]" not in capsys.readouterr().out
 
 
 # --- built near misses ----------------------------------------------------------------
