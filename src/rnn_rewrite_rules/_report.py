@@ -239,6 +239,8 @@ def unimproved_rnns(
                 reasons.append(f"{family}: not selected (--rules)")
             else:
                 reasons.append(f"{family}: no rule matched around this node")
+        merging = {rule for rule, family in rule_families.items() if family in fixers[_HALF]}
+        reasons.extend(_partner_reasons(node, reasons, failures, merging))
         result.append(
             Unimproved(
                 describe_node(node),
@@ -247,6 +249,27 @@ def unimproved_rnns(
             )
         )
     return result
+
+
+_HALF = "hand-built-direction"
+
+
+def _partner_reasons(
+    node: ir.Node,
+    reasons: list[str],
+    failures: Mapping[ir.Node, list[tuple[str, str]]],
+    merging: set[str],
+) -> list[str]:
+    """For a hand-built forward half no rule matched from: why its reverse half was not
+    merged (the merge rules match from the reverse half)."""
+    partner = diagnostics.reverse_partner(node)
+    if partner is None or any(not r.endswith("no rule matched around this node") for r in reasons):
+        return []
+    return [
+        f"reverse half {describe_node(partner)}: {name}: {reason}"
+        for name, reason in failures.get(partner, [])
+        if name in merging
+    ]
 
 
 def _human_bytes(count: int) -> str:

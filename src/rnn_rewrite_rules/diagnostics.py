@@ -508,10 +508,20 @@ def _reversed_input(value: ir.Value | None) -> ir.Node | None:
 
 
 def _hand_built_direction(rnn: ir.Node) -> Hazard | None:
-    """An RNN reading its input reversed by a Slice: a hand-built reverse half."""
-    reverse = _reversed_input(rnn.inputs[0] if rnn.inputs else None)
+    """An RNN reading its input reversed by a Slice (a hand-built reverse half), or the
+    forward RNN whose input another such half reverses (its partner)."""
+    x = rnn.inputs[0] if rnn.inputs else None
+    reverse = _reversed_input(x)
     if reverse is None:
-        return None
+        partner = reverse_partner(rnn)
+        if partner is None:
+            return None
+        return Hazard(
+            "hand-built-direction",
+            describe_node(rnn),
+            f"the forward half of a hand-built bidirectional pair: {describe_node(partner)} "
+            "reads the same input reversed (one node with direction='bidirectional' does both)",
+        )
     return Hazard(
         "hand-built-direction",
         describe_node(rnn),
@@ -519,6 +529,25 @@ def _hand_built_direction(rnn: ir.Node) -> Hazard | None:
         "bidirectional half (one node with direction='reverse'/'bidirectional' does both "
         "reversals in the kernel)",
     )
+
+
+def reverse_partner(rnn: ir.Node) -> ir.Node | None:
+    """Another RNN of the same op whose input is a reversing Slice of ``rnn``'s input."""
+    x = rnn.inputs[0] if rnn.inputs else None
+    if x is None or rnn.attributes.get_string("direction", "forward") != "forward":
+        return None
+    for use in x.uses():
+        if (
+            use.node.op_type != "Slice"
+            or use.idx != 0
+            or _reversed_input(use.node.outputs[0]) is None
+        ):
+            continue
+        for reader in use.node.outputs[0].uses():
+            other = reader.node
+            if other is not rnn and reader.idx == 0 and other.op_type == rnn.op_type:
+                return other
+    return None
 
 
 def _rank_checks(rnn: ir.Node) -> Iterator[Hazard]:
