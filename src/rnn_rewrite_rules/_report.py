@@ -227,6 +227,8 @@ def unimproved_rnns(
                 reasons.append(f"{family}: not selected (--rules)")
             else:
                 reasons.append(f"{family}: no rule matched around this node")
+        merging = {rule for rule, family in rule_families.items() if family in fixers[_HALF]}
+        reasons.extend(_partner_reasons(node, reasons, failures, merging))
         result.append(
             Unimproved(
                 describe_node(node),
@@ -235,6 +237,27 @@ def unimproved_rnns(
             )
         )
     return result
+
+
+_HALF = "hand-built-direction"
+
+
+def _partner_reasons(
+    node: ir.Node,
+    reasons: list[str],
+    failures: Mapping[ir.Node, list[tuple[str, str]]],
+    merging: set[str],
+) -> list[str]:
+    """For a hand-built forward half no rule matched from: why its reverse half was not
+    merged (the merge rules match from the reverse half)."""
+    partner = diagnostics.reverse_partner(node)
+    if partner is None or any(not r.endswith("no rule matched around this node") for r in reasons):
+        return []
+    return [
+        f"reverse half {describe_node(partner)}: {name}: {reason}"
+        for name, reason in failures.get(partner, [])
+        if name in merging
+    ]
 
 
 def _human_bytes(count: int) -> str:
@@ -458,7 +481,20 @@ def hazard_lines(
     lines.append(f"after the rewrite: {len(after)} remain" + (f" ({remaining})" if after else ""))
     # the RNN hazards rules target are listed with their reasons under "RNN nodes not improved"
     lines += [f"  {hazard}" for hazard in after if hazard.kind not in fixed_by()]
-    return lines
+    return lines + _rerolled_axis_lines(before, after)
+
+
+def _rerolled_axis_lines(
+    before: Sequence[diagnostics.Hazard], after: Sequence[diagnostics.Hazard]
+) -> list[str]:
+    """Unrolled axes the rewrite re-rolled: no frozen-axis hazard names them after it."""
+    frozen_after = [h for h in after if h.kind == "frozen-axis"]
+    names = dict.fromkeys(h.unrolled for h in before if h.unrolled is not None)
+    return [
+        f"  now truly dynamic: {name!r} (the per-step reads were re-rolled into one recurrent node)"
+        for name in names
+        if not any(h.unrolled == name or repr(name) in h.message for h in frozen_after)
+    ]
 
 
 def verify_lines(result: VerifyResult) -> list[str]:

@@ -13,6 +13,9 @@
 * ``frozen-axis``: an axis declared dynamic at a graph input but frozen to a constant
   inside, e.g. ``Reshape(Transpose(Y), [3, -1, 32])`` while the input declares ``seq``
   (torch's exporter does this silently): other sizes fail or give wrong shapes.
+  Also an axis unrolled to the traced length (torch dynamo's ``nn.RNN`` and cell loops:
+  per-step ``Gather``/``Slice``/``Split``/``SequenceAt`` reads at constant indices, see
+  :mod:`rnn_rewrite_rules._unrolled_axes`): longer inputs silently give the traced steps.
 * ``declared-output-shape``: a graph output declared with a size the prover refutes
   (torch's dynamo exporter declares the traced length): the rewrite writes the proven
   size (:mod:`rnn_rewrite_rules.passes.declared_output_shapes`).
@@ -31,6 +34,7 @@ from collections.abc import Iterable, Iterator
 import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import describe_node, is_rnn, rnn_op
+from rnn_rewrite_rules._unrolled_axes import describe_readers, unrolled_axes
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.passes.declared_output_shapes import output_shape_fixes
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -69,6 +73,8 @@ class Hazard:
     #: The node at fault, as :func:`describe_node` names it.
     node: str
     message: str
+    #: For an unrolled axis: the declared name of the axis it freezes.
+    unrolled: str | None = None
 
     def __str__(self) -> str:
         return f"[{self.kind}] {self.node}: {self.message}"
@@ -275,7 +281,7 @@ def _frozen_reshape(node: ir.Node, prover: ShapeProver, symbols: Symbols) -> Haz
         for axis, dim in free
         if axis < len(target) and target[axis] > (0 if definite else 1)
     ]
-    if not definite and not positional:
+    if not definite and (not positional or _merges_around(data, target)):
         return None
     if positional:
         frozen = ", ".join(f"{dim!r} to {size}" for _, dim, size in positional)
@@ -293,6 +299,39 @@ def _frozen_reshape(node: ir.Node, prover: ShapeProver, symbols: Symbols) -> Haz
         f"constant target {target}{after} freezes {frozen} "
         f"({_declared(axes, symbols)}, declared dynamic): {consequence}",
     )
+
+
+def _merges_around(data: tuple[Dim, ...], target: list[int]) -> bool:
+    """Whether ``target``'s one ``-1`` stands for a run of ``data``'s axes that holds every
+    symbolic one, the constant axes around it kept in order (size-1 axes ignored): e.g.
+    Keras Tensordot's ``[b, s, 8] -> [-1, 8]`` or a step's ``[1, 1, b, 8] -> [-1, 1, 8]``."""
+    if 0 in target:
+        return False
+    sizes = [dim.value for dim in data if dim.value != 1]
+    wanted = [size for size in target if size != 1]
+    head = 0
+    while head < min(len(wanted), len(sizes)) and wanted[head] != -1:
+        if sizes[head] != wanted[head]:
+            return False
+        head += 1
+    tail = 0
+    while tail < len(wanted) - head - 1 and tail < len(sizes) - head:
+        if sizes[-1 - tail] != wanted[-1 - tail]:
+            return False
+        tail += 1
+    return len(wanted) - head - tail == 1 and wanted[head] == -1
+
+
+def _unrolled(graph: ir.Graph, prover: ShapeProver, symbols: Symbols) -> Iterator[Hazard]:
+    """A symbolic axis read one constant step at a time (see :mod:`._unrolled_axes`)."""
+    for name, length, value, readers in unrolled_axes(graph, prover, lambda d: _symbol(d, symbols)):
+        message = (
+            f"{value!r} is read one step at a time at constant indices 0..{length - 1} by "
+            f"{len(readers)} node(s): {name!r} ({_declared([name], symbols)}, declared "
+            f"dynamic) is unrolled to the traced length {length}: a longer input silently "
+            f"gives only {length} steps, a shorter one fails"
+        )
+        yield Hazard("frozen-axis", describe_readers(readers), message, unrolled=name)
 
 
 def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -> Iterator[Hazard]:
@@ -381,6 +420,7 @@ def find_hazards(model: ir.Model) -> list[Hazard]:
                     hazards.append(hazard)
             elif is_rnn(node):
                 hazards.extend(_frozen_initial_state(node, prover, symbols))
+        hazards.extend(_unrolled(model.graph, prover, symbols))
     for fix in output_shape_fixes(model):
         message = f"{fix}: other input sizes contradict it"
         hazards.append(Hazard("declared-output-shape", f"output {fix.value.name!r}", message))
@@ -478,10 +518,20 @@ def _reversed_input(value: ir.Value | None) -> ir.Node | None:
 
 
 def _hand_built_direction(rnn: ir.Node) -> Hazard | None:
-    """An RNN reading its input reversed by a Slice: a hand-built reverse half."""
-    reverse = _reversed_input(rnn.inputs[0] if rnn.inputs else None)
+    """An RNN reading its input reversed by a Slice (a hand-built reverse half), or the
+    forward RNN whose input another such half reverses (its partner)."""
+    x = rnn.inputs[0] if rnn.inputs else None
+    reverse = _reversed_input(x)
     if reverse is None:
-        return None
+        partner = reverse_partner(rnn)
+        if partner is None:
+            return None
+        return Hazard(
+            "hand-built-direction",
+            describe_node(rnn),
+            f"the forward half of a hand-built bidirectional pair: {describe_node(partner)} "
+            "reads the same input reversed (one node with direction='bidirectional' does both)",
+        )
     return Hazard(
         "hand-built-direction",
         describe_node(rnn),
@@ -489,6 +539,25 @@ def _hand_built_direction(rnn: ir.Node) -> Hazard | None:
         "bidirectional half (one node with direction='reverse'/'bidirectional' does both "
         "reversals in the kernel)",
     )
+
+
+def reverse_partner(rnn: ir.Node) -> ir.Node | None:
+    """Another RNN of the same op whose input is a reversing Slice of ``rnn``'s input."""
+    x = rnn.inputs[0] if rnn.inputs else None
+    if x is None or rnn.attributes.get_string("direction", "forward") != "forward":
+        return None
+    for use in x.uses():
+        if (
+            use.node.op_type != "Slice"
+            or use.idx != 0
+            or _reversed_input(use.node.outputs[0]) is None
+        ):
+            continue
+        for reader in use.node.outputs[0].uses():
+            other = reader.node
+            if other is not rnn and reader.idx == 0 and other.op_type == rnn.op_type:
+                return other
+    return None
 
 
 def _rank_checks(rnn: ir.Node) -> Iterator[Hazard]:
