@@ -419,7 +419,8 @@ def render(figure: Figure) -> str:
     for index, node in enumerate(proto.graph.node):
         node.name = f"fig_{index}"  # names tell unchanged nodes from new ones
     before = ir.serde.deserialize_model(proto)
-    ignored = costs.Context(ignore=True)  # a figure shows what a rule emits, not where the table lets it
+    # a figure shows what a rule emits, not where the table lets it
+    ignored = costs.Context(ignore=True)
     rewritten = rnn_rewrite_rules.rewrite(
         proto, [figure.family], target=figure.target, context=ignored
     )
