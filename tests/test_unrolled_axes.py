@@ -161,7 +161,9 @@ def test_split_into_thirds_is_not() -> None:
 
 
 def test_check_names_the_unroll_and_the_reroll(capsys) -> None:
-    assert main([str(DYNAMO / "lstmcell_loop.onnx"), "--check"]) == 0
+    # target onnxruntime: the portable table keeps this chain unrolled (OpenVINO's LSTM at
+    # its nearest measured cell is not clearly no slower)
+    assert main([str(DYNAMO / "lstmcell_loop.onnx"), "--check", "--target", "onnxruntime"]) == 0
     out = capsys.readouterr().out
     found = [line for line in out.splitlines() if "[frozen-axis]" in line]
     assert len(found) == 1, out

@@ -115,6 +115,17 @@ def set_default_rewrite_rules(rules: Sequence[RewriteRule]) -> None:
     setattr(_rewriter, _DEFAULTS, tuple(rules))
 
 
+def rule_parts(rule: RewriteRule) -> tuple[Any, Any, Any, Any]:
+    """What ``RewriteRule.__init__`` takes back to make an equal rule: the target pattern,
+    the replacement pattern, the condition function and the matcher."""
+    return (
+        rule._target_pattern,
+        rule._replacement_pattern,
+        rule._condition_function,
+        rule._matcher,
+    )
+
+
 def rule_callables(rule: RewriteRule) -> tuple[Callable | None, Callable | None]:
     """The condition and replacement functions ``rule`` was made from (None when unknown)."""
     condition = getattr(rule, "_condition_function", None)

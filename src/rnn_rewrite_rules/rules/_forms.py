@@ -17,6 +17,8 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRule
 
+from rnn_rewrite_rules._compat import rule_parts
+
 __all__ = ["FormRule"]
 
 
@@ -44,10 +46,7 @@ class FormRule(RewriteRule):
         # the first variant's pattern, check and rewrite stand for the rule where onnxscript
         # or a report reads them (a docstring); matching goes through try_rewrite below
         super().__init__(
-            first._target_pattern,
-            first._replacement_pattern,
-            first._condition_function,
-            first._matcher,
+            *rule_parts(first),
             name=name,
             remove_nodes=first.remove_nodes,
             graph_pre_visitor=_each(v.graph_pre_visitor for v in variants),
