@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRuleClassBase
 
+from rnn_rewrite_rules._compat import Builder
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
@@ -41,6 +43,7 @@ __all__ = [
     "Recurrence",
     "RecurrenceRule",
     "classify_carried",
+    "initial_values",
     "states_fit",
 ]
 
@@ -91,10 +94,18 @@ class Recurrence:
     step_input: ir.Value | None = None
 
 
+def initial_values(carried_init: Sequence[ir.Value | None]) -> list[ir.Value] | Refusal:
+    """The initial values of a body's carried values, or which one is absent."""
+    for j, init in enumerate(carried_init):
+        if init is None:
+            return Refusal(f"carried value {j} has no initial value")
+    return [init for init in carried_init if init is not None]
+
+
 def classify_carried(
-    carried_in: list[ir.Value],
-    carried_out: list[ir.Value],
-    carried_init: list[ir.Value | None],
+    carried_in: Sequence[ir.Value],
+    carried_out: Sequence[ir.Value],
+    carried_init: Sequence[ir.Value],
     outer: Constants,
 ) -> tuple[dict[ir.Value, ir.Value], dict[ir.Value, np.ndarray], list[int]] | Refusal:
     """The carried values of a body: invariants (passed through: body input -> the value
@@ -106,8 +117,6 @@ def classify_carried(
     for j, (value_in, value_out, init) in enumerate(
         zip(carried_in, carried_out, carried_init, strict=True)
     ):
-        if init is None:
-            return Refusal(f"carried value {j} has no initial value")
         start = outer(init)
         if through_identity(value_out) is value_in:
             invariants[value_in] = init
@@ -212,7 +221,7 @@ class RecurrenceRule(RewriteRuleClassBase):
     def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         raise NotImplementedError
 
-    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+    def check(self, context: MatchContext, out0: ir.Value, **_: Any) -> MatchResult:
         node = out0.producer()
         assert node is not None
         if len(node.outputs) != self.num_outputs:  # the matcher accepts fewer
@@ -306,7 +315,7 @@ def _emit_guarded(
     cache: dict[tuple[int, ...], ir.Value] = {}
 
     def ints(values: list[int]) -> ir.Value:
-        return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
+        return cached_ints(op, main, cache, values, as_node=main is None)
 
     # x's length, not the trip count's own value: that may be read from a reversal of x
     # that dies with the Loop
@@ -356,7 +365,7 @@ class _Builder:
     """What the values of one emitted node are built with: the rewriter's builder, the
     opset, the graph new initializers go to (None: a subgraph, so ``Constant`` nodes)."""
 
-    op: object
+    op: Builder
     plan: Recurrence
     opset: int
     main: ir.Graph | None
@@ -372,21 +381,21 @@ class _Builder:
         op, cell = self.op, self.plan.cell
         array = np.ascontiguousarray(array.astype(_COMPUTE))
         if self.main is None:  # a subgraph: a new name there could shadow one outside
-            return op.Constant(value=ir.tensor(array))  # type: ignore[attr-defined]
+            return op.Constant(value=ir.tensor(array))
         name = f"{self.plan.node.name or cell.op_type}_{suffix}"
         return array_constant(op, self.main, array, name)
 
     def ints(self, values: list[int]) -> ir.Value:
         as_node = self.main is None
-        return cached_ints(self.op, self.main, self.cache, values, as_node=as_node)  # type: ignore[arg-type]
+        return cached_ints(self.op, self.main, self.cache, values, as_node=as_node)
 
     def squeezed(self, v: ir.Value, axis: int) -> ir.Value:
         out = squeeze(self.op, v, [axis], self.opset, self.ints)
-        return self.op.Cast(out, to=ir.DataType.FLOAT16) if self.cast_back else out  # type: ignore[attr-defined]
+        return self.op.Cast(out, to=ir.DataType.FLOAT16) if self.cast_back else out
 
     def to_compute(self, v: ir.Value) -> ir.Value:
         if self.cast_back and v not in self.casts:
-            self.casts[v] = self.op.Cast(v, to=ir.DataType.FLOAT)  # type: ignore[attr-defined]
+            self.casts[v] = self.op.Cast(v, to=ir.DataType.FLOAT)
         return self.casts.get(v, v)
 
 
@@ -472,7 +481,7 @@ def _output_values(build: _Builder, outputs) -> Callable[[str], ir.Value]:
             else:
                 y = build.squeezed(outputs[0], 1)
                 ints = build.ints
-                values[kind] = build.op.Slice(  # type: ignore[attr-defined]
+                values[kind] = build.op.Slice(
                     y, ints([-1]), ints([INT64_MIN]), ints([0]), ints([-1])
                 )
         return values[kind]

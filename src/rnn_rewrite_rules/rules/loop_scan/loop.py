@@ -17,6 +17,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
     classify_carried,
+    initial_values,
     states_fit,
     used,
 )
@@ -62,7 +63,10 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         if first is None or first.size != 1 or not bool(first.reshape(())):
             return Refusal("the first condition is not a constant true")
 
-    carried = classify_carried(carried_in, carried_out, carried_init, outer)
+    inits = initial_values(carried_init)
+    if isinstance(inits, Refusal):
+        return inits
+    carried = classify_carried(carried_in, carried_out, inits, outer)
     if isinstance(carried, Refusal):
         return carried
     invariants, counters, states = carried
@@ -90,7 +94,8 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     x, index = gather.inputs
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
-    if index is not iteration and _scalar_int(counters.get(index)) != 0:  # type: ignore[arg-type]
+    start = None if index is None else _scalar_int(counters.get(index))
+    if index is not iteration and start != 0:
         return Refusal("the step input is not X[t]: the index is not the iteration number")
     prover = ShapeProver(model.graph)
     source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
@@ -108,7 +113,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         elif j < count and j in state_of:
             outputs.append(state_of[j])
         elif j < count and carried_in[j] in invariants:
-            outputs.append(carried_init[j])
+            outputs.append(inits[j])
         elif j < count:
             return Refusal(f"the final value of counter {j} is read")
         elif through_identity(scans[j - count]) is h_t:
@@ -116,8 +121,8 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         else:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
 
-    h0 = carried_init[h_index]
-    c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
+    h0 = inits[h_index]
+    c0 = next((inits[j] for j, k in state_of.items() if k == "c"), None)
     fits = states_fit(prover, h0, c0, sequence, cell)
     if isinstance(fits, Refusal):
         return fits

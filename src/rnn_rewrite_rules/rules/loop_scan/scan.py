@@ -11,6 +11,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
     classify_carried,
+    initial_values,
     states_fit,
     used,
 )
@@ -54,7 +55,10 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     carried_out, stacked = body.outputs[:count], body.outputs[count:]
     carried_init = list(node.inputs[:count])
 
-    carried = classify_carried(carried_in, carried_out, carried_init, Constants(opset))
+    inits = initial_values(carried_init)
+    if isinstance(inits, Refusal):
+        return inits
+    carried = classify_carried(carried_in, carried_out, inits, Constants(opset))
     if isinstance(carried, Refusal):
         return carried
     invariants, counters, states = carried
@@ -81,17 +85,17 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         elif j < count and carried_in[j] in counters:
             return Refusal(f"the final value of counter {j} is read")
         elif j < count:
-            outputs.append(state_of.get(j) or carried_init[j])
+            outputs.append(state_of.get(j) or inits[j])
         elif through_identity(stacked[j - count]) is h_t:
             outputs.append("y" if out_directions[j - count] == in_direction else "y_reversed")
         else:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
-    h0 = carried_init[h_index]
-    c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
+    h0 = inits[h_index]
+    c0 = next((inits[j] for j, k in state_of.items() if k == "c"), None)
     fits = states_fit(prover, h0, c0, x, cell)
     if isinstance(fits, Refusal):
         return fits
-    plan = Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)  # type: ignore[arg-type]
+    plan = Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)
     plan.broadcast = not fits
     return plan
 
