@@ -29,6 +29,7 @@ from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
     Cell,
     Constants,
+    prove_cell,
     recurrent_node,
     through_identity,
 )
@@ -40,10 +41,12 @@ __all__ = [
     "FLOAT16_REASON",
     "GUARD_COST_REASON",
     "MAX_OUTPUTS",
+    "Carried",
     "Recurrence",
     "RecurrenceRule",
     "classify_carried",
     "initial_values",
+    "prove_carried",
     "states_fit",
 ]
 
@@ -137,6 +140,53 @@ def _is_increment(value_out: ir.Value, value_in: ir.Value, constants: Constants)
         if a is value_in and one is not None and one.ndim == 0 and one == 1:
             return True
     return False
+
+
+@dataclasses.dataclass
+class Carried:
+    """A Loop or Scan body's carried values, classified, and the cell its states run.
+
+    ``inits``: the initial values; ``state_of``: position -> ``"h"`` or ``"c"``."""
+
+    inits: list[ir.Value]
+    invariants: dict[ir.Value, ir.Value]
+    counters: dict[ir.Value, np.ndarray]
+    cell: Cell
+    state_of: dict[int, str]
+
+    @property
+    def h_index(self) -> int:
+        return next(j for j, k in self.state_of.items() if k == "h")
+
+    @property
+    def initial_states(self) -> tuple[ir.Value, ir.Value | None]:
+        """``h0`` and ``c0`` (None for a cell without ``c``)."""
+        c0 = next((self.inits[j] for j, k in self.state_of.items() if k == "c"), None)
+        return self.inits[self.h_index], c0
+
+
+def prove_carried(
+    carried_in: Sequence[ir.Value],
+    carried_out: Sequence[ir.Value],
+    carried_init: Sequence[ir.Value | None],
+    opset: int,
+) -> Carried | Refusal:
+    """:func:`classify_carried`, then the cell the states compute (:func:`prove_cell`)."""
+    inits = initial_values(carried_init)
+    if isinstance(inits, Refusal):
+        return inits
+    carried = classify_carried(carried_in, carried_out, inits, Constants(opset))
+    if isinstance(carried, Refusal):
+        return carried
+    invariants, counters, states = carried
+    found = prove_cell(
+        [(carried_in[j], carried_out[j]) for j in states], Constants(opset, invariants)
+    )
+    if isinstance(found, Refusal):
+        return found
+    cell, roles = found
+    state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
+    return Carried(inits, invariants, counters, cell, state_of)
 
 
 def states_fit(
