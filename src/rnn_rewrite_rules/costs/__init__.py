@@ -92,7 +92,11 @@ _PATH = pathlib.Path(__file__).with_name("measured.json")
 #: Forms measured by a grid of their own, not by ``benchmarks.cost_grid``: form -> the
 #: command that writes ``<form>.json`` beside this module. ``batch_first``: the re-rolled
 #: node between the two ``Transpose``s a batch-first cell loop needs, against the steps.
-FORM_TABLES: dict[str, str] = {"batch_first": "python -m benchmarks.batch_first_costs"}
+FORM_TABLES: dict[str, str] = {
+    "batch_first": "python -m benchmarks.batch_first_costs",
+    "one_step": "python -m benchmarks.one_step_costs",
+    "one_step_broadcast": "python -m benchmarks.one_step_costs",
+}
 
 
 def slower(ratio: float, low: float) -> bool:
