@@ -8,7 +8,11 @@
 ``rnn_rewrite_rules.testing.one_step``) into one node at seq 1. This grid times the
 rewritten step side by side with the original per call (``benchmarks.rewrite_costs``:
 interleaved rounds, best of each, one thread; ONNX Runtime and OpenVINO), input size =
-hidden, in the two forms the rule emits, each its own table:
+hidden, in the two forms the rule emits, each its own table. A call is timed in CPU time
+of this process (``time.process_time``: ONNX Runtime and OpenVINO run at one thread),
+which the load of other processes on a shared machine does not inflate as it does wall
+time; each point keeps its per-repeat ratios (``repeats``: the cost model drops glitches
+and judges the spread).
 
 * ``one_step`` (``costs/one_step.json``): the batches of ``x`` and the states proven equal
   (a static batch): the node between ``Unsqueeze`` and ``Squeeze``;
@@ -26,17 +30,19 @@ noise keeps the step as plain ops.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import functools
 import json
 import pathlib
+import time
 
 import onnx
 
 import rnn_rewrite_rules
-from benchmarks import report, rewrite_costs
+from benchmarks import measure, report, rewrite_costs
 from benchmarks.cost_grid import versions
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.benchmark import best_per_repeat
 from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
 
 __all__ = ["CASES", "main"]
@@ -90,15 +96,43 @@ CASES = {
 
 
 def _measure(
-    form: str, case: rewrite_costs.Case, args: argparse.Namespace
+    form: str, args: argparse.Namespace, repeats: dict[tuple, list[float]]
 ) -> list[rewrite_costs.Point]:
+    """``rewrite_costs.measure_grid``'s loop with a longer sample per timing (a call is a few
+    microseconds: ``--sample`` seconds of calls per timing steady it on a shared machine)."""
+    names = ["onnxruntime"] + (["OpenVINO"] if measure.openvino_available() else [])
     points: list[rewrite_costs.Point] = []
-    for batch in args.batch:
-        built: int | str = batch if form == "one_step" else "batch"
-        one = dataclasses.replace(case, build=functools.partial(rewritten_step, batch=built))
-        points += rewrite_costs.measure_grid(
-            one, args.ops, args.hidden, [1], [batch], args.repeats, args.rounds
-        )
+    for op in args.ops:
+        for hidden in args.hidden:
+            for batch in args.batch:
+                built: int | str = batch if form == "one_step" else "batch"
+                before, after = rewritten_step(op, hidden, 1, batch=built)
+                feeds = step_feeds(before, batch)
+                diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+                assert diff <= 1e-4, f"{op} {hidden} {batch}: outputs differ by {diff}"
+                for name in names:
+                    calls = {
+                        "a": rewrite_costs._callers(name, before, feeds),
+                        "b": rewrite_costs._callers(name, after, feeds),
+                    }
+                    times = best_per_repeat(
+                        calls,
+                        repeats=args.repeats,
+                        rounds=args.rounds,
+                        sample=args.sample,
+                        clock=time.process_time,
+                    )
+                    ratios = [b / a for a, b in zip(times["a"], times["b"], strict=True)]
+                    ratio = min(times["b"]) / min(times["a"])
+                    low, high = min(ratios), max(ratios)
+                    point = rewrite_costs.Point(op, hidden, 1, name, ratio, low, high, batch)
+                    points.append(point)
+                    repeats[(op, hidden, batch, name)] = [round(r, 4) for r in ratios]
+                    print(
+                        f"{form} {op} H={hidden} batch={batch} {name}: {ratio:.2f} "
+                        f"[{low:.2f}-{high:.2f}]",
+                        flush=True,
+                    )
     return points
 
 
@@ -110,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", nargs="+", type=int, default=list(case.batches))
     parser.add_argument("--forms", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--sample", type=float, default=0.02, help="seconds per timing")
     parser.add_argument("--quick", action="store_true", help="LSTM, hidden 8, batch 1")
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
     parser.add_argument("--tables", type=pathlib.Path, default=None, help="folder of the tables")
@@ -123,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
     pages = []
     for form in args.forms:
-        points = _measure(form, CASES[form], args)
+        repeats: dict[tuple, list[float]] = {}
+        points = _measure(form, args, repeats)
         pages.append(rewrite_costs.render(CASES[form], points, header))
         if tables is not None:
+            data = rewrite_costs.table(CASES[form], points, header)
+            for row, p in zip(data["points"], points, strict=True):
+                row["repeats"] = repeats[(p.op, p.hidden, p.batch, p.runtime)]
             path = tables / f"{form}.json"
-            path.write_text(json.dumps(rewrite_costs.table(CASES[form], points, header), indent=1))
+            path.write_text(json.dumps(data, indent=1) + "\n")
             print(f"wrote {path}")
     args.out.write_text("\n".join(pages))
     print(f"wrote {args.out}")

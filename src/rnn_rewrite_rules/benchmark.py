@@ -102,25 +102,32 @@ def verdict(low: float, high: float) -> str:
 
 
 def best_per_repeat(
-    calls: Mapping[str, Callable[[], object]], *, repeats: int, rounds: int, sample: float = 0.002
+    calls: Mapping[str, Callable[[], object]],
+    *,
+    repeats: int,
+    rounds: int,
+    sample: float = 0.002,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Per callable, its best seconds per call in each repeat of ``rounds`` interleaved
-    rounds (each call repeated to last about ``sample`` seconds)."""
+    rounds (each call repeated to last about ``sample`` seconds), read on ``clock``
+    (wall time by default; ``time.process_time``: the CPU time of this process, which
+    other processes' load on a shared machine does not inflate)."""
     inner = {}
     for key, call in calls.items():
         call()  # warm-up
-        start = time.perf_counter()
+        start = clock()
         call()
-        inner[key] = max(1, math.ceil(sample / max(time.perf_counter() - start, 1e-7)))
+        inner[key] = max(1, math.ceil(sample / max(clock() - start, 1e-7)))
     result: dict[str, list[float]] = {key: [] for key in calls}
     for _ in range(repeats):
         best = dict.fromkeys(calls, math.inf)
         for _ in range(rounds):
             for key, call in calls.items():
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(inner[key]):
                     call()
-                best[key] = min(best[key], (time.perf_counter() - start) / inner[key])
+                best[key] = min(best[key], (clock() - start) / inner[key])
         for key, seconds in best.items():
             result[key].append(seconds)
     return result

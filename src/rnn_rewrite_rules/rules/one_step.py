@@ -157,6 +157,20 @@ def _looks_like(op_type: str, root: ir.Node) -> bool:
     return False
 
 
+def _clipped_state(root: ir.Node) -> Refusal | None:
+    """Why an LSTM step whose cell state is clipped (``h = o * tanh(Clip(c))``) is not one
+    node: ONNX's ``clip`` bounds the gates' pre-activations, not the cell state."""
+    for operand in root.inputs if root.op_type == "Mul" else ():
+        activation = producer(operand, *_ACTIVATIONS)
+        clip = None if activation is None else producer(activation.inputs[0], "Clip")
+        if clip is not None:
+            return Refusal(
+                f"{clip.name} clips the cell state: the node's clip bounds the gates' "
+                "pre-activations, not c_t"
+            )
+    return None
+
+
 _Proof = tuple[Cell, ir.Value, ir.Value | None, ir.Value | None]
 
 
@@ -274,6 +288,16 @@ def _shapes(
     return broadcast, static
 
 
+def _emitted_nodes(plan: _Plan) -> int:
+    """The nodes :meth:`OneStepCell.rewrite` emits: Unsqueezes, the node, Squeezes, and
+    the broadcast (``rules._broadcast``: 8 nodes, 12 with ``c``)."""
+    lstm = plan.c_prev is not None
+    count = (3 if lstm else 2) + 1 + (2 if lstm else 1)
+    if plan.broadcast:
+        count += 12 if lstm else 8
+    return count
+
+
 class OneStepCell(ChainRule[_Plan]):
     """``h_t`` of one streaming step -> ``Squeeze(Y_h)`` of one LSTM/GRU/RNN node."""
 
@@ -295,6 +319,7 @@ class OneStepCell(ChainRule[_Plan]):
             return Inapplicable("no state is read from the graph's inputs")
         prover = ShapeProver(main_graph)
         reasons: list[Refusal] = []
+        proven: list[Refusal] = []  # why a proven cell is not rewritten: reported first
         for found in _proofs(self.op_type, root.outputs[0], sources, constants):
             if isinstance(found, Refusal):
                 reasons.append(found)
@@ -302,10 +327,16 @@ class OneStepCell(ChainRule[_Plan]):
             plan = self._plan(root, main_graph, prover, constants, *found)
             if not isinstance(plan, Refusal):
                 return plan
-            reasons.insert(0, plan)  # a proven cell's reason first
+            proven.append(plan)
+        if proven:
+            return proven[0]
+        clipped = _clipped_state(root) if self.op_type == "LSTM" else None
+        if clipped is not None:
+            return clipped
         if not reasons or not _looks_like(self.op_type, root):
-            return Inapplicable(f"not one step of an {self.op_type} cell")
-        return reasons[0]
+            return Inapplicable(f"not one step of a cell ({self.op_type})")
+        # the closest attempt: one that got as far as reading a gate's terms
+        return next((r for r in reasons if r.startswith("gate ")), reasons[0])
 
     def _plan(
         self,
@@ -331,7 +362,14 @@ class OneStepCell(ChainRule[_Plan]):
         reason = _inside_only(nodes, ends, root, graph)
         if reason is not None:  # an RNN "step" inside a bigger cell is not one
             return Inapplicable(reason) if self.op_type == "RNN" else reason
-        return _Plan(cell, h_prev, c_prev, h, c, nodes, *shapes)
+        plan = _Plan(cell, h_prev, c_prev, h, c, nodes, *shapes)
+        emitted = _emitted_nodes(plan)
+        if emitted > len(nodes):
+            return Refusal(
+                f"the node with the Expands broadcasting the batches of x_t and the states "
+                f"(not proven equal) is {emitted} nodes, the step {len(nodes)}"
+            )
+        return plan
 
     def refuse(self, context, plan: _Plan) -> Refusal | None:
         dtype = plan.cell.dtype

@@ -9,8 +9,9 @@ outputs.
   ``n = tanh(xn + r * hn)``, ``h_out = (h - n) * z + n``;
 * RNN: ``h_out = act(Gemm(x, ...) + Gemm(h, ...))``.
 
-``batch``: a number (every input declares it) or a name (each input its own ``dim_param``
-of that name: ONNX does not tie equal names). :data:`STEP_MUTATIONS` make near misses.
+``batch``: a number or a name, every input's and output's first axis (torch writes one
+``dim_param`` for all: ONNX does not tie equal names, so the rules do not take them as one
+size). :data:`STEP_MUTATIONS` make near misses.
 """
 
 from __future__ import annotations
