@@ -36,6 +36,7 @@ the runtime can).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -305,7 +306,7 @@ class OneStepCell(ChainRule[_Plan]):
         super().__init__(name=f"OneStepCell[{op_type}]")
         self.op_type, self.root, self.target = op_type, root, target
 
-    def pattern(self, op, a, b):
+    def pattern(self, op: Any, a: ir.Value, b: ir.Value) -> ir.Value:
         if self.root in _ACTIVATIONS:
             return getattr(op, self.root)(a)
         return getattr(op, self.root)(a, b)
@@ -394,14 +395,15 @@ class OneStepCell(ChainRule[_Plan]):
             return None
         return KeptUnrolled(f"one step kept as plain ops: {decision.reason}")
 
-    def rewrite(self, op, **_):
+    def rewrite(self, op: Any, **_: Any) -> ir.Value:
         plan, emit = self.plan, self.emitter(op)
         cell = plan.cell
         prefix = f"one_step_{plan.h.name or 'cell'}"
         w = emit.constant(cell.w[np.newaxis], f"{prefix}_W")
         r = emit.constant(cell.r[np.newaxis], f"{prefix}_R")
         b = emit.constant(cell.b[np.newaxis], f"{prefix}_B")
-        x: ir.Value = emit.unsqueeze(cell.x, 0)  # type: ignore[assignment]  # not None
+        x = emit.unsqueeze(cell.x, 0)
+        assert x is not None
         h0, c0 = plan.h_prev, plan.c_prev
         if plan.broadcast:
             x, h0, c0 = broadcast_batches(op, x, h0, c0, emit.opset, emit.ints)
