@@ -17,7 +17,9 @@ provably of rank 2, the states ``[batch, H]`` (``h``'s width implied where ``Mat
 reads it), the batches proven equal or broadcast as the ops broadcast them
 (``rules._broadcast``); ``h_t`` does not feed another step as its state (an unrolled
 chain is ``reroll``'s); every value inside the step but ``h_t`` and ``c_t`` is read only
-inside it; a reader of ``c_t`` outside the step comes after the root. The node's element
+inside it; a reader of ``c_t`` outside the step comes after the root; the replacement is
+no larger than the step (the broadcast of batches not proven equal adds 8 nodes, 12 with
+``c``: an LSTM step of 12-13 nodes stays). The node's element
 type has a kernel on every runtime of the target (``portable``: no ``RNN``, rten has
 none), and the measured one-step table (``costs/one_step.json``) says the node is no
 slower per call there. A cell the prover refuses (peepholes, a clip, an activation with
@@ -363,37 +365,43 @@ class OneStepCell(ChainRule[_Plan]):
         reason = _inside_only(nodes, ends, root, graph)
         if reason is not None:  # an RNN "step" inside a bigger cell is not one
             return Inapplicable(reason) if self.op_type == "RNN" else reason
-        plan = _Plan(cell, h_prev, c_prev, h, c, nodes, *shapes)
-        emitted = _emitted_nodes(plan)
-        if emitted > len(nodes):
-            return Refusal(
-                f"the node with the Expands broadcasting the batches of x_t and the states "
-                f"(not proven equal) is {emitted} nodes, the step {len(nodes)}"
-            )
-        return plan
+        return _Plan(cell, h_prev, c_prev, h, c, nodes, *shapes)
 
     def refuse(self, context, plan: _Plan) -> Refusal | None:
-        dtype = plan.cell.dtype
-        if dtype == np.float16:
-            return Refusal(
-                f"the step computes in float16 op by op: one float16 {self.op_type} node "
-                "rounds otherwise"
-            )
         opset = opset_version(context.model, context.graph_or_function)
         if plan.broadcast and not isinstance(opset, Refusal):
             reason = broadcast_opset_reason(opset)
             if reason is not None:
                 return Refusal(reason)
-        return missing_kernel("", self.op_type, dtype, (self.target,))
+        return None
 
     def decline(self, context, plan: _Plan) -> KeptUnrolled | None:
+        """Why a proven step stays as plain ops (recorded, so ``--check`` lists it): its
+        element type, a runtime of the target without the kernel, a broadcast that
+        outgrows the step, or the measured table."""
+        kept = "one step kept as plain ops: "
+        dtype = plan.cell.dtype
+        if dtype == np.float16:
+            return KeptUnrolled(
+                f"{kept}it computes in float16 op by op: one float16 {self.op_type} node "
+                "rounds otherwise"
+            )
+        missing = missing_kernel("", self.op_type, dtype, (self.target,))
+        if missing is not None:
+            return KeptUnrolled(f"{kept}{missing}")
+        emitted = _emitted_nodes(plan)
+        if emitted > len(plan.nodes):
+            return KeptUnrolled(
+                f"{kept}the node with the Expands broadcasting the batches of x_t and the "
+                f"states (not proven equal) is {emitted} nodes, the step {len(plan.nodes)}"
+            )
         form = FORM_BROADCAST if plan.broadcast else FORM
         decision = costs.of(context.model).no_slower(
             self.target, self.op_type, plan.cell.hidden_size, 1, plan.batch, "forward", form
         )
         if decision.fires:
             return None
-        return KeptUnrolled(f"one step kept as plain ops: {decision.reason}")
+        return KeptUnrolled(f"{kept}{decision.reason}")
 
     def rewrite(self, op: Any, **_: Any) -> ir.Value:
         plan, emit = self.plan, self.emitter(op)
