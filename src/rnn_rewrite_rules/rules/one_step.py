@@ -74,6 +74,8 @@ _VIEWS = frozenset({"Split", "Gather", "Slice", "Squeeze", "Unsqueeze", "Reshape
 _ACTIVATIONS = ("Tanh", "Sigmoid", "Relu")
 #: How far above the root a state input is looked for (the ops of one step).
 _DEPTH = 12
+#: At most this many values above the root are looked at (a step reads a few dozen).
+_MAX_VALUES = 256
 #: How far below ``h_t`` a step reading it as its state is looked for.
 _DOWNSTREAM = 8
 
@@ -118,6 +120,8 @@ def _candidates(root: ir.Node, graph: ir.Graph, constants: Constants) -> list[ir
     seen: set[ir.Value] = set()
     frontier = [root]
     for _ in range(_DEPTH):
+        if len(seen) > _MAX_VALUES:
+            break
         following: list[ir.Node] = []
         for node in frontier:
             for value in node.inputs:
@@ -172,6 +176,16 @@ def _clipped_state(root: ir.Node) -> Refusal | None:
                 "pre-activations, not c_t"
             )
     return None
+
+
+def _plausible(op_type: str, root: ir.Node) -> bool:
+    """The root has the local shape of the op's ``h_t`` (checked before any walk)."""
+    if op_type == "RNN":
+        return producer(root.inputs[0], "Add", "Gemm", "MatMul") is not None
+    if op_type == "LSTM":
+        node = root
+        return any(producer(v, *_ACTIVATIONS) for v in node.inputs)
+    return _looks_like(op_type, root)
 
 
 _Proof = tuple[Cell, ir.Value, ir.Value | None, ir.Value | None]
@@ -307,6 +321,12 @@ class OneStepCell(ChainRule[_Plan]):
     def __init__(self, op_type: str, root: str, target: str = "portable") -> None:
         super().__init__(name=f"OneStepCell[{op_type}]")
         self.op_type, self.root, self.target = op_type, root, target
+        #: one evaluator per visit of a graph (reset by :meth:`setup`): its memo is shared
+        #: by every node tried there, and never outlives the graph the rewrites change
+        self._constants: tuple[ir.Graph, Constants] | None = None
+
+    def setup(self) -> None:
+        self._constants = None
 
     def pattern(self, op: Any, a: ir.Value, b: ir.Value) -> ir.Value:
         if self.root in _ACTIVATIONS:
@@ -316,7 +336,11 @@ class OneStepCell(ChainRule[_Plan]):
     def plan_chain(self, root: ir.Node, main_graph: ir.Graph) -> _Plan | Refusal:
         if root.graph is not main_graph:
             return Inapplicable("a step inside a subgraph is the Loop/Scan rules'")
-        constants = Constants(main_graph.opset_imports.get("", 0))
+        if not _plausible(self.op_type, root):  # cheap: most Mul/Add/Tanh are not a step
+            return Inapplicable(f"not one step of a cell ({self.op_type})")
+        if self._constants is None or self._constants[0] is not main_graph:
+            self._constants = (main_graph, Constants(main_graph.opset_imports.get("", 0)))
+        constants = self._constants[1]
         sources = _candidates(root, main_graph, constants)
         if not sources:
             return Inapplicable("no state is read from the graph's inputs")
