@@ -1,8 +1,9 @@
 """Streaming frames per second: original vs rewritten, one frame per call, state chained.
 
 Each call's state outputs (``X_out`` for input ``X_in`` or ``X``) are the next call's state
-inputs. Original and rewritten run interleaved, best of ``--rounds``; the spread is the
-(worst - best) / best of the rounds. Run under ``flock /work/coord/bench.lock``.
+inputs. Original and rewritten run interleaved, best of ``--rounds``, in CPU time of this
+process (one thread: other processes' load on a shared machine does not inflate it); the
+spread is the (worst - best) / best of the rounds. Run under ``flock /work/coord/bench.lock``.
 
     python -m benchmarks.streaming MODEL.onnx ... [--torch-steps 64,128,256,512]
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -99,14 +101,15 @@ def export_torch_steps(
 
 
 def measure(
-    path: Path, runtimes: Sequence[str], rounds: int, frames: int
+    path: Path, runtimes: Sequence[str], rounds: int, frames: int, target: str = "portable"
 ) -> list[tuple[str, str, list[float], list[float], float]]:
     """(runtime, pairs, original fps per round, rewritten fps per round, max abs diff)."""
     original = onnx.load(str(path))
     pairs = state_pairs(original)
     if not pairs:
         raise SystemExit(f"{path}: no state input/output pairs (X_in -> X_out, X -> X_out)")
-    rewritten = rnn_rewrite_rules.rewrite(original)
+    rewritten = rnn_rewrite_rules.rewrite(original, target=target)
+    nodes = f"{len(original.graph.node)}->{len(rewritten.graph.node)} nodes"
     feeds = frame_feeds(original, {})
     names = [o.name for o in original.graph.output]
     rows = []
@@ -117,8 +120,10 @@ def measure(
         fps: list[list[float]] = [[], []]
         for _ in range(rounds):
             for which, runner in enumerate(runners):
-                fps[which].append(frames_per_second(runner, names, feeds, pairs, frames))
-        described = ", ".join(f"{a}->{b}" for a, b in pairs)
+                fps[which].append(
+                    frames_per_second(runner, names, feeds, pairs, frames, time.process_time)
+                )
+        described = ", ".join(f"{a}->{b}" for a, b in pairs) + f"; {nodes}"
         rows.append((runtime, described, fps[0], fps[1], diff))
     return rows
 
@@ -134,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runtimes", default="onnxruntime,openvino")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--frames", type=int, default=2000)
+    parser.add_argument("--target", default="portable", choices=["portable", "onnxruntime"])
     args = parser.parse_args(argv)
     runtimes = [r for r in args.runtimes.split(",") if r]
     unknown = set(runtimes) - set(RUNTIMES)
@@ -149,7 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'model':<34} {'runtime':<11} {'orig fps':>9} {'new fps':>9} {'ratio':>6}"
               f"  spread orig/new  max|diff|  states")  # fmt: skip
         for path in models:
-            for runtime, pairs, old, new, diff in measure(path, runtimes, args.rounds, args.frames):
+            for runtime, pairs, old, new, diff in measure(
+                path, runtimes, args.rounds, args.frames, args.target
+            ):
                 ratio = max(new) / max(old)
                 print(
                     f"{path.stem:<34} {runtime:<11} {max(old):>9.0f} {max(new):>9.0f} "

@@ -37,6 +37,7 @@ from rnn_rewrite_rules.rules import families
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model, thirdparty
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model
+from rnn_rewrite_rules.testing.one_step import StepConfig, build_step
 from rnn_rewrite_rules.testing.unrolled import (
     UnrolledCellConfig,
     UnrolledRnnConfig,
@@ -181,6 +182,12 @@ FIGURES: tuple[Figure, ...] = (
         lambda: build_unrolled_cell(
             UnrolledCellConfig(op_type="GRU", input_size=4, hidden_size=3, seq=2)
         ),
+    ),
+    Figure(
+        "one_step_lstm_cell",
+        "one_step",
+        "torch dynamo nn.LSTMCell(4, 3) called once, (h, c) in and out, batch 1",
+        lambda: build_step(StepConfig(op_type="LSTM", input_size=4, hidden_size=3, batch=1)),
     ),
     Figure(
         "loop_scan_keras_backward",

@@ -458,6 +458,12 @@ def benchmark_lines(result: BenchmarkResult) -> list[str]:
             f"{t.result_s * 1e6:.1f} us, {t.ratio:.2f}x ({t.low:.2f}-{t.high:.2f}{spread}, "
             f"{t.repeats} repeats): {_LATENCY_VERDICTS[t.verdict]}{judged}"
         )
+    for st in result.streaming:
+        out.append(
+            f"  {st.runtime} streaming ({st.states}; {st.frames} calls chained): "
+            f"{st.original_fps:.0f} -> {st.result_fps:.0f} frames/s, {st.ratio:.2f}x "
+            f"(rounds {st.low:.2f}-{st.high:.2f}; shown, not judged)"
+        )
     out += [f"  {name}: not timed: {why}" for name, why in result.skipped.items()]
     out.append(_BENCHMARK_VERDICTS[result.verdict])
     return out

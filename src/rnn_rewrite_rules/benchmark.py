@@ -36,8 +36,10 @@ __all__ = [
     "BUDGET_S",
     "CONFIDENCE",
     "MAX_REPEATS",
+    "STREAM_FRAMES",
     "BenchmarkResult",
     "Latency",
+    "Streaming",
     "benchmark",
     "best_per_repeat",
     "median_interval",
@@ -59,6 +61,8 @@ CONFIDENCE = 0.99
 BUDGET_S = 10.0
 #: Repeats one latency line takes at most.
 MAX_REPEATS = 40
+#: Calls per round of a stream (a model with state inputs and outputs).
+STREAM_FRAMES = 200
 #: Repeats added at each look while the interval spans 1.
 _STEP = 2
 
@@ -102,25 +106,32 @@ def verdict(low: float, high: float) -> str:
 
 
 def best_per_repeat(
-    calls: Mapping[str, Callable[[], object]], *, repeats: int, rounds: int, sample: float = 0.002
+    calls: Mapping[str, Callable[[], object]],
+    *,
+    repeats: int,
+    rounds: int,
+    sample: float = 0.002,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, list[float]]:
     """Per callable, its best seconds per call in each repeat of ``rounds`` interleaved
-    rounds (each call repeated to last about ``sample`` seconds)."""
+    rounds (each call repeated to last about ``sample`` seconds), read on ``clock``
+    (wall time by default; ``time.process_time``: the CPU time of this process, which
+    other processes' load on a shared machine does not inflate)."""
     inner = {}
     for key, call in calls.items():
         call()  # warm-up
-        start = time.perf_counter()
+        start = clock()
         call()
-        inner[key] = max(1, math.ceil(sample / max(time.perf_counter() - start, 1e-7)))
+        inner[key] = max(1, math.ceil(sample / max(clock() - start, 1e-7)))
     result: dict[str, list[float]] = {key: [] for key in calls}
     for _ in range(repeats):
         best = dict.fromkeys(calls, math.inf)
         for _ in range(rounds):
             for key, call in calls.items():
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(inner[key]):
                     call()
-                best[key] = min(best[key], (time.perf_counter() - start) / inner[key])
+                best[key] = min(best[key], (clock() - start) / inner[key])
         for key, seconds in best.items():
             result[key].append(seconds)
     return result
@@ -154,6 +165,27 @@ class Latency:
         return self.verdict == "slower"
 
 
+@dataclasses.dataclass(frozen=True)
+class Streaming:
+    """One runtime running a model with state inputs as a stream: ``frames`` calls in a
+    loop, each call's new states fed to the next (``_streaming.state_pairs``), at the
+    first size timed; frames per second of CPU time (one thread), best of interleaved
+    rounds, and the lowest and highest per-round ratio (result / original frames per
+    second)."""
+
+    runtime: str
+    states: str
+    frames: int
+    original_fps: float
+    result_fps: float
+    low: float
+    high: float
+
+    @property
+    def ratio(self) -> float:
+        return self.result_fps / self.original_fps
+
+
 @dataclasses.dataclass
 class BenchmarkResult:
     """What ``--benchmark`` measured (also ``Report.benchmark``)."""
@@ -170,6 +202,9 @@ class BenchmarkResult:
     judged: tuple[str, ...] | None = None
     #: what the reader should know about the sizes timed (those replaced, and why)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: a model with state inputs and outputs: its stream's frames per second (shown, not
+    #: judged: the latencies decide the verdict)
+    streaming: list[Streaming] = dataclasses.field(default_factory=list)
 
     def is_judged(self, runtime_name: str) -> bool:
         return self.judged is None or runtime_name in self.judged
@@ -266,14 +301,17 @@ def benchmark(
     progress: Progress | None = None,
     budget: float = BUDGET_S,
     max_repeats: int = MAX_REPEATS,
+    stream_frames: int = STREAM_FRAMES,
 ) -> BenchmarkResult:
     """Time ``before`` and ``after`` (serialized models or paths) on ``feeds`` (label,
     feeds) pairs.
 
     ``repeats`` repeats first, then more (while the interval spans 1) until ``budget``
     seconds or ``max_repeats`` per latency line. ``openvino`` None: time OpenVINO when it
-    is installed. ``judged``: the runtimes whose ratios decide the verdict (None: every
-    runtime timed).
+    is installed. A model with state inputs and outputs (``h`` -> ``h_out``,
+    ``cache_in`` -> ``cache_out``) is also run as a stream of ``stream_frames`` chained
+    calls per round at the first feeds (:class:`Streaming`; 0: not). ``judged``: the
+    runtimes whose ratios decide the verdict (None: every runtime timed).
 
     Raises:
         rnn_rewrite_rules.runtime.OnnxRuntimeMissing: onnxruntime is not installed.
@@ -306,7 +344,67 @@ def benchmark(
             except Exception as error:
                 result.skipped[name] = runtime.short_error(error)
                 break
+        if feeds and name not in result.skipped and stream_frames:
+            try:
+                found = _stream(name, before, after, feeds[0][1], stream_frames, rounds)
+            except Exception as error:
+                result.skipped[f"{name} streaming"] = runtime.short_error(error)
+            else:
+                result.streaming += [found] if found is not None else []
     return result
+
+
+def _graph_only(model: Model) -> onnx.ModelProto:
+    if isinstance(model, bytes):
+        return onnx.load_from_string(model)
+    return onnx.load(model, load_external_data=False)
+
+
+def _stream_runner(name: str, model: Model) -> Callable[[dict[str, np.ndarray]], list]:
+    """A call of ``model`` on ``name``'s runtime, its outputs in graph order."""
+    if name == "onnxruntime":
+        session = runtime.session(model, threads=1, log_level=4)
+        return lambda feeds: session.run(None, feeds)
+    compiled = _openvino_compile(model)
+    request, ports = compiled.create_infer_request(), list(compiled.outputs)
+
+    def run(feeds: dict[str, np.ndarray]) -> list:
+        out = request.infer(feeds)
+        return [np.asarray(out[port]) for port in ports]
+
+    return run
+
+
+def _stream(
+    name: str,
+    before: Model,
+    after: Model,
+    feeds: Mapping[str, np.ndarray],
+    frames: int,
+    rounds: int,
+) -> Streaming | None:
+    """Frames per second of a chained stream of ``frames`` calls of each model, interleaved
+    rounds (the order alternating); None when the model has no state inputs and outputs."""
+    from rnn_rewrite_rules._streaming import frames_per_second, state_pairs
+
+    original = _graph_only(before)
+    pairs = state_pairs(original)
+    if not pairs:
+        return None
+    names = [o.name for o in original.graph.output]
+    runners = {"original": _stream_runner(name, before), "result": _stream_runner(name, after)}
+    fps: dict[str, list[float]] = {"original": [], "result": []}
+    order = list(runners)
+    for _ in range(max(rounds, 1)):
+        for key in order:
+            fps[key].append(
+                frames_per_second(runners[key], names, feeds, pairs, frames, time.process_time)
+            )
+        order.reverse()
+    ratios = [r / o for o, r in zip(fps["original"], fps["result"], strict=True)]
+    states = ", ".join(f"{a} -> {b}" for a, b in pairs)
+    best_o, best_r = max(fps["original"]), max(fps["result"])
+    return Streaming(name, states, frames, best_o, best_r, min(ratios), max(ratios))
 
 
 def verify_feeds(

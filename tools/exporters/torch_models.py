@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 F, H, BATCH, SEQ, VOCAB = 6, 8, 2, 5, 20
+#: The hidden size of the streaming step files (``*_step_h64``).
+STEP_H = 64
 SCRIPT = "tools/exporters/torch_models.py"
 EXPORTERS = ("torch_dynamo", "torch_script")
 
@@ -251,7 +253,7 @@ def _char_rnn(cls_name: str) -> Callable:
     return build
 
 
-def _cell_step(cell_name: str) -> Callable:
+def _cell_step(cell_name: str, hidden: int = H) -> Callable:
     """One streaming step: the cell's state in and out as graph inputs and outputs."""
 
     def build():
@@ -260,7 +262,7 @@ def _cell_step(cell_name: str) -> Callable:
         class Step(nn.Module):
             def __init__(self):
                 super().__init__()
-                self.cell = getattr(nn, cell_name)(F, H)
+                self.cell = getattr(nn, cell_name)(F, hidden)
 
             def forward(self, x, h, c=None):
                 if c is None:
@@ -451,6 +453,22 @@ def _specs() -> dict[str, Spec]:
                 states,
                 ("h_out", "c_out") if cell == "LSTMCell" else ("h_out",),
                 {"cell": cell, "streaming": True},
+            ),
+        )
+    for cell in ("LSTMCell", "GRUCell", "RNNCell"):
+        # streaming steps at a hidden size real ones use (issue 42), still small files
+        states = {"x": ["batch", F], "h": ["batch", STEP_H]}
+        if cell == "LSTMCell":
+            states["c"] = ["batch", STEP_H]
+        add(
+            f"{cell.lower()}_step_h{STEP_H}",
+            Spec(
+                f"nn.{cell}({F}, {STEP_H}) one step, the state in and out",
+                cell[:-4],
+                _cell_step(cell, STEP_H),
+                states,
+                ("h_out", "c_out") if cell == "LSTMCell" else ("h_out",),
+                {"cell": cell, "streaming": True, "hidden": STEP_H},
             ),
         )
     add(

@@ -1,0 +1,177 @@
+"""Is one streaming step no slower as one LSTM/GRU/RNN node? (issue 42)
+
+    python -m benchmarks.one_step_costs              # the grid -> the two tables + docs page
+    python -m benchmarks.one_step_costs --quick --out /tmp/s.md   # a smoke run
+
+``one_step``'s ``OneStepCell`` turns one cell step written as plain ops (torch 2.13
+``dynamo=True``'s ``nn.LSTMCell`` / ``nn.GRUCell`` / ``nn.RNNCell`` called once,
+``rnn_rewrite_rules.testing.one_step``) into one node at seq 1. This grid times the
+rewritten step side by side with the original per call (``benchmarks.rewrite_costs``:
+interleaved rounds, best of each, one thread; ONNX Runtime and OpenVINO), input size =
+hidden, in the two forms the rule emits, each its own table. A call is timed in CPU time
+of this process (``time.process_time``: ONNX Runtime and OpenVINO run at one thread),
+which the load of other processes on a shared machine does not inflate as it does wall
+time; each point keeps its per-repeat ratios (``repeats``: the cost model drops glitches
+and judges the spread).
+
+* ``one_step`` (``costs/one_step.json``): the batches of ``x`` and the states proven equal
+  (a static batch): the node between ``Unsqueeze`` and ``Squeeze``;
+* ``one_step_broadcast`` (``costs/one_step_broadcast.json``): a symbolic batch per input,
+  what torch exports declare: the ``Expand``s that broadcast ``x`` and the states as the
+  original's ops do, then the node.
+
+For this form the issue counts parity within noise on a runtime as no slower: a call is
+dominated by the runtime's per-call overhead, and the gain is the node count, the other
+runtimes and int8 (``DynamicQuantizeLSTM`` needs an LSTM node). ``costs.CostTable.decide``
+already fires on a cell within noise whose neighbours are not slower; a cell slower beyond
+noise keeps the step as plain ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import pathlib
+import time
+
+import onnx
+
+import rnn_rewrite_rules
+from benchmarks import measure, report, rewrite_costs
+from benchmarks.cost_grid import versions
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.benchmark import best_per_repeat
+from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
+
+__all__ = ["CASES", "main"]
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COSTS = ROOT / "src" / "rnn_rewrite_rules" / "costs"
+
+
+def rewritten_step(
+    op: str, hidden: int, seq: int, *, batch: int | str
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """A step model (input size = hidden) and its one-node form, the cost table ignored."""
+    from rnn_rewrite_rules import costs
+
+    assert seq == 1, "a step is one frame"
+    before = build_step(StepConfig(op_type=op, input_size=hidden, hidden_size=hidden, batch=batch))
+    after = rnn_rewrite_rules.rewrite(
+        before, context=costs.Context(ignore=True), target="onnxruntime"
+    )
+    assert [n.op_type for n in after.graph.node].count(op) == 1, f"{op} {hidden}: not rewritten"
+    return before, after
+
+
+def _feeds(model: onnx.ModelProto, seq: int, batch: int) -> dict:
+    del seq
+    return step_feeds(model, batch)
+
+
+def _case(form: str, description: str) -> rewrite_costs.Case:
+    return rewrite_costs.Case(
+        module="one_step_costs",
+        title="One streaming step as one node",
+        description=description,
+        out=ROOT / "docs" / "one_step_costs.md",
+        build=functools.partial(rewritten_step, batch="batch"),
+        feeds=_feeds,
+        ops=("LSTM", "GRU", "RNN"),
+        seqs=(1,),
+        batches=(1, 4),
+        hiddens=(32, 64, 128, 256, 512),
+        form=form,
+    )
+
+
+CASES = {
+    "one_step": _case("one_step", "Static batch: Unsqueeze, one node, Squeeze."),
+    "one_step_broadcast": _case(
+        "one_step_broadcast", "Symbolic batches: Expands broadcasting x and the states, one node."
+    ),
+}
+
+
+def _measure(
+    form: str, args: argparse.Namespace, repeats: dict[tuple, list[float]]
+) -> list[rewrite_costs.Point]:
+    """``rewrite_costs.measure_grid``'s loop with a longer sample per timing (a call is a few
+    microseconds: ``--sample`` seconds of calls per timing steady it on a shared machine)."""
+    names = ["onnxruntime"] + (["OpenVINO"] if measure.openvino_available() else [])
+    points: list[rewrite_costs.Point] = []
+    for op in args.ops:
+        for hidden in args.hidden:
+            for batch in args.batch:
+                built: int | str = batch if form == "one_step" else "batch"
+                before, after = rewritten_step(op, hidden, 1, batch=built)
+                feeds = step_feeds(before, batch)
+                diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
+                assert diff <= 1e-4, f"{op} {hidden} {batch}: outputs differ by {diff}"
+                for name in names:
+                    calls = {
+                        "a": rewrite_costs._callers(name, before, feeds),
+                        "b": rewrite_costs._callers(name, after, feeds),
+                    }
+                    times = best_per_repeat(
+                        calls,
+                        repeats=args.repeats,
+                        rounds=args.rounds,
+                        sample=args.sample,
+                        clock=time.process_time,
+                    )
+                    ratios = [b / a for a, b in zip(times["a"], times["b"], strict=True)]
+                    ratio = min(times["b"]) / min(times["a"])
+                    low, high = min(ratios), max(ratios)
+                    point = rewrite_costs.Point(op, hidden, 1, name, ratio, low, high, batch)
+                    points.append(point)
+                    repeats[(op, hidden, batch, name)] = [round(r, 4) for r in ratios]
+                    print(
+                        f"{form} {op} H={hidden} batch={batch} {name}: {ratio:.2f} "
+                        f"[{low:.2f}-{high:.2f}]",
+                        flush=True,
+                    )
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    case = CASES["one_step"]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.one_step_costs")
+    parser.add_argument("--ops", nargs="+", default=list(case.ops))
+    parser.add_argument("--hidden", nargs="+", type=int, default=list(case.hiddens))
+    parser.add_argument("--batch", nargs="+", type=int, default=list(case.batches))
+    parser.add_argument("--forms", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--sample", type=float, default=0.02, help="seconds per timing")
+    parser.add_argument("--quick", action="store_true", help="LSTM, hidden 8, batch 1")
+    parser.add_argument("--out", type=pathlib.Path, default=case.out)
+    parser.add_argument("--tables", type=pathlib.Path, default=None, help="folder of the tables")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.ops, args.hidden, args.batch, args.repeats, args.rounds = ["LSTM"], [8], [1], 1, 2
+    tables = args.tables if args.tables is not None else (None if args.quick else COSTS)
+    header = {"commit": report.git_commit(), "date": datetime.date.today().isoformat()}
+    header.update(versions())
+    header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
+    pages = []
+    for form in args.forms:
+        repeats: dict[tuple, list[float]] = {}
+        points = _measure(form, args, repeats)
+        pages.append(rewrite_costs.render(CASES[form], points, header))
+        if tables is not None:
+            data = rewrite_costs.table(CASES[form], points, header)
+            for row, p in zip(data["points"], points, strict=True):
+                row["repeats"] = repeats[(p.op, p.hidden, p.batch, p.runtime)]
+            path = tables / f"{form}.json"
+            path.write_text(json.dumps(data, indent=1) + "\n")
+            print(f"wrote {path}")
+    args.out.write_text("\n".join(pages))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
