@@ -14,8 +14,10 @@ from rnn_rewrite_rules.rules.cell.prove import (
     DEFAULT_ACTIVATIONS,
     ONNX_GATES,
     Cell,
+    gate_inputs,
     prove_cell,
     through_identity,
+    zero_state_row,
 )
 
 __all__ = [
@@ -23,7 +25,9 @@ __all__ = [
     "ONNX_GATES",
     "Cell",
     "Constants",
+    "gate_inputs",
     "prove_cell",
     "recurrent_node",
     "through_identity",
+    "zero_state_row",
 ]
