@@ -43,9 +43,11 @@ class Constants:
     while the condition is evaluated). ``opset`` is the ONNX opset the nodes run at.
     """
 
-    def __init__(self, opset: int, bound: Mapping[ir.Value, ir.Value | np.ndarray] = ()) -> None:
+    def __init__(
+        self, opset: int, bound: Mapping[ir.Value, ir.Value | np.ndarray] | None = None
+    ) -> None:
         self._opset = opset
-        self._bound = dict(bound)
+        self._bound = dict(bound or {})
         self._memo: dict[ir.Value, np.ndarray | None] = {}
 
     def __call__(self, value: ir.Value | None) -> np.ndarray | None:
@@ -60,17 +62,18 @@ class Constants:
         if value in self._bound:
             bound = self._bound[value]
             return self(bound) if isinstance(bound, ir.Value) else np.asarray(bound)
-        array = const_array(value)
+        array = _constant(value)
         if array is not None:
             return array
         node = value.producer()
         if node is None or node.domain != "" or node.op_type not in _EVALUATED:
             return None
-        operands = [self(v) if v is not None else None for v in node.inputs]
-        if any(a is None for a, v in zip(operands, node.inputs, strict=True) if v is not None):
-            return None
-        if any(a is not None and a.size > _MAX_ELEMENTS for a in operands):
-            return None
+        operands: list[np.ndarray | None] = []
+        for operand in node.inputs:  # the first operand not constant ends it
+            array = None if operand is None else self(operand)
+            if operand is not None and (array is None or array.size > _MAX_ELEMENTS):
+                return None
+            operands.append(array)
         try:
             results = _evaluate(node, operands, self._opset)
         except Exception:
@@ -79,6 +82,32 @@ class Constants:
             if output is not value:
                 self._memo.setdefault(output, result)
         return results[list(node.outputs).index(value)]
+
+
+def _constant(value: ir.Value) -> np.ndarray | None:
+    """:func:`~rnn_rewrite_rules._ir.const_array` without its side effect: onnx_ir's
+    ``get_const_tensor`` names a ``Constant`` node's tensor after its output, which changes
+    the node as saved (a read must leave the graph as it is)."""
+    node = value.producer()
+    if (
+        node is None
+        or node.op_type != "Constant"
+        or node.domain != ""
+        or value.const_value is not None
+    ):
+        return const_array(value)
+    if len(node.attributes) != 1 or len(node.outputs) != 1:
+        return None
+    ((name, attribute),) = node.attributes.items()
+    if attribute.is_ref():
+        return None
+    if name == "value":
+        return attribute.as_tensor().numpy()
+    if name in ("value_float", "value_floats"):
+        return np.array(attribute.value, dtype=np.float32)
+    if name in ("value_int", "value_ints"):
+        return np.array(attribute.value, dtype=np.int64)
+    return None
 
 
 def _evaluate(node: ir.Node, operands: list[np.ndarray | None], opset: int) -> list[np.ndarray]:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell.constants import Constants
@@ -119,7 +120,9 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
         terms = [_Linear({node.inputs[0]: weight}, None)]
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             bias = _linear(node.inputs[2], constants)
-            if isinstance(bias, Refusal) or bias.weights:
+            if isinstance(bias, Refusal):
+                return Refusal(f"{_label(node)}'s bias: {bias}")
+            if bias.weights:
                 return Refusal(f"{_label(node)}'s bias is not a constant")
             terms.append(bias)
         return _attach(node, terms) or _sum(terms)
@@ -313,6 +316,20 @@ def _is(target: ir.Value) -> Callable[[ir.Value | None], bool]:
 
 def _any(_value: ir.Value | None) -> bool:
     return True
+
+
+def _is_state(state: ir.Value, constants: Constants) -> Callable[[ir.Value | None], bool]:
+    """``state`` itself, or a constant of the same bits (a first step reading two equal
+    zero constants as ``h_0``)."""
+    fixed = constants(state)
+
+    def check(value: ir.Value | None) -> bool:
+        if value is state:
+            return True
+        other = None if fixed is None else constants(value)
+        return other is not None and same_bits(fixed, other)
+
+    return check
 
 
 @dataclasses.dataclass
@@ -518,11 +535,12 @@ def _gru_update(
     add = producer(h, "Add")
     if add is None:
         return Refusal("h_t is not an Add (GRU)")
+    is_h = _is_state(h_prev, constants)
     # Keras: Add(Mul(z, h_prev), Mul(Sub(1, z), n))
     muls = [producer(v, "Mul") for v in add.inputs]
     if None not in muls:
         for first, second in (muls, muls[::-1]):
-            zh = _operands(first, _activated, _is(h_prev))
+            zh = _operands(first, _activated, is_h)
             if zh is None:
                 continue
             z = zh[0]
@@ -544,7 +562,7 @@ def _gru_update(
         if found is None:
             continue
         sub = found[0].producer()
-        if sub.inputs[0] is h_prev and sub.inputs[1] is n:
+        if is_h(sub.inputs[0]) and sub.inputs[1] is n:
             return found[1], n
     return Refusal("h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)")
 

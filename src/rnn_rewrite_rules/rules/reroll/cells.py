@@ -201,7 +201,9 @@ def _parse_step(
         return Refusal("no gate reads h_(t-1) besides x_t")
     c_states: list[tuple[ir.Value, ir.Value] | None] = [None]
     if op_type == "LSTM":
-        c_states = list(_cell_states(root)) or [None]
+        c_states = list(_cell_states(root))
+        if not c_states:
+            return Refusal("c_t is not an Add of f * c_(t-1) and i * g (LSTM)")
     reasons: list[Refusal] = []
     for h_prev in h_prevs:
         for c_state in c_states:
@@ -233,6 +235,8 @@ class _Mirror:
         self.pairs: dict[ir.Value, ir.Value] = {}  # later's value -> the earlier step's
         self.nodes: set[ir.Node] = set()
         self.rows: set[int] = set()  # the folded constants' rows
+        #: why a constant in place of the hidden projection is not its zero-state value
+        self.reason: Refusal | None = None
 
     def same(self, a: ir.Value | None, b: ir.Value | None) -> bool:
         if a is None or b is None:
@@ -256,10 +260,18 @@ class _Mirror:
         """``fixed`` is the rows ``b`` (a hidden projection) gives for a zero ``h_(t-1)``."""
         h_prev = self.later.h_prev
         row = None if h_prev is None else zero_state_row(b, h_prev, self.constants)
-        if row is None or fixed.ndim != 2 or fixed.shape[1] != row.shape[0]:
+        if row is None:
+            return False
+        if fixed.ndim != 2 or fixed.shape[1] != row.shape[0]:
+            self.reason = Refusal(
+                f"the folded first step has shape {list(fixed.shape)}, not [batch, {row.shape[0]}]"
+            )
             return False
         self.rows.add(int(fixed.shape[0]))
-        return same_bits(fixed, np.broadcast_to(row, fixed.shape))
+        if not same_bits(fixed, np.broadcast_to(row, fixed.shape)):
+            self.reason = Refusal("the folded first step is not b_hh (a non-zero initial state)")
+            return False
+        return True
 
     def _same_node(self, a: ir.Value, b: ir.Value) -> bool:
         na, nb = a.producer(), b.producer()
@@ -289,13 +301,16 @@ def _same_op(a: ir.Node, b: ir.Node) -> bool:
     return all(a.attributes[k].value == b.attributes[k].value for k in a.attributes)
 
 
-def _folded_step(root: ir.Node, later: _CellStep, constants: Constants) -> _CellStep | None:
+def _folded_step(
+    root: ir.Node, later: _CellStep, constants: Constants
+) -> _CellStep | Refusal | None:
     """The first step ``root`` ends, when it is ``later``'s computation with the hidden
-    projection folded into a constant equal to its bias (``b_hh``) on every row."""
+    projection folded into a constant equal to its bias (``b_hh``) on every row; why not
+    when it is that but for the constant; else None (not such a step)."""
     mirror = _Mirror(later, constants)
     h = root.outputs[0]
     if later.h_prev is not h or not mirror.same(h, later.h) or not mirror.rows:
-        return None
+        return mirror.reason
     c = None if later.c is None else mirror.pairs.get(later.c)
     if later.c is not None and c is not later.c_prev:
         return None
@@ -354,6 +369,8 @@ def _prove_steps(root: ir.Node, op_type: str, constants: Constants) -> list[_Cel
     before = None if steps[0].h_prev is None else steps[0].h_prev.producer()
     if before is not None and before.op_type == root.op_type and before.domain == "":
         folded = _folded_step(before, steps[0], constants)
+        if isinstance(folded, Refusal):
+            return folded
         if folded is not None and folded.source is last.source:
             steps.insert(0, folded)
     if len(steps) < 2:
@@ -375,13 +392,13 @@ def _direction(steps: list[_CellStep]) -> bool | Refusal:
 def _one_cell(steps: list[_CellStep], op_type: str) -> Cell | Refusal:
     """The cell every step computes (the last step's), chained through ``c``, in the form
     the node is emitted in."""
-    cell = steps[-1].cell
-    assert cell is not None
+    cell = next(s.cell for s in steps if s.cell is not None)
     for t, step in enumerate(steps):
         if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
             return Refusal(f"step {t} does not read c_{t} of the step before")
-        if step.cell is not None and not _same_cell(step.cell, cell):
-            return Refusal(f"step {t} uses other weights")
+        other = None if step.cell is None else _other_cell(step.cell, cell)
+        if other is not None:
+            return Refusal(f"step {t} uses {other}")
     if cell.activations != DEFAULT_ACTIVATIONS[op_type]:
         return Refusal(f"the activations {list(cell.activations)} are not {op_type}'s default")
     if op_type == "GRU" and cell.linear_before_reset != 1:
@@ -391,12 +408,15 @@ def _one_cell(steps: list[_CellStep], op_type: str) -> Cell | Refusal:
     return cell
 
 
-def _same_cell(a: Cell, b: Cell) -> bool:
-    return (a.activations, a.linear_before_reset, a.biased) == (
-        b.activations,
-        b.linear_before_reset,
-        b.biased,
-    ) and all(same_bits(u, v) for u, v in ((a.w, b.w), (a.r, b.r), (a.b, b.b)))
+def _other_cell(a: Cell, b: Cell) -> str | None:
+    """What differs between two cells (weights and biases compared bit for bit)."""
+    if (a.activations, a.linear_before_reset) != (b.activations, b.linear_before_reset):
+        return "other activations"
+    if not (same_bits(a.w, b.w) and same_bits(a.r, b.r)):
+        return "other weights"
+    if a.biased != b.biased or not same_bits(a.b, b.b):
+        return "another bias"
+    return None
 
 
 def _reader_refusal(steps: list[_CellStep], stack: list[ir.Node]) -> Refusal | None:
