@@ -50,7 +50,7 @@ ONNX_GATES = {"RNN": ("h",), "GRU": ("z", "r", "h"), "LSTM": ("i", "o", "f", "c"
 def through_identity(value: ir.Value) -> ir.Value:
     """``value`` with any chain of ``Identity`` nodes above it skipped."""
     node = producer(value, "Identity")
-    while node is not None:
+    while node is not None and node.inputs[0] is not None:
         value = node.inputs[0]
         node = producer(value, "Identity")
     return value
@@ -77,9 +77,11 @@ class _Linear:
     attached: dict[ir.Value, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
-def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
+def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
     """Read ``value`` as a sum of ``MatMul(s, W)`` / ``Gemm`` terms and a constant bias,
     through ``Add`` and column blocks of an axis-1 ``Split``."""
+    if value is None:
+        return Refusal("an operand is missing")
     array = constants(value)
     if array is not None:
         if array.size == 1 and array.ndim <= 2:
@@ -102,7 +104,7 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
         return _attach(node, parts) or _sum(parts)
     if node.op_type == "MatMul":
         weight = constants(node.inputs[1])
-        if weight is None or weight.ndim != 2:
+        if weight is None or weight.ndim != 2 or node.inputs[0] is None:
             return Refusal(f"{_label(node)}'s right operand is not a constant matrix")
         return _Linear({node.inputs[0]: weight}, None)
     if node.op_type == "Gemm":
@@ -114,7 +116,7 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
         ):
             return Refusal(f"{_label(node)} is not v @ W + b (transA, alpha or beta)")
         weight = constants(node.inputs[1])
-        if weight is None or weight.ndim != 2:
+        if weight is None or weight.ndim != 2 or node.inputs[0] is None:
             return Refusal(f"{_label(node)}'s weight is not a constant matrix")
         weight = weight.T if a.get_int("transB", 0) else weight
         terms = [_Linear({node.inputs[0]: weight}, None)]
@@ -292,7 +294,7 @@ def _pre_activation(value: ir.Value, constants: Constants) -> _Linear | Refusal:
         node = value.producer()
         assert node is not None
         return _linear(node.inputs[0], constants)
-    activation = split.inputs[0].producer()
+    activation = producer(split.inputs[0], *_ACTS)
     assert activation is not None
     return _split_block(split, value, constants, activation.inputs[0])
 
@@ -414,7 +416,7 @@ def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear 
                 return Refusal(f"{_label(concat)} does not join two values on axis 1")
             hidden, rows = weight.shape[1], weight.shape[0]
             first, second = concat.inputs
-            if is_h(first) == is_h(second) or rows <= hidden:
+            if first is None or second is None or is_h(first) == is_h(second) or rows <= hidden:
                 return Refusal(f"{_label(concat)} does not join a step input and h_(t-1)")
             cut = hidden if is_h(first) else rows - hidden
             parts = [(first, weight[:cut]), (second, weight[cut:])]
@@ -431,9 +433,11 @@ def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear 
 
 
 def _gate_linear(
-    activated: ir.Value, constants: Constants, name: str, gates: dict[str, _Linear]
+    activated: ir.Value | None, constants: Constants, name: str, gates: dict[str, _Linear]
 ) -> Refusal | None:
     """Reads the terms of gate ``name`` (its activated value) into ``gates``."""
+    if activated is None:
+        return Refusal(f"gate {name} is missing")
     linear = _pre_activation(activated, constants)
     if isinstance(linear, Refusal):
         return Refusal(f"gate {name}: {linear}")
@@ -473,12 +477,15 @@ def _lstm_cell(
     mul = producer(h, "Mul")
     for o, h_c in (mul.inputs, mul.inputs[::-1]) if mul is not None else ():
         outer = _act(h_c, *_ACTS)
-        if outer is not None and through_identity(outer.inputs[0]) is c and _act_op(o):
+        if outer is None or outer.inputs[0] is None:
+            continue
+        if through_identity(outer.inputs[0]) is c and _act_op(o):
             found = o, outer
             break
     if found is None:
         return Refusal("h_t is not f(o) * h(c_t) (LSTM)")
     f_op = _act_op(found[0])
+    assert f_op is not None  # found: o is activated
     add = producer(c, "Add")
     if add is None:
         return Refusal("c_t is not f * c_(t-1) + i * g (LSTM)")
@@ -493,8 +500,8 @@ def _lstm_cell(
     ig = _operands(i_term, gate, _act_op)
     if f_term is None or ig is None:
         return Refusal("c_t is not f(f) * c_(t-1) + f(i) * g(g) with o's f (LSTM)")
-    f_sig = _operands(f_term, gate, _is(c_prev))[0]  # type: ignore[index]
-    activations = (f_op, _act_op(ig[1]), found[1].op_type)
+    f_sig = _operands(f_term, gate, _is(c_prev))[0]
+    activations = (f_op, _act_op(ig[1]) or "", found[1].op_type)  # ig[1] is activated
     gates: dict[str, _Linear] = {}
     for name, activated in (("i", ig[0]), ("o", found[0]), ("f", f_sig), ("c", ig[1])):
         reason = _gate_linear(activated, constants, name, gates)
@@ -577,7 +584,7 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) 
     n_node = _act(n, *_ACTS)
     if n_node is None or not _activated(z):
         return Refusal("GRU gates are not f(z) and g(n)")
-    activations = (_act_op(z), n_node.op_type)
+    activations = (_act_op(z) or "", n_node.op_type)  # z is activated
     gates: dict[str, _Linear] = {}
     reason = _gate_linear(z, constants, "z", gates)
     if reason is not None:
@@ -616,7 +623,7 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) 
         ]
         if len(reset) != 1 or h_prev in linear.weights:
             return neither
-        r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]  # type: ignore[index]
+        r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]
         weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
         attached = {(h_prev if s is reset[0] else s): b for s, b in linear.attached.items()}
         gates["h"] = _Linear(weights, linear.bias, True, attached)  # (r * h) @ R_n

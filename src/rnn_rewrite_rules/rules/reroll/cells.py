@@ -574,8 +574,9 @@ def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, int, list[ir.Node]]
             and len(concat.inputs) == len(hs)
         ):
             producers = [None if v is None else v.producer() for v in concat.inputs]
-            if all(_stack_axis(p, h) == axis for p, h in zip(producers, hs, strict=True)):
-                return concat, axis, producers
+            stack = [p for p, h in zip(producers, hs, strict=True) if _stack_axis(p, h) == axis]
+            if len(stack) == len(hs):
+                return concat, axis, [p for p in stack if p is not None]
     return None, 0, []
 
 
@@ -709,11 +710,12 @@ def _readers_after(graph, value: ir.Value, root: ir.Node, plan: _CellPlan) -> bo
     for user, _ in value.uses():
         if user in step_nodes:
             continue
-        while user is not None and user.graph is not graph:
+        reader: ir.Node | None = user
+        while reader is not None and reader.graph is not graph:
             owners = subgraph_owners(graph) if owners is None else owners
-            user = owners.get(user.graph)  # type: ignore[arg-type]
-        if user is not None:
-            readers.add(id(user))
+            reader = None if reader.graph is None else owners.get(reader.graph)
+        if reader is not None:
+            readers.add(id(reader))
     for node in graph:
         if node is root:
             return True

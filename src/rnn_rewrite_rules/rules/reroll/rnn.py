@@ -96,6 +96,7 @@ def _parse_step(act: ir.Node) -> _Step | Refusal:
         if read is None:
             continue
         source, index = read
+        assert step_input is not None and act.inputs[0] is not None  # read_step read it
         internal: list[ir.Value] = [act.inputs[0], step_input]
         folded = const_array(recurrent)
         if folded is not None:
@@ -105,7 +106,12 @@ def _parse_step(act: ir.Node) -> _Step | Refusal:
         biased = producer(recurrent, "Add")
         if biased is not None:
             for a, b in (biased.inputs, tuple(reversed(biased.inputs))):
-                if producer(a, "MatMul") is not None and weight_array(b) is not None:
+                if (
+                    a is not None
+                    and recurrent is not None
+                    and producer(a, "MatMul") is not None
+                    and weight_array(b) is not None
+                ):
                     matmul, bias = a.producer(), b
                     internal.append(recurrent)
                     break
@@ -141,6 +147,8 @@ def _parse_source(value: ir.Value) -> _Source | Refusal:
         start, end = params[:2]
         if start != -1 or end > -(2**31):
             return Refusal("the step source reverses only part of the sequence")
+        if flip.inputs[0] is None:
+            return Refusal("the step source reverses no sequence")
         value, reverse = flip.inputs[0], True
     bias = None
     projection = value
@@ -150,7 +158,7 @@ def _parse_source(value: ir.Value) -> _Source | Refusal:
         if producer(a, "MatMul") is None:
             a, b = b, a
         bias = weight_array(b)
-        if bias is None:
+        if bias is None or a is None:
             return Refusal("the input projection's bias is not a constant")
         projection = a
     matmul = producer(projection, "MatMul")
