@@ -22,7 +22,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell.constants import Constants
+from rnn_rewrite_rules.shape.constant import Constants
 
 __all__ = [
     "DEFAULT_ACTIVATIONS",
