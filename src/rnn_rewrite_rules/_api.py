@@ -68,12 +68,12 @@ def select(
         dropped: set[str] = set()  # by name: each call builds its rules anew
         for name in excluded:  # a family excluded takes its rules of every target with it
             in_family = available[name].all_rules if name in available else None
-            dropped.update(r.name for r in in_family or select_rules([name], target=target))
+            dropped.update(rule_name(r) for r in in_family or select_rules([name], target=target))
     except KeyError as error:
         raise UnknownRule(error.args[0], list(families())) from None
     except ValueError as error:  # an unknown target
         raise BadOptions(str(error)) from None
-    kept = [rule for rule in selected if rule.name not in dropped]
+    kept = [rule for rule in selected if rule_name(rule) not in dropped]
     if selected and not kept:
         raise BadOptions(f"--exclude {','.join(excluded)} leaves no rule to apply")
     return kept
@@ -207,6 +207,7 @@ def apply_rounds(
             _CountingRule(rule, counts, on_node if index == 0 else None, tracer)
             for index, rule in enumerate(rule_set.rules)
         ]
+        # a _CountingRule stands in for its rule by delegation, not by subclassing
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
     fired = False

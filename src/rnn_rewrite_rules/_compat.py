@@ -39,6 +39,7 @@ __all__ = [
     "ONNXSCRIPT_MIN",
     "ONNXSCRIPT_RANGE",
     "REWRITE_NAMES_EMPTY_OUTPUTS",
+    "Builder",
     "UnsupportedVersionError",
     "check_onnxscript",
     "default_rewrite_rules",
@@ -54,6 +55,11 @@ __all__ = [
 ONNXSCRIPT_MIN = (0, 5, 0)
 ONNXSCRIPT_BELOW = (0, 9)
 ONNXSCRIPT_RANGE = f">={'.'.join(map(str, ONNXSCRIPT_MIN))},<{'.'.join(map(str, ONNXSCRIPT_BELOW))}"
+
+#: The rewrite builder ``op`` a rule's ``rewrite`` receives: its class differs across the
+#: supported releases (see the module doc) and builds each op by attribute
+#: (``op.Squeeze(...)``), so it is typed as ``Any``.
+Builder = Any
 
 _DEFAULTS = "_DEFAULT_REWRITE_RULES"
 
@@ -134,7 +140,7 @@ def rule_callables(rule: RewriteRule) -> tuple[Callable | None, Callable | None]
 
 
 def emit_node(
-    op: Any,
+    op: Builder,
     op_type: str,
     inputs: Sequence[ir.Value | None],
     attributes: Mapping[str, Any],

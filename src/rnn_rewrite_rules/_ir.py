@@ -42,7 +42,7 @@ def opset_version(
     differs between the two (``Squeeze`` axes) is valid in only one.
     """
     version = model.graph.opset_imports.get(domain, 0)
-    function = graph_or_function
+    function: ir.Graph | ir.Function | None = graph_or_function
     if isinstance(graph_or_function, ir.Graph) and graph_or_function is not model.graph:
         function = _enclosing_function(model, graph_or_function)  # a subgraph in a function
     if isinstance(function, ir.Function):

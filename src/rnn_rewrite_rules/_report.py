@@ -114,7 +114,7 @@ def rule_description(rule: RewriteRule) -> str:
 
 def _docstring_line(rule: RewriteRule) -> str:
     condition, replacement = _compat.rule_callables(rule)
-    candidates = [
+    candidates: list[object] = [
         type(owner)
         for owner in (getattr(condition, "__self__", None), getattr(replacement, "__self__", None))
         if owner is not None
@@ -147,9 +147,7 @@ def _neighbour_rnns(nodes: Iterable[ir.Node], max_hops: int = 3) -> list[ir.Node
         return found
     upstream = downstream = set(nodes)
     for _ in range(max_hops):
-        upstream = {
-            v.producer() for n in upstream for v in n.inputs if v is not None and v.producer()
-        }
+        upstream = {p for n in upstream for v in n.inputs if v is not None and (p := v.producer())}
         found = [n for n in upstream if _is_subject(n)]
         if found:
             return found

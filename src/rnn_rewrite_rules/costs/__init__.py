@@ -305,7 +305,7 @@ class CostTable:
         def verdict(cell: Cell) -> _Verdict:
             return self._verdict(runtimes, op, form, direction, cell)
 
-        verdicts = [verdict(cell) for cell in itertools.product(*around)]
+        verdicts = [verdict(cell) for cell in itertools.product(around[0], around[1], around[2])]
         for v in verdicts:
             if v.worst is None:
                 return Decision(False, f"{sizes}: {v.missing}")
@@ -314,15 +314,16 @@ class CostTable:
             worst = max(slow, key=lambda v: _rank(v.worst))
             return Decision(False, f"{sizes}: {_slower_text(op, worst)} ({relied})")
         for v in verdicts:
-            if v.clear:
+            point = v.worst  # never None here: see the first loop
+            if v.clear or point is None:
                 continue
             for cell in _neighbours(axes, v.cell):
                 near = verdict(cell)
                 if near.slower:
                     return Decision(
                         False,
-                        f"{sizes}: {RUNTIMES[v.worst.runtime]}'s {op} kernel is within noise at "
-                        f"{_cell_text(v.cell)} ({v.worst.describe()}), next to "
+                        f"{sizes}: {RUNTIMES[point.runtime]}'s {op} kernel is within noise at "
+                        f"{_cell_text(v.cell)} ({point.describe()}), next to "
                         f"{_slower_text(op, near)} ({relied})",
                     )
         names = ", ".join(RUNTIMES[r] for r in runtimes)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import Ints, slice_
 
 __all__ = ["BROADCAST_MIN_OPSET", "broadcast_batches", "broadcast_opset_reason"]
@@ -22,11 +23,11 @@ __all__ = ["BROADCAST_MIN_OPSET", "broadcast_batches", "broadcast_opset_reason"]
 BROADCAST_MIN_OPSET = 8
 
 
-def broadcast_opset_reason(opset: int) -> str | None:
+def broadcast_opset_reason(opset: int) -> Refusal | None:
     """Why the broadcast cannot be written at ``opset`` (None: it can)."""
     if opset >= BROADCAST_MIN_OPSET:
         return None
-    return (
+    return Refusal(
         f"the initial states' batch is not proven X's, and opset {opset} has no Expand to "
         "broadcast them"
     )

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from rnn_rewrite_rules._compat import Builder
 from rnn_rewrite_rules._ir import const_array, same_bits
 from rnn_rewrite_rules._refusal import Refusal
 
@@ -114,10 +115,9 @@ def _same_uncached(a: ir.Value, b: ir.Value, depth: int, memo: dict[tuple[int, i
     first, second = const_array(a), const_array(b)
     if first is not None or second is not None:
         return first is not None and second is not None and same_bits(first, second)
-    nodes = a.producer(), b.producer()
-    if depth <= 0 or nodes[0] is None or nodes[1] is None or a.index() != b.index():
+    x, y = a.producer(), b.producer()
+    if depth <= 0 or x is None or y is None or a.index() != b.index():
         return False
-    x, y = nodes
     if (x.domain, x.op_type, x.overload) != (y.domain, y.op_type, y.overload):
         return False
     if x.domain not in ("", "ai.onnx") or x.op_type in _RANDOM:
@@ -208,7 +208,7 @@ def slice_params(node: ir.Node) -> tuple[int, int, int, int] | None:
     return None if isinstance(bounds, Refusal) else bounds
 
 
-def squeeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:
+def squeeze(op: Builder, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:
     """``Squeeze(value, axes)``: axes an input from opset 13, an attribute before."""
     if opset >= 13:
         return op.Squeeze(value, ints(axes))
@@ -216,7 +216,13 @@ def squeeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.
 
 
 def slice_(
-    op, value: ir.Value, starts: list[int], ends: list[int], axes: list[int], opset: int, ints: Ints
+    op: Builder,
+    value: ir.Value,
+    starts: list[int],
+    ends: list[int],
+    axes: list[int],
+    opset: int,
+    ints: Ints,
 ) -> ir.Value:
     """``Slice(value, starts, ends, axes)``: inputs from opset 10, attributes before."""
     if opset >= 10:
@@ -224,7 +230,7 @@ def slice_(
     return op.Slice(value, starts=starts, ends=ends, axes=axes)
 
 
-def unsqueeze(op, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:
+def unsqueeze(op: Builder, value: ir.Value, axes: list[int], opset: int, ints: Ints) -> ir.Value:
     """``Unsqueeze(value, axes)``: axes an input from opset 13, an attribute before."""
     if opset >= 13:
         return op.Unsqueeze(value, ints(axes))
@@ -264,15 +270,15 @@ def free_name(taken: set[str], base: str) -> str:
 
 
 def int64_constant(
-    op, graph: ir.Graph | ir.Function, values: list[int], *, as_node: bool = False
+    op: Builder, graph: ir.Graph | ir.Function | None, values: list[int], *, as_node: bool = False
 ) -> ir.Value:
     """An int64 1-D constant: a shared initializer of the main ``graph``, or a ``Constant``.
 
-    Pass ``as_node`` for a subgraph (its names must be unique across the whole model, which
-    only the main graph can tell); a function cannot hold initializers either. An
-    initializer with the same values that an earlier rewrite made is reused; one that is
-    also a graph input is not (a caller may override it), and a new name never collides
-    with a graph input, an initializer or any other value.
+    Pass ``as_node`` (or no ``graph``) for a subgraph (its names must be unique across the
+    whole model, which only the main graph can tell); a function cannot hold initializers
+    either. An initializer with the same values that an earlier rewrite made is reused;
+    one that is also a graph input is not (a caller may override it), and a new name never
+    collides with a graph input, an initializer or any other value.
     """
     if as_node or not isinstance(graph, ir.Graph):
         return op.Constant(value=ir.tensor(np.array(values, dtype=np.int64)))
@@ -281,8 +287,8 @@ def int64_constant(
 
 
 def cached_ints(
-    op,
-    graph: ir.Graph | ir.Function,
+    op: Builder,
+    graph: ir.Graph | ir.Function | None,
     cache: dict[tuple[int, ...], ir.Value],
     values: list[int],
     *,
@@ -296,7 +302,9 @@ def cached_ints(
     return cache[key]
 
 
-def array_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: str) -> ir.Value:
+def array_constant(
+    op: Builder, graph: ir.Graph | ir.Function, array: np.ndarray, name: str
+) -> ir.Value:
     """``array`` as an initializer named ``name`` (or the first free ``name_1``...), reusing
     an equal one an earlier rewrite made; a ``Constant`` in a function."""
     if not isinstance(graph, ir.Graph):
@@ -304,7 +312,7 @@ def array_constant(op, graph: ir.Graph | ir.Function, array: np.ndarray, name: s
     return _initializer(op, graph, array, name)
 
 
-def _initializer(op, graph: ir.Graph, array: np.ndarray, base: str) -> ir.Value:
+def _initializer(op: Builder, graph: ir.Graph, array: np.ndarray, base: str) -> ir.Value:
     """The initializer ``base`` (or ``base_1``...) an earlier rewrite made with ``array``'s
     type and values, else a new one named with the first of those names no value uses.
     An initializer that is also a graph input is never reused (a caller may override it)."""

@@ -9,9 +9,10 @@ patterns are one rule per op (:class:`~rnn_rewrite_rules.rules._forms.FormRule`)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Inapplicable
@@ -44,7 +45,7 @@ class RnnNodeRule(RewriteRuleClassBase):
             _outputs=[f"out{i}" for i in range(self.num_outputs)],
         )
 
-    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+    def check(self, context: MatchContext, out0: ir.Value, **_: Any) -> MatchResult:
         node = self.node(out0)
         if len(node.outputs) != self.num_outputs:
             return MatchResult().fail(
@@ -52,7 +53,7 @@ class RnnNodeRule(RewriteRuleClassBase):
             )
         return self.check_node(context, node)
 
-    def check_node(self, context, node: ir.Node) -> MatchResult:
+    def check_node(self, context: MatchContext, node: ir.Node) -> MatchResult:
         raise NotImplementedError
 
     @staticmethod

@@ -22,8 +22,10 @@ condition's ``Shape``/``Size``/``Equal`` chain then dies.
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Refusal
@@ -60,7 +62,7 @@ class FoldProvenIf(RewriteRuleClassBase):
             _outputs=[f"out{i}" for i in range(self.num_outputs)],
         )
 
-    def check(self, context, cond: ir.Value, out0: ir.Value, **_) -> MatchResult:
+    def check(self, context: MatchContext, cond: ir.Value, out0: ir.Value, **_: Any) -> MatchResult:
         check_result = MatchResult()
         node = out0.producer()
         assert node is not None

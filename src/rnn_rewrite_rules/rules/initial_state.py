@@ -53,7 +53,7 @@ from typing import Union
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._refusal import Refusal
@@ -112,26 +112,28 @@ class _ZeroStateRule(RnnNodeRule):
     """The condition both targets share: which initial states are provable zeros of the
     shape the node requires. Sets ``self._zero_states`` (input indices)."""
 
-    def check_node(self, context, node: ir.Node) -> MatchResult:
+    def check_node(self, context: MatchContext, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
         inputs = node.inputs
-        candidates = [
-            i
+        states = {
+            i: state
             for i in RNN_OPS[(self.domain, self.op_type)].state_inputs
-            if i < len(inputs) and inputs[i] is not None
-        ]
-        zeros = [i for i in candidates if is_all_zeros(inputs[i])]
+            if i < len(inputs) and (state := inputs[i]) is not None
+        }
+        zeros = [i for i, state in states.items() if is_all_zeros(state)]
         if not zeros:
             return check_result.fail("no initial state is a provable all-zero tensor", node)
         prover = ShapeProver(context.model.graph)
         for i in zeros:
-            reason = state_reason(node, inputs[i], prover)
+            reason = state_reason(node, states[i], prover)
             if reason is not None:
-                return check_result.fail(reason, inputs[i])
+                return check_result.fail(reason, states[i])
         self._zero_states = zeros
         return self.check_target(context, node, prover)
 
-    def check_target(self, context, node: ir.Node, prover: ShapeProver) -> MatchResult:
+    def check_target(
+        self, context: MatchContext, node: ir.Node, prover: ShapeProver
+    ) -> MatchResult:
         return MatchResult()
 
 
@@ -147,7 +149,9 @@ class ShareZeroInitialState(_ZeroStateRule):
     """RNN(..., initial_h=zeros, initial_c=zeros) ->
     RNN(..., z, z) with z = ConstantOfShape(Concat([D], Shape(src)[a], [H])), shared."""
 
-    def check_target(self, context, node: ir.Node, prover: ShapeProver) -> MatchResult:
+    def check_target(
+        self, context: MatchContext, node: ir.Node, prover: ShapeProver
+    ) -> MatchResult:
         check_result = MatchResult()
         facts = rnn_facts(node, prover)
         assert not isinstance(facts, Refusal)  # proven by state_reason
@@ -168,6 +172,7 @@ class ShareZeroInitialState(_ZeroStateRule):
                 "the zero states already are an explicit ConstantOfShape of the batch size", node
             )
         state = node.inputs[self._zero_states[0]]
+        assert state is not None  # a zero state is a present input (check_node)
         dtype = _state_type(node, state, context.model.graph)
         if dtype is None:
             return check_result.fail("cannot prove the initial state's element type", state)
@@ -230,7 +235,7 @@ class ShareZeroInitialState(_ZeroStateRule):
         return cached_ints(op, self._graph, self._constants, values, as_node=not self._main_graph)
 
 
-def _batch_piece(batch: Dim, x: ir.Value, axis: int, context) -> tuple[ir.Value, int]:
+def _batch_piece(batch: Dim, x: ir.Value, axis: int, context: MatchContext) -> tuple[ir.Value, int]:
     """The (value, axis) to read a symbolic batch size from at run time: the axis the
     prover traced it to when visible here (shared by every layer), else ``X``'s."""
     symbol = batch.symbol
@@ -326,7 +331,7 @@ def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
         start = node.attributes.get_int("start", 0)
         end = node.attributes.get_int("end", -1) if "end" in node.attributes else None
         return (node.inputs[0], start) if start >= 0 and end == start + 1 else None
-    if node.op_type != "Gather" or len(node.inputs) != 2 or node.attributes.get_int("axis", 0):
+    if node.op_type != "Gather" or len(node.inputs) != 2 or node.attributes.get_int("axis", 0) != 0:
         return None
     inner = node.inputs[0].producer()
     if inner is None or (inner.op_type, inner.domain) != ("Shape", "") or inner.attributes:
@@ -334,7 +339,8 @@ def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     index = const_array(node.inputs[1])
     if index is None or index.shape != (1,) or index[0] < 0:
         return None
-    return inner.inputs[0], int(index[0])
+    source = inner.inputs[0]
+    return None if source is None else (source, int(index[0]))
 
 
 def make_rules() -> list[RewriteRule]:

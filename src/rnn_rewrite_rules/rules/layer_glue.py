@@ -33,8 +33,10 @@ measured 12x slower in ONNX Runtime 1.32 than over axis 0 of ``[T, 1, C]``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule, RewriteRuleClassBase
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule, RewriteRuleClassBase
 
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._refusal import Refusal
@@ -42,7 +44,7 @@ from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
-from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, normalize_axes, product
+from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, known, normalize_axes, product
 
 __all__ = ["FAMILY", "CollapseRnnGlue", "make_rules"]
 
@@ -112,13 +114,16 @@ def _step(
         wanted.append(term)
     flat = [a for g in groups for a in g]
     unknown = wanted.index(None) if None in wanted else len(wanted)
-    left = _consume(flat, wanted[:unknown], sizes)
+    head, tail = known(wanted[:unknown]), known(wanted[unknown + 1 :])
+    if head is None or tail is None:  # never: a second -1 is refused above
+        return Refusal("Reshape target has more than one -1")
+    left = _consume(flat, list(head), sizes)
     if isinstance(left, Refusal):
         return left
     taken = sum(len(g) for g in left)
     if unknown == len(wanted):
         return left if taken == len(flat) else Refusal("Reshape target does not cover every axis")
-    right = _consume(list(reversed(flat[taken:])), list(reversed(wanted[unknown + 1 :])), sizes)
+    right = _consume(list(reversed(flat[taken:])), list(reversed(tail)), sizes)
     if isinstance(right, Refusal):
         return right
     right = [tuple(reversed(g)) for g in reversed(right)]
@@ -199,7 +204,7 @@ def _realize(
     """The cheapest (perm or None, second op) computing ``goal`` from ``Y``."""
     rank = len(sizes)
     units = [a for a in range(rank) if sizes[a] == ONE]
-    base = [() if sizes[a] == ONE else (a,) for a in range(rank)]
+    base: list[Group] = [() if sizes[a] == ONE else (a,) for a in range(rank)]
     order = [a for g in goal for a in g]
     if order == [a for a in range(rank) if a not in units]:
         second = _one_op(base, goal, sizes)
@@ -207,7 +212,7 @@ def _realize(
             return None, second
     candidates = []
     spare = list(units)
-    aligned = []
+    aligned: list[int] = []
     for group in goal:
         if group:
             aligned.extend(group)
@@ -219,7 +224,7 @@ def _realize(
     for perm in candidates:
         if sorted(perm) != list(range(rank)) or perm == list(range(rank)):
             continue
-        transposed = [() if sizes[a] == ONE else (a,) for a in perm]
+        transposed: list[Group] = [() if sizes[a] == ONE else (a,) for a in perm]
         second = _one_op(transposed, goal, sizes)
         if second is not None and (best is None or _cost(None, second) < _cost(None, best[1])):
             best = (perm, second)
@@ -312,12 +317,12 @@ class CollapseRnnGlue(RewriteRuleClassBase):
     def pattern(self, op, x):
         return getattr(op, self.op_type)(x, _allow_other_inputs=True, _allow_other_attributes=True)
 
-    def check(self, context, x: ir.Value, **_) -> MatchResult:
+    def check(self, context: MatchContext, x: ir.Value, **_: Any) -> MatchResult:
         check_result = MatchResult()
         prover = ShapeProver(context.model.graph)
         root = context.root
         out = root.outputs[0]
-        readers = out.uses()
+        readers = tuple(out.uses())
         next_glue = [
             use
             for use in readers
@@ -340,8 +345,11 @@ class CollapseRnnGlue(RewriteRuleClassBase):
                 or len(chain) >= _MAX_CHAIN
             ):
                 break
+            source = producer.inputs[0]
+            if source is None:
+                break
             chain.insert(0, producer)
-            value = producer.inputs[0]
+            value = source
         y = value
         facts = rnn_facts(y.producer(), prover)
         if not isinstance(facts, Refusal):
@@ -352,9 +360,10 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             )
             if not feeds_rnn or out.is_graph_output():
                 return check_result.fail("chain neither starts at an RNN output nor feeds X", y)
-            rank = prover.rank(y)
-            if rank is None:
+            y_rank = prover.rank(y)
+            if y_rank is None:
                 return check_result.fail("rank of the chain's input is unknown", y)
+            rank = y_rank
         dims = prover.dims(y)
         assert dims is not None and len(dims) == rank
         sizes = list(dims)
@@ -371,7 +380,11 @@ class CollapseRnnGlue(RewriteRuleClassBase):
             old_cost += 1
             if node.op_type == "Reshape":
                 target = node.inputs[1]
-                if const_array(target) is None and target.producer() in dying:
+                if (
+                    target is not None
+                    and const_array(target) is None
+                    and target.producer() in dying
+                ):
                     old_cost += 1  # its runtime target computation dies with it
         sunk = root in dying and _sunk(root)
         old_cost -= sunk

@@ -27,7 +27,7 @@ run on ONNX Runtime is what the command is for; pass ``"layout"`` to
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Refusal
@@ -43,7 +43,7 @@ __all__ = ["FAMILY", "LayoutToTimeMajor", "make_rules"]
 class LayoutToTimeMajor(RnnNodeRule):
     """RNN(X, ..., layout=1) -> Transpose(RNN(Transpose(X), ..., layout=0)) per used output."""
 
-    def check_node(self, context, node: ir.Node) -> MatchResult:
+    def check_node(self, context: MatchContext, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
         if "layout" not in RNN_OPS[(self.domain, self.op_type)].attributes:
             return check_result.fail(f"{node.op_type} has no layout attribute", node)

@@ -20,7 +20,7 @@ case is handled by :class:`rnn_rewrite_rules.passes.EmptyUnusedRnnOutputsPass`, 
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
@@ -41,7 +41,7 @@ def is_unused(value: ir.Value) -> bool:
 class DropTrailingUnusedOutputs(RnnNodeRule):
     """RNN(...) -> (Y, Y_h, <unused Y_c>) becomes RNN(...) -> (Y, Y_h)."""
 
-    def check_node(self, context, node: ir.Node) -> MatchResult:
+    def check_node(self, context: MatchContext, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
         used = [i for i, value in enumerate(node.outputs) if not is_unused(value)]
         if not used:

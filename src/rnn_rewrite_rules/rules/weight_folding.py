@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRule
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
@@ -153,9 +153,10 @@ def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | Re
                 return Refusal(f"{sink.name} has no constant value")
             array = tensor.numpy()
         else:
-            array = fold_value(sink)
-            if isinstance(array, Refusal):
-                return Refusal(f"{sink.name} shares its weights but cannot be folded: {array}")
+            folded = fold_value(sink)
+            if isinstance(folded, Refusal):
+                return Refusal(f"{sink.name} shares its weights but cannot be folded: {folded}")
+            array = folded
         stored[_digest(np.ascontiguousarray(array))] = array.nbytes
         del array
     return sum(stored.values())
@@ -214,7 +215,7 @@ def _shape_mismatch(
 
 
 def _digest(array: np.ndarray) -> str:
-    return hashlib.blake2b(memoryview(array).cast("B"), digest_size=32).hexdigest()
+    return hashlib.blake2b(array.data.cast("B"), digest_size=32).hexdigest()
 
 
 def _same_tensor(value: ir.Value, array: np.ndarray, digest: str, raw: bool) -> bool:
@@ -255,12 +256,15 @@ def _parents(model: ir.Model) -> dict[ir.Graph, ir.Graph]:
     """Each subgraph of ``model`` -> the graph of the node holding it."""
     parents: dict[ir.Graph, ir.Graph] = {}
     for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        owner = node.graph
+        if owner is None:  # never: the iterator walks nodes in their graphs
+            continue
         for attr in node.attributes.values():
             if attr.type == ir.AttributeType.GRAPH:
-                parents[attr.as_graph()] = node.graph
+                parents[attr.as_graph()] = owner
             elif attr.type == ir.AttributeType.GRAPHS:
                 for graph in attr.as_graphs():
-                    parents[graph] = node.graph
+                    parents[graph] = owner
     return parents
 
 
@@ -278,7 +282,7 @@ class FoldRnnWeights(RnnNodeRule):
     #: Set by a successful check for the rewrite: (input index, placement).
     _fold: tuple[int, tuple] | None = None
 
-    def check_node(self, context, node: ir.Node) -> MatchResult:
+    def check_node(self, context: MatchContext, node: ir.Node) -> MatchResult:
         check_result = MatchResult()
         self._fold = None
         graph = context.graph_or_function
@@ -327,7 +331,7 @@ class FoldRnnWeights(RnnNodeRule):
             expected = _expected_shape(node, index, h, DIRECTIONS[direction], gates, prover)
             mismatch = _shape_mismatch(array.shape, expected, _static_dims(value, prover))
             if value.dtype is not None and value.dtype.numpy() != array.dtype:
-                mismatch = f"computed dtype {array.dtype}, declared {value.dtype}"
+                mismatch = Refusal(f"computed dtype {array.dtype}, declared {value.dtype}")
             if mismatch is not None:
                 reasons.append(f"{label}: {mismatch}")
                 continue

@@ -19,7 +19,7 @@ Usage in a rule's check::
     target = prover.vector(shape_arg)  # the elements of a Reshape target, or None
 """
 
-from rnn_rewrite_rules.shape.dim import ONE, ZERO, Dim, Sym, product
+from rnn_rewrite_rules.shape.dim import ONE, ZERO, Dim, Sym, known, product
 from rnn_rewrite_rules.shape.fact import Fact
 from rnn_rewrite_rules.shape.prover import ShapeProver
 from rnn_rewrite_rules.shape.semantics import broadcast, normalize_axes, reshape, slice_length
@@ -32,6 +32,7 @@ __all__ = [
     "ShapeProver",
     "Sym",
     "broadcast",
+    "known",
     "normalize_axes",
     "product",
     "reshape",

@@ -11,11 +11,11 @@ included: that is what every proof here rests on.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import onnx_ir as ir
 
-__all__ = ["ONE", "ZERO", "Dim", "Sym", "product"]
+__all__ = ["ONE", "ZERO", "Dim", "Sym", "known", "product"]
 
 Monomial = tuple["Sym", ...]
 
@@ -157,3 +157,10 @@ def product(dims: Iterable[Dim]) -> Dim:
     for d in dims:
         result = result * d
     return result
+
+
+def known(sizes: Sequence[Dim | None] | None) -> tuple[Dim, ...] | None:
+    """``sizes`` when every one is known (none is None), else None."""
+    if sizes is None or any(d is None for d in sizes):
+        return None
+    return tuple(d for d in sizes if d is not None)

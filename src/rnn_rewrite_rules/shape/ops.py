@@ -17,7 +17,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.shape import semantics
-from rnn_rewrite_rules.shape.dim import ONE, Dim, product
+from rnn_rewrite_rules.shape.dim import ONE, Dim, known, product
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 
 __all__ = ["TRANSFER", "rnn_output_facts", "rnn_sizes"]
@@ -154,14 +154,14 @@ def _reshape(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _flatten(node: ir.Node, ins: Inputs) -> list[Fact]:
-    data = _fact(ins, 0)
-    if data.dims is None or None in data.dims:
+    dims = known(_fact(ins, 0).dims)
+    if dims is None:
         return [Fact((None, None))]
     axis = node.attributes.get_int("axis", 1)
-    axis += len(data.dims) if axis < 0 else 0
-    if not 0 <= axis <= len(data.dims):
+    axis += len(dims) if axis < 0 else 0
+    if not 0 <= axis <= len(dims):
         return [UNKNOWN]
-    return [Fact((product(data.dims[:axis]), product(data.dims[axis:])))]  # type: ignore[arg-type]
+    return [Fact((product(dims[:axis]), product(dims[axis:])))]
 
 
 def _squeeze(node: ir.Node, ins: Inputs) -> list[Fact]:
@@ -209,14 +209,16 @@ def _concat(node: ir.Node, ins: Inputs) -> list[Fact]:
     for i in range(rank):
         sizes = [p.dims[i] if p.dims is not None else None for p in parts]
         if i == axis:
-            dims.append(None if None in sizes else sum(sizes, Dim()))  # type: ignore[arg-type]
+            summands = known(sizes)
+            dims.append(None if summands is None else sum(summands, Dim()))
         else:  # the runtime requires them equal: any known one is the size
-            known = [d for d in sizes if d is not None]
-            const = [d for d in known if d.is_const]
-            dims.append(const[0] if const else known[0] if known else None)
+            given = [d for d in sizes if d is not None]
+            const = [d for d in given if d.is_const]
+            dims.append(const[0] if const else given[0] if given else None)
     elements = None
-    if rank == 1 and all(p.elements is not None for p in parts):
-        elements = tuple(e for p in parts for e in p.elements)  # type: ignore[union-attr]
+    contents = [p.elements for p in parts if p.elements is not None]
+    if rank == 1 and len(contents) == len(parts):
+        elements = tuple(e for content in contents for e in content)
     return [Fact(tuple(dims), elements)]
 
 
@@ -281,10 +283,8 @@ def _shape(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _size(node: ir.Node, ins: Inputs) -> list[Fact]:
-    data = _fact(ins, 0)
-    if data.dims is None or None in data.dims:
-        return [Fact.scalar(None)]
-    return [Fact.scalar(product(data.dims))]  # type: ignore[arg-type]
+    dims = known(_fact(ins, 0).dims)
+    return [Fact.scalar(None if dims is None else product(dims))]
 
 
 def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
@@ -315,10 +315,11 @@ def _expand(node: ir.Node, ins: Inputs) -> list[Fact]:
         if length is None or length.value is None:
             return [UNKNOWN]
         return [Fact((None,) * max(len(data.dims), length.value))]
-    if None in data.dims or any(e is None or not e.nonnegative for e in shape.elements):
+    dims, target = known(data.dims), known(shape.elements)
+    if dims is None or target is None or any(not e.nonnegative for e in target):
         rank = max(len(data.dims), len(shape.elements))
         return [Fact((None,) * rank)]
-    return [Fact(semantics.broadcast(data.dims, shape.elements))]  # type: ignore[arg-type]
+    return [Fact(semantics.broadcast(dims, target))]
 
 
 def _tile(node: ir.Node, ins: Inputs) -> list[Fact]:
@@ -351,10 +352,11 @@ def _split(node: ir.Node, ins: Inputs) -> list[Fact]:
         sizes = [Dim.const(s) for s in sizes_int]
     elif "num_outputs" in node.attributes:  # opset 18: ceil division, last one smaller
         n = None if size is None else size.value
-        chunk = None if n is None else -(-n // count)
-        sizes = [None] * count if chunk is None else [Dim.const(chunk)] * (count - 1)
-        if chunk is not None:
-            sizes.append(Dim.const(n - chunk * (count - 1)))  # type: ignore[operator]
+        if n is None:
+            sizes = [None] * count
+        else:
+            chunk = -(-n // count)
+            sizes = [*[Dim.const(chunk)] * (count - 1), Dim.const(n - chunk * (count - 1))]
     else:
         part = None if size is None else size.divide(count)
         sizes = [part] * count
@@ -421,18 +423,19 @@ def _element_op(name: str, a: Dim, b: Dim) -> Dim | None:
             return Dim()
         return None
     if name in ("And", "Or") and a.value in (0, 1) and b.value in (0, 1):
-        return Dim.const(a.value & b.value if name == "And" else a.value | b.value)  # type: ignore[operator]
+        return Dim.const(a.value & b.value if name == "And" else a.value | b.value)
     return None
 
 
 def _broadcast_elements(name: str, parts: list[Fact]) -> tuple[Dim | None, ...] | None:
-    if any(p.elements is None for p in parts):
+    contents = [p.elements for p in parts if p.elements is not None]
+    if len(contents) != len(parts):
         return None
-    lengths = {len(p.elements) for p in parts if len(p.elements) != 1}  # type: ignore[arg-type]
+    lengths = {len(c) for c in contents if len(c) != 1}
     if len(lengths) > 1:
         return None
     n = lengths.pop() if lengths else 1
-    columns = [p.elements * n if len(p.elements) == 1 else p.elements for p in parts]  # type: ignore[operator]
+    columns = [c * n if len(c) == 1 else c for c in contents]
     out: list[Dim | None] = []
     for values in zip(*columns, strict=True):
         result = values[0]
@@ -443,11 +446,13 @@ def _broadcast_elements(name: str, parts: list[Fact]) -> tuple[Dim | None, ...] 
 
 
 def _broadcast_dims(parts: list[Fact]) -> tuple[Dim | None, ...] | None:
-    if not parts or any(p.dims is None for p in parts):
+    shapes = [p.dims for p in parts if p.dims is not None]
+    if not parts or len(shapes) != len(parts):
         return None
-    if any(None in p.dims for p in parts):  # type: ignore[operator]
-        return (None,) * max(len(p.dims) for p in parts)  # type: ignore[arg-type]
-    return semantics.broadcast(*[p.dims for p in parts])  # type: ignore[misc]
+    sized = [dims for s in shapes if (dims := known(s)) is not None]
+    if len(sized) != len(shapes):
+        return (None,) * max(len(s) for s in shapes)
+    return semantics.broadcast(*sized)
 
 
 def _elementwise(node: ir.Node, ins: Inputs) -> list[Fact]:
@@ -464,7 +469,7 @@ def _not(node: ir.Node, ins: Inputs) -> list[Fact]:
     elements = None
     if data.elements is not None:
         elements = tuple(
-            None if e is None or e.value not in (0, 1) else Dim.const(1 - e.value)  # type: ignore[operator]
+            None if e is None or e.value not in (0, 1) else Dim.const(1 - e.value)
             for e in data.elements
         )
     return [Fact(data.dims, elements)]
@@ -493,11 +498,12 @@ def _matmul(node: ir.Node, ins: Inputs) -> list[Fact]:
         a_dims.insert(0, ONE)
     if b_vector:
         b_dims.append(ONE)
-    batch_a, batch_b = a_dims[:-2], b_dims[:-2]
-    if None in batch_a or None in batch_b:
-        batch = (None,) * max(len(batch_a), len(batch_b))
+    batch_a, batch_b = known(a_dims[:-2]), known(b_dims[:-2])
+    batch: tuple[Dim | None, ...]
+    if batch_a is None or batch_b is None:
+        batch = (None,) * (max(len(a_dims), len(b_dims)) - 2)
     else:
-        batch = semantics.broadcast(batch_a, batch_b)  # type: ignore[arg-type]
+        batch = semantics.broadcast(batch_a, batch_b)
     dims = [*batch, a_dims[-2], b_dims[-1]]
     if b_vector:
         dims.pop()
@@ -508,14 +514,19 @@ def _matmul(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 def _gemm(node: ir.Node, ins: Inputs) -> list[Fact]:
     a, b = _fact(ins, 0), _fact(ins, 1)
-    if a.rank != 2 or b.rank != 2:
+    if a.dims is None or b.dims is None or len(a.dims) != 2 or len(b.dims) != 2:
         return [Fact((None, None))]
-    m = a.dims[1 if node.attributes.get_int("transA", 0) else 0]  # type: ignore[index]
-    n = b.dims[0 if node.attributes.get_int("transB", 0) else 1]  # type: ignore[index]
+    m = a.dims[1 if node.attributes.get_int("transA", 0) else 0]
+    n = b.dims[0 if node.attributes.get_int("transB", 0) else 1]
     return [Fact((m, n))]
 
 
 # ---------------------------------------------------------------- recurrent ops
+
+
+def _size_of(fact: Fact, rank: int, axis: int) -> Dim | None:
+    """Size ``axis`` of a value proven to have rank ``rank``, else None."""
+    return fact.dims[axis] if fact.dims is not None and len(fact.dims) == rank else None
 
 
 def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | Refusal:
@@ -533,13 +544,15 @@ def rnn_sizes(node: ir.Node, ins: Inputs) -> tuple[int, int, int] | Refusal:
     layout = node.attributes.get_int("layout", 0)
     w, r = _fact(ins, 1), _fact(ins, 2)
     for weight in (w, r):
-        found = weight.dims[0].value if weight.rank == 3 and weight.dims[0] else None  # type: ignore[index]
+        size = _size_of(weight, 3, 0)
+        found = None if size is None else size.value
         if found is not None and found != directions:
             return Refusal(f"direction {direction!r} disagrees with a weight of {found} directions")
     hidden_attr = node.attributes.get("hidden_size")
     hidden = hidden_attr.as_int() if hidden_attr is not None else None
     r_axis = 2 if node.domain == "" else 1
-    r_hidden = r.dims[r_axis].value if r.rank == 3 and r.dims[r_axis] is not None else None  # type: ignore[index]
+    r_size = _size_of(r, 3, r_axis)
+    r_hidden = None if r_size is None else r_size.value
     if hidden is None:
         hidden = r_hidden
     elif r_hidden is not None and r_hidden != hidden:
@@ -558,14 +571,14 @@ def rnn_output_facts(node: ir.Node, ins: Inputs) -> list[Fact]:
     x_value = node.inputs[0] if node.inputs else None
     if isinstance(sizes, Refusal) or x_value is None:
         return []
-    x = _fact(ins, 0)
-    if x.rank is None:  # the op requires X of rank 3: name its sizes by X's axes
-        x = Fact((Dim.sym(x_value, 0), Dim.sym(x_value, 1), Dim.sym(x_value, 2)))
-    if x.rank != 3:
+    x = _fact(ins, 0).dims
+    if x is None:  # the op requires X of rank 3: name its sizes by X's axes
+        x = (Dim.sym(x_value, 0), Dim.sym(x_value, 1), Dim.sym(x_value, 2))
+    if len(x) != 3:
         return []
     directions, hidden, layout = sizes
     d, h = Dim.const(directions), Dim.const(hidden)
-    a0, a1 = x.dims[0], x.dims[1]  # type: ignore[index]
+    a0, a1 = x[0], x[1]
     if layout == 0:
         y, state = Fact((a0, d, a1, h)), Fact((d, a1, h))
     else:

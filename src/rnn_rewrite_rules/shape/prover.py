@@ -16,7 +16,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.shape.dim import Dim
+from rnn_rewrite_rules.shape.dim import Dim, known
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
 from rnn_rewrite_rules.shape.schema import infer
@@ -51,8 +51,11 @@ class ShapeProver:
         return self._facts.get(value, UNKNOWN)
 
     def dims(self, value: ir.Value | None) -> tuple[Dim, ...] | None:
-        """Every size of ``value`` (a symbol where no fact fixes one), or None: rank unknown."""
-        return self.fact(value).dims  # type: ignore[return-value]
+        """Every size of ``value`` (a symbol where no fact fixes one), or None: rank unknown.
+
+        A stored fact names every unknown size (:func:`_anchor`), so a known rank has
+        every size; :func:`known` only narrows the type."""
+        return known(self.fact(value).dims)
 
     def rank(self, value: ir.Value | None) -> int | None:
         return self.fact(value).rank

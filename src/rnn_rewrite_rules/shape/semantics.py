@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.shape.dim import ONE, Dim, product
+from rnn_rewrite_rules.shape.dim import ONE, Dim, known, product
 
 __all__ = [
     "INT64_MAX",
@@ -35,16 +35,17 @@ def normalize_axes(axes: Sequence[int], rank: int) -> list[int] | None:
 
 
 def reshape(
-    input_dims: Sequence[Dim], target: Sequence[Dim | None], allowzero: int
+    input_dims: Sequence[Dim | None], target: Sequence[Dim | None], allowzero: int
 ) -> tuple[Dim | None, ...] | Refusal:
     """The output sizes of ``Reshape(input, target)``, or why the target is invalid.
 
-    An element that is None is unknown, and so is its output size. A ``0`` copies the
-    input's size at that position unless ``allowzero``; a computed element that may be 0
-    at run time (a size read with ``Shape``) therefore yields a known size only when it
-    equals the input's size there, so both readings agree. ``-1`` is the input's element
-    count divided by the others' product; the result holds wherever the runtime accepts
-    the reshape (it rejects ``-1`` next to a zero-sized element).
+    An element (or input size) that is None is unknown, and so is its output size. A
+    ``0`` copies the input's size at that position unless ``allowzero``; a computed
+    element that may be 0 at run time (a size read with ``Shape``) therefore yields a
+    known size only when it equals the input's size there, so both readings agree.
+    ``-1`` is the input's element count divided by the others' product; the result holds
+    wherever the runtime accepts the reshape (it rejects ``-1`` next to a zero-sized
+    element).
     """
     out: list[Dim | None] = []
     infer = None
@@ -75,10 +76,10 @@ def reshape(
         else:
             out.append(None)  # a computed 0 would copy another size
     if infer is not None:
-        known = [d for i, d in enumerate(out) if i != infer]
-        if None not in known:
-            others = product(known)  # type: ignore[arg-type]
-            out[infer] = product(input_dims).divide(others) if len(others.terms) == 1 else None
+        sizes, others = known(input_dims), known([d for i, d in enumerate(out) if i != infer])
+        if sizes is not None and others is not None:
+            divisor = product(others)
+            out[infer] = product(sizes).divide(divisor) if len(divisor.terms) == 1 else None
     return tuple(out)
 
 

@@ -178,6 +178,17 @@ def _batch_of(g: _Graph, source: str, axis: int) -> str:
     return g.one("Unsqueeze", g.one("Gather", shape, index), g.ints(0))
 
 
+def _layer_states(g: _Graph, states: str, op_type: str, layer: int, d: int) -> dict[str, str]:
+    """The initial states of ``layer``: its ``d`` rows of ``states`` (``[L*D, batch, H]``),
+    one Slice for ``h`` and one for ``c``."""
+    return {
+        f"initial_{name}": g.one(
+            "Slice", states, g.ints(layer * d), g.ints((layer + 1) * d), g.ints(0)
+        )
+        for name in (("h", "c") if op_type == "LSTM" else ("h",))
+    }
+
+
 def _sequence_glue(g: _Graph, y: str, d: int) -> str:
     """``Y [seq, D, batch, H]`` -> ``[seq, batch, D*H]`` as TorchScript writes it."""
     if d == 1:
@@ -218,11 +229,7 @@ def torchscript_batch_first(
     current = g.one("Transpose", x, perm=[1, 0, 2])
     width = input_size
     for layer in range(num_layers):
-        states = {}
-        for name in ("h", "c") if op_type == "LSTM" else ("h",):
-            states[f"initial_{name}"] = g.one(
-                "Slice", zeros, g.ints(layer * d), g.ints((layer + 1) * d), g.ints(0)
-            )
+        states = _layer_states(g, zeros, op_type, layer, d)
         outs = g.rnn(op_type, current, width, hidden, direction=direction, **states)
         current = _sequence_glue(g, outs[0], d)
         width = d * hidden
@@ -323,11 +330,7 @@ def paddle_states(
     current = g.one("Transpose", x, perm=[1, 0, 2])
     width = input_size
     for layer in range(num_layers):
-        state = {}
-        for name in ("h", "c") if op_type == "LSTM" else ("h",):
-            state[f"initial_{name}"] = g.one(
-                "Slice", states, g.ints(layer * d), g.ints((layer + 1) * d), g.ints(0)
-            )
+        state = _layer_states(g, states, op_type, layer, d)
         outs = g.rnn(op_type, current, width, hidden, direction=direction, **state)
         y = g.one("Transpose", outs[0], perm=[0, 2, 1, 3])
         current = g.one("Reshape", y, g.ints(0, 0, -1))

@@ -126,6 +126,30 @@ class _Writer:
             return self.node("Unsqueeze", [value], axes=[axis])
         return self.node("Unsqueeze", [value, self.ints(axis)])
 
+    def model(
+        self,
+        name: str,
+        nodes: list[onnx.NodeProto],
+        inputs: list[onnx.ValueInfoProto],
+        outputs: list[onnx.ValueInfoProto],
+        graph_weights: list[onnx.TensorProto],
+    ) -> onnx.ModelProto:
+        """The model of ``nodes``: ``graph_weights`` are graph inputs too (initializers
+        that are inputs), and only the initializers a node reads are kept."""
+        inputs = inputs + [
+            helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph_weights
+        ]
+        used = {name for node in nodes for name in node.input}
+        initializers = [t for t in self.initializers if t.name in used]
+        graph = helper.make_graph(nodes, name, inputs, outputs, initializers)
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", self.opset)],
+            producer_name="rnn_rewrite_rules.testing",
+        )
+        model.ir_version = 8 if self.opset <= 18 else 10
+        return model
+
     def dim(self, value: str, axis: int) -> str:
         """``Shape(value)[axis:axis+1]`` (``Shape``'s start/end are opset 15)."""
         if self.opset >= 15:
@@ -284,19 +308,7 @@ def build_unrolled_rnn(cfg: UnrolledRnnConfig) -> onnx.ModelProto:
         helper.make_tensor_value_info("y", TensorProto.FLOAT, y_dims),
         helper.make_tensor_value_info("h_n", TensorProto.FLOAT, [layers * d, batch, h]),
     ] + [helper.make_tensor_value_info(v, TensorProto.FLOAT, [1, batch, h]) for v in extra_outputs]
-    inputs += [
-        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph_weights
-    ]
-    used = {name for node in nodes for name in node.input}
-    initializers = [t for t in w.initializers if t.name in used]
-    graph = helper.make_graph(nodes, "unrolled_rnn", inputs, outputs, initializers)
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", cfg.opset)],
-        producer_name="rnn_rewrite_rules.testing",
-    )
-    model.ir_version = 8 if cfg.opset <= 18 else 10
-    return model
+    return w.model("unrolled_rnn", nodes, inputs, outputs, graph_weights)
 
 
 def rnn_inputs(
@@ -522,19 +534,7 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         outputs.append(helper.make_tensor_value_info("x_read", TensorProto.FLOAT, read_dims))
     if mutation == "extra_reader":
         outputs.append(helper.make_tensor_value_info(states[0], TensorProto.FLOAT, [batch, h]))
-    inputs += [
-        helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in graph_weights
-    ]
-    used = {name for node in nodes for name in node.input}
-    initializers = [t for t in w.initializers if t.name in used]
-    graph = helper.make_graph(nodes, "unrolled_cell", inputs, outputs, initializers)
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", cfg.opset)],
-        producer_name="rnn_rewrite_rules.testing",
-    )
-    model.ir_version = 8 if cfg.opset <= 18 else 10
-    return model
+    return w.model("unrolled_cell", nodes, inputs, outputs, graph_weights)
 
 
 def cell_inputs(

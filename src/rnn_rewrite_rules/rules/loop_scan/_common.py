@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRuleClassBase
 
+from rnn_rewrite_rules._compat import Builder
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
@@ -27,6 +29,7 @@ from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
     Cell,
     Constants,
+    prove_cell,
     recurrent_node,
     through_identity,
 )
@@ -38,9 +41,12 @@ __all__ = [
     "FLOAT16_REASON",
     "GUARD_COST_REASON",
     "MAX_OUTPUTS",
+    "Carried",
     "Recurrence",
     "RecurrenceRule",
     "classify_carried",
+    "initial_values",
+    "prove_carried",
     "states_fit",
 ]
 
@@ -91,10 +97,18 @@ class Recurrence:
     step_input: ir.Value | None = None
 
 
+def initial_values(carried_init: Sequence[ir.Value | None]) -> list[ir.Value] | Refusal:
+    """The initial values of a body's carried values, or which one is absent."""
+    for j, init in enumerate(carried_init):
+        if init is None:
+            return Refusal(f"carried value {j} has no initial value")
+    return [init for init in carried_init if init is not None]
+
+
 def classify_carried(
-    carried_in: list[ir.Value],
-    carried_out: list[ir.Value],
-    carried_init: list[ir.Value | None],
+    carried_in: Sequence[ir.Value],
+    carried_out: Sequence[ir.Value],
+    carried_init: Sequence[ir.Value],
     outer: Constants,
 ) -> tuple[dict[ir.Value, ir.Value], dict[ir.Value, np.ndarray], list[int]] | Refusal:
     """The carried values of a body: invariants (passed through: body input -> the value
@@ -106,8 +120,6 @@ def classify_carried(
     for j, (value_in, value_out, init) in enumerate(
         zip(carried_in, carried_out, carried_init, strict=True)
     ):
-        if init is None:
-            return Refusal(f"carried value {j} has no initial value")
         start = outer(init)
         if through_identity(value_out) is value_in:
             invariants[value_in] = init
@@ -128,6 +140,53 @@ def _is_increment(value_out: ir.Value, value_in: ir.Value, constants: Constants)
         if a is value_in and one is not None and one.ndim == 0 and one == 1:
             return True
     return False
+
+
+@dataclasses.dataclass
+class Carried:
+    """A Loop or Scan body's carried values, classified, and the cell its states run.
+
+    ``inits``: the initial values; ``state_of``: position -> ``"h"`` or ``"c"``."""
+
+    inits: list[ir.Value]
+    invariants: dict[ir.Value, ir.Value]
+    counters: dict[ir.Value, np.ndarray]
+    cell: Cell
+    state_of: dict[int, str]
+
+    @property
+    def h_index(self) -> int:
+        return next(j for j, k in self.state_of.items() if k == "h")
+
+    @property
+    def initial_states(self) -> tuple[ir.Value, ir.Value | None]:
+        """``h0`` and ``c0`` (None for a cell without ``c``)."""
+        c0 = next((self.inits[j] for j, k in self.state_of.items() if k == "c"), None)
+        return self.inits[self.h_index], c0
+
+
+def prove_carried(
+    carried_in: Sequence[ir.Value],
+    carried_out: Sequence[ir.Value],
+    carried_init: Sequence[ir.Value | None],
+    opset: int,
+) -> Carried | Refusal:
+    """:func:`classify_carried`, then the cell the states compute (:func:`prove_cell`)."""
+    inits = initial_values(carried_init)
+    if isinstance(inits, Refusal):
+        return inits
+    carried = classify_carried(carried_in, carried_out, inits, Constants(opset))
+    if isinstance(carried, Refusal):
+        return carried
+    invariants, counters, states = carried
+    found = prove_cell(
+        [(carried_in[j], carried_out[j]) for j in states], Constants(opset, invariants)
+    )
+    if isinstance(found, Refusal):
+        return found
+    cell, roles = found
+    state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
+    return Carried(inits, invariants, counters, cell, state_of)
 
 
 def states_fit(
@@ -212,7 +271,7 @@ class RecurrenceRule(RewriteRuleClassBase):
     def plan(self, node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         raise NotImplementedError
 
-    def check(self, context, out0: ir.Value, **_) -> MatchResult:
+    def check(self, context: MatchContext, out0: ir.Value, **_: Any) -> MatchResult:
         node = out0.producer()
         assert node is not None
         if len(node.outputs) != self.num_outputs:  # the matcher accepts fewer
@@ -306,7 +365,7 @@ def _emit_guarded(
     cache: dict[tuple[int, ...], ir.Value] = {}
 
     def ints(values: list[int]) -> ir.Value:
-        return cached_ints(op, main, cache, values, as_node=main is None)  # type: ignore[arg-type]
+        return cached_ints(op, main, cache, values, as_node=main is None)
 
     # x's length, not the trip count's own value: that may be read from a reversal of x
     # that dies with the Loop
@@ -356,7 +415,7 @@ class _Builder:
     """What the values of one emitted node are built with: the rewriter's builder, the
     opset, the graph new initializers go to (None: a subgraph, so ``Constant`` nodes)."""
 
-    op: object
+    op: Builder
     plan: Recurrence
     opset: int
     main: ir.Graph | None
@@ -372,21 +431,21 @@ class _Builder:
         op, cell = self.op, self.plan.cell
         array = np.ascontiguousarray(array.astype(_COMPUTE))
         if self.main is None:  # a subgraph: a new name there could shadow one outside
-            return op.Constant(value=ir.tensor(array))  # type: ignore[attr-defined]
+            return op.Constant(value=ir.tensor(array))
         name = f"{self.plan.node.name or cell.op_type}_{suffix}"
         return array_constant(op, self.main, array, name)
 
     def ints(self, values: list[int]) -> ir.Value:
         as_node = self.main is None
-        return cached_ints(self.op, self.main, self.cache, values, as_node=as_node)  # type: ignore[arg-type]
+        return cached_ints(self.op, self.main, self.cache, values, as_node=as_node)
 
     def squeezed(self, v: ir.Value, axis: int) -> ir.Value:
         out = squeeze(self.op, v, [axis], self.opset, self.ints)
-        return self.op.Cast(out, to=ir.DataType.FLOAT16) if self.cast_back else out  # type: ignore[attr-defined]
+        return self.op.Cast(out, to=ir.DataType.FLOAT16) if self.cast_back else out
 
     def to_compute(self, v: ir.Value) -> ir.Value:
         if self.cast_back and v not in self.casts:
-            self.casts[v] = self.op.Cast(v, to=ir.DataType.FLOAT)  # type: ignore[attr-defined]
+            self.casts[v] = self.op.Cast(v, to=ir.DataType.FLOAT)
         return self.casts.get(v, v)
 
 
@@ -472,7 +531,7 @@ def _output_values(build: _Builder, outputs) -> Callable[[str], ir.Value]:
             else:
                 y = build.squeezed(outputs[0], 1)
                 ints = build.ints
-                values[kind] = build.op.Slice(  # type: ignore[attr-defined]
+                values[kind] = build.op.Slice(
                     y, ints([-1]), ints([INT64_MIN]), ints([0]), ints([-1])
                 )
         return values[kind]

@@ -8,15 +8,11 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell import (
-    Constants,
-    prove_cell,
-    through_identity,
-)
+from rnn_rewrite_rules.rules.cell import Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
-    classify_carried,
+    prove_carried,
     states_fit,
     used,
 )
@@ -62,16 +58,11 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         if first is None or first.size != 1 or not bool(first.reshape(())):
             return Refusal("the first condition is not a constant true")
 
-    carried = classify_carried(carried_in, carried_out, carried_init, outer)
+    carried = prove_carried(carried_in, carried_out, carried_init, opset)
     if isinstance(carried, Refusal):
         return carried
-    invariants, counters, states = carried
-    constants = Constants(opset, invariants)
-    found = prove_cell([(carried_in[j], carried_out[j]) for j in states], constants)
-    if isinstance(found, Refusal):
-        return found
-    cell, roles = found
-    state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
+    cell, state_of = carried.cell, carried.state_of
+    invariants, counters = carried.invariants, carried.counters
 
     # the condition is true after every step but the last
     if trips is None and through_identity(cond_out) is not cond_in:
@@ -90,7 +81,8 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     x, index = gather.inputs
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
-    if index is not iteration and _scalar_int(counters.get(index)) != 0:  # type: ignore[arg-type]
+    start = None if index is None else _scalar_int(counters.get(index))
+    if index is not iteration and start != 0:
         return Refusal("the step input is not X[t]: the index is not the iteration number")
     prover = ShapeProver(model.graph)
     source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
@@ -100,15 +92,14 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
 
     # outputs: final states, invariants, the stacked h_t; counters and side outputs unread
     outputs: list[str | ir.Value | None] = []
-    h_index = next(j for j, k in state_of.items() if k == "h")
-    h_t = through_identity(carried_out[h_index])
+    h_t = through_identity(carried_out[carried.h_index])
     for j, value in enumerate(node.outputs):
         if not used(value):
             outputs.append(None)
         elif j < count and j in state_of:
             outputs.append(state_of[j])
         elif j < count and carried_in[j] in invariants:
-            outputs.append(carried_init[j])
+            outputs.append(carried.inits[j])
         elif j < count:
             return Refusal(f"the final value of counter {j} is read")
         elif through_identity(scans[j - count]) is h_t:
@@ -116,8 +107,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         else:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
 
-    h0 = carried_init[h_index]
-    c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
+    h0, c0 = carried.initial_states
     fits = states_fit(prover, h0, c0, sequence, cell)
     if isinstance(fits, Refusal):
         return fits

@@ -25,8 +25,8 @@ def _time_length_vector(
     if cast is not None and cast.attributes.get_int("to", 0) == ir.DataType.INT64:
         value = cast.inputs[0]
     vector = prover.vector(value)
-    proven = vector is not None and len(vector) == 1 and vector[0] is not None
-    if proven and any(vector[0] == prover.dim(v, axis) for v, axis in axis_of.items()):  # type: ignore[index]
+    length = vector[0] if vector is not None and len(vector) == 1 else None
+    if length is not None and any(length == prover.dim(v, axis) for v, axis in axis_of.items()):
         return True
     gather = producer(value, "Gather")
     if gather is not None and gather.attributes.get_int("axis", 0) == 0:
@@ -56,7 +56,10 @@ def _full_reverse_sequence(
         or node.attributes.get_int("batch_axis", 1) != 1
     ):
         return False
-    return _time_length_vector(node.inputs[1], {**axis_of, node.inputs[0]: 0}, prover)
+    data, lengths = node.inputs[0], node.inputs[1]
+    if data is None or lengths is None:
+        return False
+    return _time_length_vector(lengths, {**axis_of, data: 0}, prover)
 
 
 def reversed_source(x: ir.Value, prover: ShapeProver) -> ir.Value | None:

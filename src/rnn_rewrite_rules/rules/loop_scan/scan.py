@@ -6,11 +6,11 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.rules.cell import Constants, prove_cell, through_identity
+from rnn_rewrite_rules.rules.cell import through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
-    classify_carried,
+    prove_carried,
     states_fit,
     used,
 )
@@ -54,21 +54,13 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     carried_out, stacked = body.outputs[:count], body.outputs[count:]
     carried_init = list(node.inputs[:count])
 
-    carried = classify_carried(carried_in, carried_out, carried_init, Constants(opset))
+    carried = prove_carried(carried_in, carried_out, carried_init, opset)
     if isinstance(carried, Refusal):
         return carried
-    invariants, counters, states = carried
-    found = prove_cell(
-        [(carried_in[j], carried_out[j]) for j in states], Constants(opset, invariants)
-    )
-    if isinstance(found, Refusal):
-        return found
-    cell, roles = found
+    cell, state_of = carried.cell, carried.state_of
     if cell.x is not x_t:
         return Refusal("the cell's step input is not the scan input")
-    state_of = {states[i]: ("h", "c")[k] for k, i in enumerate(roles)}
-    h_index = next(j for j, k in state_of.items() if k == "h")
-    h_t = through_identity(carried_out[h_index])
+    h_t = through_identity(carried_out[carried.h_index])
 
     x = node.inputs[count]
     prover = ShapeProver(model.graph)
@@ -78,20 +70,19 @@ def plan_scan(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     for j, value in enumerate(node.outputs):
         if not used(value):
             outputs.append(None)
-        elif j < count and carried_in[j] in counters:
+        elif j < count and carried_in[j] in carried.counters:
             return Refusal(f"the final value of counter {j} is read")
         elif j < count:
-            outputs.append(state_of.get(j) or carried_init[j])
+            outputs.append(state_of.get(j) or carried.inits[j])
         elif through_identity(stacked[j - count]) is h_t:
             outputs.append("y" if out_directions[j - count] == in_direction else "y_reversed")
         else:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
-    h0 = carried_init[h_index]
-    c0 = next((carried_init[j] for j, k in state_of.items() if k == "c"), None)
+    h0, c0 = carried.initial_states
     fits = states_fit(prover, h0, c0, x, cell)
     if isinstance(fits, Refusal):
         return fits
-    plan = Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)  # type: ignore[arg-type]
+    plan = Recurrence(node, cell, x, bool(in_direction), h0, c0, outputs)
     plan.broadcast = not fits
     return plan
 
