@@ -574,6 +574,78 @@ def _gru_update(
     return Refusal("h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)")
 
 
+@dataclasses.dataclass
+class _Candidate:
+    """The GRU's candidate ``n``: its gate's terms, the reset gate ``r`` and, with
+    ``linear_before_reset=1``, the bias ``Rb_h`` added inside the reset."""
+
+    linear: _Linear
+    reset: ir.Value
+    linear_before_reset: int
+    rh_bias: np.ndarray | None = None
+
+
+_NEITHER = "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
+
+
+def _candidate(
+    pre: ir.Value | None, h_prev: ir.Value, constants: Constants
+) -> _Candidate | Refusal:
+    """``pre = x_n + r * (h_(t-1) @ R_n + b)`` (linear_before_reset=1), else
+    ``x_n + (r * h_(t-1)) @ R_n + b`` (0)."""
+    add = producer(pre, "Add")
+    for a, b in () if add is None else (add.inputs, add.inputs[::-1]):
+        pair = _operands(producer(b, "Mul"), _activated, _any)
+        if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
+            return _reset_after(a, pair[1], pair[0], h_prev, constants)
+    return _reset_before(pre, h_prev, constants)
+
+
+def _reset_after(
+    x_part: ir.Value | None,
+    h_part: ir.Value,
+    reset: ir.Value,
+    h_prev: ir.Value,
+    constants: Constants,
+) -> _Candidate | Refusal:
+    """``x_n + r * (h_(t-1) @ R_n + b)``: ``x_part`` and ``h_part`` are linear terms."""
+    x_linear = _linear(x_part, constants)
+    h_linear = _linear(h_part, constants)
+    if isinstance(x_linear, Refusal):
+        return Refusal(f"gate h: {x_linear}")
+    if isinstance(h_linear, Refusal):
+        return Refusal(f"gate h: {h_linear}")
+    if h_prev in x_linear.weights or list(h_linear.weights) != [h_prev]:
+        return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
+    weights = {**x_linear.weights, h_prev: h_linear.weights[h_prev]}
+    linear = _Linear(weights, x_linear.bias, attached=dict(x_linear.attached))
+    return _Candidate(linear, reset, 1, _biases(h_linear, h_prev))
+
+
+def _reset_before(
+    pre: ir.Value | None, h_prev: ir.Value, constants: Constants
+) -> _Candidate | Refusal:
+    """``x_n + (r * h_(t-1)) @ R_n + b``: the terms read ``Mul(r, h_(t-1))`` instead of
+    ``h_(t-1)``."""
+    linear = _linear(pre, constants)
+    if isinstance(linear, Refusal):
+        return Refusal(_NEITHER)
+
+    def reset_h(value: ir.Value | None) -> bool:
+        return _operands(producer(value, "Mul"), _activated, _is(h_prev)) is not None
+
+    linear = _split_concat(linear, reset_h)
+    if isinstance(linear, Refusal):
+        return Refusal(_NEITHER)
+    reset = [s for s in linear.weights if reset_h(s)]
+    if len(reset) != 1 or h_prev in linear.weights:
+        return Refusal(_NEITHER)
+    r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]
+    weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
+    attached = {(h_prev if s is reset[0] else s): b for s, b in linear.attached.items()}
+    return _Candidate(_Linear(weights, linear.bias, True, attached), r_value, 0)  # (r * h) @ R_n
+
+
 def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) -> Cell | Refusal:
     """``n = tanh(x_n + r * (h_(t-1) @ R_n + b))`` (linear_before_reset=1) or
     ``tanh(x_n + (r * h_(t-1)) @ R_n + b)`` (0), gates ``r, z`` Sigmoid of sums."""
@@ -589,71 +661,25 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) 
     reason = _gate_linear(z, constants, "z", gates)
     if reason is not None:
         return reason
-    pre = n_node.inputs[0]
-    # linear_before_reset=1: pre = x-part + Mul(r, h-part), with the two linear parts
-    add = producer(pre, "Add")
-    r_value = None
-    linear_before_reset = 1
-    x_part = h_part = None
-    if add is not None:
-        for a, b in (add.inputs, add.inputs[::-1]):
-            mul = producer(b, "Mul")
-            pair = _operands(mul, _activated, _any)
-            if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
-                r_value, x_part, h_part = pair[0], a, pair[1]
-                break
-    if r_value is None:
-        # linear_before_reset=0: pre's terms read Mul(r, h_prev) instead of h_prev
-        linear_before_reset = 0
-        neither = Refusal(
-            "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
-        )
-        linear = _linear(pre, constants)
-        if isinstance(linear, Refusal):
-            return neither
-
-        def reset_h(value: ir.Value) -> bool:
-            return _operands(producer(value, "Mul"), _activated, _is(h_prev)) is not None
-
-        linear = _split_concat(linear, reset_h)
-        if isinstance(linear, Refusal):
-            return neither
-        reset = [
-            s for s in linear.weights if _operands(producer(s, "Mul"), _activated, _is(h_prev))
-        ]
-        if len(reset) != 1 or h_prev in linear.weights:
-            return neither
-        r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]
-        weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
-        attached = {(h_prev if s is reset[0] else s): b for s, b in linear.attached.items()}
-        gates["h"] = _Linear(weights, linear.bias, True, attached)  # (r * h) @ R_n
-        rh_bias = None
-    else:
-        x_linear = _linear(x_part, constants)
-        h_linear = _linear(h_part, constants)
-        if isinstance(x_linear, Refusal):
-            return Refusal(f"gate h: {x_linear}")
-        if isinstance(h_linear, Refusal):
-            return Refusal(f"gate h: {h_linear}")
-        if h_prev in x_linear.weights or list(h_linear.weights) != [h_prev]:
-            return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
-        rh_bias = _biases(h_linear, h_prev)
-        weights = {**x_linear.weights, h_prev: h_linear.weights[h_prev]}
-        gates["h"] = _Linear(weights, x_linear.bias, attached=dict(x_linear.attached))
-    if _act_op(r_value) != activations[0]:
+    candidate = _candidate(n_node.inputs[0], h_prev, constants)
+    if isinstance(candidate, Refusal):
+        return candidate
+    gates["h"] = candidate.linear
+    if _act_op(candidate.reset) != activations[0]:
         return Refusal("the reset gate's activation is not the update gate's (GRU)")
-    reason = _gate_linear(r_value, constants, "r", gates)
+    reason = _gate_linear(candidate.reset, constants, "r", gates)
     if reason is not None:
         return reason
     assembled = _assemble("GRU", gates, h_prev, apart)
     if isinstance(assembled, Refusal):
         return assembled
-    bias = assembled.b.copy()
+    bias, rh_bias = assembled.b.copy(), candidate.rh_bias
     if rh_bias is not None:  # Rb_h, added inside the reset (linear_before_reset=1)
         bias[5 * assembled.r.shape[1] :] = rh_bias
     return Cell(
         "GRU", assembled.x, assembled.w, assembled.r, bias, activations,
-        linear_before_reset, assembled.width_read, assembled.biased or rh_bias is not None,
+        candidate.linear_before_reset, assembled.width_read,
+        assembled.biased or rh_bias is not None,
     )  # fmt: skip
 
 

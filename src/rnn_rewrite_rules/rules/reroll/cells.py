@@ -2,21 +2,22 @@
 
 Pattern (torch 2.13 ``dynamo=True`` and the TorchScript exporter write the same steps):
 step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``;
-``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``),
-``gx = Gemm(x_t, W_ih, b_ih, transB=1)`` and ``gh = Gemm(h_{t-1}, W_hh, b_hh, transB=1)``
-(or ``MatMul(v, W^T) [+ b]``), split into gates on axis 1 by ``Split`` (``num_outputs``
-or equal constant sizes), in PyTorch's gate order:
-
-* LSTM ``i, f, g, o`` of ``Split(gx + gh)``: ``c_t = sigmoid(f) * c_{t-1} + sigmoid(i) *
-  tanh(g)``, ``h_t = sigmoid(o) * tanh(c_t)``;
-* GRU ``r, z, n`` of ``Split(gx)`` and ``Split(gh)``: ``r = sigmoid(xr + hr)``,
-  ``z = sigmoid(xz + hz)``, ``n = tanh(xn + r * hn)``, ``h_t = (h_{t-1} - n) * z + n``;
-
+``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``) and computes one LSTM / GRU
+cell step from ``x_t`` and ``h_{t-1}`` (``c_{t-1}``), as
+:func:`rnn_rewrite_rules.rules.cell.prove_cell` proves it: PyTorch's
+``Gemm(x_t, W_ih, b_ih, transB=1)`` and ``Gemm(h_{t-1}, W_hh, b_hh, transB=1)`` (or
+``MatMul(v, W^T) [+ b]``) split into gates on axis 1, ``c_t = sigmoid(f) * c_{t-1} +
+sigmoid(i) * tanh(g)``, ``h_t = sigmoid(o) * tanh(c_t)`` (LSTM), ``n = tanh(xn + r * hn)``,
+``h_t = (h_{t-1} - n) * z + n`` (GRU). Gates are read by their role in the cell, so any
+gate order gives the node's weights in ONNX's; ``b_hh`` stays ``Rb`` as PyTorch adds it.
+An exporter's first step from a zero state may have its hidden projection folded into a
+constant: that step is matched op by op against the next one, the constant against the
+projection's value for ``h_0 = 0`` (``b_hh`` on every row);
 the steps' ``h_t`` stacked by ``Concat(Unsqueeze(h_t, a), ..., axis=a)``, ``a`` 0 or 1.
 
-Condition: every step uses the same constant weights and biases (a bias ``[G*H]`` or one
-row ``[1, G*H]``) and the same ops in the same gate positions (each operand is checked to
-be the gate the formula needs, so a swapped gate order does not match); the steps are
+Condition: every step computes the same cell (activations, and weights and biases bit
+for bit; a bias ``[G*H]`` or one row ``[1, G*H]``), with the op's default activations
+(and ``linear_before_reset=1``, a GRU's, the form measured); the steps are
 chained ``h_{t-1} -> h_t`` (and ``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one
 ``X`` of rank 3 (forward) or index ``T-1-t`` (a reversed loop), every step on the same
 axis; every value of a step is read only inside the step, by the next step or by the one
