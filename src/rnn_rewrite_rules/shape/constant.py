@@ -1,32 +1,42 @@
-"""Lazy, memory-bounded evaluation of constant sub-graphs (weight preparation).
+"""The value of a value computed from constants: the one constant evaluator.
 
-:func:`preparation_nodes` finds the sub-graph computing a value from constants (nodes
-of :data:`FOLDABLE_OPS`, leaves that are initializers which are not graph inputs or
-``Constant`` outputs); :func:`fold_value` evaluates it with ONNX's semantics.
+Two entry points over one per-node semantics (:func:`evaluate_node`: ``onnx.reference``,
+ONNX's reference of each op, and Casts the way ONNX Runtime rounds them,
+:func:`cast_as_runtime`):
 
-Memory: ``Slice``, ``Unsqueeze``, ``Squeeze``, ``Transpose``, ``Identity``, ``Split`` and
-a contiguous ``Reshape`` are numpy views of the original data and ``Concat`` is kept
-lazy, so the result is allocated once and filled in place; an intermediate is released
-as soon as its last consumer has run. See ``docs/weight-folding.md`` for the peak.
+* :class:`Constants`: small values a rule's check reads (a cell's weights, a loop's
+  bounds), node by node, memoized; values may be bound to others (a Loop's invariants).
+* :func:`fold_value`: a weight preparation sub-graph (:func:`preparation_nodes`: nodes of
+  :data:`FOLDABLE_OPS`, leaves that are initializers which are not graph inputs or
+  ``Constant`` outputs), lazy and memory-bounded. ``Slice``, ``Unsqueeze``, ``Squeeze``,
+  ``Transpose``, ``Identity``, ``Split`` and a contiguous ``Reshape`` are numpy views of
+  the original data and ``Concat`` is kept lazy, so the result is allocated once and
+  filled in place; an intermediate is released as soon as its last consumer has run
+  (``onnx.reference`` copies every intermediate: these view ops are written here for
+  that reason alone, and checked against ONNX Runtime by
+  ``tests/test_fold_against_onnxruntime.py``). See ``docs/weight-folding.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx_ir as ir
+from onnx.reference import ReferenceEvaluator
 
-from rnn_rewrite_rules._ir import NUMPY_DTYPES, same_bits
+from rnn_rewrite_rules._ir import NUMPY_DTYPES, const_array, same_bits
 from rnn_rewrite_rules._refusal import Refusal
 
 __all__ = [
     "FOLDABLE_OPS",
+    "Constants",
     "FoldError",
     "cast_as_runtime",
     "data_inputs",
+    "evaluate_node",
     "fold_value",
     "is_constant_node",
     "preparation_nodes",
@@ -90,7 +100,7 @@ def preparation_nodes(value: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] |
     order: list[ir.Node] = []
     data_leaves: dict[ir.Value, None] = {}
     done: set[ir.Node] = set()
-    seen: set[ir.Value] = set()
+    seen: set[tuple[ir.Value, bool]] = set()
     # iterative post-order DFS: (value, is_data, expanded)
     stack: list[tuple[ir.Value, bool, bool]] = [(value, True, False)]
     while stack:
@@ -167,7 +177,7 @@ class _View:
             dtype = np.dtype(tensor.dtype.numpy())
             if dtype.kind in "OSU":
                 raise FoldError(f"{tensor.dtype} tensors are not folded")
-            shape = tuple(int(d) for d in tensor.shape.dims)
+            shape = tuple(int(d) for d in tensor.shape.numpy())
             probe = np.lib.stride_tricks.as_strided(
                 np.zeros(1, dtype), shape, (0,) * len(shape), writeable=False
             )
@@ -199,6 +209,8 @@ class _LazyConcat:
     ``pieces`` is not empty: the evaluator refuses a Concat without its first input."""
 
     __slots__ = ("axis", "dtype", "pieces", "shape")
+    shape: tuple[int, ...]
+    dtype: np.dtype
 
     def __init__(self, pieces: Sequence[_Array], axis: int) -> None:
         rank = len(pieces[0].shape)
@@ -405,21 +417,20 @@ def _reshape(node: ir.Node, operands: list[_Array | None]) -> _Array:
 
 
 def _gather(node: ir.Node, operands: list[_Array | None]) -> np.ndarray:
-    data = _dense(operands[0])
-    if len(operands) < 2 or operands[1] is None:
+    if len(operands) < 2 or operands[1] is None or operands[0] is None:
         raise FoldError("Gather without indices")
     indices = _dense(operands[1])
     if indices.dtype.kind not in "iu":
         raise FoldError("Gather indices are not integers")
+    data = _dense(operands[0])
     axis = node.attributes.get_int("axis", 0)
     if not -data.ndim <= axis < data.ndim:
         raise FoldError(f"Gather axis {axis} out of range")
-    axis %= data.ndim
     dim = data.shape[axis]
-    indices = indices.astype(np.int64)
     if indices.size and (indices.min() < -dim or indices.max() >= dim):
         raise FoldError("Gather index out of range")
-    return np.take(data, np.where(indices < 0, indices + dim, indices), axis=axis)
+    (result,) = evaluate_node(node, [data, indices], opset=13)
+    return result
 
 
 def _split(node: ir.Node, operands: list[_Array | None]) -> list[_Array]:
@@ -563,9 +574,10 @@ def fold_value(value: ir.Value, nodes: Sequence[ir.Node] | None = None) -> np.nd
                     pending[operand] -= 1
                     if not pending[operand]:
                         computed.pop(operand, None)
-        result = read(value)
+        final = read(value)
         computed.clear()
-        assert result is not None
+        assert final is not None
+        result = final
         if isinstance(result, _LazyConcat):
             return result.materialize()
         array = _dense(result)
@@ -588,3 +600,110 @@ def _unmap(tensor: ir.TensorProtocol) -> None:
     if isinstance(tensor, ir.ExternalTensor):
         with contextlib.suppress(BufferError):  # a view of the mapping is still alive
             tensor.release()
+
+
+#: Ops :class:`Constants` evaluates: deterministic, no subgraphs, no randomness.
+_EVALUATED = frozenset(
+    {
+        "Add", "And", "Cast", "Concat", "Div", "Equal", "Gather", "Greater",
+        "GreaterOrEqual", "Identity", "Less", "LessOrEqual", "Mul", "Neg", "Not", "Or",
+        "Reshape", "Shape", "Slice", "Split", "Squeeze", "Sub", "Transpose", "Unsqueeze",
+        "Xor",
+    }
+)  # fmt: skip
+#: Above this many elements a value is not evaluated (a weight is a few million at most).
+_MAX_ELEMENTS = 1 << 27
+
+
+class Constants:
+    """The numpy value of a value computed from constants alone, else None.
+
+    ``bound`` maps a value (a body input) to a value or array it provably equals (a
+    loop-invariant carried value to the Loop's input; an iteration number to its number
+    while the condition is evaluated). ``opset`` is the ONNX opset the nodes run at.
+    """
+
+    def __init__(
+        self, opset: int, bound: Mapping[ir.Value, ir.Value | np.ndarray] | None = None
+    ) -> None:
+        self._opset = opset
+        self._bound = dict(bound or {})
+        self._memo: dict[ir.Value, np.ndarray | None] = {}
+
+    def __call__(self, value: ir.Value | None) -> np.ndarray | None:
+        if value is None:
+            return None
+        if value not in self._memo:
+            self._memo[value] = None  # a cycle (there is none in a valid graph) is unknown
+            self._memo[value] = self._compute(value)
+        return self._memo[value]
+
+    def _compute(self, value: ir.Value) -> np.ndarray | None:
+        if value in self._bound:
+            bound = self._bound[value]
+            return self(bound) if isinstance(bound, ir.Value) else np.asarray(bound)
+        array = _constant(value)
+        if array is not None:
+            return array
+        node = value.producer()
+        if node is None or node.domain != "" or node.op_type not in _EVALUATED:
+            return None
+        operands: list[np.ndarray | None] = []
+        for operand in node.inputs:  # the first operand not constant ends it
+            array = None if operand is None else self(operand)
+            if operand is not None and (array is None or array.size > _MAX_ELEMENTS):
+                return None
+            operands.append(array)
+        try:
+            results = evaluate_node(node, operands, self._opset)
+        except Exception:
+            return None
+        for output, result in zip(node.outputs, results, strict=True):
+            if output is not value:
+                self._memo.setdefault(output, result)
+        return results[list(node.outputs).index(value)]
+
+
+def _constant(value: ir.Value) -> np.ndarray | None:
+    """:func:`~rnn_rewrite_rules._ir.const_array` without its side effect: onnx_ir's
+    ``get_const_tensor`` names a ``Constant`` node's tensor after its output, which changes
+    the node as saved (a read must leave the graph as it is)."""
+    node = value.producer()
+    if (
+        node is None
+        or node.op_type != "Constant"
+        or node.domain != ""
+        or value.const_value is not None
+    ):
+        return const_array(value)
+    if len(node.attributes) != 1 or len(node.outputs) != 1:
+        return None
+    ((name, attribute),) = node.attributes.items()
+    if attribute.is_ref():
+        return None
+    if name == "value":
+        return attribute.as_tensor().numpy()
+    if name in ("value_float", "value_floats"):
+        return np.array(attribute.value, dtype=np.float32)
+    if name in ("value_int", "value_ints"):
+        return np.array(attribute.value, dtype=np.int64)
+    return None
+
+
+def evaluate_node(
+    node: ir.Node, operands: Sequence[np.ndarray | None], opset: int
+) -> list[np.ndarray]:
+    """``node``'s outputs for these operands, as ONNX (and ONNX Runtime's Cast) define them."""
+    if node.op_type == "Cast":
+        to = ir.DataType(node.attributes.get_int("to", 0))
+        assert operands[0] is not None
+        return [np.asarray(cast_as_runtime(operands[0], to.numpy()))]
+    proto = ir.serde.serialize_node(node)
+    names = [f"in{i}" if v is not None else "" for i, v in enumerate(node.inputs)]
+    del proto.input[:]
+    proto.input.extend(names)
+    del proto.output[:]
+    proto.output.extend(f"out{i}" for i in range(len(node.outputs)))
+    feeds = {n: a for n, a in zip(names, operands, strict=True) if n}
+    results = ReferenceEvaluator(proto, opsets={"": opset}).run(None, feeds)
+    return [np.asarray(r) for r in results]

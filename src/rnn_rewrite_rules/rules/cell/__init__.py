@@ -4,26 +4,31 @@
   ONNX's layout and gate order, activations, ``linear_before_reset``) that one step's
   state inputs and outputs compute, or a refusal naming what does not fit. It assumes
   no Loop: Loop and Scan bodies, unrolled chains and single steps feed it values.
-- :class:`Constants` (:mod:`.constants`): the value of a value computed from constants.
+- :class:`Constants` (:mod:`rnn_rewrite_rules.shape.constant`): the value of a value
+  computed from constants.
 - :func:`recurrent_node` (:mod:`.emit`): the ``RNN``/``LSTM``/``GRU`` node itself.
 """
 
-from rnn_rewrite_rules.rules.cell.constants import Constants
 from rnn_rewrite_rules.rules.cell.emit import recurrent_node
 from rnn_rewrite_rules.rules.cell.prove import (
     DEFAULT_ACTIVATIONS,
     ONNX_GATES,
     Cell,
+    gate_inputs,
     prove_cell,
     through_identity,
+    zero_state_row,
 )
+from rnn_rewrite_rules.shape.constant import Constants
 
 __all__ = [
     "DEFAULT_ACTIVATIONS",
     "ONNX_GATES",
     "Cell",
     "Constants",
+    "gate_inputs",
     "prove_cell",
     "recurrent_node",
     "through_identity",
+    "zero_state_row",
 ]

@@ -19,11 +19,20 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell.constants import Constants
+from rnn_rewrite_rules.shape.constant import Constants
 
-__all__ = ["DEFAULT_ACTIVATIONS", "ONNX_GATES", "Cell", "prove_cell", "through_identity"]
+__all__ = [
+    "DEFAULT_ACTIVATIONS",
+    "ONNX_GATES",
+    "Cell",
+    "gate_inputs",
+    "prove_cell",
+    "through_identity",
+    "zero_state_row",
+]
 
 #: Activations read from a body (ONNX's RNN ops take them by name, without parameters).
 _ACTS = ("Sigmoid", "Tanh", "Relu")
@@ -41,10 +50,17 @@ ONNX_GATES = {"RNN": ("h",), "GRU": ("z", "r", "h"), "LSTM": ("i", "o", "f", "c"
 def through_identity(value: ir.Value) -> ir.Value:
     """``value`` with any chain of ``Identity`` nodes above it skipped."""
     node = producer(value, "Identity")
-    while node is not None:
+    while node is not None and node.inputs[0] is not None:
         value = node.inputs[0]
         node = producer(value, "Identity")
     return value
+
+
+def _label(item: ir.Node | ir.Value) -> str:
+    """How a refusal names a node or value: its name, else what it is."""
+    if item.name:
+        return item.name
+    return item.op_type if isinstance(item, ir.Node) else "an unnamed value"
 
 
 @dataclasses.dataclass
@@ -52,15 +68,20 @@ class _Linear:
     """``sum_s s @ weights[s] + bias``: a gate's pre-activation, per source value."""
 
     weights: dict[ir.Value, np.ndarray]  # source -> [in, width]
-    bias: np.ndarray | None  # [width]
+    bias: np.ndarray | None  # [width], added to the sum
     #: h_(t-1) is not read by a plain MatMul here (split out of TF 1's Concat(x_t, h), or
     #: the GRU's r * h_(t-1)): its width is not implied by ``R``'s rows
     indirect: bool = False
+    #: biases added to one source's product alone (``Gemm(s, W, b)``, ``MatMul(s, W) + b``):
+    #: the node keeps them apart as ``Wb`` (x_t's) and ``Rb`` (h_(t-1)'s), as the graph adds them
+    attached: dict[ir.Value, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
-def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
+def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
     """Read ``value`` as a sum of ``MatMul(s, W)`` / ``Gemm`` terms and a constant bias,
     through ``Add`` and column blocks of an axis-1 ``Split``."""
+    if value is None:
+        return Refusal("an operand is missing")
     array = constants(value)
     if array is not None:
         if array.size == 1 and array.ndim <= 2:
@@ -72,17 +93,19 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
         return _Linear({}, array)
     node = value.producer()
     if node is None or node.domain != "":
-        return Refusal(f"{value.name} is not a MatMul, Gemm, Add or bias")
+        return Refusal(f"{_label(value)} is not a MatMul, Gemm, Add or bias")
     if node.op_type == "Add":
-        parts = [_linear(v, constants) for v in node.inputs]
-        for part in parts:
+        parts: list[_Linear] = []
+        for operand in node.inputs:
+            part = _linear(operand, constants)
             if isinstance(part, Refusal):
                 return part
-        return _sum(parts)  # type: ignore[arg-type]
+            parts.append(part)
+        return _attach(node, parts) or _sum(parts)
     if node.op_type == "MatMul":
         weight = constants(node.inputs[1])
-        if weight is None or weight.ndim != 2:
-            return Refusal(f"{node.name}'s right operand is not a constant matrix")
+        if weight is None or weight.ndim != 2 or node.inputs[0] is None:
+            return Refusal(f"{_label(node)}'s right operand is not a constant matrix")
         return _Linear({node.inputs[0]: weight}, None)
     if node.op_type == "Gemm":
         a = node.attributes
@@ -91,27 +114,53 @@ def _linear(value: ir.Value, constants: Constants) -> _Linear | Refusal:
             or a.get_float("alpha", 1.0) != 1
             or a.get_float("beta", 1.0) != 1
         ):
-            return Refusal(f"{node.name} is not v @ W + b (transA, alpha or beta)")
+            return Refusal(f"{_label(node)} is not v @ W + b (transA, alpha or beta)")
         weight = constants(node.inputs[1])
-        if weight is None or weight.ndim != 2:
-            return Refusal(f"{node.name}'s weight is not a constant matrix")
+        if weight is None or weight.ndim != 2 or node.inputs[0] is None:
+            return Refusal(f"{_label(node)}'s weight is not a constant matrix")
         weight = weight.T if a.get_int("transB", 0) else weight
         terms = [_Linear({node.inputs[0]: weight}, None)]
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             bias = _linear(node.inputs[2], constants)
-            if isinstance(bias, Refusal) or bias.weights:
-                return Refusal(f"{node.name}'s bias is not a constant")
+            if isinstance(bias, Refusal):
+                return Refusal(f"{_label(node)}'s bias: {bias}")
+            if bias.weights:
+                return Refusal(f"{_label(node)}'s bias is not a constant")
             terms.append(bias)
-        return _sum(terms)
+        return _attach(node, terms) or _sum(terms)
     if node.op_type == "Split":
         return _split_block(node, value, constants)
-    return Refusal(f"{value.name} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias")
+    return Refusal(
+        f"{_label(value)} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias"
+    )
+
+
+def _attach(node: ir.Node, parts: list[_Linear]) -> _Linear | None:
+    """``MatMul(s, W) + b`` or ``Gemm(s, W, b)``: one source's product and a constant, the
+    bias kept with the source; None for any other sum."""
+    if len(parts) != 2 or node.inputs[0] is None:
+        return None
+    product, bias = parts if not parts[1].weights else parts[::-1]
+    term = producer(node.inputs[0] if product is parts[0] else node.inputs[1], "MatMul")
+    if node.op_type == "Add" and term is None:
+        return None
+    if len(product.weights) != 1 or product.bias is not None or product.attached:
+        return None
+    if bias.weights or bias.attached or bias.bias is None:
+        return None
+    ((source, weight),) = product.weights.items()
+    if bias.bias.ndim and bias.bias.shape[0] != weight.shape[1]:
+        return None  # the widths disagree: _sum says so
+    return _Linear({source: weight}, None, product.indirect, {source: bias.bias})
 
 
 def _sum(parts: list[_Linear]) -> _Linear | Refusal:
     weights: dict[ir.Value, np.ndarray] = {}
+    attached: dict[ir.Value, np.ndarray] = {}
     bias = None
     for part in parts:
+        for source, added in part.attached.items():
+            attached[source] = added if source not in attached else attached[source] + added
         for source, weight in part.weights.items():
             if source in weights:
                 if weights[source].shape != weight.shape:
@@ -122,10 +171,10 @@ def _sum(parts: list[_Linear]) -> _Linear | Refusal:
         if part.bias is not None:
             bias = part.bias if bias is None else bias + part.bias
     widths = {w.shape[1] for w in weights.values()}
-    widths |= {b.shape[0] for b in (bias,) if b is not None and b.ndim}
+    widths |= {b.shape[0] for b in (bias, *attached.values()) if b is not None and b.ndim}
     if len(widths) > 1:
         return Refusal(f"the terms of a sum have widths {sorted(widths)}")
-    return _Linear(weights, bias)
+    return _Linear(weights, bias, attached=attached)
 
 
 def _split_block(
@@ -135,42 +184,59 @@ def _split_block(
     ``split`` input or attribute, else equal parts). ``split``: read the terms of this
     value instead of the Split's input (the input is an activation of it)."""
     if node.attributes.get_int("axis", 0) not in (1, -1):
-        return Refusal(f"{node.name} does not split axis 1")
+        return Refusal(f"{_label(node)} does not split axis 1")
     whole = _linear(node.inputs[0] if split is None else split, constants)
     if isinstance(whole, Refusal):
         return whole
     width = _width(whole)
     if width is None:
-        return Refusal(f"{node.name} splits a value of unknown width")
+        return Refusal(f"{_label(node)} splits a value of unknown width")
     sizes_input = node.inputs[1] if len(node.inputs) > 1 else None
     if sizes_input is not None:
         sizes = constants(sizes_input)
         if sizes is None:
-            return Refusal(f"{node.name}'s sizes are not constant")
+            return Refusal(f"{_label(node)}'s sizes are not constant")
         parts = [int(s) for s in sizes.reshape(-1)]
     elif node.attributes.get("split") is not None:
         parts = list(node.attributes["split"].as_ints())
     else:
         count = len(node.outputs)
         if width % count:
-            return Refusal(f"{node.name} splits {width} columns into {count} parts unevenly")
+            return Refusal(f"{_label(node)} splits {width} columns into {count} parts unevenly")
         parts = [width // count] * count
     if sum(parts) != width or len(parts) != len(node.outputs):
-        return Refusal(f"{node.name}'s sizes {parts} do not cover {width} columns")
+        return Refusal(f"{_label(node)}'s sizes {parts} do not cover {width} columns")
     index = list(node.outputs).index(value)
     start = sum(parts[:index])
     stop = start + parts[index]
     weights = {s: w[:, start:stop] for s, w in whole.weights.items()}
-    bias = whole.bias
-    if bias is not None and bias.ndim:  # a scalar stays one
-        bias = bias[start:stop]
-    return _Linear(weights, bias)
+
+    def columns(bias: np.ndarray) -> np.ndarray:
+        return bias[start:stop] if bias.ndim else bias  # a scalar stays one
+
+    bias = None if whole.bias is None else columns(whole.bias)
+    attached = {s: columns(b) for s, b in whole.attached.items()}
+    return _Linear(weights, bias, attached=attached)
 
 
 def _width(linear: _Linear) -> int | None:
     for weight in linear.weights.values():
         return int(weight.shape[1])
     return None if linear.bias is None or not linear.bias.ndim else int(linear.bias.shape[0])
+
+
+def _all_biases(linear: _Linear) -> np.ndarray | None:
+    """The sum of every bias of ``linear``, free or attached."""
+    total = linear.bias
+    for added in linear.attached.values():
+        total = added if total is None else total + added
+    return total
+
+
+def _biases(linear: _Linear, source: ir.Value) -> np.ndarray | None:
+    """The sum of ``linear``'s bias and what is attached to ``source``'s product."""
+    parts = [b for b in (linear.bias, linear.attached.get(source)) if b is not None]
+    return None if not parts else parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +257,8 @@ class Cell:
     #: a gate reads h_(t-1) by ``MatMul(h, R)`` with ``R`` of H rows, so ``h_0`` has H
     #: columns wherever the body runs (not so through TF 1's Concat, nor an elementwise op)
     h_width_read: bool = False
+    #: the step adds a bias (else ``b`` is zeros, and the node may go without ``B``)
+    biased: bool = True
 
     @property
     def hidden_size(self) -> int:
@@ -226,7 +294,7 @@ def _pre_activation(value: ir.Value, constants: Constants) -> _Linear | Refusal:
         node = value.producer()
         assert node is not None
         return _linear(node.inputs[0], constants)
-    activation = split.inputs[0].producer()
+    activation = producer(split.inputs[0], *_ACTS)
     assert activation is not None
     return _split_block(split, value, constants, activation.inputs[0])
 
@@ -252,13 +320,42 @@ def _any(_value: ir.Value | None) -> bool:
     return True
 
 
+def _is_state(state: ir.Value, constants: Constants) -> Callable[[ir.Value | None], bool]:
+    """``state`` itself, or a constant of the same bits (a first step reading two equal
+    zero constants as ``h_0``)."""
+    fixed = constants(state)
+
+    def check(value: ir.Value | None) -> bool:
+        if value is state:
+            return True
+        other = None if fixed is None else constants(value)
+        return other is not None and same_bits(fixed, other)
+
+    return check
+
+
+@dataclasses.dataclass
+class _Assembled:
+    """A cell's weights in ONNX's layout and gate order, and what its gates read."""
+
+    x: ir.Value
+    w: np.ndarray
+    r: np.ndarray
+    b: np.ndarray  # [2*G*H]: Wb then Rb
+    width_read: bool
+    biased: bool
+
+
 def _assemble(
-    op_type: str, gates: dict[str, _Linear], h_prev: ir.Value
-) -> tuple[ir.Value, np.ndarray, np.ndarray, np.ndarray, bool] | Refusal:
+    op_type: str, gates: dict[str, _Linear], h_prev: ir.Value, apart: bool
+) -> _Assembled | Refusal:
     """(x_t, W, R, B) from each gate's linear terms in ONNX order; every gate reads
-    ``h_prev`` and one common ``x_t``."""
+    ``h_prev`` and one common ``x_t``. With ``apart``, a bias the graph adds to
+    ``h_prev``'s product alone goes to ``Rb``; every other bias (all, without) to ``Wb``."""
     x = None
-    w_blocks, r_blocks, b_blocks = [], [], []
+    w_blocks, r_blocks = [], []
+    w_biases: list[np.ndarray | None] = []
+    r_biases: list[np.ndarray | None] = []
     hidden = None
     width_read = False
     for name in ONNX_GATES[op_type]:
@@ -281,18 +378,25 @@ def _assemble(
         if w.shape[1] != hidden or (r is not None and r.shape != (hidden, hidden)):
             return Refusal(f"gate {name}'s weights are not [I, H] and [H, H] with H = {hidden}")
         w_blocks.append(w.T)
-        r_blocks.append(None if r is None else r.T)
-        b_blocks.append(linear.bias)
+        r_blocks.append(r.T)
+        if apart:
+            w_biases.append(_biases(linear, x))
+            r_biases.append(linear.attached.get(h_prev))
+        else:
+            w_biases.append(_all_biases(linear))
+            r_biases.append(None)
     assert x is not None and hidden is not None
-    arrays = [b for b in w_blocks + r_blocks + b_blocks if b is not None]
+    biases = [b for b in w_biases + r_biases if b is not None]
+    arrays = w_blocks + r_blocks + biases
     if len({a.dtype for a in arrays}) != 1 or arrays[0].dtype.kind != "f":
         return Refusal("the weights are not all of one floating-point type")
     dtype = arrays[0].dtype
-    w_bias = [
-        np.zeros(hidden, dtype) if b is None else np.broadcast_to(b, (hidden,)) for b in b_blocks
+    b = [
+        np.zeros(hidden, dtype) if b is None else np.broadcast_to(b, (hidden,))
+        for b in w_biases + r_biases
     ]
     w, r = np.concatenate(w_blocks), np.concatenate(r_blocks)
-    return x, w, r, np.concatenate(w_bias), width_read
+    return _Assembled(x, w, r, np.concatenate(b), width_read, bool(biases))
 
 
 def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear | Refusal:
@@ -301,32 +405,39 @@ def _split_concat(linear: _Linear, is_h: Callable[[ir.Value], bool]) -> _Linear 
     columns (the gate's width: ``h`` is a state, proven ``[batch, H]``) begin or end."""
     weights: dict[ir.Value, np.ndarray] = {}
     indirect = linear.indirect
+    bias = linear.bias
+    attached = dict(linear.attached)
     for source, weight in linear.weights.items():
         concat = producer(source, "Concat")
         if concat is None:
             parts = [(source, weight)]
         else:
             if concat.attributes.get_int("axis", 0) not in (1, -1) or len(concat.inputs) != 2:
-                return Refusal(f"{concat.name} does not join two values on axis 1")
+                return Refusal(f"{_label(concat)} does not join two values on axis 1")
             hidden, rows = weight.shape[1], weight.shape[0]
             first, second = concat.inputs
-            if is_h(first) == is_h(second) or rows <= hidden:
-                return Refusal(f"{concat.name} does not join a step input and h_(t-1)")
+            if first is None or second is None or is_h(first) == is_h(second) or rows <= hidden:
+                return Refusal(f"{_label(concat)} does not join a step input and h_(t-1)")
             cut = hidden if is_h(first) else rows - hidden
             parts = [(first, weight[:cut]), (second, weight[cut:])]
             indirect = True
+            if source in attached:  # added to the joint product: one bias of the sum
+                added = attached.pop(source)
+                bias = added if bias is None else bias + added
         for value, part in parts:
             assert value is not None
             if value in weights:
-                return Refusal(f"{value.name} is read twice by one gate")
+                return Refusal(f"{_label(value)} is read twice by one gate")
             weights[value] = part
-    return _Linear(weights, linear.bias, indirect)
+    return _Linear(weights, bias, indirect, attached)
 
 
 def _gate_linear(
-    activated: ir.Value, constants: Constants, name: str, gates: dict[str, _Linear]
+    activated: ir.Value | None, constants: Constants, name: str, gates: dict[str, _Linear]
 ) -> Refusal | None:
     """Reads the terms of gate ``name`` (its activated value) into ``gates``."""
+    if activated is None:
+        return Refusal(f"gate {name} is missing")
     linear = _pre_activation(activated, constants)
     if isinstance(linear, Refusal):
         return Refusal(f"gate {name}: {linear}")
@@ -334,7 +445,7 @@ def _gate_linear(
     return None
 
 
-def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Refusal:
+def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) -> Cell | Refusal:
     """``h_t = act(x_t @ W + h_(t-1) @ R + b)`` with ``act`` Tanh, Relu or Sigmoid."""
     node = _act(h, *_ACTS)
     if node is None:
@@ -343,16 +454,22 @@ def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     reason = _gate_linear(h, constants, "h", gates)
     if reason is not None:
         return reason
-    found = _assemble("RNN", gates, h_prev)
+    found = _assemble("RNN", gates, h_prev, apart)
     if isinstance(found, Refusal):
         return found
-    x, w, r, b, width_read = found
-    bias = np.concatenate([b, np.zeros_like(b)])
-    return Cell("RNN", x, w, r, bias, (node.op_type,), 0, width_read)
+    return Cell(
+        "RNN", found.x, found.w, found.r, found.b, (node.op_type,), 0, found.width_read,
+        found.biased,
+    )  # fmt: skip
 
 
 def _lstm_cell(
-    h: ir.Value, c: ir.Value, h_prev: ir.Value, c_prev: ir.Value, constants: Constants
+    h: ir.Value,
+    c: ir.Value,
+    h_prev: ir.Value,
+    c_prev: ir.Value,
+    constants: Constants,
+    apart: bool,
 ) -> Cell | Refusal:
     """``c_t = f(f_t) * c_(t-1) + f(i) * g(g_t)``, ``h_t = f(o) * h(c_t)`` with ``f``
     ``g``, ``h`` activations (Sigmoid, Tanh, Tanh by default; Keras' ``activation``)."""
@@ -360,12 +477,15 @@ def _lstm_cell(
     mul = producer(h, "Mul")
     for o, h_c in (mul.inputs, mul.inputs[::-1]) if mul is not None else ():
         outer = _act(h_c, *_ACTS)
-        if outer is not None and through_identity(outer.inputs[0]) is c and _act_op(o):
+        if outer is None or outer.inputs[0] is None:
+            continue
+        if through_identity(outer.inputs[0]) is c and _act_op(o):
             found = o, outer
             break
     if found is None:
         return Refusal("h_t is not f(o) * h(c_t) (LSTM)")
     f_op = _act_op(found[0])
+    assert f_op is not None  # found: o is activated
     add = producer(c, "Add")
     if add is None:
         return Refusal("c_t is not f * c_(t-1) + i * g (LSTM)")
@@ -380,19 +500,20 @@ def _lstm_cell(
     ig = _operands(i_term, gate, _act_op)
     if f_term is None or ig is None:
         return Refusal("c_t is not f(f) * c_(t-1) + f(i) * g(g) with o's f (LSTM)")
-    f_sig = _operands(f_term, gate, _is(c_prev))[0]  # type: ignore[index]
-    activations = (f_op, _act_op(ig[1]), found[1].op_type)
+    f_sig = _operands(f_term, gate, _is(c_prev))[0]
+    activations = (f_op, _act_op(ig[1]) or "", found[1].op_type)  # ig[1] is activated
     gates: dict[str, _Linear] = {}
     for name, activated in (("i", ig[0]), ("o", found[0]), ("f", f_sig), ("c", ig[1])):
         reason = _gate_linear(activated, constants, name, gates)
         if reason is not None:
             return reason
-    assembled = _assemble("LSTM", gates, h_prev)
+    assembled = _assemble("LSTM", gates, h_prev, apart)
     if isinstance(assembled, Refusal):
         return assembled
-    x, w, r, b, width_read = assembled
-    bias = np.concatenate([b, np.zeros_like(b)])
-    return Cell("LSTM", x, w, r, bias, activations, 0, width_read)  # type: ignore[arg-type]
+    return Cell(
+        "LSTM", assembled.x, assembled.w, assembled.r, assembled.b, activations, 0,
+        assembled.width_read, assembled.biased,
+    )  # fmt: skip
 
 
 def _act_op(value: ir.Value | None) -> str | None:
@@ -421,11 +542,12 @@ def _gru_update(
     add = producer(h, "Add")
     if add is None:
         return Refusal("h_t is not an Add (GRU)")
+    is_h = _is_state(h_prev, constants)
     # Keras: Add(Mul(z, h_prev), Mul(Sub(1, z), n))
     muls = [producer(v, "Mul") for v in add.inputs]
     if None not in muls:
         for first, second in (muls, muls[::-1]):
-            zh = _operands(first, _activated, _is(h_prev))
+            zh = _operands(first, _activated, is_h)
             if zh is None:
                 continue
             z = zh[0]
@@ -447,12 +569,84 @@ def _gru_update(
         if found is None:
             continue
         sub = found[0].producer()
-        if sub.inputs[0] is h_prev and sub.inputs[1] is n:
+        if is_h(sub.inputs[0]) and sub.inputs[1] is n:
             return found[1], n
     return Refusal("h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)")
 
 
-def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Refusal:
+@dataclasses.dataclass
+class _Candidate:
+    """The GRU's candidate ``n``: its gate's terms, the reset gate ``r`` and, with
+    ``linear_before_reset=1``, the bias ``Rb_h`` added inside the reset."""
+
+    linear: _Linear
+    reset: ir.Value
+    linear_before_reset: int
+    rh_bias: np.ndarray | None = None
+
+
+_NEITHER = "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
+
+
+def _candidate(
+    pre: ir.Value | None, h_prev: ir.Value, constants: Constants
+) -> _Candidate | Refusal:
+    """``pre = x_n + r * (h_(t-1) @ R_n + b)`` (linear_before_reset=1), else
+    ``x_n + (r * h_(t-1)) @ R_n + b`` (0)."""
+    add = producer(pre, "Add")
+    for a, b in () if add is None else (add.inputs, add.inputs[::-1]):
+        pair = _operands(producer(b, "Mul"), _activated, _any)
+        if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
+            return _reset_after(a, pair[1], pair[0], h_prev, constants)
+    return _reset_before(pre, h_prev, constants)
+
+
+def _reset_after(
+    x_part: ir.Value | None,
+    h_part: ir.Value,
+    reset: ir.Value,
+    h_prev: ir.Value,
+    constants: Constants,
+) -> _Candidate | Refusal:
+    """``x_n + r * (h_(t-1) @ R_n + b)``: ``x_part`` and ``h_part`` are linear terms."""
+    x_linear = _linear(x_part, constants)
+    h_linear = _linear(h_part, constants)
+    if isinstance(x_linear, Refusal):
+        return Refusal(f"gate h: {x_linear}")
+    if isinstance(h_linear, Refusal):
+        return Refusal(f"gate h: {h_linear}")
+    if h_prev in x_linear.weights or list(h_linear.weights) != [h_prev]:
+        return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
+    weights = {**x_linear.weights, h_prev: h_linear.weights[h_prev]}
+    linear = _Linear(weights, x_linear.bias, attached=dict(x_linear.attached))
+    return _Candidate(linear, reset, 1, _biases(h_linear, h_prev))
+
+
+def _reset_before(
+    pre: ir.Value | None, h_prev: ir.Value, constants: Constants
+) -> _Candidate | Refusal:
+    """``x_n + (r * h_(t-1)) @ R_n + b``: the terms read ``Mul(r, h_(t-1))`` instead of
+    ``h_(t-1)``."""
+    linear = _linear(pre, constants)
+    if isinstance(linear, Refusal):
+        return Refusal(_NEITHER)
+
+    def reset_h(value: ir.Value | None) -> bool:
+        return _operands(producer(value, "Mul"), _activated, _is(h_prev)) is not None
+
+    linear = _split_concat(linear, reset_h)
+    if isinstance(linear, Refusal):
+        return Refusal(_NEITHER)
+    reset = [s for s in linear.weights if reset_h(s)]
+    if len(reset) != 1 or h_prev in linear.weights:
+        return Refusal(_NEITHER)
+    r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]
+    weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
+    attached = {(h_prev if s is reset[0] else s): b for s, b in linear.attached.items()}
+    return _Candidate(_Linear(weights, linear.bias, True, attached), r_value, 0)  # (r * h) @ R_n
+
+
+def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) -> Cell | Refusal:
     """``n = tanh(x_n + r * (h_(t-1) @ R_n + b))`` (linear_before_reset=1) or
     ``tanh(x_n + (r * h_(t-1)) @ R_n + b)`` (0), gates ``r, z`` Sigmoid of sums."""
     found = _gru_update(h, h_prev, constants)
@@ -462,99 +656,95 @@ def _gru_cell(h: ir.Value, h_prev: ir.Value, constants: Constants) -> Cell | Ref
     n_node = _act(n, *_ACTS)
     if n_node is None or not _activated(z):
         return Refusal("GRU gates are not f(z) and g(n)")
-    activations = (_act_op(z), n_node.op_type)
+    activations = (_act_op(z) or "", n_node.op_type)  # z is activated
     gates: dict[str, _Linear] = {}
     reason = _gate_linear(z, constants, "z", gates)
     if reason is not None:
         return reason
-    pre = n_node.inputs[0]
-    # linear_before_reset=1: pre = x-part + Mul(r, h-part), with the two linear parts
-    add = producer(pre, "Add")
-    r_value = None
-    linear_before_reset = 1
-    x_part = h_part = None
-    if add is not None:
-        for a, b in (add.inputs, add.inputs[::-1]):
-            mul = producer(b, "Mul")
-            pair = _operands(mul, _activated, _any)
-            if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
-                r_value, x_part, h_part = pair[0], a, pair[1]
-                break
-    if r_value is None:
-        # linear_before_reset=0: pre's terms read Mul(r, h_prev) instead of h_prev
-        linear_before_reset = 0
-        neither = Refusal(
-            "n is neither tanh(x_n + r * (h @ R_n + b)) nor tanh(x_n + (r * h) @ R_n + b) (GRU)"
-        )
-        linear = _linear(pre, constants)
-        if isinstance(linear, Refusal):
-            return neither
-
-        def reset_h(value: ir.Value) -> bool:
-            return _operands(producer(value, "Mul"), _activated, _is(h_prev)) is not None
-
-        linear = _split_concat(linear, reset_h)
-        if isinstance(linear, Refusal):
-            return neither
-        reset = [
-            s for s in linear.weights if _operands(producer(s, "Mul"), _activated, _is(h_prev))
-        ]
-        if len(reset) != 1 or h_prev in linear.weights:
-            return neither
-        r_value = _operands(reset[0].producer(), _activated, _is(h_prev))[0]  # type: ignore[index]
-        weights = {(h_prev if s is reset[0] else s): w for s, w in linear.weights.items()}
-        gates["h"] = _Linear(weights, linear.bias, indirect=True)  # (r * h) @ R_n
-        rh_bias = None
-    else:
-        x_linear = _linear(x_part, constants)
-        h_linear = _linear(h_part, constants)
-        for part in (x_linear, h_linear):
-            if isinstance(part, Refusal):
-                return Refusal(f"gate h: {part}")
-        if h_prev in x_linear.weights or list(h_linear.weights) != [h_prev]:  # type: ignore[union-attr]
-            return Refusal("the reset gate multiplies a term that is not h_(t-1) @ R_n + b (GRU)")
-        rh_bias = h_linear.bias  # type: ignore[union-attr]
-        gates["h"] = _Linear({**x_linear.weights, h_prev: h_linear.weights[h_prev]}, x_linear.bias)  # type: ignore[union-attr]
-    if _act_op(r_value) != activations[0]:
+    candidate = _candidate(n_node.inputs[0], h_prev, constants)
+    if isinstance(candidate, Refusal):
+        return candidate
+    gates["h"] = candidate.linear
+    if _act_op(candidate.reset) != activations[0]:
         return Refusal("the reset gate's activation is not the update gate's (GRU)")
-    reason = _gate_linear(r_value, constants, "r", gates)
+    reason = _gate_linear(candidate.reset, constants, "r", gates)
     if reason is not None:
         return reason
-    assembled = _assemble("GRU", gates, h_prev)
+    assembled = _assemble("GRU", gates, h_prev, apart)
     if isinstance(assembled, Refusal):
         return assembled
-    x, w, r, b, width_read = assembled
-    hidden = r.shape[1]
-    recurrent_bias = np.zeros_like(b)
-    if rh_bias is not None:
-        recurrent_bias[2 * hidden :] = rh_bias
-    bias = np.concatenate([b, recurrent_bias])
-    cell = Cell("GRU", x, w, r, bias, activations, linear_before_reset, width_read)  # type: ignore[arg-type]
-    return cell
+    bias, rh_bias = assembled.b.copy(), candidate.rh_bias
+    if rh_bias is not None:  # Rb_h, added inside the reset (linear_before_reset=1)
+        bias[5 * assembled.r.shape[1] :] = rh_bias
+    return Cell(
+        "GRU", assembled.x, assembled.w, assembled.r, bias, activations,
+        candidate.linear_before_reset, assembled.width_read,
+        assembled.biased or rh_bias is not None,
+    )  # fmt: skip
+
+
+def gate_inputs(gate: ir.Value, constants: Constants) -> list[ir.Value] | Refusal:
+    """The values an activated ``gate``'s pre-activation multiplies by constant weights
+    (either side of TF 1's ``Concat(x_t, h)``): a cell step's ``x_t`` and ``h_(t-1)``, for
+    a caller that knows neither yet (an unrolled step); [] when no activation computes
+    ``gate``, why its pre-activation is not such a sum when one does."""
+    if _act_op(gate) is None:
+        return []
+    linear = _pre_activation(gate, constants)
+    if isinstance(linear, Refusal):
+        return linear
+    sources: list[ir.Value] = []
+    for source in linear.weights:
+        concat = producer(source, "Concat")
+        parts = [source] if concat is None else concat.inputs
+        sources += [v for v in parts if v is not None and v not in sources]
+    return sources
+
+
+def zero_state_row(value: ir.Value, h_prev: ir.Value, constants: Constants) -> np.ndarray | None:
+    """The row ``value`` equals where ``h_prev`` is zeros, when ``value`` is ``h_prev``'s
+    product by constant weights plus constant biases (a hidden projection): its bias
+    (zeros without); else None. What an exporter folds a zero state's first step into."""
+    linear = _linear(value, constants)
+    if isinstance(linear, Refusal) or list(linear.weights) != [h_prev]:
+        return None
+    weight = linear.weights[h_prev]
+    bias = _all_biases(linear)
+    width = int(weight.shape[1])
+    return np.zeros(width, weight.dtype) if bias is None else np.broadcast_to(bias, (width,))
 
 
 def prove_cell(
-    states: list[tuple[ir.Value, ir.Value]], constants: Constants
+    states: list[tuple[ir.Value, ir.Value]],
+    constants: Constants,
+    *,
+    recurrent_bias: bool = False,
 ) -> tuple[Cell, tuple[int, ...]] | Refusal:
     """The cell the carried ``(input, output)`` pairs ``states`` compute, and which of
     them is ``h`` (and ``c``): ``(cell, (h_index,))`` or ``(cell, (h_index, c_index))``.
 
     One carried state: an ``RNN`` or ``GRU`` cell; two: an ``LSTM`` cell (either may be
     ``h``). Any other body form is refused with the reason of the closest attempt.
+
+    ``recurrent_bias``: a bias the step adds to ``h_(t-1)``'s product alone (PyTorch's
+    ``b_hh``) is the node's ``Rb``; without, every bias is summed into ``Wb`` (the GRU's
+    ``Rb_h`` inside the reset stays apart either way).
     """
     if len(states) == 1:
         ((h_prev, h),) = states
         h = through_identity(h)
         if producer(h, *_ACTS) is not None:
-            found = _rnn_cell(h, h_prev, constants)
+            found = _rnn_cell(h, h_prev, constants, recurrent_bias)
         else:
-            found = _gru_cell(h, h_prev, constants)
+            found = _gru_cell(h, h_prev, constants, recurrent_bias)
         return found if isinstance(found, Refusal) else (found, (0,))
     if len(states) == 2:
         reasons = []
         for h_index, c_index in ((0, 1), (1, 0)):
             (h_prev, h), (c_prev, c) = states[h_index], states[c_index]
-            found = _lstm_cell(through_identity(h), through_identity(c), h_prev, c_prev, constants)
+            found = _lstm_cell(
+                through_identity(h), through_identity(c), h_prev, c_prev, constants, recurrent_bias
+            )
             if not isinstance(found, Refusal):
                 return found, (h_index, c_index)
             reasons.append(found)

@@ -124,7 +124,7 @@ def walk_back(last: S, parse: Callable[[ir.Node, ir.Value], S | Refusal]) -> lis
     ``h_prev``, with the same ``source``. A graph has no cycles, so the walk ends."""
     steps = [last]
     while steps[-1].h_prev is not None:
-        node = steps[-1].h_prev.producer()  # type: ignore[union-attr]
+        node = steps[-1].h_prev.producer()
         if node is None or node.domain != "":
             break
         previous = parse(node, last.source)
@@ -217,7 +217,8 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
         runtime lacks), checked last; None: it is replaced."""
         return None
 
-    def check(self, context, **_) -> MatchResult:
+    def check(self, op, *args, **kwargs) -> MatchResult:
+        context = op  # onnxscript passes the match context in its base class's ``op``
         check_result = MatchResult()
         root = context.root
         plan = self.plan_chain(root, context.model.graph)

@@ -2,21 +2,22 @@
 
 Pattern (torch 2.13 ``dynamo=True`` and the TorchScript exporter write the same steps):
 step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``;
-``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``),
-``gx = Gemm(x_t, W_ih, b_ih, transB=1)`` and ``gh = Gemm(h_{t-1}, W_hh, b_hh, transB=1)``
-(or ``MatMul(v, W^T) [+ b]``), split into gates on axis 1 by ``Split`` (``num_outputs``
-or equal constant sizes), in PyTorch's gate order:
-
-* LSTM ``i, f, g, o`` of ``Split(gx + gh)``: ``c_t = sigmoid(f) * c_{t-1} + sigmoid(i) *
-  tanh(g)``, ``h_t = sigmoid(o) * tanh(c_t)``;
-* GRU ``r, z, n`` of ``Split(gx)`` and ``Split(gh)``: ``r = sigmoid(xr + hr)``,
-  ``z = sigmoid(xz + hz)``, ``n = tanh(xn + r * hn)``, ``h_t = (h_{t-1} - n) * z + n``;
-
+``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``) and computes one LSTM / GRU
+cell step from ``x_t`` and ``h_{t-1}`` (``c_{t-1}``), as
+:func:`rnn_rewrite_rules.rules.cell.prove_cell` proves it: PyTorch's
+``Gemm(x_t, W_ih, b_ih, transB=1)`` and ``Gemm(h_{t-1}, W_hh, b_hh, transB=1)`` (or
+``MatMul(v, W^T) [+ b]``) split into gates on axis 1, ``c_t = sigmoid(f) * c_{t-1} +
+sigmoid(i) * tanh(g)``, ``h_t = sigmoid(o) * tanh(c_t)`` (LSTM), ``n = tanh(xn + r * hn)``,
+``h_t = (h_{t-1} - n) * z + n`` (GRU). Gates are read by their role in the cell, so any
+gate order gives the node's weights in ONNX's; ``b_hh`` stays ``Rb`` as PyTorch adds it.
+An exporter's first step from a zero state may have its hidden projection folded into a
+constant: that step is matched op by op against the next one, the constant against the
+projection's value for ``h_0 = 0`` (``b_hh`` on every row);
 the steps' ``h_t`` stacked by ``Concat(Unsqueeze(h_t, a), ..., axis=a)``, ``a`` 0 or 1.
 
-Condition: every step uses the same constant weights and biases (a bias ``[G*H]`` or one
-row ``[1, G*H]``) and the same ops in the same gate positions (each operand is checked to
-be the gate the formula needs, so a swapped gate order does not match); the steps are
+Condition: every step computes the same cell (activations, and weights and biases bit
+for bit; a bias ``[G*H]`` or one row ``[1, G*H]``), with the op's default activations
+(and ``linear_before_reset=1``, a GRU's, the form measured); the steps are
 chained ``h_{t-1} -> h_t`` (and ``c_{t-1} -> c_t``); step ``t`` reads index ``t`` of one
 ``X`` of rank 3 (forward) or index ``T-1-t`` (a reversed loop), every step on the same
 axis; every value of a step is read only inside the step, by the next step or by the one
@@ -46,114 +47,38 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array, opset_version, same_bits, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import producer, read_axes
 from rnn_rewrite_rules.rules._kernels import missing_kernel
-from rnn_rewrite_rules.rules.cell import recurrent_node
+from rnn_rewrite_rules.rules.cell import (
+    DEFAULT_ACTIVATIONS,
+    Cell,
+    Constants,
+    gate_inputs,
+    prove_cell,
+    recurrent_node,
+    through_identity,
+    zero_state_row,
+)
 from rnn_rewrite_rules.rules.reroll._chain import (
     ChainRule,
     KeptUnrolled,
     cost_refusal,
     read_step,
     redirect,
-    same_constant,
     static_size,
     walk_back,
-    weight_array,
 )
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = ["RerollCell", "plan_cell_chain"]
 
-#: PyTorch gate blocks in ONNX order.
-_GATE_ORDER = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2)}
-
-
-@dataclasses.dataclass
-class _Linear:
-    """``v @ weight.T + bias`` (PyTorch layout ``weight [out, in]``)."""
-
-    input: ir.Value
-    weight: ir.Value | None
-    bias: ir.Value | None
-    nodes: tuple[ir.Node, ...]
-    transposed: bool  # weight is W^T (MatMul form)
-    folded: np.ndarray | None = None
-
-
-def _linear(value: ir.Value | None) -> _Linear | Refusal:
-    """A ``Gemm(v, W, b, transB=1)`` or ``MatMul(v, W^T) [+ b]``."""
-    gemm = producer(value, "Gemm")
-    if gemm is not None:
-        a = gemm.attributes
-        if (
-            a.get_int("transA", 0)
-            or not a.get_int("transB", 0)
-            or a.get_float("alpha", 1.0) != 1.0
-            or a.get_float("beta", 1.0) != 1.0
-        ):
-            return Refusal("a Gemm is not v @ W^T + b (transA/transB/alpha/beta)")
-        bias = gemm.inputs[2] if len(gemm.inputs) > 2 else None
-        return _Linear(gemm.inputs[0], gemm.inputs[1], bias, (gemm,), False)
-    add = producer(value, "Add")
-    bias = None
-    nodes: tuple[ir.Node, ...] = ()
-    if add is not None:
-        a, b = add.inputs
-        if producer(a, "MatMul") is None:
-            a, b = b, a
-        value, bias, nodes = a, b, (add,)
-    matmul = producer(value, "MatMul")
-    if matmul is None:
-        return Refusal("a gate projection is not Gemm or MatMul [+ Add]")
-    return _Linear(matmul.inputs[0], matmul.inputs[1], bias, (*nodes, matmul), True)
-
-
-def _weights(linear: _Linear, gates: int) -> tuple[np.ndarray, np.ndarray | None] | Refusal:
-    """(weight [G*H, in], bias [G*H] | None) as constants."""
-    weight = weight_array(linear.weight)
-    if weight is None or weight.ndim != 2:
-        return Refusal("a gate weight is not a constant matrix")
-    weight = weight.T if linear.transposed else weight
-    bias = None
-    if linear.bias is not None:
-        bias = weight_array(linear.bias)
-        if bias is None:
-            return Refusal("a gate bias is not a constant")
-        if bias.shape == (1, weight.shape[0]):  # [1, G*H]: added to a [batch, G*H] row
-            bias = bias[0]  # by row, as a [G*H] one is (X of rank 3: a step is 2-D)
-        if bias.shape != (weight.shape[0],):
-            return Refusal(
-                f"a gate bias has shape {list(bias.shape)}, not [{weight.shape[0]}] or "
-                f"[1, {weight.shape[0]}]"
-            )
-    if weight.shape[0] % gates:
-        return Refusal(f"a gate weight has {weight.shape[0]} rows, not a multiple of {gates}")
-    return weight, bias
-
-
-def _split(value: ir.Value | None, gates: int) -> tuple[ir.Node, int] | None:
-    """(Split node, output index) when ``value`` is one of ``gates`` equal parts on axis 1
-    (of the rank-2 gate projections): sizes from the ``split`` input (opset >= 13) or
-    attribute, else an even split (``num_outputs`` of opset 18 is the output count; the
-    parts' width ``G*H`` is a multiple of ``G``, checked with the weights)."""
-    node = producer(value, "Split")
-    if node is None or len(node.outputs) != gates:
-        return None
-    if node.attributes.get_int("axis", 0) not in (1, -1):
-        return None
-    sizes = node.inputs[1] if len(node.inputs) > 1 else None
-    if sizes is not None:
-        array = const_array(sizes)
-        parts = None if array is None or array.ndim != 1 else array.tolist()
-    else:
-        attribute = node.attributes.get("split")
-        parts = [] if attribute is None else list(attribute.as_ints())  # []: even
-    if parts is None or len(set(parts)) > 1:
-        return None
-    return node, list(node.outputs).index(value)
+#: The op each cell's ``h_t`` is computed by (the rule's pattern).
+_ROOT_OP = {"LSTM": "Mul", "GRU": "Add"}
+#: Ops between ``h_t`` and the gates: ``o * act(c_t)`` (LSTM), ``(h - n) * z + n`` (GRU).
+_UPDATE_OPS = ("Mul", "Add", "Sub")
+_FLOATS = (np.float32, np.float64, np.float16)
 
 
 def _read(value: ir.Value | None) -> tuple[ir.Value, int, int] | None:
@@ -163,212 +88,255 @@ def _read(value: ir.Value | None) -> tuple[ir.Value, int, int] | None:
     if gather is not None:
         index = const_array(gather.inputs[1])
         axis = gather.attributes.get_int("axis", 0)
+        data = gather.inputs[0]
         if index is None or index.ndim != 0 or axis not in (0, 1) or int(index) < 0:
             return None
-        return gather.inputs[0], int(index), axis
+        return None if data is None else (data, int(index), axis)
     read = read_step(value)
     return None if read is None else (*read, 0)
 
 
-def _pair(node: ir.Node | None, first, second):
-    """Operands (a, b) of a commutative ``node`` with ``first(a)`` and ``second(b)`` true."""
-    if node is None or len(node.inputs) != 2:
-        return None
-    a, b = node.inputs
-    if first(a) and second(b):
-        return a, b
-    if first(b) and second(a):
-        return b, a
-    return None
-
-
-def _sigmoid(value) -> bool:
-    return producer(value, "Sigmoid") is not None
-
-
-def _tanh(value) -> bool:
-    return producer(value, "Tanh") is not None
-
-
-def _anything(_value) -> bool:
-    return True
-
-
 @dataclasses.dataclass
 class _CellStep:
+    """One step of the chain: its states, its read of ``X`` and the nodes computing it."""
+
     h: ir.Value
     c: ir.Value | None
+    #: the states read; the folded first step's ``h_prev`` is what a GRU's update reads
+    #: (None for an LSTM, whose only reader of ``h_0`` was folded)
     h_prev: ir.Value | None
     c_prev: ir.Value | None
-    source: ir.Value
+    x: ir.Value  # x_t
+    source: ir.Value  # X
     index: int
-    x_linear: _Linear
-    h_linear: _Linear | None  # None: folded first step
-    folded: np.ndarray | None
-    nodes: set[ir.Node]
     #: X's time axis: 0, or 1 for a batch-first ``X`` read by ``x[:, t]``.
-    axis: int = 0
+    axis: int
+    nodes: set[ir.Node]
+    #: the cell the step computes; None for a first step whose hidden projection the
+    #: exporter folded into a constant (``folded_rows`` rows of ``b_hh``: h_0 is zeros)
+    cell: Cell | None
+    folded_rows: int = 0
 
 
-def _gate_input(value, split: ir.Node, index: int) -> bool:
-    return _split(value, len(split.outputs)) == (split, index)
+def _step_inputs(
+    h: ir.Value, constants: Constants, source: ir.Value | None
+) -> tuple[ir.Value, list[ir.Value]] | Refusal:
+    """``x_t`` (a gate input reading one step of ``source``, or of any tensor when None)
+    and the candidates for ``h_(t-1)`` (the gates' other inputs). The gates are within
+    three ops of ``h_t`` (see :data:`_UPDATE_OPS`). Else why not: the first Sigmoid gate's
+    reason (every cell has one; a Tanh may be the cell state's)."""
+    inputs: list[ir.Value] = []
+    reasons: list[Refusal] = []
+    frontier = [h]
+    for _ in range(3):
+        following: list[ir.Value] = []
+        for value in frontier:
+            found = gate_inputs(value, constants)
+            if isinstance(found, Refusal):
+                sigmoid = producer(value, "Sigmoid") is not None
+                reasons.insert(0 if sigmoid else len(reasons), found)
+            else:
+                inputs += [v for v in found if v not in inputs]
+            node = value.producer()
+            if node is not None and node.domain == "" and node.op_type in _UPDATE_OPS:
+                following += [v for v in node.inputs if v is not None]
+        frontier = following
+    reads = [v for v in inputs if (r := _read(v)) is not None and r[0] is (source or r[0])]
+    if reads:
+        return reads[0], [v for v in inputs if v is not reads[0]]
+    if reasons and not inputs:
+        return reasons[0]
+    return Refusal("no gate reads one step of X (Gather(X, t) or Slice)")
 
 
-def _hidden_linear(value: ir.Value) -> tuple[_Linear | None, np.ndarray | None] | Refusal:
-    folded = const_array(value)
-    if folded is not None:
-        return None, folded
-    linear = _linear(value)
-    return linear if isinstance(linear, Refusal) else (linear, None)
-
-
-def _lstm_step(root: ir.Node, source: ir.Value | None = None) -> _CellStep | Refusal:
-    """``h_t = Mul(sigmoid(o), tanh(c_t))`` with ``c_t = f * c + i * g``.
-
-    The two projections are an ``Add``'s operands, either way round: the step input is the
-    one that reads a step of ``source`` (given: the loop's ``X``), else of any tensor (a
-    first step whose ``h_0`` is itself a ``Gather``, an encoder's ``h_n[0]``, reads two)."""
-    if root.op_type != "Mul":
-        return Refusal("not a Mul")
-    pair = _pair(root, _sigmoid, _tanh)
-    if pair is None:
-        return Refusal("h_t is not sigmoid(o) * tanh(c_t)")
-    o_sig, c_tanh = (v.producer() for v in pair)
-    c = c_tanh.inputs[0]
-    c_add = producer(c, "Add")
-    if c_add is None:
-        return Refusal("c_t is not an Add of f * c_{t-1} and i * g")
-    terms = [producer(v, "Mul") for v in c_add.inputs]
-    if None in terms:
-        return Refusal("c_t is not an Add of f * c_{t-1} and i * g")
-    ig = next((t for t in terms if _pair(t, _sigmoid, _tanh) is not None), None)
-    fc = next((t for t in terms if t is not ig), None)
-    if ig is None or fc is None:
-        return Refusal("c_t has no i * g term")
-    i_sig, g_tanh = (v.producer() for v in _pair(ig, _sigmoid, _tanh))
-    fc_pair = _pair(fc, _sigmoid, _anything)
-    if fc_pair is None:
-        return Refusal("c_t has no f * c_{t-1} term")
-    f_sig = fc_pair[0].producer()
-    c_prev = fc_pair[1]
-    located = _split(o_sig.inputs[0], 4)
-    if located is None:
-        return Refusal("the gates are not 4 equal parts of one Split on axis 1")
-    split = located[0]
-    for node, index, gate in ((i_sig, 0, "i"), (f_sig, 1, "f"), (g_tanh, 2, "g"), (o_sig, 3, "o")):
-        if not _gate_input(node.inputs[0], split, index):
-            return Refusal(
-                f"gate {gate} is not part {index} of the Split (PyTorch order i, f, g, o)"
-            )
-    add = producer(split.inputs[0], "Add")
-    if add is None:
-        return Refusal("the Split's input is not an Add of the two projections")
-    read = None
-    for x_side, h_side in (add.inputs, tuple(reversed(add.inputs))):
-        x_linear = _linear(x_side)
-        if isinstance(x_linear, Refusal):
+def _cell_states(root: ir.Node) -> list[tuple[ir.Value, ir.Value]]:
+    """``(c_t, c_(t-1))`` candidates of an LSTM step ``h_t = root(o, act(c_t))`` with
+    ``c_t = Add(Mul(f, c_(t-1)), Mul(i, g))``: the Mul operands no activation computes."""
+    found = []
+    for operand in root.inputs:
+        act = None if operand is None else operand.producer()
+        if act is None or act.domain != "" or not act.inputs or act.inputs[0] is None:
             continue
-        read = _read(x_linear.input)
-        if read is None or (source is not None and read[0] is not source):
-            read = None
+        c = through_identity(act.inputs[0])
+        add = producer(c, "Add")
+        for term in () if add is None else add.inputs:
+            mul = producer(term, "Mul")
+            for value in () if mul is None else mul.inputs:
+                if value is not None and producer(value, "Sigmoid", "Tanh", "Relu") is None:
+                    found.append((c, value))
+    return found
+
+
+def _step_nodes(
+    outputs: list[ir.Value], inputs: list[ir.Value | None], x: ir.Value, constants: Constants
+) -> set[ir.Node]:
+    """The nodes computing ``outputs`` from ``inputs`` and constants, ``x_t``'s read
+    included (the prover read every other value as a constant)."""
+    x_node = x.producer()
+    nodes: set[ir.Node] = set() if x_node is None else {x_node}
+    stop = {v for v in inputs if v is not None} | {x}
+    stack = list(outputs)
+    while stack:
+        value = stack.pop()
+        node = value.producer()
+        if value in stop or node is None or node in nodes or constants(value) is not None:
             continue
-        hidden = _hidden_linear(h_side)
-        if isinstance(hidden, Refusal):
-            return hidden
-        h_linear, folded = hidden
-        break
-    if read is None:
-        return Refusal("no projection reads one step of X (Gather(X, t) or Slice)")
-    nodes = {root, o_sig, c_tanh, c_add, ig, fc, i_sig, g_tanh, f_sig, split, add}
-    nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
-    if h_linear is not None:
-        nodes |= set(h_linear.nodes)
-    h_prev = None if h_linear is None else h_linear.input
-    return _CellStep(
-        root.outputs[0], c, h_prev, c_prev, *read[:2], x_linear, h_linear, folded, nodes, read[2]
-    )
+        nodes.add(node)
+        stack += [v for v in node.inputs if v is not None]
+    return nodes
 
 
-def _gru_step(root: ir.Node, source: ir.Value | None = None) -> _CellStep | Refusal:
-    """``h_t = Add(Mul(Sub(h_{t-1}, n), z), n)`` (which projection reads the step input is
-    fixed by the formula: ``source`` is not needed)."""
-    del source
-    if root.op_type != "Add":
-        return Refusal("not an Add")
-    pair = _pair(root, lambda v: producer(v, "Mul") is not None, _tanh)
-    if pair is None:
-        return Refusal("h_t is not (h_{t-1} - n) * z + n")
-    mul, n = pair[0].producer(), pair[1]
-    inner = _pair(mul, lambda v: producer(v, "Sub") is not None, _sigmoid)
-    if inner is None:
-        return Refusal("h_t is not (h_{t-1} - n) * z + n")
-    sub, z_sig = inner[0].producer(), inner[1].producer()
-    if sub.inputs[1] is not n:
-        return Refusal("the Sub is not h_{t-1} - n")
-    h_prev = sub.inputs[0]
-    n_tanh = n.producer()
-    n_add = producer(n_tanh.inputs[0], "Add")
-    n_pair = _pair(n_add, lambda v: producer(v, "Mul") is not None, _anything)
-    if n_pair is None:
-        return Refusal("n is not tanh(xn + r * hn)")
-    r_mul, xn = n_pair[0].producer(), n_pair[1]
-    r_pair = _pair(r_mul, _sigmoid, _anything)
-    if r_pair is None:
-        return Refusal("n is not tanh(xn + r * hn)")
-    r_sig, hn = r_pair[0].producer(), r_pair[1]
-    x_part, h_part = _split(xn, 3), _split(hn, 3)
-    if x_part is None or h_part is None or x_part[1] != 2 or h_part[1] != 2:
-        return Refusal("xn and hn are not part 2 of Splits in 3 (PyTorch order r, z, n)")
-    x_split, h_split = x_part[0], h_part[0]
-    gate_nodes = []
-    for sig, index, gate in ((r_sig, 0, "r"), (z_sig, 1, "z")):
-        add = producer(sig.inputs[0], "Add")
-        ok = _pair(
-            add,
-            lambda v, i=index: _gate_input(v, x_split, i),
-            lambda v, i=index: _gate_input(v, h_split, i),
-        )
-        if ok is None:
-            return Refusal(
-                f"gate {gate} is not sigmoid(part {index} of both Splits) (order r, z, n)"
+def _parse_step(
+    root: ir.Node, op_type: str, constants: Constants, source: ir.Value | None = None
+) -> _CellStep | Refusal:
+    """The step whose ``h_t`` ``root`` computes, proven by :func:`prove_cell` (``source``:
+    the chain's ``X``, else any tensor the step reads one step of)."""
+    if root.op_type != _ROOT_OP[op_type] or root.domain != "":
+        return Refusal("not a Mul" if op_type == "LSTM" else "not an Add")
+    h = root.outputs[0]
+    found = _step_inputs(h, constants, source)
+    if isinstance(found, Refusal):
+        return found
+    x, h_prevs = found
+    if not h_prevs:
+        return Refusal("no gate reads h_(t-1) besides x_t")
+    c_states: list[tuple[ir.Value, ir.Value] | None] = [None]
+    if op_type == "LSTM":
+        c_states = list(_cell_states(root))
+        if not c_states:
+            return Refusal("c_t is not an Add of f * c_(t-1) and i * g (LSTM)")
+    reasons: list[Refusal] = []
+    for h_prev in h_prevs:
+        for c_state in c_states:
+            states = [(h_prev, h)] + ([] if c_state is None else [(c_state[1], c_state[0])])
+            proven = prove_cell(states, constants, recurrent_bias=True)
+            if isinstance(proven, Refusal):
+                reasons.append(proven)
+            elif proven[0].op_type != op_type or proven[1] != tuple(range(len(states))):
+                reasons.append(Refusal(f"{root.name} computes a {proven[0].op_type} cell"))
+            elif proven[0].x is not x:
+                reasons.append(Refusal(f"the gates of {root.name} do not read x_t"))
+            else:
+                c, c_prev = (None, None) if c_state is None else c_state
+                read = _read(x)
+                assert read is not None
+                nodes = _step_nodes([h] if c is None else [h, c], [h_prev, c_prev], x, constants)
+                return _CellStep(h, c, h_prev, c_prev, x, *read, nodes, proven[0])
+    return reasons[0]
+
+
+class _Mirror:
+    """Whether an earlier step computes what ``later`` does with its hidden projection
+    folded into a constant (the exporter's first step from a zero ``h_0``): the two
+    computations are matched op by op (commutative operands either way round), ``later``'s
+    ``x_t``, ``h_(t-1)`` and ``c_(t-1)`` standing for the earlier step's own."""
+
+    def __init__(self, later: _CellStep, constants: Constants) -> None:
+        self.later, self.constants = later, constants
+        self.pairs: dict[ir.Value, ir.Value] = {}  # later's value -> the earlier step's
+        self.nodes: set[ir.Node] = set()
+        self.rows: set[int] = set()  # the folded constants' rows
+        #: why a constant in place of the hidden projection is not its zero-state value
+        self.reason: Refusal | None = None
+
+    def same(self, a: ir.Value | None, b: ir.Value | None) -> bool:
+        if a is None or b is None:
+            return a is b
+        if b in self.pairs:
+            return self.pairs[b] is a
+        self.pairs[b] = a
+        later = self.later
+        if b is later.x:
+            return _read(a) is not None
+        if b is later.h_prev or b is later.c_prev:
+            return True
+        fixed_a, fixed_b = self.constants(a), self.constants(b)
+        if fixed_b is not None:
+            return fixed_a is not None and same_bits(fixed_a, fixed_b)
+        if fixed_a is not None:
+            return self._folded(fixed_a, b)
+        return self._same_node(a, b)
+
+    def _folded(self, fixed: np.ndarray, b: ir.Value) -> bool:
+        """``fixed`` is the rows ``b`` (a hidden projection) gives for a zero ``h_(t-1)``."""
+        h_prev = self.later.h_prev
+        row = None if h_prev is None else zero_state_row(b, h_prev, self.constants)
+        if row is None:
+            return False
+        if fixed.ndim != 2 or fixed.shape[1] != row.shape[0]:
+            self.reason = Refusal(
+                f"the folded first step has shape {list(fixed.shape)}, not [batch, {row.shape[0]}]"
             )
-        gate_nodes.append(add)
-    x_linear = _linear(x_split.inputs[0])
-    if isinstance(x_linear, Refusal):
-        return x_linear
-    read = _read(x_linear.input)
-    if read is None:
-        return Refusal("the input projection does not read one step of X (Gather(X, t) or Slice)")
-    hidden = _hidden_linear(h_split.inputs[0])
-    if isinstance(hidden, Refusal):
-        return hidden
-    h_linear, folded = hidden
-    if h_linear is not None and not (
-        h_linear.input is h_prev or same_constant(h_linear.input, h_prev)
+            return False
+        self.rows.add(int(fixed.shape[0]))
+        if not same_bits(fixed, np.broadcast_to(row, fixed.shape)):
+            self.reason = Refusal("the folded first step is not b_hh (a non-zero initial state)")
+            return False
+        return True
+
+    def _same_node(self, a: ir.Value, b: ir.Value) -> bool:
+        na, nb = a.producer(), b.producer()
+        if na is None or nb is None or a.index() != b.index() or not _same_op(na, nb):
+            return False
+        self.nodes.add(na)
+        if na.op_type in ("Add", "Mul") and len(na.inputs) == 2:
+            pairs = dict(self.pairs)
+            if self.same(na.inputs[0], nb.inputs[0]) and self.same(na.inputs[1], nb.inputs[1]):
+                return True
+            self.pairs = pairs
+            return self.same(na.inputs[1], nb.inputs[0]) and self.same(na.inputs[0], nb.inputs[1])
+        return all(self.same(u, v) for u, v in zip(na.inputs, nb.inputs, strict=True))
+
+
+def _same_op(a: ir.Node, b: ir.Node) -> bool:
+    """One op with the same attributes, inputs and outputs counts."""
+    if (a.domain, a.op_type, len(a.inputs), len(a.outputs)) != (
+        b.domain,
+        b.op_type,
+        len(b.inputs),
+        len(b.outputs),
     ):
-        return Refusal("the hidden projection and the update read different h_{t-1}")
-    nodes = {root, mul, sub, z_sig, n_tanh, n_add, r_mul, r_sig, x_split, h_split, *gate_nodes}
-    nodes |= set(x_linear.nodes) | {x_linear.input.producer()}
-    if h_linear is not None:
-        nodes |= set(h_linear.nodes)
-    return _CellStep(
-        root.outputs[0], None, h_prev, None, *read[:2], x_linear, h_linear, folded, nodes, read[2]
-    )
+        return False
+    if a.attributes.keys() != b.attributes.keys():
+        return False
+    return all(a.attributes[k].value == b.attributes[k].value for k in a.attributes)
 
 
-_STEP = {"LSTM": _lstm_step, "GRU": _gru_step}
+def _folded_step(
+    root: ir.Node, later: _CellStep, constants: Constants
+) -> _CellStep | Refusal | None:
+    """The first step ``root`` ends, when it is ``later``'s computation with the hidden
+    projection folded into a constant equal to its bias (``b_hh``) on every row; why not
+    when it is that but for the constant; else None (not such a step)."""
+    mirror = _Mirror(later, constants)
+    h = root.outputs[0]
+    if later.h_prev is not h or not mirror.same(h, later.h) or not mirror.rows:
+        return mirror.reason
+    c = None if later.c is None else mirror.pairs.get(later.c)
+    if later.c is not None and c is not later.c_prev:
+        return None
+    x = mirror.pairs[later.x]
+    read = _read(x)
+    assert read is not None
+    x_node = x.producer()
+    nodes = mirror.nodes | (set() if x_node is None else {x_node})
+    h_prev = None if later.h_prev is None else mirror.pairs.get(later.h_prev)
+    c_prev = None if later.c_prev is None else mirror.pairs.get(later.c_prev)
+    (rows,) = mirror.rows if len(mirror.rows) == 1 else (0,)
+    return _CellStep(h, c, h_prev, c_prev, x, *read, nodes, None, rows)
 
 
 @dataclasses.dataclass
 class _CellPlan:
+    """A proven chain and the node replacing it."""
+
     steps: list[_CellStep]
+    cell: Cell  # the last step's: every step computes it
     x: ir.Value
     reverse: bool
-    w: np.ndarray
-    r: np.ndarray
-    b: np.ndarray | None
     h0: ir.Value | None
     c0: ir.Value | None
+    #: X is sliced to the steps (its sequence axis is not statically their count)
     slice_x: bool
     concat: ir.Node | None
     #: ``h_0`` (``c_0``) of a batch not proven ``X``'s: all are expanded to the batch they
@@ -378,6 +346,196 @@ class _CellPlan:
     #: ``[batch, T, H]``).
     time_axis: int = 0
     stack_axis: int = 0
+
+    @property
+    def hidden_size(self) -> int:
+        return self.cell.hidden_size
+
+
+def _graph_opset(root: ir.Node, main_graph: ir.Graph | None) -> int:
+    for graph in (root.graph, main_graph):
+        version = None if graph is None else graph.opset_imports.get("")
+        if version is not None:
+            return version
+    return 1
+
+
+def _prove_steps(root: ir.Node, op_type: str, constants: Constants) -> list[_CellStep] | Refusal:
+    """The chain's steps, first first: the walk back from ``root``, each step proven on its
+    own, then a first step with a folded hidden projection."""
+    last = _parse_step(root, op_type, constants)
+    if isinstance(last, Refusal):
+        return last
+    steps = walk_back(last, lambda node, x: _parse_step(node, op_type, constants, x))
+    before = None if steps[0].h_prev is None else steps[0].h_prev.producer()
+    if before is not None and before.op_type == root.op_type and before.domain == "":
+        folded = _folded_step(before, steps[0], constants)
+        if isinstance(folded, Refusal):
+            return folded
+        if folded is not None and folded.source is last.source:
+            steps.insert(0, folded)
+    if len(steps) < 2:
+        return Refusal("a single cell step is not a loop (left alone)")
+    return steps
+
+
+def _direction(steps: list[_CellStep]) -> bool | Refusal:
+    """True for a reversed loop (step t reads index T-1-t), False for a forward one."""
+    count = len(steps)
+    indices = [s.index for s in steps]
+    if indices == list(range(count)):
+        return False
+    if indices == list(range(count - 1, -1, -1)):
+        return True
+    return Refusal(f"the steps read indices {indices}, not 0..{count - 1} in order or reversed")
+
+
+def _one_cell(steps: list[_CellStep], op_type: str) -> Cell | Refusal:
+    """The cell every step computes (the last step's), chained through ``c``, in the form
+    the node is emitted in."""
+    cell = next(s.cell for s in steps if s.cell is not None)
+    for t, step in enumerate(steps):
+        if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
+            return Refusal(f"step {t} does not read c_{t} of the step before")
+        other = None if step.cell is None else _other_cell(step.cell, cell)
+        if other is not None:
+            return Refusal(f"step {t} uses {other}")
+    if cell.activations != DEFAULT_ACTIVATIONS[op_type]:
+        return Refusal(f"the activations {list(cell.activations)} are not {op_type}'s default")
+    if op_type == "GRU" and cell.linear_before_reset != 1:
+        return Refusal("the GRU applies the reset before R_n (linear_before_reset=0)")
+    if cell.dtype not in _FLOATS:
+        return Refusal("the weights are not one floating-point type")
+    return cell
+
+
+def _other_cell(a: Cell, b: Cell) -> str | None:
+    """What differs between two cells (weights and biases compared bit for bit)."""
+    if (a.activations, a.linear_before_reset) != (b.activations, b.linear_before_reset):
+        return "other activations"
+    if not (same_bits(a.w, b.w) and same_bits(a.r, b.r)):
+        return "other weights"
+    if a.biased != b.biased or not same_bits(a.b, b.b):
+        return "another bias"
+    return None
+
+
+def _reader_refusal(steps: list[_CellStep], stack: list[ir.Node]) -> Refusal | None:
+    """Every value of a step is read inside the step, by the next one or by the stack
+    (``stack``: its Unsqueezes); a step's read of X (X[t], a function of X alone) may have
+    other readers (dynamo shares one Gather between a forward and a reversed loop): the
+    rewrite leaves it to them."""
+    allowed_h_readers = {id(u) for u in stack}
+    count = len(steps)
+    for t, step in enumerate(steps):
+        following = steps[t + 1].nodes if t + 1 < count else set()
+        for node in step.nodes:
+            for value in node.outputs:
+                if t + 1 == count and (value is step.h or value is step.c):
+                    continue  # the final states: any reader
+                if value is step.x:
+                    continue
+                for user, _ in value.uses():
+                    if user in step.nodes or user in following:
+                        continue
+                    if value is step.h and id(user) in allowed_h_readers:
+                        continue
+                    return Refusal(
+                        f"a value of step {t} ({value.name}) has a reader outside the loop"
+                    )
+                if value.is_graph_output():
+                    return Refusal(f"a value of step {t} ({value.name}) is a graph output")
+    return None
+
+
+@dataclasses.dataclass
+class _States:
+    h0: ir.Value | None
+    c0: ir.Value | None
+    broadcast: bool
+
+
+def _initial_states(
+    steps: list[_CellStep], cell: Cell, prover: ShapeProver, batch_axis: int
+) -> _States | Refusal:
+    """``h_0`` and ``c_0`` the node reads (None: its own zeros), proven of X's batch or of a
+    batch the steps broadcast. Zero states stay: the initial_state family shares or drops
+    them (by target); a folded first step has no h_0 here (LSTM: no hidden projection reads
+    one; GRU: proven zeros)."""
+    first, x, hidden = steps[0], steps[0].source, cell.hidden_size
+    h0, c0 = first.h_prev, first.c_prev
+    op_type = cell.op_type
+    broadcast = False
+    if first.cell is None:
+        rows = first.folded_rows
+        if rows != 1 and static_size(prover, x, batch_axis) != rows:
+            return Refusal("the folded first step fixes a batch X does not provably have")
+    elif h0 is None or not _state_ok(prover, h0, x, hidden, batch_axis):
+        if h0 is None or not _broadcasts(prover, h0, hidden):
+            return Refusal("cannot prove h_0 is [batch of X, H] or [batch, H]")
+        broadcast = True
+    if op_type == "GRU" and first.cell is None:
+        # the update reads h_0 itself: it must be zeros of X's batch
+        proven = h0 is not None and _state_ok(prover, h0, x, hidden, batch_axis)
+        if h0 is None or not (
+            is_all_zeros(h0) and (proven or _folded_zero(prover, h0, x, batch_axis))
+        ):
+            return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
+        h0 = None
+    c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden, batch_axis)
+    if (
+        op_type == "LSTM"
+        and not c0_proven
+        and first.cell is not None
+        and c0 is not None
+        and _broadcasts(prover, c0, hidden)
+        and not _folded_zero(prover, c0, x, batch_axis)
+    ):
+        c0_proven = broadcast = True
+    c0_folded = c0 is not None and _folded_zero(prover, c0, x, batch_axis)
+    if op_type == "LSTM" and not (c0_proven or c0_folded):
+        return Refusal("cannot prove c_0 is [batch of X, H]")
+    if not c0_proven:
+        c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
+    return _States(h0, c0, broadcast)
+
+
+def plan_cell_chain(
+    root: ir.Node, op_type: str, main_graph: ir.Graph | None = None
+) -> _CellPlan | Refusal:
+    """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop.
+
+    ``main_graph``: the model's main graph (whose inputs' declared shapes are facts);
+    None when ``root`` is in it."""
+    constants = Constants(_graph_opset(root, main_graph))
+    steps = _prove_steps(root, op_type, constants)
+    if isinstance(steps, Refusal):
+        return steps
+    reverse = _direction(steps)
+    if isinstance(reverse, Refusal):
+        return reverse
+    cell = _one_cell(steps, op_type)
+    if isinstance(cell, Refusal):
+        return cell
+    x = steps[-1].source
+    prover = ShapeProver(root.graph if main_graph is None else main_graph)
+    if prover.rank(x) != 3:
+        return Refusal("X is not provably of rank 3")
+    time_axis = steps[-1].axis
+    if any(step.axis != time_axis for step in steps):
+        return Refusal("the steps read X on different axes")
+    concat, stack_axis, unsqueezes = _find_stack([s.h for s in (steps[::-1] if reverse else steps)])
+    reason = _reader_refusal(steps, unsqueezes)
+    if reason is not None:
+        return reason
+    states = _initial_states(steps, cell, prover, 1 - time_axis)
+    if isinstance(states, Refusal):
+        return states
+    slice_x = static_size(prover, x, time_axis) != len(steps)
+    return _CellPlan(
+        steps, cell, x, reverse, states.h0, states.c0, slice_x, concat, states.broadcast,
+        time_axis, stack_axis,
+    )  # fmt: skip
 
 
 def _state_ok(
@@ -391,167 +549,6 @@ def _broadcasts(prover: ShapeProver, state: ir.Value, hidden: int) -> bool:
     """``state`` is provably ``[b, H]`` for some batch ``b`` (an encoder's final state, a
     graph input): the steps broadcast it against ``X``'s batch."""
     return prover.rank(state) == 2 and prover.dim(state, 1) == Dim.const(hidden)
-
-
-def plan_cell_chain(
-    root: ir.Node, op_type: str, main_graph: ir.Graph | None = None
-) -> _CellPlan | Refusal:
-    """Prove that ``root`` (producing ``h_T``) ends an unrolled cell loop.
-
-    ``main_graph``: the model's main graph (whose inputs' declared shapes are facts);
-    None when ``root`` is in it."""
-    parse = _STEP[op_type]
-    last = parse(root)
-    if isinstance(last, Refusal):
-        return last
-    steps = walk_back(last, parse)
-    count = len(steps)
-    if count < 2:
-        return Refusal("a single cell step is not a loop (left alone)")
-    indices = [s.index for s in steps]
-    if indices == list(range(count)):
-        reverse = False
-    elif indices == list(range(count - 1, -1, -1)):
-        reverse = True
-    else:
-        return Refusal(f"the steps read indices {indices}, not 0..{count - 1} in order or reversed")
-    first = steps[0]
-    for t, step in enumerate(steps):
-        if step.h_linear is None and t:
-            return Refusal(f"step {t}'s hidden projection is a constant")
-        if t and op_type == "LSTM" and step.c_prev is not steps[t - 1].c:
-            return Refusal(f"step {t} does not read c_{t} of the step before")
-    gates = RNN_OPS[("", op_type)].gates
-    reference = next(s for s in steps if s.h_linear is not None)
-    assert reference.h_linear is not None
-    for t, step in enumerate(steps):
-        pairs = [(step.x_linear, reference.x_linear)]
-        if step.h_linear is not None:
-            pairs.append((step.h_linear, reference.h_linear))
-        for mine, theirs in pairs:
-            if mine.transposed != theirs.transposed or not same_constant(
-                mine.weight, theirs.weight
-            ):
-                return Refusal(f"step {t} uses other weights")
-            if (mine.bias is None) != (theirs.bias is None) or (
-                mine.bias is not None and not same_constant(mine.bias, theirs.bias)
-            ):
-                return Refusal(f"step {t} uses another bias")
-    x_weights = _weights(reference.x_linear, gates)
-    h_weights = _weights(reference.h_linear, gates)
-    for found in (x_weights, h_weights):
-        if isinstance(found, Refusal):
-            return found
-    (w, b_ih), (r, b_hh) = x_weights, h_weights
-    hidden = r.shape[0] // gates
-    if r.shape != (gates * hidden, hidden):
-        return Refusal(f"W_hh has shape {list(r.shape)}, not [{gates}*H, H]")
-    if w.shape[0] != gates * hidden:
-        return Refusal(f"W_ih has shape {list(w.shape)}, not [{gates}*H, I] with H = {hidden}")
-    if len({w.dtype, r.dtype}) != 1 or w.dtype not in (np.float32, np.float64, np.float16):
-        return Refusal("the weights are not one floating-point type")
-    x = last.source
-    prover = ShapeProver(root.graph if main_graph is None else main_graph)
-    if prover.rank(x) != 3:
-        return Refusal("X is not provably of rank 3")
-    time_axis = last.axis
-    if any(step.axis != time_axis for step in steps):
-        return Refusal("the steps read X on different axes")
-    batch_axis = 1 - time_axis
-
-    # Every value of a step is read inside the step, by the next one or by the stack; a
-    # step's read of X (X[t], a function of X alone) may have other readers (dynamo shares
-    # one Gather between a forward and a reversed loop): the rewrite leaves it to them.
-    stack_inputs = [s.h for s in (steps[::-1] if reverse else steps)]
-    concat, stack_axis, unsqueezes = _find_stack(stack_inputs)
-    allowed_h_readers = {id(u) for u in unsqueezes}
-    for t, step in enumerate(steps):
-        following = steps[t + 1].nodes if t + 1 < count else set()
-        for node in step.nodes:
-            for value in node.outputs:
-                if t + 1 == count and (value is step.h or value is step.c):
-                    continue  # the final states: any reader
-                if value is step.x_linear.input:
-                    continue
-                for user, _ in value.uses():
-                    if user in step.nodes or user in following:
-                        continue
-                    if value is step.h and id(user) in allowed_h_readers:
-                        continue
-                    return Refusal(
-                        f"a value of step {t} ({value.name}) has a reader outside the loop"
-                    )
-                if value.is_graph_output():
-                    return Refusal(f"a value of step {t} ({value.name}) is a graph output")
-
-    h0 = first.h_prev
-    c0 = first.c_prev
-    broadcast = False
-    if first.h_linear is None:
-        folded = first.folded
-        assert folded is not None
-        expected = np.zeros(gates * hidden, r.dtype) if b_hh is None else b_hh
-        if folded.ndim != 2 or folded.shape[1] != gates * hidden:
-            return Refusal(
-                f"the folded first step has shape {list(folded.shape)}, not [batch, G*H]"
-            )
-        if not same_bits(folded, np.broadcast_to(expected, folded.shape)):
-            return Refusal("the folded first step is not b_hh (a non-zero initial state)")
-        if folded.shape[0] != 1 and static_size(prover, x, batch_axis) != folded.shape[0]:
-            return Refusal("the folded first step fixes a batch X does not provably have")
-    elif not _state_ok(prover, h0, x, hidden, batch_axis):
-        if not _broadcasts(prover, h0, hidden):
-            return Refusal("cannot prove h_0 is [batch of X, H] or [batch, H]")
-        broadcast = True
-    if op_type == "GRU" and first.h_linear is None:
-        # the update reads h_0 itself: it must be zeros of X's batch
-        proven = _state_ok(prover, h0, x, hidden, batch_axis)
-        if not (is_all_zeros(h0) and (proven or _folded_zero(prover, h0, x, batch_axis))):
-            return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
-        h0 = None
-    c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden, batch_axis)
-    if (
-        op_type == "LSTM"
-        and not c0_proven
-        and first.h_linear is not None
-        and c0 is not None
-        and _broadcasts(prover, c0, hidden)
-        and not _folded_zero(prover, c0, x, batch_axis)
-    ):
-        c0_proven = broadcast = True
-    c0_folded = c0 is not None and _folded_zero(prover, c0, x, batch_axis)
-    if op_type == "LSTM" and not (c0_proven or c0_folded):
-        return Refusal("cannot prove c_0 is [batch of X, H]")
-    if not c0_proven:
-        c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
-    # zero states stay: the initial_state family shares or drops them (by target); a folded
-    # first step has no h_0 here (LSTM: no hidden projection reads one; GRU: proven zeros)
-    order = _GATE_ORDER[op_type]
-
-    def reorder(array: np.ndarray) -> np.ndarray:
-        blocks = np.split(array, gates)  # along the rows
-        return np.concatenate([blocks[i] for i in order])
-
-    zeros = np.zeros(gates * hidden, w.dtype)
-    bias = None
-    if b_ih is not None or b_hh is not None:
-        parts = [zeros if v is None else reorder(v) for v in (b_ih, b_hh)]
-        bias = np.concatenate(parts)[np.newaxis]
-    return _CellPlan(
-        steps,
-        x,
-        reverse,
-        reorder(w)[np.newaxis],
-        reorder(r)[np.newaxis],
-        bias,
-        h0,
-        c0,
-        static_size(prover, x, time_axis) != count,
-        concat,
-        broadcast,
-        time_axis,
-        stack_axis,
-    )
 
 
 def _folded_zero(prover: ShapeProver, value: ir.Value, x: ir.Value, batch_axis: int) -> bool:
@@ -578,8 +575,9 @@ def _find_stack(hs: list[ir.Value]) -> tuple[ir.Node | None, int, list[ir.Node]]
             and len(concat.inputs) == len(hs)
         ):
             producers = [None if v is None else v.producer() for v in concat.inputs]
-            if all(_stack_axis(p, h) == axis for p, h in zip(producers, hs, strict=True)):
-                return concat, axis, producers
+            stack = [p for p, h in zip(producers, hs, strict=True) if _stack_axis(p, h) == axis]
+            if len(stack) == len(hs):
+                return concat, axis, [p for p in stack if p is not None]
     return None, 0, []
 
 
@@ -615,10 +613,12 @@ class RerollCell(ChainRule[_CellPlan]):
 
     def refuse(self, context, plan: _CellPlan) -> Refusal | None:
         h = plan.steps[-1].h
-        parse = _STEP[self.op_type]
+        constants = Constants(_graph_opset(context.root, context.model.graph))
         for user, _ in h.uses():
             for candidate in _downstream(user, 6):
-                step = parse(candidate)
+                if candidate.op_type != _ROOT_OP[self.op_type]:
+                    continue
+                step = _parse_step(candidate, self.op_type, constants)
                 if not isinstance(step, Refusal) and step.h_prev is h:
                     return Refusal("h_T feeds another step: not the last step")
         c = plan.steps[-1].c
@@ -632,12 +632,12 @@ class RerollCell(ChainRule[_CellPlan]):
         return None
 
     def decline(self, context, plan: _CellPlan) -> KeptUnrolled | None:
-        missing = missing_kernel("", self.op_type, plan.w.dtype, (self.target,))
+        missing = missing_kernel("", self.op_type, plan.cell.dtype, (self.target,))
         if missing is not None:  # the unrolled steps run there
             return KeptUnrolled(f"re-roll kept unrolled: {missing}")
         # the node emitted is what rten converts (default activations, no clip, layout 0,
         # GRU linear_before_reset=1): the cost table alone decides, on every target
-        hidden, seq = int(plan.r.shape[2]), len(plan.steps)
+        hidden, seq = plan.hidden_size, len(plan.steps)
         args = (context, self.target, self.op_type, plan.x, hidden, seq, plan.reverse, plan.h0)
         batch_axis = 1 - plan.time_axis
         if plan.time_axis == 1 or plan.stack_axis == 1:  # the node between Transposes
@@ -650,9 +650,10 @@ class RerollCell(ChainRule[_CellPlan]):
     def rewrite(self, op, **_):
         plan, emit = self.plan, self.emitter(op)
         prefix = f"reroll_{plan.steps[-1].h.name or 'cell'}"
-        w = emit.constant(plan.w, f"{prefix}_W")
-        r = emit.constant(plan.r, f"{prefix}_R")
-        b = None if plan.b is None else emit.constant(plan.b, f"{prefix}_B")
+        cell = plan.cell
+        w = emit.constant(cell.w[np.newaxis], f"{prefix}_W")
+        r = emit.constant(cell.r[np.newaxis], f"{prefix}_R")
+        b = emit.constant(cell.b[np.newaxis], f"{prefix}_B") if cell.biased else None
         x = plan.x
         if plan.slice_x:
             x = emit.first_steps(x, len(plan.steps), reverse=False, axis=plan.time_axis)
@@ -669,7 +670,7 @@ class RerollCell(ChainRule[_CellPlan]):
             op,
             self.op_type,
             inputs,
-            hidden_size=int(plan.r.shape[2]),
+            hidden_size=plan.hidden_size,
             reverse=plan.reverse,
             linear_before_reset=1 if self.op_type == "GRU" else None,
         )
@@ -710,11 +711,12 @@ def _readers_after(graph, value: ir.Value, root: ir.Node, plan: _CellPlan) -> bo
     for user, _ in value.uses():
         if user in step_nodes:
             continue
-        while user is not None and user.graph is not graph:
+        reader: ir.Node | None = user
+        while reader is not None and reader.graph is not graph:
             owners = subgraph_owners(graph) if owners is None else owners
-            user = owners.get(user.graph)  # type: ignore[arg-type]
-        if user is not None:
-            readers.add(id(user))
+            reader = None if reader.graph is None else owners.get(reader.graph)
+        if reader is not None:
+            readers.add(id(reader))
     for node in graph:
         if node is root:
             return True

@@ -96,6 +96,7 @@ def _parse_step(act: ir.Node) -> _Step | Refusal:
         if read is None:
             continue
         source, index = read
+        assert step_input is not None and act.inputs[0] is not None  # read_step read it
         internal: list[ir.Value] = [act.inputs[0], step_input]
         folded = const_array(recurrent)
         if folded is not None:
@@ -105,7 +106,12 @@ def _parse_step(act: ir.Node) -> _Step | Refusal:
         biased = producer(recurrent, "Add")
         if biased is not None:
             for a, b in (biased.inputs, tuple(reversed(biased.inputs))):
-                if producer(a, "MatMul") is not None and weight_array(b) is not None:
+                if (
+                    a is not None
+                    and recurrent is not None
+                    and producer(a, "MatMul") is not None
+                    and weight_array(b) is not None
+                ):
                     matmul, bias = a.producer(), b
                     internal.append(recurrent)
                     break
@@ -141,6 +147,8 @@ def _parse_source(value: ir.Value) -> _Source | Refusal:
         start, end = params[:2]
         if start != -1 or end > -(2**31):
             return Refusal("the step source reverses only part of the sequence")
+        if flip.inputs[0] is None:
+            return Refusal("the step source reverses no sequence")
         value, reverse = flip.inputs[0], True
     bias = None
     projection = value
@@ -150,7 +158,7 @@ def _parse_source(value: ir.Value) -> _Source | Refusal:
         if producer(a, "MatMul") is None:
             a, b = b, a
         bias = weight_array(b)
-        if bias is None:
+        if bias is None or a is None:
             return Refusal("the input projection's bias is not a constant")
         projection = a
     matmul = producer(projection, "MatMul")
@@ -195,11 +203,8 @@ def _uses_outside(value: ir.Value, allowed: set[tuple[int, int]]) -> bool:
     )
 
 
-def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Refusal:
-    """Prove that ``root`` ends an unrolled RNN chain and plan its replacement.
-
-    ``main_graph``: the model's main graph (whose inputs' declared shapes are facts);
-    None when ``root`` is in it."""
+def _walk(root: ir.Node) -> list[_Step] | Refusal:
+    """The chain ending at ``root``, first step first; step ``t`` reads index ``t``."""
     last = _parse_step(root)
     if isinstance(last, Refusal):
         return last
@@ -215,21 +220,33 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
             return Refusal(f"step {t} reads index {step.index} of the sequence, not {t}")
         if step.folded is not None and t != 0:
             return Refusal(f"step {t}'s recurrent term is a constant")
-    first = steps[0]
+    return steps
+
+
+@dataclasses.dataclass
+class _Recurrence:
+    """``R^T [H, H]`` and ``b_hh [H]`` every step applies."""
+
+    weight: np.ndarray
+    bias: np.ndarray | None
+
+
+def _recurrence(steps: list[_Step]) -> _Recurrence | Refusal:
+    """The one recurrent weight and bias of the steps; a lone folded step (seq 1 from a
+    zero state) never applies ``R``: zeros, and ``b_hh`` is the folded row."""
     weight_step = next((s for s in steps if s.weight is not None), None)
-    only_folded = None if weight_step is not None else first.folded
-    if only_folded is not None:
-        # One step from a zero state (seq 1): R is never applied; b_hh is the folded row.
-        if only_folded.ndim != 3 or only_folded.shape[0] != 1:
-            return Refusal(f"the folded first step has shape {list(only_folded.shape)}")
-        recurrent = np.zeros((only_folded.shape[2],) * 2, only_folded.dtype)
-    else:
-        assert weight_step is not None
-        recurrent = weight_array(weight_step.weight)
-    if recurrent is None:
+    if weight_step is None:
+        folded = steps[0].folded
+        assert folded is not None
+        if folded.ndim != 3 or folded.shape[0] != 1:
+            return Refusal(f"the folded first step has shape {list(folded.shape)}")
+        bias = folded[0, 0] if folded.shape[1] else None
+        return _Recurrence(np.zeros((folded.shape[2],) * 2, folded.dtype), bias)
+    weight = weight_array(weight_step.weight)
+    if weight is None:
         return Refusal("the recurrent weight R^T is not a constant")
     for t, step in enumerate(steps):
-        if step.weight is None or weight_step is None:
+        if step.weight is None:
             continue
         if not same_constant(step.weight, weight_step.weight):
             return Refusal(
@@ -239,9 +256,13 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
             step.bias is not None and not same_constant(step.bias, weight_step.bias)
         ):
             return Refusal(f"step {t} uses another recurrent bias")
-    source = _parse_source(last.source)
-    if isinstance(source, Refusal):
-        return source
+    bias = None if weight_step.bias is None else weight_array(weight_step.bias)
+    return _Recurrence(weight, bias)
+
+
+def _shape_refusal(recurrence: _Recurrence, source: _Source) -> Refusal | None:
+    """Why ``R^T``, ``W^T``, ``b_ih`` and ``b_hh`` are not one RNN's weights, if they are not."""
+    recurrent = recurrence.weight
     hidden = recurrent.shape[-1] if recurrent.ndim == 2 else -1
     if recurrent.ndim != 2 or recurrent.shape[0] != hidden:
         return Refusal(f"R^T has shape {list(recurrent.shape)}, not [H, H]")
@@ -249,24 +270,20 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
         return Refusal(f"W^T has shape {list(source.weight.shape)}, not [I, {hidden}]")
     if source.bias is not None and source.bias.shape != (hidden,):
         return Refusal(f"b_ih has shape {list(source.bias.shape)}, not [{hidden}]")
-    if only_folded is not None:
-        recurrent_bias = only_folded[0, 0] if only_folded.shape[1] else None
-    else:
-        assert weight_step is not None
-        recurrent_bias = None if weight_step.bias is None else weight_array(weight_step.bias)
-    if recurrent_bias is not None and recurrent_bias.shape != (hidden,):
-        return Refusal(f"b_hh has shape {list(recurrent_bias.shape)}, not [{hidden}]")
+    if recurrence.bias is not None and recurrence.bias.shape != (hidden,):
+        return Refusal(f"b_hh has shape {list(recurrence.bias.shape)}, not [{hidden}]")
     dtypes = {recurrent.dtype, source.weight.dtype}
-    dtypes |= {b.dtype for b in (source.bias, recurrent_bias) if b is not None}
+    dtypes |= {b.dtype for b in (source.bias, recurrence.bias) if b is not None}
     if len(dtypes) != 1 or next(iter(dtypes)) not in (np.float32, np.float64, np.float16):
         return Refusal(f"weights have element types {sorted(map(str, dtypes))}")
-    prover = ShapeProver(root.graph if main_graph is None else main_graph)
-    if prover.rank(source.x) != 3:
-        return Refusal("X is not provably of rank 3")
+    return None
 
-    # The stacked sequence: one Concat of every h_t in processing (or reverse) order.
+
+def _stack(steps: list[_Step], reverse: bool) -> ir.Node | Refusal | None:
+    """The ``Concat`` of every ``h_t`` in processing (or reverse) order on axis 0, if any;
+    why not when a step's value has another reader."""
     outputs = [s.act.outputs[0] for s in steps]
-    stacked = outputs[::-1] if source.reverse else outputs
+    stacked = outputs[::-1] if reverse else outputs
     concat = None
     for node, _ in outputs[0].uses():
         if node.op_type == "Concat" and node.domain == "" and list(node.inputs) == stacked:
@@ -283,37 +300,68 @@ def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Ref
             readers = {(id(n), i) for n, i in outputs[t].uses() if n.op_type == "MatMul"}
             if _uses_outside(outputs[t], allowed_concat | readers) or len(readers) != 1:
                 return Refusal(f"h_{t + 1} (step {t}) has a reader outside the chain")
+    return concat
 
-    # h_0 and the batch.
-    guard_batch = False
-    h0 = first.h_prev
-    if first.folded is not None:
-        expected = np.zeros(hidden, recurrent.dtype) if recurrent_bias is None else recurrent_bias
-        folded = first.folded
-        if folded.ndim != 3 or folded.shape[0] != 1 or folded.shape[2] != hidden:
-            return Refusal(
-                f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]"
-            )
-        if not same_bits(folded, np.broadcast_to(expected, folded.shape)):
-            return Refusal("the folded first step is not b_hh (a non-zero initial state)")
-        if folded.shape[1] != 1 and static_size(prover, source.x, 1) != folded.shape[1]:
-            return Refusal("the folded first step fixes a batch X does not provably have")
-    else:
-        assert h0 is not None
-        proof = _batch_matches(prover, h0, source.x, hidden)
+
+def _guard_batch(
+    first: _Step, recurrence: _Recurrence, x: ir.Value, prover: ShapeProver
+) -> bool | Refusal:
+    """Whether ``h_0``'s batch is not proven X's (both are then expanded to the batch they
+    broadcast to), or why ``h_0`` (or the folded first step) does not fit. Zero states
+    stay: the initial_state family shares or drops them (by target)."""
+    hidden = recurrence.weight.shape[0]
+    if first.folded is None:
+        assert first.h_prev is not None
+        proof = _batch_matches(prover, first.h_prev, x, hidden)
         if proof is None:
             return Refusal("cannot prove h_0 is [1, batch, H]")
-        guard_batch = not proof
-        # zero states stay: the initial_state family shares or drops them (by target)
-    slice_x = static_size(prover, source.x, 0) != len(steps)
+        return not proof
+    bias = recurrence.bias
+    expected = np.zeros(hidden, recurrence.weight.dtype) if bias is None else bias
+    folded = first.folded
+    if folded.ndim != 3 or folded.shape[0] != 1 or folded.shape[2] != hidden:
+        return Refusal(f"the folded first step has shape {list(folded.shape)}, not [1, batch, H]")
+    if not same_bits(folded, np.broadcast_to(expected, folded.shape)):
+        return Refusal("the folded first step is not b_hh (a non-zero initial state)")
+    if folded.shape[1] != 1 and static_size(prover, x, 1) != folded.shape[1]:
+        return Refusal("the folded first step fixes a batch X does not provably have")
+    return False
+
+
+def plan_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Refusal:
+    """Prove that ``root`` ends an unrolled RNN chain and plan its replacement.
+
+    ``main_graph``: the model's main graph (whose inputs' declared shapes are facts);
+    None when ``root`` is in it."""
+    steps = _walk(root)
+    if isinstance(steps, Refusal):
+        return steps
+    recurrence = _recurrence(steps)
+    if isinstance(recurrence, Refusal):
+        return recurrence
+    source = _parse_source(steps[-1].source)
+    if isinstance(source, Refusal):
+        return source
+    reason = _shape_refusal(recurrence, source)
+    if reason is not None:
+        return reason
+    prover = ShapeProver(root.graph if main_graph is None else main_graph)
+    if prover.rank(source.x) != 3:
+        return Refusal("X is not provably of rank 3")
+    concat = _stack(steps, source.reverse)
+    if isinstance(concat, Refusal):
+        return concat
+    guard_batch = _guard_batch(steps[0], recurrence, source.x, prover)
+    if isinstance(guard_batch, Refusal):
+        return guard_batch
     return _Plan(
         steps,
         source,
-        recurrent,
-        recurrent_bias,
-        h0,
+        recurrence.weight,
+        recurrence.bias,
+        steps[0].h_prev,
         guard_batch,
-        slice_x,
+        static_size(prover, source.x, 0) != len(steps),
         concat,
         root.op_type,
     )
