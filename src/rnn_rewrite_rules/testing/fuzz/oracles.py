@@ -33,8 +33,8 @@ import onnx
 from onnx import TensorProto
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules.testing.fuzz.case import Case
-from rnn_rewrite_rules.testing.fuzz.walk import has_recurrent_op
+from rnn_rewrite_rules.testing.fuzz.case import Case, fresh_names
+from rnn_rewrite_rules.testing.fuzz.walk import all_nodes, has_recurrent_op
 
 __all__ = ["RUNTIMES", "Failure", "Outcome", "blame", "check_case", "plans"]
 
@@ -175,11 +175,36 @@ class _Runner:
         else:
             from onnx.reference import ReferenceEvaluator
 
-            evaluator = ReferenceEvaluator(model)
+            evaluator = ReferenceEvaluator(_name_skipped_outputs(model))
             self._run = lambda feeds: evaluator.run(None, feeds)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(v) for v in self._run(feeds)]
+
+
+def _name_skipped_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every skipped node output (``""`` before a used one) given a name
+    of its own: the same model for ONNX, but ``onnx.reference`` (1.23) stores a skipped
+    output's value under ``""``, the name it reads an absent optional input from, so a
+    later ``Loop(M, "", v)`` or ``If`` body reads that tensor as its trip count."""
+    if not any("" in node.output for node in _every_node(model)):
+        return model
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    names = fresh_names(model, "reference_skipped_")
+    for node in _every_node(model):
+        node.output[:] = [name or next(names) for name in node.output]
+    return model
+
+
+def _every_node(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The nodes of the main graph, of the functions and of their subgraphs."""
+    found = list(all_nodes(model.graph))
+    for node in (n for function in model.functions for n in function.node):
+        found.append(node)
+        for attr in node.attribute:
+            for graph in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                found += all_nodes(graph)
+    return found
 
 
 _CHILD = """
@@ -189,7 +214,8 @@ o = ort.SessionOptions(); o.graph_optimization_level = ort.GraphOptimizationLeve
 s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
 names = {i.name for i in s.get_inputs()}
 feeds = {k: v for k, v in np.load(feeds_path).items() if k in names}
-np.savez(out_path, *s.run(None, feeds))
+outs = s.run(None, feeds)  # None: an output the model leaves unset (saved as absent)
+np.savez(out_path, count=len(outs), **{f"arr_{k}": v for k, v in enumerate(outs) if v is not None})
 """
 
 
@@ -205,7 +231,12 @@ def _run_in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list 
         if done.returncode != 0:
             return f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
         with np.load(paths[2]) as data:
-            return [data[f"arr_{k}"] for k in range(len(data.files))]
+            # an unset output as the in-process runner gives it (a 0-d object array);
+            # never a pickle: np.load refuses object arrays
+            return [
+                data[f"arr_{k}"] if f"arr_{k}" in data.files else np.asarray(None)
+                for k in range(int(data["count"]))
+            ]
 
 
 def _differences(expected: list[np.ndarray], actual: list[np.ndarray], names) -> str | None:
