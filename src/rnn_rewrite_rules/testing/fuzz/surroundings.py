@@ -29,7 +29,7 @@ __all__ = ["MUTATORS", "Mutator", "convert_element_type"]
 
 Mutator = Callable[[Callable, Case], bool]
 
-_FLOATS = {
+_FLOATS: dict[int, type[np.floating]] = {
     TensorProto.FLOAT16: np.float16,
     TensorProto.FLOAT: np.float32,
     TensorProto.DOUBLE: np.float64,
@@ -297,7 +297,9 @@ def _extra_output(draw, case: Case) -> bool:
     if not values:
         return False
     value = draw(st.sampled_from(values))
-    Graph(case.model).output(value, *types[value])
+    elem, rank = types[value]
+    assert rank is not None  # values of an unknown rank were left out above
+    Graph(case.model).output(value, elem, rank)
     case.note(f"extra_output({value})")
     return True
 
@@ -395,7 +397,9 @@ def _subgraph_reader(draw, case: Case) -> bool:
     g = Graph(case.model)
     flag = g.input(g.fresh(), TensorProto.BOOL, [])
     case.fixed[flag] = np.array(draw(st.booleans()))
-    subgraphs.add_if(case.model, flag, value, *types[value], ops=("Abs", "Neg"), at=index + 1)
+    elem, rank = types[value]
+    assert rank is not None  # values of an unknown rank were left out above
+    subgraphs.add_if(case.model, flag, value, elem, rank, ops=("Abs", "Neg"), at=index + 1)
     case.note(f"subgraph_reader({value})")
     return True
 
