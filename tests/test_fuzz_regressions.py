@@ -370,3 +370,36 @@ def test_zero_step_loop_declarations(declared, where) -> None:
     assert outcome.fired
     # the seq-0 plan ran in child processes (the batch-0 one did not: zero_dims)
     assert outcome.compared["onnxruntime"] == len(plans(case)) - 1
+
+
+def test_an_overridable_initializer_is_fed_on_both_runtimes() -> None:
+    """``unrolled_rnn`` at opset 9, ``W_hh^T`` an initializer that is also a graph input,
+    + ``rank_if_two_outputs``: ONNX Runtime lists such an input apart
+    (``get_overridable_initializers``), the oracle left it out of ONNX Runtime's feed, so
+    ONNX Runtime ran on the initializer and ``onnx.reference`` on the feed, and ONNX
+    Runtime's own fault on the If (one value for two outputs) could not be told apart:
+    outputs "differed" by 0.1-0.9."""
+    cfg = unrolled.UnrolledRnnConfig(
+        input_size=1,
+        hidden_size=1,
+        seq=3,
+        num_layers=2,
+        batch_first=True,
+        bias=False,
+        initial_state="folded",
+        batch=2,
+        mutation="nonconstant_weights",
+        opset=9,
+    )
+    model = slices_as_attributes(unrolled.build_unrolled_rnn(cfg))
+    subgraphs.add_rank_if_two_outputs(model, "x", 3, "h_n", F32, 3)
+    case = Case(model, min_sizes={"seq": 3})
+    outcome = check_case(case)
+    assert [str(f) for f in outcome.failures] == []
+    assert outcome.compared["onnxruntime"] == outcome.compared["reference"] == 3
+    feeds = oracles._feeds(case, plans(case)[0], 0)
+    weight = next(i.name for i in model.graph.input if i.name != "x")
+    assert weight in feeds
+    on_ort = oracles._Runner(model, "onnxruntime").run(feeds)
+    on_reference = oracles._Runner(model, "reference").run(feeds)
+    np.testing.assert_allclose(on_ort[0], on_reference[0], rtol=1e-5, atol=1e-6)

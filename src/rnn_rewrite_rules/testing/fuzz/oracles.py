@@ -170,7 +170,13 @@ class _Runner:
             self._session = ort.InferenceSession(
                 model.SerializeToString(), options, providers=["CPUExecutionProvider"]
             )
-            inputs = {i.name for i in self._session.get_inputs()}
+            # an initializer that is also a graph input is fed like any input: ONNX Runtime
+            # lists it apart from the inputs, and leaving it out would run ONNX Runtime on
+            # the initializer and onnx.reference on the feed
+            session = self._session
+            inputs = {
+                i.name for i in [*session.get_inputs(), *session.get_overridable_initializers()]
+            }
             self._run = lambda feeds: self._session.run(
                 None, {k: v for k, v in feeds.items() if k in inputs}
             )
@@ -242,7 +248,7 @@ import sys, numpy as np, onnxruntime as ort
 model, feeds_path, out_path = sys.argv[1:]
 o = ort.SessionOptions(); o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
 s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
-names = {i.name for i in s.get_inputs()}
+names = {i.name for i in [*s.get_inputs(), *s.get_overridable_initializers()]}
 feeds = {k: v for k, v in np.load(feeds_path).items() if k in names}
 outs = s.run(None, feeds)  # None: an output the model leaves unset (saved as absent)
 np.savez(out_path, count=len(outs), **{f"arr_{k}": v for k, v in enumerate(outs) if v is not None})
