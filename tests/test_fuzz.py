@@ -147,3 +147,37 @@ def test_zero_sizes_run_in_a_child_process() -> None:
     assert not children.failures
     assert children.compared["onnxruntime"] > in_process
     assert np.all([0 in plan.values() for plan in oracles.plans(case)[3:]])
+
+
+def test_a_failure_names_the_seed_that_replays_it(monkeypatch) -> None:
+    """With ``FUZZ_SEED`` (CI draws one each run) the replay command carries it and the
+    environment that decides the models drawn; without it the run is derandomized."""
+    monkeypatch.setenv("FUZZ_SEED", "1152803294")
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    monkeypatch.delenv("FUZZ_EXAMPLES", raising=False)
+    command = replay_command("test_rewrite_keeps_every_oracle")
+    assert command.startswith("replay: FUZZ_SEED=1152803294 HYPOTHESIS_PROFILE=ci python -m")
+    assert command.endswith("tests/test_fuzz.py -k test_rewrite_keeps_every_oracle")
+    monkeypatch.setenv("FUZZ_SEED", "")
+    assert fuzz_seed() is None and "FUZZ_SEED" not in replay_command("x")
+    monkeypatch.setenv("FUZZ_SEED", "seven")
+    with pytest.raises(ValueError, match="FUZZ_SEED must be an integer"):
+        fuzz_seed()
+
+
+def test_the_seed_decides_the_models() -> None:
+    """One seed draws the same models twice, another seed others."""
+
+    def drawn(value: int) -> list[str]:
+        steps: list[str] = []
+
+        @seed(value)
+        @settings(max_examples=5, database=None, deadline=None, derandomize=False)
+        @given(case=fuzz_cases(mutators=[]))
+        def collect(case: Case) -> None:
+            steps.append(case.steps[0])
+
+        collect()
+        return steps
+
+    assert drawn(1) == drawn(1) != drawn(2)
