@@ -1,9 +1,10 @@
 """The generative differential fuzzer (docs/fuzzing.md) on a fixed budget.
 
-CI runs the hypothesis profile's number of examples, derandomized (the same models every
-run); ``tox -e fuzz`` runs ``FUZZ_EXAMPLES`` random ones (5000 by default), the held-back
-mutators included with ``FUZZ_ALL=1``, sizes with a 0 in child processes with
-``FUZZ_ZERO_CHILD=1``.
+Without ``FUZZ_SEED`` the run is derandomized (the same models every run); with
+``FUZZ_SEED=N`` hypothesis draws its models from seed N (CI sets a fresh one each run and
+prints it; a failure names the seed and the command that replays it). ``tox -e fuzz``
+runs ``FUZZ_EXAMPLES`` random ones (5000 by default), the held-back mutators included
+with ``FUZZ_ALL=1``, sizes with a 0 in child processes with ``FUZZ_ZERO_CHILD=1``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, assume, find, given, settings
+from hypothesis import HealthCheck, assume, find, given, seed, settings
 from onnx import numpy_helper
 
 import rnn_rewrite_rules
@@ -22,6 +23,7 @@ from rnn_rewrite_rules.testing.fuzz import oracles
 from rnn_rewrite_rules.testing.fuzz.case import Case
 from rnn_rewrite_rules.testing.fuzz.generate import ALL_MUTATORS, fuzz_cases
 from rnn_rewrite_rules.testing.fuzz.oracles import check_case
+from tests.fuzz_seed import fuzz_seed, replay_command
 
 pytestmark = pytest.mark.fuzz
 
@@ -35,24 +37,33 @@ HELD_BACK_STEPS: dict[tuple[str, ...], str] = {}
 
 _LONG = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 _ALL = os.environ.get("FUZZ_ALL") == "1"
+_ZERO_CHILD = os.environ.get("FUZZ_ZERO_CHILD") == "1"
+_SEED = fuzz_seed()
 _MUTATORS = sorted(m for m in ALL_MUTATORS if _ALL or m not in HELD_BACK)
 _BUDGET = settings(
     # a fixed budget: 80 models (about a minute on a loaded 2-core machine), fewer in dev
     max_examples=_LONG or min(settings().max_examples, 80),
-    derandomize=not _LONG,
+    derandomize=_SEED is None and not _LONG,
     database=None,
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
 
 
+def _seeded(test):
+    """``test`` drawing from ``FUZZ_SEED`` when it is set."""
+    return test if _SEED is None else seed(_SEED)(test)
+
+
+@_seeded
 @_BUDGET
 @given(case=fuzz_cases(mutators=_MUTATORS))
 def test_rewrite_keeps_every_oracle(case: Case) -> None:
     steps = "\n".join(case.steps)
     assume(_ALL or not any(all(part in steps for part in held) for held in HELD_BACK_STEPS))
-    outcome = check_case(case, zero_in_child=os.environ.get("FUZZ_ZERO_CHILD") == "1")
-    assert not outcome.failures, "\n".join([*case.steps, *map(str, outcome.failures)])
+    outcome = check_case(case, zero_in_child=_ZERO_CHILD)
+    replay = replay_command("test_rewrite_keeps_every_oracle")
+    assert not outcome.failures, "\n".join([*case.steps, *map(str, outcome.failures), replay])
 
 
 @pytest.mark.parametrize("name", sorted(ALL_MUTATORS))
@@ -136,3 +147,37 @@ def test_zero_sizes_run_in_a_child_process() -> None:
     assert not children.failures
     assert children.compared["onnxruntime"] > in_process
     assert np.all([0 in plan.values() for plan in oracles.plans(case)[3:]])
+
+
+def test_a_failure_names_the_seed_that_replays_it(monkeypatch) -> None:
+    """With ``FUZZ_SEED`` (CI draws one each run) the replay command carries it and the
+    environment that decides the models drawn; without it the run is derandomized."""
+    monkeypatch.setenv("FUZZ_SEED", "1152803294")
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    monkeypatch.delenv("FUZZ_EXAMPLES", raising=False)
+    command = replay_command("test_rewrite_keeps_every_oracle")
+    assert command.startswith("replay: FUZZ_SEED=1152803294 HYPOTHESIS_PROFILE=ci python -m")
+    assert command.endswith("tests/test_fuzz.py -k test_rewrite_keeps_every_oracle")
+    monkeypatch.setenv("FUZZ_SEED", "")
+    assert fuzz_seed() is None and "FUZZ_SEED" not in replay_command("x")
+    monkeypatch.setenv("FUZZ_SEED", "seven")
+    with pytest.raises(ValueError, match="FUZZ_SEED must be an integer"):
+        fuzz_seed()
+
+
+def test_the_seed_decides_the_models() -> None:
+    """One seed draws the same models twice, another seed others."""
+
+    def drawn(value: int) -> list[str]:
+        steps: list[str] = []
+
+        @seed(value)
+        @settings(max_examples=5, database=None, deadline=None, derandomize=False)
+        @given(case=fuzz_cases(mutators=[]))
+        def collect(case: Case) -> None:
+            steps.append(case.steps[0])
+
+        collect()
+        return steps
+
+    assert drawn(1) == drawn(1) != drawn(2)

@@ -19,13 +19,16 @@ class Case:
     ``fixed``: graph inputs fed with exactly this array (runtime axes, a condition);
     ``min_sizes``: a symbolic dimension's smallest valid size (a sequence axis made
     symbolic over a fixed number of unrolled steps); ``steps``: what built it, in order,
-    as ``name(arguments)`` strings (the report of a failure).
+    as ``name(arguments)`` strings (the report of a failure); ``zero_dims``: symbolic
+    dimensions whose size 0 the case is about: plans with a 0 in these only are compared
+    on ONNX Runtime in child processes even when the run leaves other zero plans out.
     """
 
     model: onnx.ModelProto
     fixed: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     min_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
     steps: list[str] = dataclasses.field(default_factory=list)
+    zero_dims: set[str] = dataclasses.field(default_factory=set)
 
     def note(self, step: str) -> None:
         self.steps.append(step)

@@ -21,6 +21,7 @@ from rnn_rewrite_rules.testing.exporters import (
     quantized_lstm_model,
 )
 from rnn_rewrite_rules.testing.fuzz.case import Case
+from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model
 
 __all__ = ["CORES", "cores", "slices_as_attributes"]
 
@@ -126,6 +127,8 @@ def _hand_built_bidirectional(draw) -> Case:
         "input_size": draw(_SMALL),
         "hidden": draw(_SMALL),
     }
+    if kwargs["state_concat"] and near_miss == "state_read":
+        kwargs["state_concat"] = False  # the builder writes h_n twice for this pair
     model = thirdparty.hand_built_bidirectional(**kwargs)
     return Case(model, steps=[f"hand_built_bidirectional(**{kwargs})"])
 
@@ -171,6 +174,28 @@ def _state_forms(draw) -> Case:
     return Case(thirdparty.embedding_tagger(**kwargs), steps=[f"embedding_tagger({kwargs})"])
 
 
+@st.composite
+def _loop(draw) -> Case:
+    """A recurrent layer as a ``Loop`` (torch.export's ``while_loop`` over ``len(x)``, or
+    Keras'/tf1's constant trip count), or a ``Scan``."""
+    form = draw(st.sampled_from(["torch", "torch", "keras", "tf1", "scan"]))
+    spec = LoopSpec(
+        cell=draw(st.sampled_from(["LSTM", "GRU", "RNN"])),
+        form=form,
+        input_size=draw(_SMALL),
+        hidden_size=draw(_SMALL),
+        steps=draw(_SMALL),
+        direction=draw(st.sampled_from(["forward", "reverse"])),
+        outputs=draw(st.sampled_from([("y",), ("y", "h"), ("h",)])),
+        trip_count="length" if form == "torch" else "constant",
+        opset=draw(st.integers(13, 21)),
+        seed=draw(st.integers(0, 99)),
+    )
+    model = build_loop_model(spec)
+    min_sizes = {} if spec.trip_count == "length" else {"seq": spec.steps}
+    return Case(model, min_sizes=min_sizes, steps=[f"loop({spec})"])
+
+
 #: Core name -> its strategy.
 CORES = {
     "exporter": _exporter(),
@@ -180,6 +205,7 @@ CORES = {
     "hand_built_bidirectional": _hand_built_bidirectional(),
     "thirdparty": _thirdparty(),
     "state_forms": _state_forms(),
+    "loop": _loop(),
 }
 
 

@@ -29,7 +29,7 @@ __all__ = ["MUTATORS", "Mutator", "convert_element_type"]
 
 Mutator = Callable[[Callable, Case], bool]
 
-_FLOATS = {
+_FLOATS: dict[int, type[np.floating]] = {
     TensorProto.FLOAT16: np.float16,
     TensorProto.FLOAT: np.float32,
     TensorProto.DOUBLE: np.float64,
@@ -297,7 +297,9 @@ def _extra_output(draw, case: Case) -> bool:
     if not values:
         return False
     value = draw(st.sampled_from(values))
-    Graph(case.model).output(value, *types[value])
+    elem, rank = types[value]
+    assert rank is not None  # values of an unknown rank were left out above
+    Graph(case.model).output(value, elem, rank)
     case.note(f"extra_output({value})")
     return True
 
@@ -395,7 +397,9 @@ def _subgraph_reader(draw, case: Case) -> bool:
     g = Graph(case.model)
     flag = g.input(g.fresh(), TensorProto.BOOL, [])
     case.fixed[flag] = np.array(draw(st.booleans()))
-    subgraphs.add_if(case.model, flag, value, *types[value], ops=("Abs", "Neg"), at=index + 1)
+    elem, rank = types[value]
+    assert rank is not None  # values of an unknown rank were left out above
+    subgraphs.add_if(case.model, flag, value, elem, rank, ops=("Abs", "Neg"), at=index + 1)
     case.note(f"subgraph_reader({value})")
     return True
 
@@ -452,6 +456,89 @@ def _collide_names(draw, case: Case) -> bool:
     return True
 
 
+def _signed_zeros(draw, case: Case) -> bool:
+    """Constants ``+0.0`` and ``-0.0`` that make two otherwise equal computations differ
+    (``Div(1, +0.0)`` is ``+inf``, ``Div(1, -0.0)`` ``-inf``): two guards
+    ``If(Less(Div(1, z), 0))`` concatenated (``MergeGuards``), or two readers of one
+    graph input (the halves of a bidirectional pair) reading
+    ``Where(Less(Div(1, z), 0), x, -x)`` (defect class S: ``same_value`` on bits)."""
+    zeros = st.sampled_from([0.0, -0.0])
+    graph = case.model.graph
+    inits = {t.name for t in graph.initializer}
+    readers = {
+        i.name: [n for n in graph.node if i.name in n.input]
+        for i in graph.input
+        if _elem(i) == TensorProto.FLOAT and i.name not in case.fixed and i.name not in inits
+    }
+    readers = {k: v for k, v in readers.items() if len(v) >= 2}
+    floats = [o for o in _float_outputs(graph) if _elem(o) == TensorProto.FLOAT]
+    forms = (["guards"] if floats and main_opset(case.model) >= 11 else []) + (
+        ["halves"] if readers and main_opset(case.model) >= 9 else []
+    )
+    if not forms:
+        return False
+    signs = (draw(zeros), draw(zeros))
+    if draw(st.sampled_from(forms)) == "guards":
+        value = draw(st.sampled_from(floats))
+        subgraphs.add_signed_zero_guards(case.model, value.name, _elem(value), _rank(value), signs)
+        case.note(f"signed_zeros(guards {signs} on {value.name})")
+        return True
+    name = draw(st.sampled_from(sorted(readers)))
+    nodes = readers[name]
+    picked = sorted(
+        draw(st.lists(st.integers(0, len(nodes) - 1), min_size=2, max_size=2, unique=True))
+    )
+    for index, zero in zip(picked, signs, strict=True):
+        subgraphs.signed_zero_read(case.model, nodes[index], name, zero)
+    case.note(f"signed_zeros(readers {picked} of {name}: {signs})")
+    return True
+
+
+#: A Loop body's stacked output as declared: nothing, ``[?, ?]``, ``[?, H]``, as built.
+_DECLARATIONS = ("none", "unknown_2d", "batch_h", "kept")
+
+
+def _zero_step_loop(draw, case: Case) -> bool:
+    """A ``Loop`` with a stacked (scan) output redeclared in its body (nothing,
+    ``[?, ?]``, ``[?, H]``), the graph then inside an ``If`` branch or another ``Loop``,
+    its inputs' first axes at 0 compared on ONNX Runtime too (defect class Z: what a Loop over
+    ``len(X)`` gives after no step depends on that declaration)."""
+    graph = case.model.graph
+    loops = [n for n in graph.node if n.op_type == "Loop" and n.attribute]
+    bodies = []
+    for node in loops:
+        body = next(a.g for a in node.attribute if a.name == "body")
+        carried = len(node.input) - 2
+        stacked = range(1 + carried, len(body.output))
+        bodies += [(body, k) for k in stacked if body.output[k].type.tensor_type.HasField("shape")]
+    if not bodies:
+        return False
+    body, index = draw(st.sampled_from(bodies))
+    declared = draw(st.sampled_from(_DECLARATIONS))
+    dims = [d.dim_value or None for d in body.output[index].type.tensor_type.shape.dim]
+    if declared != "kept":
+        shapes = {
+            "none": None,
+            "unknown_2d": [None, None],
+            "batch_h": [None, dims[-1] if dims else None],
+        }
+        subgraphs.declare_scan_output(body, index, shapes[declared])
+    where = draw(st.sampled_from(["main", "if", "loop"]))
+    if where == "if":
+        pick = next(fresh_names(case.model, "pick_"))
+        subgraphs.wrap_in_if(case.model, pick)
+        case.fixed[pick] = np.array(True)
+    elif where == "loop":
+        subgraphs.wrap_in_loop(case.model)
+    case.zero_dims |= {  # the time axes: each float input's first, where symbolic
+        dims[0].dim_param
+        for i in graph.input
+        if _elem(i) in _FLOATS and (dims := i.type.tensor_type.shape.dim) and dims[0].dim_param
+    }
+    case.note(f"zero_step_loop(body output {index} declared {declared}, in {where})")
+    return True
+
+
 #: Mutator name -> function.
 MUTATORS: dict[str, Mutator] = {
     "element_type": _element_type,
@@ -468,4 +555,6 @@ MUTATORS: dict[str, Mutator] = {
     "subgraph_reader": _subgraph_reader,
     "symbolic_dims": _symbolic_dims,
     "collide_names": _collide_names,
+    "signed_zeros": _signed_zeros,
+    "zero_step_loop": _zero_step_loop,
 }
