@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import RewriteRuleSet
+from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _load, _report, _save, _verify, costs, diagnostics, runtime
 from rnn_rewrite_rules._api import Refused, apply_rounds, select
@@ -94,6 +94,9 @@ class RewriteOptions:
     rules: Sequence[str] | str | None = None
     #: Family or rule names left out of ``rules``.
     exclude: Sequence[str] | str | None = None
+    #: The rules ``rules``, ``exclude`` and ``target`` choose, when the caller chose them
+    #: already (the CLI, to fail on a bad name before reading a file); None: chosen here.
+    selected: Sequence[RewriteRule] | None = None
     #: Write the result even where the model has no recurrence to rewrite.
     allow_no_rnn: bool = False
     #: What the result must run on: ``"portable"`` (everywhere the input runs) or
@@ -354,7 +357,11 @@ class _Job:
     def start(cls, source: Path, target: Path | None, options: RewriteOptions) -> _Job:
         """Options checked and rules chosen before any file is read."""
         _check_options(options)
-        rules = select(options.rules, target=options.target, exclude=options.exclude)
+        rules = (
+            list(options.selected)
+            if options.selected is not None
+            else select(options.rules, target=options.target, exclude=options.exclude)
+        )
         if options.verify or options.benchmark or options.quantize:
             runtime.require_onnxruntime()
         return cls(source, target, options, rules, options.progress or _NoProgress())
