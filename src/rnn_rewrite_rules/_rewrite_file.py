@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _load, _report, _save, _verify, costs, diagnostics, runtime
 from rnn_rewrite_rules._api import Refused, apply_rounds, select
+from rnn_rewrite_rules._api import rewrite as rewrite_model
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules._report import Report
 from rnn_rewrite_rules._size_plan import SizePlan, Sizes
@@ -264,22 +266,35 @@ def _run_benchmark(
     return result
 
 
+def time_major_equivalent(before: _verify.Source) -> bytes | None:
+    """``before`` with its layout=1 RNNs made layout=0 by the ``layout`` rules alone
+    (serialized, external data inlined), or None when it has none or they stay: what
+    ``--verify`` runs as the reference where ONNX Runtime rejects ``layout=1``."""
+
+    def batch_first(model: ir.Model) -> bool:
+        return any(
+            diagnostics.is_rnn(node) and node.attributes.get_int("layout", 0) == 1
+            for node in model.graph.all_nodes()
+        )
+
+    if isinstance(before, bytes):
+        model = ir.serde.deserialize_model(onnx.load_from_string(before))
+    else:
+        model = ir.load(before)
+    if not batch_first(model):
+        return None
+    rewrite_model(model, ["layout"])
+    if batch_first(model):
+        return None
+    ir.external_data.load_to_model(model)
+    return ir.serde.serialize_model(model).SerializeToString()
+
+
 def _run_verify(
-    before: str,
-    after: str,
-    plan: SizePlan,
-    options: RewriteOptions,
-    progress: Progress,
+    before: str, after: str, plan: _verify.VerifyPlan, progress: Progress
 ) -> _verify.VerifyResult:
-    task = progress.task("verifying in ONNX Runtime", 2 * len(plan.runs()))  # both models
-    result = _verify.verify(
-        before,
-        after,
-        plan,
-        seed=options.seed,
-        tolerance=options.effective_tolerance,
-        on_run=task.advance,
-    )
+    task = progress.task("verifying in ONNX Runtime", 2 * len(plan.sizes.runs()))  # both
+    result = _verify.verify(before, after, plan, on_run=task.advance)
     task.done()
     return result
 
@@ -325,12 +340,12 @@ def rewrite_file(
         job.rewrite()
         job.quantize(stack)
         if job.staging is None and not options.verify and not options.benchmark:
-            return job.report  # --check: nothing to write or run
+            return job.done()  # --check: nothing to write or run
         job.write(stack)
         job.verify()
         job.benchmark()
         job.commit()
-    return job.report
+    return job.done()
 
 
 @dataclasses.dataclass
@@ -380,8 +395,25 @@ class _Job:
                 _save.output_staging(self.target, self.loaded, in_place=self.options.in_place)
             )
 
+    def done(self) -> Report:
+        """The report :meth:`rewrite` made."""
+        assert self.report is not None, "rewrite() first"
+        return self.report
+
+    def _staged(self) -> _save.Staging:
+        assert self.staging is not None, "write() first"
+        return self.staging
+
+    def _model(self) -> _load.LoadedModel:
+        assert self.loaded is not None, "load() first (and not after write())"
+        return self.loaded
+
+    def _sizes(self) -> SizePlan:
+        assert self.plan is not None, "load() with verify or benchmark"
+        return self.plan
+
     def rewrite(self) -> None:
-        model = self.loaded.model
+        model = self._model().model
         hazards = diagnostics.find_hazards(model) if self.options.hazards else None
         self.progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
         report = _rewrite(model, self.rules, self.progress)
@@ -409,10 +441,10 @@ class _Job:
         where = None if self.staging is None else self.staging.directory
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="int8-", dir=where))
         task = self.progress.task("quantizing (onnxruntime quantize_dynamic)")
-        source, external = _save_for_quantizer(self.loaded, Path(scratch))
+        source, external = _save_for_quantizer(self._model(), Path(scratch))
         self.loaded = None
         gc.collect()  # the float model, before the quantizer reads its own copy
-        self.loaded, self.report.quantized = _quantize(source, external)
+        self.loaded, self.done().quantized = _quantize(source, external)
         task.done()
 
     def write(self, stack: contextlib.ExitStack) -> None:
@@ -421,9 +453,11 @@ class _Job:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="rnn-rewrite-"))
             self.staging = stack.enter_context(_save.Staging(Path(scratch) / self.source.name))
         writing = self.progress.task(f"writing {self.target or 'a scratch copy'}")
+        loaded = self._model()
         self.staging.write(
-            self.loaded.model, external_data=self.loaded.external_data, on_tensor=writing.update
+            loaded.model, external_data=loaded.external_data, on_tensor=writing.update
         )
+        del loaded
         writing.done()
         if self.target is not None:
             _check_result(self.staging.model_path)
@@ -433,29 +467,41 @@ class _Job:
     def verify(self) -> None:
         if not self.options.verify:
             return
-        self.report.verify = _run_verify(
-            str(self.source), str(self.staging.model_path), self.plan, self.options, self.progress
+        plan = _verify.VerifyPlan(
+            self._sizes(),
+            seed=self.options.seed,
+            tolerance=self.options.effective_tolerance,
+            equivalent=time_major_equivalent,
         )
-        if not self.report.verify.ok:
+        report = self.done()
+        report.verify = _run_verify(
+            str(self.source), str(self._staged().model_path), plan, self.progress
+        )
+        if not report.verify.ok:
             where = f"; {self.target} not written" if self.target else ""
-            raise VerifyFailed(f"verification failed{where}", self.report)
+            raise VerifyFailed(f"verification failed{where}", report)
 
     def benchmark(self) -> None:
         """``--benchmark``: both files timed side by side; a slower result is not written
         unless ``keep_slower``."""
         if not self.options.benchmark:
             return
-        self.report.benchmark = _run_benchmark(
-            str(self.source), str(self.staging.model_path), self.plan, self.options, self.progress
+        report = self.done()
+        report.benchmark = _run_benchmark(
+            str(self.source),
+            str(self._staged().model_path),
+            self._sizes(),
+            self.options,
+            self.progress,
         )
-        if self.report.benchmark.slower and not self.options.keep_slower and self.target:
+        if report.benchmark.slower and not self.options.keep_slower and self.target:
             raise SlowerResult(
                 f"the result is slower than the original beyond noise; {self.target} not "
                 "written (--keep-slower writes it anyway)",
-                self.report,
+                report,
             )
 
     def commit(self) -> None:
         if self.target is not None:
-            self.staging.commit()
-            self.report.written = True
+            self._staged().commit()
+            self.done().written = True

@@ -18,7 +18,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rnn_rewrite_rules import __version__, errors
 
@@ -306,7 +306,8 @@ class _Progress:
 
     def __init__(self, enabled: bool) -> None:
         self._enabled = enabled
-        self._progress = None
+        #: rich's ``Progress`` once started (rich is optional: not imported to type it)
+        self._progress: Any = None
 
     def __enter__(self) -> _Progress:
         return self

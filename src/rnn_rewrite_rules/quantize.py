@@ -185,13 +185,11 @@ def quantization_error(
     import onnx_ir as ir
 
     from rnn_rewrite_rules import _verify
+    from rnn_rewrite_rules._rewrite_file import time_major_equivalent
     from rnn_rewrite_rules._size_plan import SizePlan
 
-    plan = SizePlan.of(ir.serde.deserialize_model(original))
-    return _verify.verify(
-        original.SerializeToString(),
-        quantized.SerializeToString(),
-        plan,
-        seed=seed,
-        tolerance=tolerance,
+    sizes = SizePlan.of(ir.serde.deserialize_model(original))
+    plan = _verify.VerifyPlan(
+        sizes, seed=seed, tolerance=tolerance, equivalent=time_major_equivalent
     )
+    return _verify.verify(original.SerializeToString(), quantized.SerializeToString(), plan)
