@@ -20,16 +20,15 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _load, _report, _save, _verify, costs, diagnostics, runtime
 from rnn_rewrite_rules._api import Refused, apply_rounds, select
-from rnn_rewrite_rules._api import rewrite as rewrite_model
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules._report import Report
 from rnn_rewrite_rules._size_plan import SizePlan, Sizes
+from rnn_rewrite_rules._time_major import time_major_equivalent
 from rnn_rewrite_rules.benchmark import BUDGET_S, BenchmarkResult, plan_feeds
 from rnn_rewrite_rules.benchmark import benchmark as run_benchmark
 from rnn_rewrite_rules.errors import (
@@ -264,30 +263,6 @@ def _run_benchmark(
     result.notes += notes
     task.done()
     return result
-
-
-def time_major_equivalent(before: _verify.Source) -> bytes | None:
-    """``before`` with its layout=1 RNNs made layout=0 by the ``layout`` rules alone
-    (serialized, external data inlined), or None when it has none or they stay: what
-    ``--verify`` runs as the reference where ONNX Runtime rejects ``layout=1``."""
-
-    def batch_first(model: ir.Model) -> bool:
-        return any(
-            diagnostics.is_rnn(node) and node.attributes.get_int("layout", 0) == 1
-            for node in model.graph.all_nodes()
-        )
-
-    if isinstance(before, bytes):
-        model = ir.serde.deserialize_model(onnx.load_from_string(before))
-    else:
-        model = ir.load(before)
-    if not batch_first(model):
-        return None
-    rewrite_model(model, ["layout"])
-    if batch_first(model):
-        return None
-    ir.external_data.load_to_model(model)
-    return ir.serde.serialize_model(model).SerializeToString()
 
 
 def _run_verify(

@@ -59,7 +59,7 @@ class VerifyPlan:
     #: The largest absolute difference allowed on any output.
     tolerance: float = 1e-4
     #: Where ONNX Runtime rejects the original: an equivalent it may load (serialized),
-    #: or None. :func:`rnn_rewrite_rules._rewrite_file.time_major_equivalent` gives the
+    #: or None. :func:`rnn_rewrite_rules._time_major.time_major_equivalent` gives the
     #: original with its ``layout=1`` RNNs made ``layout=0``. None here: no such fallback.
     equivalent: Callable[[Source], bytes | None] | None = None
     #: What the note says the equivalent is, when it is the reference.

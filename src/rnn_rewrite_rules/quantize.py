@@ -185,8 +185,8 @@ def quantization_error(
     import onnx_ir as ir
 
     from rnn_rewrite_rules import _verify
-    from rnn_rewrite_rules._rewrite_file import time_major_equivalent
     from rnn_rewrite_rules._size_plan import SizePlan
+    from rnn_rewrite_rules._time_major import time_major_equivalent
 
     sizes = SizePlan.of(ir.serde.deserialize_model(original))
     plan = _verify.VerifyPlan(
