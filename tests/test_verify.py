@@ -249,7 +249,7 @@ def _verify_small(models, tmp_path, shapes: dict) -> _verify.VerifyResult:
     onnx.save(rnn_rewrite_rules.rewrite(onnx.load(models / "small.onnx")), after)
     specs = input_specs(ir.load(models / "small.onnx"))
     plan = SizePlan(specs, shapes, zero_unsafe=True)
-    return _verify.verify(str(models / "small.onnx"), str(after), plan)
+    return _verify.verify(str(models / "small.onnx"), str(after), _verify.VerifyPlan(plan))
 
 
 def test_a_result_aborting_where_the_original_runs_fails(models, tmp_path, monkeypatch) -> None:
@@ -355,7 +355,9 @@ def test_an_original_ort_rejects_is_compared_in_onnx_reference(result_op: str) -
     with pytest.raises(Exception, match="hidden_size"):
         runtime.ort_runner(before, optimize=False, arena=False)
     plan = SizePlan(input_specs(ir.serde.deserialize_model(before)))
-    result = _verify.verify(before.SerializeToString(), after.SerializeToString(), plan)
+    result = _verify.verify(
+        before.SerializeToString(), after.SerializeToString(), _verify.VerifyPlan(plan)
+    )
     assert result.reference == "onnx.reference"
     (note,) = result.notes
     assert note.startswith("ONNX Runtime rejects the original model (")

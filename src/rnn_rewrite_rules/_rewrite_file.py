@@ -21,13 +21,14 @@ from typing import Protocol
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import RewriteRuleSet
+from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 
 from rnn_rewrite_rules import _load, _report, _save, _verify, costs, diagnostics, runtime
 from rnn_rewrite_rules._api import Refused, apply_rounds, select
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules._report import Report
 from rnn_rewrite_rules._size_plan import SizePlan, Sizes
+from rnn_rewrite_rules._time_major import time_major_equivalent
 from rnn_rewrite_rules.benchmark import BUDGET_S, BenchmarkResult, plan_feeds
 from rnn_rewrite_rules.benchmark import benchmark as run_benchmark
 from rnn_rewrite_rules.errors import (
@@ -94,6 +95,9 @@ class RewriteOptions:
     rules: Sequence[str] | str | None = None
     #: Family or rule names left out of ``rules``.
     exclude: Sequence[str] | str | None = None
+    #: The rules ``rules``, ``exclude`` and ``target`` choose, when the caller chose them
+    #: already (the CLI, to fail on a bad name before reading a file); None: chosen here.
+    selected: Sequence[RewriteRule] | None = None
     #: Write the result even where the model has no recurrence to rewrite.
     allow_no_rnn: bool = False
     #: What the result must run on: ``"portable"`` (everywhere the input runs) or
@@ -262,21 +266,10 @@ def _run_benchmark(
 
 
 def _run_verify(
-    before: str,
-    after: str,
-    plan: SizePlan,
-    options: RewriteOptions,
-    progress: Progress,
+    before: str, after: str, plan: _verify.VerifyPlan, progress: Progress
 ) -> _verify.VerifyResult:
-    task = progress.task("verifying in ONNX Runtime", 2 * len(plan.runs()))  # both models
-    result = _verify.verify(
-        before,
-        after,
-        plan,
-        seed=options.seed,
-        tolerance=options.effective_tolerance,
-        on_run=task.advance,
-    )
+    task = progress.task("verifying in ONNX Runtime", 2 * len(plan.sizes.runs()))  # both
+    result = _verify.verify(before, after, plan, on_run=task.advance)
     task.done()
     return result
 
@@ -322,12 +315,12 @@ def rewrite_file(
         job.rewrite()
         job.quantize(stack)
         if job.staging is None and not options.verify and not options.benchmark:
-            return job.report  # --check: nothing to write or run
+            return job.done()  # --check: nothing to write or run
         job.write(stack)
         job.verify()
         job.benchmark()
         job.commit()
-    return job.report
+    return job.done()
 
 
 @dataclasses.dataclass
@@ -354,7 +347,11 @@ class _Job:
     def start(cls, source: Path, target: Path | None, options: RewriteOptions) -> _Job:
         """Options checked and rules chosen before any file is read."""
         _check_options(options)
-        rules = select(options.rules, target=options.target, exclude=options.exclude)
+        rules = (
+            list(options.selected)
+            if options.selected is not None
+            else select(options.rules, target=options.target, exclude=options.exclude)
+        )
         if options.verify or options.benchmark or options.quantize:
             runtime.require_onnxruntime()
         return cls(source, target, options, rules, options.progress or _NoProgress())
@@ -373,8 +370,25 @@ class _Job:
                 _save.output_staging(self.target, self.loaded, in_place=self.options.in_place)
             )
 
+    def done(self) -> Report:
+        """The report :meth:`rewrite` made."""
+        assert self.report is not None, "rewrite() first"
+        return self.report
+
+    def _staged(self) -> _save.Staging:
+        assert self.staging is not None, "write() first"
+        return self.staging
+
+    def _model(self) -> _load.LoadedModel:
+        assert self.loaded is not None, "load() first (and not after write())"
+        return self.loaded
+
+    def _sizes(self) -> SizePlan:
+        assert self.plan is not None, "load() with verify or benchmark"
+        return self.plan
+
     def rewrite(self) -> None:
-        model = self.loaded.model
+        model = self._model().model
         hazards = diagnostics.find_hazards(model) if self.options.hazards else None
         self.progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
         report = _rewrite(model, self.rules, self.progress)
@@ -402,10 +416,10 @@ class _Job:
         where = None if self.staging is None else self.staging.directory
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="int8-", dir=where))
         task = self.progress.task("quantizing (onnxruntime quantize_dynamic)")
-        source, external = _save_for_quantizer(self.loaded, Path(scratch))
+        source, external = _save_for_quantizer(self._model(), Path(scratch))
         self.loaded = None
         gc.collect()  # the float model, before the quantizer reads its own copy
-        self.loaded, self.report.quantized = _quantize(source, external)
+        self.loaded, self.done().quantized = _quantize(source, external)
         task.done()
 
     def write(self, stack: contextlib.ExitStack) -> None:
@@ -414,9 +428,11 @@ class _Job:
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="rnn-rewrite-"))
             self.staging = stack.enter_context(_save.Staging(Path(scratch) / self.source.name))
         writing = self.progress.task(f"writing {self.target or 'a scratch copy'}")
+        loaded = self._model()
         self.staging.write(
-            self.loaded.model, external_data=self.loaded.external_data, on_tensor=writing.update
+            loaded.model, external_data=loaded.external_data, on_tensor=writing.update
         )
+        del loaded
         writing.done()
         if self.target is not None:
             _check_result(self.staging.model_path)
@@ -426,29 +442,41 @@ class _Job:
     def verify(self) -> None:
         if not self.options.verify:
             return
-        self.report.verify = _run_verify(
-            str(self.source), str(self.staging.model_path), self.plan, self.options, self.progress
+        plan = _verify.VerifyPlan(
+            self._sizes(),
+            seed=self.options.seed,
+            tolerance=self.options.effective_tolerance,
+            equivalent=time_major_equivalent,
         )
-        if not self.report.verify.ok:
+        report = self.done()
+        report.verify = _run_verify(
+            str(self.source), str(self._staged().model_path), plan, self.progress
+        )
+        if not report.verify.ok:
             where = f"; {self.target} not written" if self.target else ""
-            raise VerifyFailed(f"verification failed{where}", self.report)
+            raise VerifyFailed(f"verification failed{where}", report)
 
     def benchmark(self) -> None:
         """``--benchmark``: both files timed side by side; a slower result is not written
         unless ``keep_slower``."""
         if not self.options.benchmark:
             return
-        self.report.benchmark = _run_benchmark(
-            str(self.source), str(self.staging.model_path), self.plan, self.options, self.progress
+        report = self.done()
+        report.benchmark = _run_benchmark(
+            str(self.source),
+            str(self._staged().model_path),
+            self._sizes(),
+            self.options,
+            self.progress,
         )
-        if self.report.benchmark.slower and not self.options.keep_slower and self.target:
+        if report.benchmark.slower and not self.options.keep_slower and self.target:
             raise SlowerResult(
                 f"the result is slower than the original beyond noise; {self.target} not "
                 "written (--keep-slower writes it anyway)",
-                self.report,
+                report,
             )
 
     def commit(self) -> None:
         if self.target is not None:
-            self.staging.commit()
-            self.report.written = True
+            self._staged().commit()
+            self.done().written = True

@@ -419,6 +419,7 @@ class SizePlan:
         #: The sizes the original ran on, once :meth:`resolve` found them.
         self.accepted: list[Sizes] | None = None
         self._planner: _Planner | None = None
+        self._runs: list[Sizes] | None = None
 
     @classmethod
     def of(
@@ -434,6 +435,7 @@ class SizePlan:
         self.facts.merge(size_facts(model))
         self.zero_unsafe = self.zero_unsafe or zero_unsafe(model)
         self._planner = None
+        self._runs = None
 
     @property
     def planner(self) -> _Planner:
@@ -443,11 +445,14 @@ class SizePlan:
 
     def check(self) -> None:
         """Raise now what the runs would raise (a usage error, an unranked input)."""
-        self.planner.plans()
+        self.runs()
 
     def runs(self) -> list[Sizes]:
-        """The sizes of each run before any is tried (:meth:`resolve` may change them)."""
-        return self.planner.plans()
+        """The sizes of each run before any is tried (:meth:`resolve` may change them):
+        planned once (again only after :meth:`add_rewritten`)."""
+        if self._runs is None:
+            self._runs = self.planner.plans()
+        return list(self._runs)
 
     @property
     def notes(self) -> list[str]:
@@ -485,7 +490,7 @@ class SizePlan:
         outcomes: list[T] = []
         notes: list[str] = []
         accepted: list[Sizes] = []
-        defaults = self.planner.plans()
+        defaults = self.runs()
         for run in range(self.planner.runs):
             rejected: list[tuple[Sizes, str]] = []
             found = self._first_accepted(run, defaults, attempt, accepted, rejected)

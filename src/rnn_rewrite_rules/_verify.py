@@ -5,8 +5,9 @@ original model: every dynamic axis takes several sizes, axes the graph ties take
 axes it fixes take that size, sequence lengths are valid, and a run whose sizes the
 original rejects is retried with others (the result lists the sizes compared and why).
 
-When ONNX Runtime rejects the original model's ``layout=1`` RNNs, the reference is an
-equivalent ``layout=0`` model made by the ``layout`` rules alone, run in ONNX Runtime.
+When ONNX Runtime rejects the original model, the reference is the plan's equivalent of it
+(:attr:`VerifyPlan.equivalent`: the job gives its ``layout=1`` RNNs made ``layout=0`` by the
+``layout`` rules alone), run in ONNX Runtime.
 When it rejects the original otherwise but loads the result, the reference outputs come
 from ``onnx.reference`` (a partial check, said so); when it loads neither (an IR version
 too new, say), there is nothing to compare: :class:`CannotVerify`.
@@ -31,16 +32,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
-import onnx
-import onnx_ir as ir
 
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules._size_plan import SizePlan, Sizes, format_plan
-from rnn_rewrite_rules.diagnostics import is_rnn
 from rnn_rewrite_rules.errors import CannotVerify
 from rnn_rewrite_rules.runtime import require_onnxruntime
 
 __all__ = [
+    "VerifyPlan",
     "VerifyResult",
     "child_pythonpath",
     "require_onnxruntime",
@@ -48,6 +47,26 @@ __all__ = [
 ]
 
 Source = str | bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyPlan:
+    """What :func:`verify` compares and how: built once by its caller, read, never unpacked."""
+
+    #: The sizes of each run (planned from the original, before the rewrite).
+    sizes: SizePlan
+    seed: int = 0
+    #: The largest absolute difference allowed on any output.
+    tolerance: float = 1e-4
+    #: Where ONNX Runtime rejects the original: an equivalent it may load (serialized),
+    #: or None. :func:`rnn_rewrite_rules._time_major.time_major_equivalent` gives the
+    #: original with its ``layout=1`` RNNs made ``layout=0``. None here: no such fallback.
+    equivalent: Callable[[Source], bytes | None] | None = None
+    #: What the note says the equivalent is, when it is the reference.
+    equivalent_note: str = (
+        "ONNX Runtime rejects the original's layout=1 RNNs; reference outputs from an "
+        "equivalent layout=0 model (the layout rules alone) in ONNX Runtime"
+    )
 
 
 @dataclasses.dataclass
@@ -73,32 +92,8 @@ class VerifyResult:
         return max(self.max_diff.values(), default=0.0)
 
 
-def _time_major_equivalent(before: Source) -> bytes | None:
-    """``before`` with its layout=1 RNNs made layout=0 by the ``layout`` rules alone
-    (serialized, external data inlined), or None when it has none or they stay."""
-    from rnn_rewrite_rules import _api
-
-    def batch_first(model: ir.Model) -> bool:
-        return any(
-            is_rnn(node) and node.attributes.get_int("layout", 0) == 1
-            for node in model.graph.all_nodes()
-        )
-
-    if isinstance(before, bytes):
-        model = ir.serde.deserialize_model(onnx.load_from_string(before))
-    else:
-        model = ir.load(before)
-    if not batch_first(model):
-        return None
-    _api.rewrite(model, ["layout"])
-    if batch_first(model):
-        return None
-    ir.external_data.load_to_model(model)
-    return ir.serde.serialize_model(model).SerializeToString()
-
-
 def _reference(
-    before: Source, after: Source, result: VerifyResult
+    before: Source, after: Source, plan: VerifyPlan, result: VerifyResult
 ) -> tuple[runtime.Runner, Source | None]:
     """The runner for the reference outputs, and what a child process loads to run it
     (None: run it in this process)."""
@@ -107,7 +102,7 @@ def _reference(
     except Exception as error:
         rejected = runtime.short_error(error)
     try:
-        equivalent = _time_major_equivalent(before)
+        equivalent = None if plan.equivalent is None else plan.equivalent(before)
     except Exception:
         equivalent = None
     if equivalent is not None:
@@ -116,10 +111,7 @@ def _reference(
         except Exception:
             pass
         else:
-            result.notes.append(
-                "ONNX Runtime rejects the original's layout=1 RNNs; reference outputs from an "
-                "equivalent layout=0 model (the layout rules alone) in ONNX Runtime"
-            )
+            result.notes.append(plan.equivalent_note)
             return reference, equivalent
     try:
         # released at once: only whether it loads matters here
@@ -230,13 +222,11 @@ def _reference_runs(
     plan: SizePlan,
     reference: runtime.Runner,
     child_source: Source | None,
-    *,
-    seed: int,
+    rng: np.random.Generator,
     result: VerifyResult,
     on_run: Callable[[], None] | None,
 ) -> list[_Case]:
     """Run the reference on each run's sizes (the plan retries sizes it rejects)."""
-    rng = np.random.default_rng(seed)
 
     def attempt(sizes: Sizes) -> _Case:
         feeds = plan.feeds(sizes, rng)
@@ -318,22 +308,20 @@ def _compare(
 def verify(
     before: Source,
     after: Source,
-    plan: SizePlan,
+    plan: VerifyPlan,
     *,
-    seed: int = 0,
-    tolerance: float = 1e-4,
     on_run: Callable[[], None] | None = None,
 ) -> VerifyResult:
     """Run ``before`` and ``after`` (paths or serialized models) on the same random inputs,
-    at the sizes of ``plan``.
+    at the sizes of ``plan.sizes``.
 
     The original runs first, without ONNX Runtime's graph optimizations (whose constant
     folding would hold extra copies of the weights), and its session is released before
     the result's loads (with the default optimizations, as a user runs it): at most one
     model is in memory at a time. A run whose sizes the original rejects is retried with
     others (:meth:`SizePlan.resolve`); the result lists the sizes compared. With
-    ``plan.zero_unsafe`` (recurrent ops: ONNX Runtime may end the process on batch 0),
-    sizes with a 0 run in child processes; where the original aborts, the run is noted
+    ``plan.sizes.zero_unsafe`` (recurrent ops: ONNX Runtime may end the process on batch
+    0), sizes with a 0 run in child processes; where the original aborts, the run is noted
     and not compared.
 
     ``on_run`` is called twice per run: once the original ran, once the result ran.
@@ -344,12 +332,14 @@ def verify(
         ValueError: the plan's overrides are inconsistent with the inputs.
     """
     require_onnxruntime()
-    plan.check()  # the usage errors (sizes too large), before loading anything
-    result = VerifyResult(tolerance, seed, [], {})
-    result.notes += plan.notes
-    reference, child_source = _reference(before, after, result)
+    sizes = plan.sizes
+    sizes.check()  # the usage errors (sizes too large), before loading anything
+    result = VerifyResult(plan.tolerance, plan.seed, [], {})
+    result.notes += sizes.notes
+    reference, child_source = _reference(before, after, plan, result)
     output_names = reference.output_names
-    cases = _reference_runs(plan, reference, child_source, seed=seed, result=result, on_run=on_run)
+    rng = np.random.default_rng(plan.seed)
+    cases = _reference_runs(sizes, reference, child_source, rng, result, on_run)
     del reference  # its session and weights, before the result's are loaded
     gc.collect()
     try:

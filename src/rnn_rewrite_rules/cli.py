@@ -18,11 +18,13 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rnn_rewrite_rules import __version__, errors
 
 if TYPE_CHECKING:
+    from onnxscript.rewriter import RewriteRule
+
     from rnn_rewrite_rules._rewrite_file import RewriteOptions
 
 __all__ = ["ExitCode", "main"]
@@ -248,11 +250,13 @@ def _names(values: Sequence[str] | None, option: str = "--rules") -> list[str] |
     return names
 
 
-def _select(values: Sequence[str] | None, target: str, exclude: Sequence[str] | None) -> None:
-    """Fail early (before any file is read) on an unknown rule name."""
+def _select(
+    values: Sequence[str] | None, target: str, exclude: Sequence[str] | None
+) -> list[RewriteRule]:
+    """The rules chosen, once: an unknown rule name fails early (before any file is read)."""
     from rnn_rewrite_rules._rewrite_file import select
 
-    select(_names(values), target=target, exclude=_names(exclude, "--exclude"))
+    return select(_names(values), target=target, exclude=_names(exclude, "--exclude"))
 
 
 def _list_rules() -> int:
@@ -302,7 +306,8 @@ class _Progress:
 
     def __init__(self, enabled: bool) -> None:
         self._enabled = enabled
-        self._progress = None
+        #: rich's ``Progress`` once started (rich is optional: not imported to type it)
+        self._progress: Any = None
 
     def __enter__(self) -> _Progress:
         return self
@@ -350,7 +355,9 @@ def _print(lines: Sequence[str]) -> None:
     print("\n".join(lines))
 
 
-def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
+def _options(
+    args: argparse.Namespace, progress: _Progress, rules: list[RewriteRule]
+) -> RewriteOptions:
     from rnn_rewrite_rules._rewrite_file import RewriteOptions
     from rnn_rewrite_rules._size_plan import parse_shape_overrides
 
@@ -361,6 +368,7 @@ def _options(args: argparse.Namespace, progress: _Progress) -> RewriteOptions:
     return RewriteOptions(
         rules=_names(args.rules),
         exclude=_names(args.exclude, "--exclude"),
+        selected=rules,
         allow_no_rnn=args.allow_no_rnn,
         target=args.target,
         in_place=args.in_place,
@@ -397,13 +405,13 @@ def _validate_args(args: argparse.Namespace) -> Path | None:
 def _run(args: argparse.Namespace) -> int:
     from rnn_rewrite_rules._rewrite_file import rewrite_file
 
-    _select(args.rules, args.target, args.exclude)
+    rules = _select(args.rules, args.target, args.exclude)
     if args.list_rules:
         return _list_rules()
     target = _validate_args(args)
     progress = _Progress(sys.stderr.isatty() and not args.quiet)
     with progress:
-        report = rewrite_file(args.input, target, _options(args, progress))
+        report = rewrite_file(args.input, target, _options(args, progress, rules))
     for warning in report.warnings:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if not args.quiet:

@@ -186,12 +186,10 @@ def quantization_error(
 
     from rnn_rewrite_rules import _verify
     from rnn_rewrite_rules._size_plan import SizePlan
+    from rnn_rewrite_rules._time_major import time_major_equivalent
 
-    plan = SizePlan.of(ir.serde.deserialize_model(original))
-    return _verify.verify(
-        original.SerializeToString(),
-        quantized.SerializeToString(),
-        plan,
-        seed=seed,
-        tolerance=tolerance,
+    sizes = SizePlan.of(ir.serde.deserialize_model(original))
+    plan = _verify.VerifyPlan(
+        sizes, seed=seed, tolerance=tolerance, equivalent=time_major_equivalent
     )
+    return _verify.verify(original.SerializeToString(), quantized.SerializeToString(), plan)

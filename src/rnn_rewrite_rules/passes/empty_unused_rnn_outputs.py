@@ -1,7 +1,12 @@
-"""Name unused RNN outputs ``""`` and drop trailing ones (see ``rules/unused_outputs.py``).
+"""Name unused outputs of RNN ops outside the ONNX domain ``""`` and drop trailing ones.
 
-Inside ``RewriteRuleSet.apply_to_model`` an empty output name cannot last (onnx-ir's
-``NameFixPass`` names it again), so this runs after the rules.
+onnx-ir's ``RemoveUnusedNodesPass`` (which :class:`~rnn_rewrite_rules.passes
+.RemoveDeadNodesPass` runs before this, in :func:`rnn_rewrite_rules._api.cleanup`) does the
+same for every op of the ONNX domain, ``LSTM``/``GRU``/``RNN`` included, from their
+schemas; it skips other domains, so ``com.microsoft``'s ``DynamicQuantizeLSTM`` (an input
+ORT's quantizer made) is left to this pass. Inside ``RewriteRuleSet.apply_to_model`` an
+empty output name cannot last (onnx-ir's ``NameFixPass`` names it again), so both run after
+the rules (see ``rules/unused_outputs.py``).
 """
 
 from __future__ import annotations
@@ -14,14 +19,17 @@ from rnn_rewrite_rules.rules.unused_outputs import is_unused
 __all__ = ["EmptyUnusedRnnOutputsPass", "empty_unused_rnn_outputs"]
 
 
-def empty_unused_rnn_outputs(graph_like: ir.Graph | ir.Function) -> int:
-    """Name unused RNN outputs ``""`` and drop trailing ones, in subgraphs too.
+def empty_unused_rnn_outputs(
+    graph_like: ir.Graph | ir.Function, *, onnx_domain: bool = True
+) -> int:
+    """Name unused RNN outputs ``""`` and drop trailing ones, in subgraphs too (with
+    ``onnx_domain=False``, only of RNN ops outside the ONNX domain).
 
     Returns the number of outputs changed. Run it after the rewriter (see module docs).
     """
     count = 0
     for node in ir.traversal.RecursiveGraphIterator(graph_like):
-        if not is_rnn(node):
+        if not is_rnn(node) or (not onnx_domain and node.domain in ("", "ai.onnx")):
             continue
         for value in node.outputs:
             if value.name and is_unused(value):
@@ -36,10 +44,11 @@ def empty_unused_rnn_outputs(graph_like: ir.Graph | ir.Function) -> int:
 
 
 class EmptyUnusedRnnOutputsPass(ir.passes.InPlacePass):
-    """:func:`empty_unused_rnn_outputs` over the main graph and every function."""
+    """:func:`empty_unused_rnn_outputs` of the RNN ops onnx-ir's ``RemoveUnusedNodesPass``
+    skips (outside the ONNX domain), over the main graph and every function."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count = empty_unused_rnn_outputs(model.graph)
+        count = empty_unused_rnn_outputs(model.graph, onnx_domain=False)
         for function in model.functions.values():
-            count += empty_unused_rnn_outputs(function)
+            count += empty_unused_rnn_outputs(function, onnx_domain=False)
         return ir.passes.PassResult(model, modified=bool(count))

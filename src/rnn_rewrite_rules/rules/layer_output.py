@@ -92,7 +92,8 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         transposed = op.Transpose(y, perm=[0, 2, 1, 3], _outputs=["transposed"])
         return op.Reshape(transposed, target, _allow_other_attributes=True)
 
-    def check(
+    # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
+    def check(  # type: ignore[override]
         self, context, y: ir.Value, transposed: ir.Value, target: ir.Value, **_
     ) -> MatchResult:
         check_result = MatchResult()
@@ -207,7 +208,8 @@ class ConcatDirections(RewriteRuleClassBase):
     def pattern(self, op, a, b):
         return op.Concat(a, b, _allow_other_attributes=True)
 
-    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
+    # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
+    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:  # type: ignore[override]
         check_result = MatchResult()
         prover = ShapeProver(context.model.graph)
         reads = []

@@ -18,6 +18,8 @@ where ``bidirectional`` merges them into one node (the rewriter visits subgraphs
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx_ir as ir
 from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
 
@@ -36,10 +38,11 @@ NOT_GUARDS = Inapplicable("a concatenated value is not an If's output")
 def _guard_output(value: ir.Value) -> tuple[ir.Node, int] | None:
     """The ``If`` whose output ``value`` is (through ``Identity``s), and its index."""
     source = through_identity(value)
-    node = None if source is None else source.producer()
-    if node is None or node.domain != "" or node.op_type != "If":
+    node = source.producer()
+    index = source.index()
+    if node is None or index is None or node.domain != "" or node.op_type != "If":
         return None
-    return node, source.index()  # type: ignore[union-attr]
+    return node, index
 
 
 def _reason(node: ir.Node, index: int, value: ir.Value) -> str | None:
@@ -66,18 +69,36 @@ def _reason(node: ir.Node, index: int, value: ir.Value) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Merge:
+    """What :meth:`MergeGuards.check` proved: the two ``If``s, which output of each the
+    ``Concat`` reads, and its axis."""
+
+    first: ir.Node
+    i: int
+    second: ir.Node
+    j: int
+    axis: int
+    model: ir.Model
+
+
 class MergeGuards(RewriteRuleClassBase):
-    """Concat(If(c, t1, e1), If(c, t2, e2)) -> If(c, Concat(t1, t2), Concat(e1, e2))."""
+    """Concat(If(c, t1, e1), If(c, t2, e2)) -> If(c, Concat(t1, t2), Concat(e1, e2)).
+
+    Not a two-``If`` pattern: the guards' output counts vary with the Loop they replaced,
+    the ``Concat`` may read any of them, and through a chain of ``Identity``s of any length;
+    an onnxscript pattern fixes all three (one rule per count and index)."""
 
     def pattern(self, op, a, b):
         return op.Concat(a, b, _allow_other_attributes=True)
 
-    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
+    # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
+    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:  # type: ignore[override]
         check_result = MatchResult()
-        found = [_guard_output(v) for v in (a, b)]
-        if found[0] is None or found[1] is None:
+        first_found, second_found = _guard_output(a), _guard_output(b)
+        if first_found is None or second_found is None:
             return check_result.fail(NOT_GUARDS, context.root)
-        (first, i), (second, j) = found
+        (first, i), (second, j) = first_found, second_found
         if first is second:
             return check_result.fail("both values come from one If", context.root)
         if first.graph is not context.graph_or_function or second.graph is not first.graph:
@@ -86,16 +107,17 @@ class MergeGuards(RewriteRuleClassBase):
         if not same_value(first.inputs[0], second.inputs[0]):
             return check_result.fail("the two Ifs have different conditions", context.root)
         for node, index, value in ((first, i, a), (second, j, b)):
-            reason = _reason(node, index, value)
-            if reason is not None:
-                return check_result.fail(reason, node)
-        self._plan = (first, i, second, j, context.root.attributes.get_int("axis", 0))
-        self._model = context.model
+            refused = _reason(node, index, value)
+            if refused is not None:
+                return check_result.fail(refused, node)
+        axis = context.root.attributes.get_int("axis", 0)
+        self._merge = _Merge(first, i, second, j, axis, context.model)
         return check_result
 
     def rewrite(self, op, a: ir.Value, **_):
-        first, i, second, j, axis = self._plan
-        taken = taken_names(self._model)
+        merge = self._merge
+        first, i, second, j, axis = merge.first, merge.i, merge.second, merge.j, merge.axis
+        taken = taken_names(merge.model)
         branches = {}
         for name in _BRANCHES:
             fused = first.attributes[name].as_graph().clone(allow_outer_scope_values=True)
