@@ -11,7 +11,6 @@ import re
 
 import numpy as np
 import onnx
-import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -311,24 +310,11 @@ def test_reference_loop_stacks_scan_outputs_as_onnxruntime_does() -> None:
 # --- issue 41: the mutators of the two defect classes, on the models they make -----------
 
 
-#: Found by these tests on CI's lowest versions (onnx-ir 0.1.13, which has no
-#: ``Graph.clone``): ``MergeGuards`` crashes when it fires (it clones the branches), and the
-#: zero-step guard of ``loop_scan`` writes one value name twice (checker: not SSA). Open in
-#: the rules, not in the fuzzer; strict, so a fix there turns them into failures to remove.
-_OLD_ONNX_IR = pytest.mark.xfail(
-    not hasattr(ir.Graph, "clone"),
-    reason="onnx-ir 0.1.13: MergeGuards and the zero-step Loop guard fail (see above)",
-    strict=True,
-)
-
-
 def _signs_differ(zeros: tuple[float, float]) -> bool:
     return bool(np.signbit(zeros[0]) != np.signbit(zeros[1]))  # 0.0 == -0.0 in Python
 
 
-@pytest.mark.parametrize(
-    "signs", [(0.0, -0.0), pytest.param((-0.0, -0.0), marks=_OLD_ONNX_IR)], ids=["differ", "same"]
-)
+@pytest.mark.parametrize("signs", [(0.0, -0.0), (-0.0, -0.0)], ids=["differ", "same"])
 def test_signed_zero_guards(signs) -> None:
     """``signed_zeros(guards)``: ``Concat(If(Less(Div(1, z0), 0)), If(Less(Div(1, z1),
     0)))`` after an LSTM; merged into one If only when the zeros have one sign."""
@@ -361,7 +347,6 @@ def test_signed_zero_halves(batch_free, signs) -> None:
     assert merged != _signs_differ(signs)
 
 
-@_OLD_ONNX_IR
 @pytest.mark.parametrize("where", ["main", "if", "loop"])
 @pytest.mark.parametrize("declared", [None, [None, None], [None, 2]], ids=["none", "2d", "h"])
 def test_zero_step_loop_declarations(declared, where) -> None:

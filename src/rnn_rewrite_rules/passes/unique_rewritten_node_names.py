@@ -1,4 +1,4 @@
-"""Model-unique names for the nodes rules emitted."""
+"""Model-unique names for the nodes rules emitted and for the values they compute."""
 
 from __future__ import annotations
 
@@ -44,16 +44,54 @@ class UniqueRewrittenNodeNamesPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         nodes = model_nodes(model)
+        emitted = [n for n in nodes if self._emitted(n)]
         taken = {n.name for n in nodes if n.name and not self._emitted(n)}
         modified = False
-        for node in nodes:
-            if not node.name or not self._emitted(node):
-                continue
-            if node.name in taken:
-                base, index = node.name, 1
-                while f"{base}_{index}" in taken:
-                    index += 1
-                node.name = f"{base}_{index}"
-                modified = True
-            taken.add(node.name)
+        for node in emitted:
+            if node.name:
+                node.name, renamed = _unique(node.name, taken)
+                modified |= renamed
+        # value names: ONNX's single assignment spans subgraphs, and older onnxscript
+        # releases name a subgraph's new values with the subgraph's own counter (val_0 in
+        # the main graph and in a branch)
+        values = {v.name for v in _fixed_values(model, nodes, emitted) if v.name}
+        for node in emitted:
+            for value in node.outputs:
+                if value.name and not value.is_graph_output():
+                    value.name, renamed = _unique(value.name, values)
+                    modified |= renamed
         return ir.passes.PassResult(model, modified=modified)
+
+
+def _unique(name: str, taken: set[str]) -> tuple[str, bool]:
+    """``name``, or ``name_k`` with the smallest k not in ``taken``, added to it; True when
+    renamed."""
+    renamed = name in taken
+    if renamed:
+        base, index = name, 1
+        while f"{base}_{index}" in taken:
+            index += 1
+        name = f"{base}_{index}"
+    taken.add(name)
+    return name, renamed
+
+
+def _fixed_values(model: ir.Model, nodes: list[ir.Node], emitted: list[ir.Node]) -> list[ir.Value]:
+    """The values whose names stay: every graph's inputs, initializers and outputs, and
+    what the original nodes compute."""
+    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for node in nodes:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                graphs.append(attr.as_graph())
+            elif attr.type == ir.AttributeType.GRAPHS:
+                graphs.extend(attr.as_graphs())
+    fixed: list[ir.Value] = []
+    for graph in graphs:
+        fixed.extend(graph.inputs)
+        fixed.extend(graph.outputs)
+        if isinstance(graph, ir.Graph):
+            fixed.extend(graph.initializers.values())
+    new = set(emitted)
+    fixed.extend(v for n in nodes if n not in new for v in n.outputs)
+    return fixed
