@@ -93,7 +93,7 @@ class RnnOutputToSequence(RewriteRuleClassBase):
         return op.Reshape(transposed, target, _allow_other_attributes=True)
 
     # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
-    def check(  # type: ignore[override]
+    def check(
         self, context, y: ir.Value, transposed: ir.Value, target: ir.Value, **_
     ) -> MatchResult:
         check_result = MatchResult()
@@ -209,7 +209,7 @@ class ConcatDirections(RewriteRuleClassBase):
         return op.Concat(a, b, _allow_other_attributes=True)
 
     # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
-    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:  # type: ignore[override]
+    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
         prover = ShapeProver(context.model.graph)
         reads = []

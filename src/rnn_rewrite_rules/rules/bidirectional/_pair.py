@@ -177,7 +177,7 @@ def _stack(
         return None
     arrays = [const_array(v) for v in values]
     if all(a is not None for a in arrays):
-        stacked = np.concatenate(arrays, axis=0)  # type: ignore[arg-type]
+        stacked = np.concatenate(arrays, axis=0)
         tensor = ir.tensor(stacked)
         if main_graph is None:
             return op.Constant(value=tensor)

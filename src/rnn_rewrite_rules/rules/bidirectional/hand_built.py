@@ -180,8 +180,8 @@ def _sliced_rnn(value: ir.Value) -> ir.Node | None:
     that does not reverse (a converter's read of one direction), else None."""
     node = value.producer()
     if node is not None and node.domain == "" and node.op_type == "Squeeze":
-        value = node.inputs[0]
-        node = None if value is None else value.producer()
+        squeezed = node.inputs[0]
+        node = None if squeezed is None else squeezed.producer()
     if node is None or node.domain != "" or node.op_type != "Slice" or node.inputs[0] is None:
         return None
     if len(node.inputs) >= 5 and node.inputs[4] is not None:
@@ -192,6 +192,10 @@ def _sliced_rnn(value: ir.Value) -> ir.Node | None:
 
 class MergeHandBuiltBidirectional(RewriteRuleClassBase):
     """Concat(RNN(x), rev(RNN(rev(x)))) -> RNN(x, direction="bidirectional")."""
+
+    _plan: tuple[Half, Half, ir.Value, int]
+    _graph: ir.Graph | ir.Function
+    _main_graph: bool
 
     def pattern(self, op, a, b):
         return op.Concat(a, b, _allow_other_attributes=True)
@@ -232,18 +236,20 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         if not forward.squeezed and axis not in (1, -3):
             reason = "the halves are not concatenated on the direction axis"
             return check_result.fail(reason, context.root)
-        reason = pair_reason(forward, backward, prover)
-        if reason is not None:
-            return check_result.fail(reason, backward.node)
+        refusal = pair_reason(forward, backward, prover)
+        if refusal is not None:
+            return check_result.fail(refusal, backward.node)
         x = forward.node.inputs[0]
+        if x is None:
+            return check_result.fail("the forward RNN has no input", forward.node)
         if backward_node_reverse:  # a reverse node (or a merged reversed half) on x itself
             if not same_value(backward.node.inputs[0], x):
                 reason = "the reverse RNN does not read the forward RNN's input"
                 return check_result.fail(reason, backward.node)
         else:
-            reason = _reversed_input_reason(x, backward.node.inputs[0], prover)
-            if reason is not None:
-                return check_result.fail(reason, backward.node)
+            refused = _reversed_input_reason(x, backward.node.inputs[0], prover)
+            if refused is not None:
+                return check_result.fail(refused, backward.node)
         facts = rnn_facts(forward.node, prover)
         assert not isinstance(facts, Refusal)
         self._plan = (forward, backward, x, 2 * facts.hidden_size)
@@ -253,9 +259,8 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
 
     def rewrite(self, op, a: ir.Value, **_):
         forward, backward, x, width = self._plan
-        y = emit_merged(
-            op, self._graph if self._main_graph else None, forward.node, backward.node, x
-        )[0]
+        main = self._graph if isinstance(self._graph, ir.Graph) and self._main_graph else None
+        y = emit_merged(op, main, forward.node, backward.node, x)[0]
         y = _cast_like(op, y, forward.cast)
         if not forward.squeezed:
             return y
@@ -268,6 +273,11 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
 
 class MergeHandBuiltReverse(RewriteRuleClassBase):
     """rev(RNN(rev(x))) -> RNN(x, direction="reverse")."""
+
+    _plan: tuple[Half, ir.Value]
+    _graph: ir.Graph | ir.Function
+    _main_graph: bool
+    _opset: int
 
     def pattern(self, op, y, starts, ends, axes, steps):
         return op.Slice(y, starts, ends, axes, steps)
@@ -287,7 +297,10 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         slice_node = None if reversed_x is None else reversed_x.producer()
         if slice_node is None or (reason := is_reversal(slice_node, prover)) is not None:
             return check_result.fail(reason or "the RNN does not read a reversed input", half.node)
-        self._plan = (half, slice_node.inputs[0])
+        source = slice_node.inputs[0]
+        if source is None:
+            return check_result.fail("the reversal has no input", slice_node)
+        self._plan = (half, source)
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
         opset = opset_version(context.model, context.graph_or_function)

@@ -205,18 +205,18 @@ class MergeForwardReverse(RewriteRuleClassBase):
             reason = "the halves are not concatenated on the direction axis"
             return check_result.fail(reason, root)
         halves = [Half(node, False, self.squeezed) for node in (forward, backward)]
-        reason = pair_reason(*halves, prover, states_read=True)
-        if reason is not None:
-            return check_result.fail(reason, backward)
+        refusal = pair_reason(halves[0], halves[1], prover, states_read=True)
+        if refusal is not None:
+            return check_result.fail(refusal, backward)
         if not same_input(xf, xr, prover):
             return check_result.fail("the reverse RNN does not read the forward RNN's input", xr)
         graph = context.graph_or_function
         read = []
         for k in range(1, self.num_outputs):
             pair = bindings[f"f{k}"], bindings[f"r{k}"]
-            reason = state_reason(*pair, root, graph, prover)
-            if reason is not None:
-                return check_result.fail(reason, pair[0])
+            refused = state_reason(*pair, root, graph, prover)
+            if refused is not None:
+                return check_result.fail(refused, pair[0])
             read.append(bool(pair[0].uses()))
         opset = opset_version(context.model, graph)
         if isinstance(opset, Refusal):

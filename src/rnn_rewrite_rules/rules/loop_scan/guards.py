@@ -93,7 +93,7 @@ class MergeGuards(RewriteRuleClassBase):
         return op.Concat(a, b, _allow_other_attributes=True)
 
     # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
-    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:  # type: ignore[override]
+    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
         check_result = MatchResult()
         first_found, second_found = _guard_output(a), _guard_output(b)
         if first_found is None or second_found is None:
