@@ -677,7 +677,8 @@ def _int8_section(results: dict) -> list[str]:
     return [
         "## int8 (`rnn-rewrite --quantize int8`)",
         "",
-        "ONNX Runtime's own `quantize_dynamic` (defaults) on the original and on our "
+        "ONNX Runtime's own `quantize_dynamic` (7-bit weights, as `--quantize int8` runs it: "
+        "docs/int8.md) on the original and on our "
         "default rewrite. It turns an `LSTM` into `DynamicQuantizeLSTM` only when `W` and "
         "`R` are initializers, which torchlib's export does not give and our weight "
         "folding does. `GRU` and `RNN` stay float (ONNX Runtime has no quantized GRU or "

@@ -182,8 +182,9 @@ def bench_model(
 
 
 def _bench_int8(prepared, serialized, settings, log) -> dict:
-    """``--quantize int8`` (ORT's quantize_dynamic) on the original and on ours: what it
-    quantizes, size, the error against PyTorch and ORT latency against the original."""
+    """``--quantize int8`` (ORT's quantize_dynamic, 7-bit weights) on the original and on
+    ours: what it quantizes, size, the error against PyTorch and ORT latency against the
+    original."""
     result: dict = {"tolerance": INT8_TOLERANCE}
     quantized = {}
     for name in ("original", "ours"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
+from onnx import numpy_helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import _report
@@ -36,6 +38,20 @@ def test_after_the_rewrite_every_lstm_is_quantized_within_the_tolerance() -> Non
     assert check.worst > 0  # int8 weights change the outputs: the check is not vacuous
     assert not quantization_error(original, result.model, tolerance=check.worst / 2).ok
     assert "2 DynamicQuantizeLSTM" in _report.quantize_lines(result)[0]
+
+
+def test_the_int8_weights_are_7_bit_so_no_cpu_overflows_its_int16_pairs() -> None:
+    """x86 without VNNI adds two u8 x s8 products into a saturating int16: weights in
+    -64..64 (``reduce_range``) keep 255 * 64 * 2 below 32767 (quantize module doc)."""
+    result = quantize_int8(rnn_rewrite_rules.rewrite(build_torchlib_model(LSTM)))
+    weights = [
+        numpy_helper.to_array(t)
+        for t in result.model.graph.initializer
+        if t.data_type == onnx.TensorProto.INT8 and t.name.endswith("_quantized")
+    ]
+    assert len(weights) == 4  # W and R of 2 DynamicQuantizeLSTM
+    assert all(w.min() >= -64 and w.max() <= 64 for w in weights)
+    assert max(int(abs(w).max()) for w in weights) == 64  # the whole reduced range is used
 
 
 def test_gru_stays_float_and_the_summary_says_so() -> None:
