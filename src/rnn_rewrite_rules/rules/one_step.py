@@ -57,6 +57,7 @@ from rnn_rewrite_rules.rules.cell import (
     Constants,
     prove_cell,
     recurrent_node,
+    step_nodes,
     through_identity,
 )
 from rnn_rewrite_rules.rules.reroll._chain import ChainRule, KeptUnrolled, redirect
@@ -240,22 +241,6 @@ def _feeds_a_step(op_type: str, value: ir.Value, constants: Constants) -> bool:
     return False
 
 
-def _step_nodes(
-    outputs: list[ir.Value], stops: set[ir.Value], constants: Constants
-) -> set[ir.Node]:
-    """The nodes computing ``outputs`` from ``stops`` and constants."""
-    nodes: set[ir.Node] = set()
-    pending = list(outputs)
-    while pending:
-        value = pending.pop()
-        node = value.producer()
-        if value in stops or node is None or node in nodes or constants(value) is not None:
-            continue
-        nodes.add(node)
-        pending += [v for v in node.inputs if v is not None]
-    return nodes
-
-
 def _inside_only(
     nodes: set[ir.Node], ends: list[ir.Value], root: ir.Node, graph: ir.Graph
 ) -> Refusal | None:
@@ -385,7 +370,7 @@ class OneStepCell(ChainRule[_Plan]):
             return Refusal("h_t feeds another step as its state: an unrolled chain (reroll's)")
         ends = [h] if c is None else [h, c]
         stops = {cell.x, h_prev} | ({c_prev} if c_prev is not None else set())
-        nodes = _step_nodes(ends, stops, constants)
+        nodes = step_nodes(ends, stops, constants)
         reason = _inside_only(nodes, ends, root, graph)
         if reason is not None:  # an RNN "step" inside a bigger cell is not one
             return Inapplicable(reason) if self.op_type == "RNN" else reason

@@ -16,6 +16,7 @@ from rnn_rewrite_rules.rules.cell.prove import (
     Cell,
     gate_inputs,
     prove_cell,
+    step_nodes,
     through_identity,
     zero_state_row,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "gate_inputs",
     "prove_cell",
     "recurrent_node",
+    "step_nodes",
     "through_identity",
     "zero_state_row",
 ]

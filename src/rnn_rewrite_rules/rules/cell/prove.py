@@ -752,3 +752,17 @@ def prove_cell(
     return Refusal(
         f"{len(states)} carried values are neither counters nor invariants (a cell carries 1 or 2)"
     )
+
+
+def step_nodes(outputs: list[ir.Value], stops: set[ir.Value], constants: Constants) -> set[ir.Node]:
+    """The nodes computing ``outputs`` from ``stops`` and constants: one step's nodes."""
+    nodes: set[ir.Node] = set()
+    pending = list(outputs)
+    while pending:
+        value = pending.pop()
+        node = value.producer()
+        if value in stops or node is None or node in nodes or constants(value) is not None:
+            continue
+        nodes.add(node)
+        pending += [v for v in node.inputs if v is not None]
+    return nodes

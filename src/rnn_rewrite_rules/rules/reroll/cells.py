@@ -57,6 +57,7 @@ from rnn_rewrite_rules.rules.cell import (
     gate_inputs,
     prove_cell,
     recurrent_node,
+    step_nodes,
     through_identity,
     zero_state_row,
 )
@@ -172,18 +173,10 @@ def _step_nodes(
 ) -> set[ir.Node]:
     """The nodes computing ``outputs`` from ``inputs`` and constants, ``x_t``'s read
     included (the prover read every other value as a constant)."""
+    stops = {v for v in inputs if v is not None} | {x}
+    nodes = step_nodes(outputs, stops, constants)
     x_node = x.producer()
-    nodes: set[ir.Node] = set() if x_node is None else {x_node}
-    stop = {v for v in inputs if v is not None} | {x}
-    stack = list(outputs)
-    while stack:
-        value = stack.pop()
-        node = value.producer()
-        if value in stop or node is None or node in nodes or constants(value) is not None:
-            continue
-        nodes.add(node)
-        stack += [v for v in node.inputs if v is not None]
-    return nodes
+    return nodes if x_node is None else nodes | {x_node}
 
 
 def _parse_step(
@@ -705,11 +698,11 @@ def _readers_after(graph, value: ir.Value, root: ir.Node, plan: _CellPlan) -> bo
     """Every reader of ``value`` outside the last step comes after ``root`` in graph order
     (the replacement is inserted right after ``root``). A reader inside a subgraph reads
     it where the node of ``graph`` holding that subgraph (an ``If``, a ``Loop``) is."""
-    step_nodes = plan.steps[-1].nodes
+    last_step = plan.steps[-1].nodes
     owners = None
     readers: set[int] = set()
     for user, _ in value.uses():
-        if user in step_nodes:
+        if user in last_step:
             continue
         reader: ir.Node | None = user
         while reader is not None and reader.graph is not graph:
