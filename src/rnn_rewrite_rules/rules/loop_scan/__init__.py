@@ -36,6 +36,7 @@ from __future__ import annotations
 from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
+from rnn_rewrite_rules.rules._forms import FormRule
 from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
 from rnn_rewrite_rules.rules.loop_scan.guards import MergeGuards
 from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
@@ -45,10 +46,12 @@ __all__ = ["FAMILY", "LoopToRnn", "MergeGuards", "ScanToRnn", "make_rules", "wid
 
 
 def _rules(float32: bool, target: str) -> list[RewriteRule]:
+    """One rule per form: a pattern per output count, most outputs first (FormRule)."""
     counts = range(MAX_OUTPUTS, 0, -1)
+    suffix = "Widened" if float32 else ""
     return [
-        *(LoopToRnn.rule(n, float32, target) for n in counts),
-        *(ScanToRnn.rule(n, float32, target) for n in counts),
+        FormRule(f"{cls.__name__}{suffix}", [cls.rule(n, float32, target) for n in counts])
+        for cls in (LoopToRnn, ScanToRnn)
     ]
 
 
