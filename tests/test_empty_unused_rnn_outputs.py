@@ -1,5 +1,6 @@
-"""``EmptyUnusedRnnOutputsPass``: the unused outputs of RNN ops outside the ONNX domain,
-which onnx-ir's ``RemoveUnusedNodesPass`` (run by the cleanup for the ONNX domain) skips."""
+"""``EmptyUnusedRnnOutputsPass``: the unused outputs of every RNN op, those outside the
+ONNX domain included, which onnx-ir's ``RemoveUnusedNodesPass`` (run first by the cleanup)
+skips."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_onnx_ir_leaves_a_contrib_lstms_unused_outputs() -> None:
 
 
 def test_onnx_ir_empties_an_onnx_lstms_unused_outputs() -> None:
-    """Why the pass leaves the ONNX domain alone: onnx-ir's pass, run first, does it."""
+    """onnx-ir's pass, run first, does it for the ONNX domain in the main graph (not in an
+    If branch on onnx-ir 0.1.15): the pass then finds nothing left to do."""
     model = _quantized_lstm("y_h", op="LSTM")
     common_passes.RemoveUnusedNodesPass()(model)
     assert _outputs(model) == ["", "y_h"]

@@ -1,12 +1,13 @@
-"""Name unused outputs of RNN ops outside the ONNX domain ``""`` and drop trailing ones.
+"""Name unused RNN outputs ``""`` and drop trailing ones, in subgraphs too.
 
 onnx-ir's ``RemoveUnusedNodesPass`` (which :class:`~rnn_rewrite_rules.passes
 .RemoveDeadNodesPass` runs before this, in :func:`rnn_rewrite_rules._api.cleanup`) does the
-same for every op of the ONNX domain, ``LSTM``/``GRU``/``RNN`` included, from their
-schemas; it skips other domains, so ``com.microsoft``'s ``DynamicQuantizeLSTM`` (an input
-ORT's quantizer made) is left to this pass. Inside ``RewriteRuleSet.apply_to_model`` an
-empty output name cannot last (onnx-ir's ``NameFixPass`` names it again), so both run after
-the rules (see ``rules/unused_outputs.py``).
+same for ops of the ONNX domain from their schemas in recent releases, but not inside an
+``If`` branch on onnx-ir 0.1.15 (the lowest supported), and it skips other domains
+(``com.microsoft``'s ``DynamicQuantizeLSTM``, an input ORT's quantizer made): this pass
+covers every RNN op on every supported version. Inside ``RewriteRuleSet.apply_to_model``
+an empty output name cannot last (onnx-ir's ``NameFixPass`` names it again), so both run
+after the rules (see ``rules/unused_outputs.py``).
 """
 
 from __future__ import annotations
@@ -44,11 +45,10 @@ def empty_unused_rnn_outputs(
 
 
 class EmptyUnusedRnnOutputsPass(ir.passes.InPlacePass):
-    """:func:`empty_unused_rnn_outputs` of the RNN ops onnx-ir's ``RemoveUnusedNodesPass``
-    skips (outside the ONNX domain), over the main graph and every function."""
+    """:func:`empty_unused_rnn_outputs` over the main graph and every function."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        count = empty_unused_rnn_outputs(model.graph, onnx_domain=False)
+        count = empty_unused_rnn_outputs(model.graph)
         for function in model.functions.values():
-            count += empty_unused_rnn_outputs(function, onnx_domain=False)
+            count += empty_unused_rnn_outputs(function)
         return ir.passes.PassResult(model, modified=bool(count))
