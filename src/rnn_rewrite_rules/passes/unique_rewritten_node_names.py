@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import subgraph_owners
+
 __all__ = ["UniqueRewrittenNodeNamesPass", "model_nodes"]
 
 #: The metadata key onnxscript's rewriter (0.6.0 and later) puts on every node a rule emitted.
@@ -79,13 +81,8 @@ def _unique(name: str, taken: set[str]) -> tuple[str, bool]:
 def _fixed_values(model: ir.Model, nodes: list[ir.Node], emitted: list[ir.Node]) -> list[ir.Value]:
     """The values whose names stay: every graph's inputs, initializers and outputs, and
     what the original nodes compute."""
-    graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for node in nodes:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                graphs.append(attr.as_graph())
-            elif attr.type == ir.AttributeType.GRAPHS:
-                graphs.extend(attr.as_graphs())
+    tops: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    graphs = [*tops, *(sub for top in tops for sub in subgraph_owners(top))]
     fixed: list[ir.Value] = []
     for graph in graphs:
         fixed.extend(graph.inputs)
