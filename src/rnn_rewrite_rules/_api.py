@@ -16,6 +16,7 @@ from onnxscript.rewriter import RewriteRule, RewriteRuleSet
 from rnn_rewrite_rules import _serialize
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
+from rnn_rewrite_rules.normalize import normalize
 from rnn_rewrite_rules.passes import (
     DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
@@ -181,7 +182,8 @@ def apply_rounds(
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
-    Dead nodes are removed after each round that fired, so the next one does not rewrite
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first. Dead nodes
+    are removed after each round that fired, so the next one does not rewrite
     dead code. True when a rule fired.
 
     Args:
@@ -198,6 +200,8 @@ def apply_rounds(
         ]
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
+    if rule_set.rules:
+        normalize(model)  # one spelling for every family (rnn_rewrite_rules.normalize)
     fired = False
     for round_number in range(_MAX_ROUNDS):
         if on_round is not None:
