@@ -11,12 +11,14 @@ __all__ = ["ElementTypes", "bypass", "model_graphs"]
 
 #: Ops whose outputs have the element type of their first input.
 _SAME_AS_FIRST = frozenset(
-    "Abs Add Clip Concat Div Exp Expand Flatten Gather Gemm GRU Identity LeakyRelu Log LSTM "
-    "MatMul Max Min Mul Neg Pow Relu Reshape RNN Sigmoid Slice Softmax Split Sqrt Squeeze "
-    "Sub Tanh Tile Transpose Unsqueeze".split()
+    {"Abs", "Add", "Clip", "Concat", "Div", "Exp", "Expand", "Flatten", "Gather", "Gemm"}
+    | {"GRU", "Identity", "LeakyRelu", "Log", "LSTM", "MatMul", "Max", "Min", "Mul", "Neg"}
+    | {"Pow", "Relu", "Reshape", "RNN", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt"}
+    | {"Squeeze", "Sub", "Tanh", "Tile", "Transpose", "Unsqueeze"}
 )
 _BOOLEAN = frozenset(
-    "And Equal Greater GreaterOrEqual IsInf IsNaN Less LessOrEqual Not Or Xor".split()
+    {"And", "Equal", "Greater", "GreaterOrEqual", "IsInf", "IsNaN", "Less", "LessOrEqual"}
+    | {"Not", "Or", "Xor"}
 )
 _INT64 = frozenset(("Shape", "Size", "NonZero", "ArgMax", "ArgMin"))
 

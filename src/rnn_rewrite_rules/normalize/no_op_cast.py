@@ -68,7 +68,5 @@ def _source(node: ir.Node, types: ElementTypes) -> ir.Value | None:
     if inner is None or inner.op_type != "Cast" or inner.domain != "" or not inner.inputs:
         return None
     original = inner.inputs[0]
-    if original is not None and types(original) == target:
-        if holds_exactly(target, _cast_to(inner)):
-            return original
-    return None
+    exact = original is not None and types(original) == target
+    return original if exact and holds_exactly(target, _cast_to(inner)) else None
