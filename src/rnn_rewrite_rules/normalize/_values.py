@@ -104,8 +104,8 @@ def bypass(node: ir.Node, value: ir.Value) -> bool:
         name = out.name
         ir.convenience.replace_all_uses_with(out, value, replace_graph_outputs=True)
         graph.remove(node, safe=True)
-        if was_output:
-            value.name = name
+        if was_output:  # the output's declaration (name, type, shape) stays as it was
+            value.name, value.type, value.shape = name, out.type, out.shape
         return True
     if node.op_type == "Identity":
         return False
