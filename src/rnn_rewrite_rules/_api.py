@@ -22,6 +22,7 @@ from onnxscript.rewriter import (
 from rnn_rewrite_rules import _serialize, costs
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
+from rnn_rewrite_rules.normalize import normalize
 from rnn_rewrite_rules.passes import (
     DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
@@ -187,7 +188,8 @@ def apply_rounds(
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
-    Dead nodes are removed after each round that fired, so the next one does not rewrite
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first. Dead nodes
+    are removed after each round that fired, so the next one does not rewrite
     dead code. True when a rule fired.
 
     Args:
@@ -209,6 +211,8 @@ def apply_rounds(
         ]
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
+    if rule_set.rules:
+        normalize(model)  # one spelling for every family (rnn_rewrite_rules.normalize)
     fired = False
     with costs.attached(model, context or costs.Context()):
         for round_number in range(_MAX_ROUNDS):
