@@ -163,13 +163,11 @@ def rewrite(
         ir_model = ir.serde.deserialize_model(model)
         fired = apply_rounds(ir_model, rule_set, context=context)
         if not fired:
-            untouched = ir.serde.deserialize_model(model)
-            InitializerInfoFromTensorPass()(untouched)
-            # no rule fired: the weights are the model's own, only the rest can differ
-            if _serialize.structure(untouched) == _serialize.structure(ir_model):
-                result = onnx.ModelProto()
-                result.CopyFrom(model)  # nothing changed: byte for byte the model given
-                return result
+            # no rule fired: the normalised spellings are kept only where a rule used
+            # them, so the result is byte for byte the model given
+            result = onnx.ModelProto()
+            result.CopyFrom(model)
+            return result
         return _serialize.serialize_releasing(ir_model)
     apply_rounds(model, rule_set, context=context)
     return model
@@ -188,7 +186,9 @@ def apply_rounds(
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
-    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first. Dead nodes
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first (an
+    ``ir.Model`` given to :func:`rewrite` keeps the normalised spelling even when no rule
+    fired; a ``ModelProto`` then comes back as given). Dead nodes
     are removed after each round that fired, so the next one does not rewrite
     dead code. True when a rule fired.
 

@@ -80,10 +80,25 @@ class ElementTypes:
         return self._known.get(operands[0]) if operands and operands[0] is not None else None
 
 
+#: Ops whose outputs' declared shapes ONNX Runtime reads at run time: a Loop of zero
+#: iterations shapes its empty scan outputs by them, so one must not take a graph
+#: output's declaration.
+_SHAPED_BY_DECLARATION = frozenset(("Loop", "Scan", "If"))
+
+
 def _own(value: ir.Value, graph: ir.Graph | ir.Function | None) -> bool:
-    """``value`` is computed by a node of ``graph`` and is none of its outputs."""
+    """``value`` is computed by a node of ``graph`` (not a control-flow node), is none of
+    its outputs and is read only by the node bypassed: taking a graph output's declared
+    shape must not change what ONNX Runtime infers for other readers (a zero-iteration
+    Loop's empty stack is shaped by its body output's inferred shape)."""
     node = value.producer()
-    return node is not None and node.graph is graph and not value.is_graph_output()
+    return (
+        node is not None
+        and node.graph is graph
+        and not value.is_graph_output()
+        and not (node.op_type in _SHAPED_BY_DECLARATION and node.domain == "")
+        and len(value.uses()) == 1
+    )
 
 
 def bypass(node: ir.Node, value: ir.Value) -> bool:
