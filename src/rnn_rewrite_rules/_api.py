@@ -22,7 +22,7 @@ from onnxscript.rewriter import (
 from rnn_rewrite_rules import _serialize, costs
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
-from rnn_rewrite_rules.normalize import normalize
+from rnn_rewrite_rules.normalize import Journal, normalize
 from rnn_rewrite_rules.passes import (
     DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
@@ -163,11 +163,16 @@ def rewrite(
         ir_model = ir.serde.deserialize_model(model)
         fired = apply_rounds(ir_model, rule_set, context=context)
         if not fired:
-            # no rule fired: the normalised spellings are kept only where a rule used
-            # them, so the result is byte for byte the model given
-            result = onnx.ModelProto()
-            result.CopyFrom(model)
-            return result
+            # no rule fired: the model given with only what cleanup fixes (declared
+            # output shapes the prover refutes, unused RNN outputs), no normalisation
+            ir_model = ir.serde.deserialize_model(model)
+            cleanup(ir_model, model_nodes(ir_model))
+            untouched = ir.serde.deserialize_model(model)
+            InitializerInfoFromTensorPass()(untouched)
+            if _serialize.structure(untouched) == _serialize.structure(ir_model):
+                result = onnx.ModelProto()
+                result.CopyFrom(model)  # nothing changed: byte for byte the model given
+                return result
         return _serialize.serialize_releasing(ir_model)
     apply_rounds(model, rule_set, context=context)
     return model
@@ -186,9 +191,9 @@ def apply_rounds(
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
-    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first (an
-    ``ir.Model`` given to :func:`rewrite` keeps the normalised spelling even when no rule
-    fired; a ``ModelProto`` then comes back as given). Dead nodes
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first; after the
+    rounds, each of their edits no rule used is undone, so the exporter's spelling (node
+    and output names, declared types) stays wherever no rule rewrote it. Dead nodes
     are removed after each round that fired, so the next one does not rewrite
     dead code. True when a rule fired.
 
@@ -211,8 +216,9 @@ def apply_rounds(
         ]
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
+    journal = Journal()
     if rule_set.rules:
-        normalize(model)  # one spelling for every family (rnn_rewrite_rules.normalize)
+        normalize(model, journal)  # one spelling for every family (rnn_rewrite_rules.normalize)
     fired = False
     with costs.attached(model, context or costs.Context()):
         for round_number in range(_MAX_ROUNDS):
@@ -226,6 +232,7 @@ def apply_rounds(
             RemoveDeadNodesPass()(model)
     if refusals is not None and tracer is not None:
         refusals[:] = tracer.failures
+    journal.restore(original)  # the exporter's spelling wherever no rule used the normalised one
     cleanup(model, original)
     return fired
 

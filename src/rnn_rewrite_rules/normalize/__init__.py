@@ -11,21 +11,34 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules.normalize._journal import Journal
 from rnn_rewrite_rules.normalize.gemm import GemmPass
 from rnn_rewrite_rules.normalize.identity import IdentityPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
 
-__all__ = ["GemmPass", "IdentityPass", "NoOpCastPass", "normalization_passes", "normalize"]
+__all__ = [
+    "GemmPass",
+    "IdentityPass",
+    "Journal",
+    "NoOpCastPass",
+    "normalization_passes",
+    "normalize",
+]
 
 
-def normalization_passes() -> list[ir.passes.InPlacePass]:
-    """The passes in the order they run (fresh objects: each keeps its refusals)."""
-    return [NoOpCastPass(), IdentityPass(), GemmPass()]
+def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPlacePass]:
+    """The passes in the order they run (fresh objects: each keeps its refusals), each
+    recording its edits in ``journal`` when given."""
+    return [NoOpCastPass(journal), IdentityPass(journal), GemmPass(journal)]
 
 
-def normalize(model: ir.Model) -> bool:
-    """Run :func:`normalization_passes` on ``model`` in place; True when one changed it."""
+def normalize(model: ir.Model, journal: Journal | None = None) -> bool:
+    """Run :func:`normalization_passes` on ``model`` in place; True when one changed it.
+
+    ``journal``: records the edits; ``journal.restore()`` after the rules puts back the
+    exporter's spelling wherever no rule used the normalised one (see
+    :class:`Journal`)."""
     modified = False
-    for normalization in normalization_passes():
+    for normalization in normalization_passes(journal):
         modified |= normalization(model).modified
     return modified

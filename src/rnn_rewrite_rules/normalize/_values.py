@@ -3,11 +3,14 @@ replacing a node's output by an equal value while keeping graph outputs' names."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules.normalize._journal import Bypassed, Journal, Replaced
 
-__all__ = ["ElementTypes", "bypass", "model_graphs"]
+__all__ = ["ElementTypes", "bypass", "model_graphs", "names_an_output"]
 
 #: Ops whose outputs have the element type of their first input.
 _SAME_AS_FIRST = frozenset(
@@ -101,9 +104,16 @@ def _own(value: ir.Value, graph: ir.Graph | ir.Function | None) -> bool:
     )
 
 
-def bypass(node: ir.Node, value: ir.Value) -> bool:
+def bypass(
+    node: ir.Node,
+    value: ir.Value,
+    journal: Journal | None = None,
+    chain: Sequence[ir.Node] = (),
+) -> bool:
     """Let the readers of ``node``'s one output read ``value`` (equal to it) instead and
-    remove ``node``; True when the graph changed.
+    remove ``node``; True when the graph changed. ``journal`` records the edit, to undo it
+    where no rule used it; ``chain``: nodes between ``value`` and ``node`` (a round
+    trip's first Cast) to put back with it.
 
     A graph output keeps its name: ``value`` takes it when computed in the same graph and
     not itself an output; otherwise an ``Identity`` (kept as it is, or put in the node's
@@ -116,14 +126,21 @@ def bypass(node: ir.Node, value: ir.Value) -> bool:
         return False
     was_output = out.is_graph_output()
     if not was_output or _own(value, graph):
+        readers = list(out.uses())
+        outputs = [i for i, o in enumerate(graph.outputs) if o is out]
+        declaration = (value.name, value.type, value.shape) if was_output else None
         name = out.name
         ir.convenience.replace_all_uses_with(out, value, replace_graph_outputs=True)
         graph.remove(node, safe=True)
         if was_output:  # the output's declaration (name, type, shape) stays as it was
             value.name, value.type, value.shape = name, out.type, out.shape
+        if journal is not None:
+            edit = Bypassed(graph, [*chain, node], value, readers, outputs, declaration)
+            journal.record(edit)
         return True
     if node.op_type == "Identity":
         return False
+    inputs = list(node.inputs)
     identity = ir.Node("", "Identity", [value], name=node.name)
     graph.insert_after(node, identity)
     result = identity.outputs[0]
@@ -132,7 +149,19 @@ def bypass(node: ir.Node, value: ir.Value) -> bool:
     ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
     graph.remove(node, safe=True)
     result.name = name
+    if journal is not None:
+        journal.record(Replaced(graph, node, inputs, identity))
     return True
+
+
+def names_an_output(node: ir.Node, model: ir.Model) -> bool:
+    """``node``'s output is an output of the model's graph or of a function: there the
+    node stays, so the output keeps its producer's name and declaration (a rule that
+    rewrites what it reads leaves it, as it would without normalisation). Bodies' outputs
+    are bypassed: the Loop and Scan rules read the recurrence there."""
+    graph = node.graph
+    tops = (model.graph, *model.functions.values())
+    return any(graph is top for top in tops) and any(o.is_graph_output() for o in node.outputs)
 
 
 def model_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:

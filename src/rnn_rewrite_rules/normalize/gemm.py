@@ -22,6 +22,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.normalize._journal import Journal, Replaced
 from rnn_rewrite_rules.normalize._values import model_graphs
 
 __all__ = ["GemmPass"]
@@ -30,11 +31,13 @@ __all__ = ["GemmPass"]
 class GemmPass(ir.passes.InPlacePass):
     """Every ``Gemm`` that is a product, a ``MatMul`` (see the module docstring).
 
-    ``refusals``: (node name, reason) for each ``Gemm`` with a bias left as written.
+    ``refusals``: (node name, reason) for each ``Gemm`` with a bias left as written;
+    ``journal`` records each replacement, to put back where no rule used it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Journal | None = None) -> None:
         super().__init__()
+        self.journal = journal
         self.refusals: list[tuple[str, Refusal]] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
@@ -45,7 +48,9 @@ class GemmPass(ir.passes.InPlacePass):
                     continue
                 reason = product_reason(node)
                 if reason is None:
-                    _to_matmul(graph, node)
+                    edit = _to_matmul(graph, node)
+                    if self.journal is not None:
+                        self.journal.record(edit)
                     modified = True
                 else:
                     self.refusals.append((node.name or "", reason))
@@ -70,7 +75,8 @@ def product_reason(node: ir.Node) -> Refusal | None:
     return Refusal(f"{node.name}: the bias C adds more than zeros (beta and C)")
 
 
-def _to_matmul(graph: ir.Graph | ir.Function, node: ir.Node) -> None:
+def _to_matmul(graph: ir.Graph | ir.Function, node: ir.Node) -> Replaced:
+    inputs = list(node.inputs)
     a, b = node.inputs[0], node.inputs[1]
     added: list[ir.Node] = []
     operands = []
@@ -92,8 +98,8 @@ def _to_matmul(graph: ir.Graph | ir.Function, node: ir.Node) -> None:
     out = node.outputs[0]
     result = matmul.outputs[0]
     result.type, result.shape = out.type, out.shape
-    name, was_output = out.name, out.is_graph_output()
+    name = out.name
     ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
     graph.remove(node, safe=True)
     result.name = name
-    del was_output
+    return Replaced(graph, node, inputs, matmul, added[:-1])

@@ -5,7 +5,8 @@ Pattern: ``y = Cast(x, to=T)``, or ``y = Cast(Cast(x, to=U), to=T)``.
 Condition: ``x``'s element type is proven ``T`` from the graph alone (a constant, a
 graph-input declaration, op semantics: see :class:`ElementTypes`), never from
 value_info; for the round trip, every ``T`` value is a ``U`` value (numpy's ``safe``
-casting: float32 -> float64, int32 -> int64, int16 -> float32, ...).
+casting: float32 -> float64, int32 -> int64, int16 -> float32, ...); ``y`` is not an
+output of the model's graph or a function (see :func:`names_an_output`).
 Replacement: ``y``'s readers read ``x``; a graph output keeps its name (see
 :func:`bypass`).
 Equality: a Cast to the same type copies; ``T -> U`` is exact when ``U`` holds every
@@ -21,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules.normalize._values import ElementTypes, bypass, model_graphs
+from rnn_rewrite_rules.normalize._journal import Journal
+from rnn_rewrite_rules.normalize._values import ElementTypes, bypass, model_graphs, names_an_output
 
 __all__ = ["NoOpCastPass", "holds_exactly"]
 
@@ -41,7 +43,12 @@ def _cast_to(node: ir.Node) -> ir.DataType:
 
 
 class NoOpCastPass(ir.passes.InPlacePass):
-    """Every Cast that returns its input, gone (see the module docstring)."""
+    """Every Cast that returns its input, gone (see the module docstring); ``journal``
+    records each removal, to put back where no rule used it."""
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        super().__init__()
+        self.journal = journal
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         types = ElementTypes()
@@ -50,23 +57,28 @@ class NoOpCastPass(ir.passes.InPlacePass):
             for node in list(graph):
                 if node.op_type != "Cast" or node.domain != "" or not node.inputs:
                     continue
-                source = _source(node, types)
-                if source is not None:
-                    modified |= bypass(node, source)
+                if names_an_output(node, model):
+                    continue
+                found = _source(node, types)
+                if found is not None:
+                    source, chain = found
+                    modified |= bypass(node, source, self.journal, chain)
         return ir.passes.PassResult(model, modified=modified)
 
 
-def _source(node: ir.Node, types: ElementTypes) -> ir.Value | None:
-    """The value ``node`` (a Cast) provably returns, else None."""
+def _source(node: ir.Node, types: ElementTypes) -> tuple[ir.Value, list[ir.Node]] | None:
+    """The value ``node`` (a Cast) provably returns and the round trip's first Cast
+    (if any) between them, else None."""
     x = node.inputs[0]
     target = _cast_to(node)
     if x is None:
         return None
     if types(x) == target:
-        return x
+        return x, []
     inner = x.producer()
     if inner is None or inner.op_type != "Cast" or inner.domain != "" or not inner.inputs:
         return None
     original = inner.inputs[0]
-    exact = original is not None and types(original) == target
-    return original if exact and holds_exactly(target, _cast_to(inner)) else None
+    if original is None or types(original) != target:
+        return None
+    return (original, [inner]) if holds_exactly(target, _cast_to(inner)) else None
