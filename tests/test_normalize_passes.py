@@ -16,6 +16,7 @@ from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.normalize import (
     GemmPass,
     IdentityPass,
+    Journal,
     NoOpCastPass,
     normalize,
 )
@@ -106,20 +107,83 @@ def test_a_cast_of_an_unproven_type_stays() -> None:
 
 OUTPUT_NAMES = """
 agraph (float[N, 3] x) => (float[N, 3] y, float[N, 3] w) {
-    t = Tanh(x)
+    a = Identity(x)
+    t = Tanh(a)
     y = Identity(t)
     w = Identity(x)
 }
 """
 
 
-def test_identity_goes_and_graph_outputs_keep_names() -> None:
-    """An Identity of a computed value goes (the value takes the output's name); one
-    passing a graph input through to an output stays."""
+def test_identity_goes_and_graph_outputs_keep_theirs() -> None:
+    """An Identity inside the graph goes; those naming the model's outputs stay (the
+    outputs keep their producer's name and declaration, as a rule leaves them)."""
     before, after = _model(OUTPUT_NAMES), _model(OUTPUT_NAMES)
     assert IdentityPass()(after).modified
-    assert _ops(after) == {"Tanh": 1, "Identity": 1}
+    assert _ops(after) == {"Tanh": 1, "Identity": 2}
+    assert after.graph.node(0).op_type == "Tanh" and after.graph.node(0).inputs[0].name == "x"
     _assert_same_outputs(before, after, _feeds(SIZES))
+
+
+EVERY_EDIT = """
+agraph (float[N, 3] x) => (float[N, 3] y, double[N, 3] z) {
+    a = Identity(x)
+    b = Cast<to=11>(a)
+    c = Cast<to=1>(b)
+    w = Constant<value = float[3, 3] {1, 0, 0, 0, 1, 0, 0, 0, 1}>()
+    g = Gemm<transB=1>(c, w)
+    y = Tanh(g)
+    z = Cast<to=11>(c)
+}
+"""
+
+
+def test_the_journal_puts_back_every_edit_no_rule_used() -> None:
+    """normalize, then restore with no rule in between: the model as written, node for
+    node (names, order, attributes)."""
+    model = _model(EVERY_EDIT)
+    journal = Journal()
+    assert normalize(model, journal)
+    assert _ops(model) == {"MatMul": 1, "Transpose": 1, "Tanh": 1, "Cast": 2, "Constant": 1}
+    assert journal.restore() == 3
+    printed = onnx.printer.to_text(ir.serde.serialize_model(model).graph)
+    assert printed == onnx.printer.to_text(ir.serde.serialize_model(_model(EVERY_EDIT)).graph)
+
+
+def test_the_journal_keeps_what_a_rule_used() -> None:
+    """A reader a rule replaced by another op reads the normalised value: that edit
+    stays; a node of the same op emitted in a reader's place reads the exporter's
+    spelling again; an edit whose readers all stayed is undone."""
+    model = _model(
+        """
+        agraph (float[N, 3] x) => (float[N, 3] y, float[N, 3] z, float[N, 3] v) {
+            a = Identity(x)
+            y = Tanh(a)
+            b = Identity(x)
+            z = Relu(b)
+            c = Identity(x)
+            v = Neg(c)
+        }
+        """
+    )
+    original = list(model.graph)
+    journal = Journal()
+    assert IdentityPass(journal)(model).modified
+    graph = model.graph
+    for op, new_op in (("Tanh", "Sigmoid"), ("Relu", "Relu")):  # what a rule would do
+        (old,) = [n for n in graph if n.op_type == op]
+        new = ir.Node("", new_op, [old.inputs[0]], name=f"new_{op}")
+        graph.insert_before(old, new)
+        ir.convenience.replace_all_uses_with(
+            old.outputs[0], new.outputs[0], replace_graph_outputs=True
+        )
+        new.outputs[0].name = old.outputs[0].name
+        graph.remove(old, safe=True)
+    assert journal.restore(original) == 2
+    readers = {n.op_type: n.inputs[0].producer() for n in graph if n.op_type != "Identity"}
+    assert readers["Sigmoid"] is None  # reads x: the rule used the bypass
+    assert readers["Relu"] is not None and readers["Relu"].op_type == "Identity"
+    assert readers["Neg"] is not None and readers["Neg"].op_type == "Identity"
 
 
 LOOP = """
