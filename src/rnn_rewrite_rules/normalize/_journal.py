@@ -74,11 +74,13 @@ class Bypassed:
     declaration: tuple[str | None, ir.TypeProtocol | None, ir.Shape | None] | None
 
     def undo(self, original: Container[ir.Node]) -> bool:
-        graph, source = self.graph, self.source
+        graph, source = self.graph, self._current_source()
+        if source is None or self.chain[-1].graph is not None:
+            return False
         readers = [(user, index) for user, index in self.readers if _reads(user, index, source)]
         readers += _successors(self.readers, source, graph, original)
         outputs = [i for i in self.outputs if i < len(graph.outputs) and graph.outputs[i] is source]
-        if not (readers or outputs) or not _alive(source) or self.chain[-1].graph is not None:
+        if not (readers or outputs):
             return False
         current = source
         for node in self.chain:
@@ -90,9 +92,25 @@ class Bypassed:
             user.replace_input_with(index, current)
         for i in outputs:
             graph.outputs[i] = current
-        if self.declaration is not None and outputs:
+        if self.declaration is not None and outputs and source is self.source:
             source.name, source.type, source.shape = self.declaration
         return True
+
+    def _current_source(self) -> ir.Value | None:
+        """``source``, or where a rule replaced it (an equal value: the rewriter replaces
+        values by equal ones) the one value the readers still in the graph read in its
+        place; None when neither."""
+        if _alive(self.source):
+            return self.source
+        values = {
+            id(user.inputs[index]): user.inputs[index]
+            for user, index in self.readers
+            if user.graph is self.graph and index < len(user.inputs)
+        }
+        if len(values) != 1:
+            return None
+        (value,) = values.values()
+        return value if value is not None and _alive(value) else None
 
 
 @dataclasses.dataclass
