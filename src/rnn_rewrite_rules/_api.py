@@ -221,19 +221,36 @@ def apply_rounds(
         normalize(model, journal)  # one spelling for every family (rnn_rewrite_rules.normalize)
     fired = False
     with costs.attached(model, context or costs.Context()):
-        for round_number in range(_MAX_ROUNDS):
-            if on_round is not None:
-                on_round(round_number)
-            if tracer is not None:
-                tracer.failures.clear()
-            if not rule_set.apply_to_model(model):
-                break
-            fired = True
-            RemoveDeadNodesPass()(model)
+        fired = _rounds(model, rule_set, on_round, tracer)
+        # the exporter's spelling wherever no rule used the normalised one, then the
+        # rules once more on it, as they would run without normalisation (an Identity
+        # put back between two layers is one the layer-glue rules remove)
+        if journal.restore(original) and fired:
+            _rounds(model, rule_set, on_round, tracer)
     if refusals is not None and tracer is not None:
         refusals[:] = tracer.failures
-    journal.restore(original)  # the exporter's spelling wherever no rule used the normalised one
     cleanup(model, original)
+    return fired
+
+
+def _rounds(
+    model: ir.Model,
+    rule_set: RewriteRuleSet,
+    on_round: Callable[[int], None] | None,
+    tracer: _RefusalTracer | None,
+) -> bool:
+    """Apply ``rule_set`` until a round fires nothing (at most ``_MAX_ROUNDS``), dead
+    nodes removed after each round that fired; True when a rule fired."""
+    fired = False
+    for round_number in range(_MAX_ROUNDS):
+        if on_round is not None:
+            on_round(round_number)
+        if tracer is not None:
+            tracer.failures.clear()
+        if not rule_set.apply_to_model(model):
+            break
+        fired = True
+        RemoveDeadNodesPass()(model)
     return fired
 
 
