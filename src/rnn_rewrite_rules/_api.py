@@ -132,6 +132,9 @@ def rewrite(
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first; what no rule
+    used of them is undone, so where no rule fires the model comes back as given (a
+    ``ModelProto`` byte for byte, unless cleanup fixes a declared output shape).
     ``names``, ``target`` and ``exclude`` are as in :func:`rules`. ``context``: the cost
     tables the rules decide on and where they record what they declined (default: the
     checked-in tables, the record dropped).

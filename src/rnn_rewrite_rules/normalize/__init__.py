@@ -1,8 +1,11 @@
 """Normalisation passes: one spelling of what exporters write many ways, before any rule.
 
 :func:`rnn_rewrite_rules.rewrite` and ``rnn-rewrite`` run them, in this order, before the
-rule families (``_api.apply_rounds``); users of ``install()`` run :func:`normalize` on the
-model first. Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``;
+rule families (``_api.apply_rounds``), and afterwards undo every edit no rule used
+(:class:`Journal`): the model keeps the exporter's spelling wherever no rule rewrote it.
+``install()`` adds rules to onnxscript's defaults and has no hook before them: its users,
+and those of :func:`rnn_rewrite_rules.rules`, call :func:`normalize` on the ``ir.Model``
+first (with a :class:`Journal` and ``journal.restore()`` after, to keep the spelling). Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``;
 each module's docstring gives the pattern, the condition, the replacement and why the
 outputs are equal.
 """
