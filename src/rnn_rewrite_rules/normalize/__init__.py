@@ -5,7 +5,8 @@ rule families (``_api.apply_rounds``), and afterwards undo every edit no rule us
 (:class:`Journal`): the model keeps the exporter's spelling wherever no rule rewrote it.
 ``install()`` adds rules to onnxscript's defaults and has no hook before them: its users,
 and those of :func:`rnn_rewrite_rules.rules`, call :func:`normalize` on the ``ir.Model``
-first (with a :class:`Journal` and ``journal.restore()`` after, to keep the spelling). Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``;
+first (with a :class:`Journal` and ``journal.restore()`` after, to keep the spelling).
+Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``;
 each module's docstring gives the pattern, the condition, the replacement and why the
 outputs are equal.
 """
