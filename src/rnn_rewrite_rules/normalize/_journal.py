@@ -110,7 +110,12 @@ class Bypassed:
         if len(values) != 1:
             return None
         (value,) = values.values()
-        return value if value is not None and _alive(value) else None
+        if value is None or not _alive(value):
+            return None
+        types = (value.dtype, self.source.dtype)
+        if None not in types and types[0] != types[1]:
+            return None  # a Cast put back on a value of another type would convert it
+        return value
 
 
 @dataclasses.dataclass
