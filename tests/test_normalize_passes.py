@@ -18,6 +18,7 @@ from rnn_rewrite_rules.normalize import (
     GemmPass,
     IdentityPass,
     Journal,
+    LoopInvariantPass,
     NoOpCastPass,
     normalize,
 )
@@ -312,3 +313,50 @@ def test_rewrite_is_no_larger_for_the_normalisation(file, monkeypatch) -> None:
     plain = rnn_rewrite_rules.rewrite(original)
     assert len(normalised.graph.node) <= len(plain.graph.node)
     assert [o.name for o in normalised.graph.output] == [o.name for o in original.graph.output]
+
+
+CARRIED = """
+agraph (float[N, 3] x, float[3, 3] w, int64 trips) => (float[N, 3] h, float[3, 3] w_last) {
+    cond = Constant<value = bool {1}>()
+    h, w_last = Loop(trips, cond, x, w) <body = loop_body (int64 i, bool c_in, float[N, 3] h_in,
+        float[3, 3] w_in) => (bool c_out, float[N, 3] h_out, float[3, 3] w_out) {
+        c_out = Identity(c_in)
+        m = MatMul(h_in, w_in)
+        h_out = Tanh(m)
+        w_out = Identity(w_in)
+    }>
+}
+"""
+
+
+def _carried_feeds() -> list[dict]:
+    rng = np.random.default_rng(3)
+    return [
+        {
+            "x": rng.standard_normal((n, 3)).astype(np.float32),
+            "w": rng.standard_normal((3, 3)).astype(np.float32),
+            "trips": np.array(k),
+        }
+        for n, k in ((2, 3), (0, 2), (3, 0), (1, 1))
+    ]
+
+
+def test_a_value_carried_unchanged_is_read_from_outside() -> None:
+    """The body's MatMul reads the outer ``w``; the pass-through slot stays; a state
+    (``h``, changed each step) is not touched; undone by the journal."""
+    before, after = _model(CARRIED), _model(CARRIED)
+    journal = Journal()
+    assert LoopInvariantPass(journal)(after).modified
+    loop = next(n for n in after.graph if n.op_type == "Loop")
+    body = loop.attributes["body"].as_graph()
+    matmul = next(n for n in body if n.op_type == "MatMul")
+    assert matmul.inputs[1] is loop.inputs[3] and matmul.inputs[0] is body.inputs[2]
+    _assert_same_outputs(before, after, _carried_feeds())
+    assert journal.restore() == 1 and matmul.inputs[1] is body.inputs[3]
+
+
+def test_a_value_changed_in_the_body_is_not_invariant() -> None:
+    """``w_out = Neg(w_in)``: carried, but not unchanged; nothing read from outside."""
+    text = CARRIED.replace("w_out = Identity(w_in)", "w_out = Neg(w_in)")
+    model = _model(text)
+    assert not LoopInvariantPass()(model).modified

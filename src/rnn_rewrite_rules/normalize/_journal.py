@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Container, Sequence
+from typing import Protocol
 
 import onnx_ir as ir
 
-__all__ = ["Bypassed", "Journal", "Replaced"]
+__all__ = ["Bypassed", "Edit", "Journal", "Replaced"]
+
+
+class Edit(Protocol):
+    """One normalisation's change, undone by ``undo`` when no rule used it."""
+
+    def undo(self, original: Container[ir.Node]) -> bool: ...
 
 
 def _alive(value: ir.Value) -> bool:
@@ -154,9 +161,9 @@ class Journal:
     """The edits of the normalisation passes, in the order made."""
 
     def __init__(self) -> None:
-        self.edits: list[Bypassed | Replaced] = []
+        self.edits: list[Edit] = []
 
-    def record(self, edit: Bypassed | Replaced) -> None:
+    def record(self, edit: Edit) -> None:
         self.edits.append(edit)
 
     def restore(self, original: Container[ir.Node] = ()) -> int:
