@@ -1224,7 +1224,9 @@ def test_a_missing_bias_without_a_constant_weight_is_refused() -> None:
                 node.replace_input_with(index, copy.outputs[0])
 
     model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
-    _refused(model, "a half has no B, and no W or R is a constant to make its zeros of")
+    found = refusal_reasons(MERGE, model)
+    assert "a half has no B, and no W or R is a constant to make its zeros of" in found
+    _merged(model)  # rewrite() normalises first: the Identity copies go, W and R are constants
 
 
 def test_a_branch_inside_a_function_importing_another_opset_is_left_alone() -> None:
@@ -1357,4 +1359,5 @@ def test_a_cast_reversed_half_alone_keeps_its_cast() -> None:
 @pytest.mark.parametrize("to", [(_F32, 0), (0, _F32)], ids=["backward_only", "forward_only"])
 def test_halves_cast_differently_are_not_merged(to: tuple[int, int]) -> None:
     model = _edited(tp.hand_built_bidirectional("LSTM", reverse_node=True), _cast_halves(*to))
-    _refused(model, "the halves are not cast alike")
+    assert "the halves are not cast alike" in refusal_reasons(MERGE, model)
+    _merged(model)  # rewrite() normalises first: a float Cast of a float goes

@@ -22,6 +22,7 @@ from onnxscript.rewriter import (
 from rnn_rewrite_rules import _serialize, costs
 from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
+from rnn_rewrite_rules.normalize import Journal, normalize
 from rnn_rewrite_rules.passes import (
     DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
@@ -131,6 +132,9 @@ def rewrite(
     """Rewrite ``model`` until no rule fires, then drop what became unused.
 
     Returns the same kind of object it was given; an ``ir.Model`` is changed in place.
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first; what no rule
+    used of them is undone, so where no rule fires the model comes back as given (a
+    ``ModelProto`` byte for byte, unless cleanup fixes a declared output shape).
     ``names``, ``target`` and ``exclude`` are as in :func:`rules`. ``context``: the cost
     tables the rules decide on and where they record what they declined (default: the
     checked-in tables, the record dropped).
@@ -162,9 +166,12 @@ def rewrite(
         ir_model = ir.serde.deserialize_model(model)
         fired = apply_rounds(ir_model, rule_set, context=context)
         if not fired:
+            # no rule fired: the model given with only what cleanup fixes (declared
+            # output shapes the prover refutes, unused RNN outputs), no normalisation
+            ir_model = ir.serde.deserialize_model(model)
+            cleanup(ir_model, model_nodes(ir_model))
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
-            # no rule fired: the weights are the model's own, only the rest can differ
             if _serialize.structure(untouched) == _serialize.structure(ir_model):
                 result = onnx.ModelProto()
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
@@ -187,7 +194,10 @@ def apply_rounds(
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
 
-    Dead nodes are removed after each round that fired, so the next one does not rewrite
+    The normalisation passes (:mod:`rnn_rewrite_rules.normalize`) run first; after the
+    rounds, each of their edits no rule used is undone, so the exporter's spelling (node
+    and output names, declared types) stays wherever no rule rewrote it. Dead nodes
+    are removed after each round that fired, so the next one does not rewrite
     dead code. True when a rule fired.
 
     Args:
@@ -210,20 +220,41 @@ def apply_rounds(
         # a _CountingRule stands in for its rule by delegation, not by subclassing
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
+    journal = Journal()
+    if rule_set.rules:
+        normalize(model, journal)  # one spelling for every family (rnn_rewrite_rules.normalize)
     fired = False
     with costs.attached(model, context or costs.Context()):
-        for round_number in range(_MAX_ROUNDS):
-            if on_round is not None:
-                on_round(round_number)
-            if tracer is not None:
-                tracer.failures.clear()
-            if not rule_set.apply_to_model(model):
-                break
-            fired = True
-            RemoveDeadNodesPass()(model)
+        fired = _rounds(model, rule_set, on_round, tracer)
+        # the exporter's spelling wherever no rule used the normalised one, then the
+        # rules once more on it, as they would run without normalisation (an Identity
+        # put back between two layers is one the layer-glue rules remove)
+        if journal.restore(original) and fired:
+            _rounds(model, rule_set, on_round, tracer)
     if refusals is not None and tracer is not None:
         refusals[:] = tracer.failures
     cleanup(model, original)
+    return fired
+
+
+def _rounds(
+    model: ir.Model,
+    rule_set: RewriteRuleSet,
+    on_round: Callable[[int], None] | None,
+    tracer: _RefusalTracer | None,
+) -> bool:
+    """Apply ``rule_set`` until a round fires nothing (at most ``_MAX_ROUNDS``), dead
+    nodes removed after each round that fired; True when a rule fired."""
+    fired = False
+    for round_number in range(_MAX_ROUNDS):
+        if on_round is not None:
+            on_round(round_number)
+        if tracer is not None:
+            tracer.failures.clear()
+        if not rule_set.apply_to_model(model):
+            break
+        fired = True
+        RemoveDeadNodesPass()(model)
     return fired
 
 

@@ -1,0 +1,55 @@
+"""Normalisation passes: one spelling of what exporters write many ways, before any rule.
+
+:func:`rnn_rewrite_rules.rewrite` and ``rnn-rewrite`` run them, in this order, before the
+rule families (``_api.apply_rounds``), and afterwards undo every edit no rule used
+(:class:`Journal`): the model keeps the exporter's spelling wherever no rule rewrote it.
+``install()`` adds rules to onnxscript's defaults and has no hook before them: its users,
+and those of :func:`rnn_rewrite_rules.rules`, call :func:`normalize` on the ``ir.Model``
+first (with a :class:`Journal` and ``journal.restore()`` after, to keep the spelling).
+Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``;
+each module's docstring gives the pattern, the condition, the replacement and why the
+outputs are equal.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules.normalize._journal import Journal
+from rnn_rewrite_rules.normalize.gemm import GemmPass
+from rnn_rewrite_rules.normalize.identity import IdentityPass
+from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
+from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
+
+__all__ = [
+    "GemmPass",
+    "IdentityPass",
+    "Journal",
+    "LoopInvariantPass",
+    "NoOpCastPass",
+    "normalization_passes",
+    "normalize",
+]
+
+
+def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPlacePass]:
+    """The passes in the order they run (fresh objects: each keeps its refusals), each
+    recording its edits in ``journal`` when given.
+
+    :class:`LoopInvariantPass` is not among them yet: on jax2onnx's nnx scans it lets
+    ``LoopToRnn`` fire with X's length as the trip count, whose zero-step guard makes the
+    graph larger than the Loop (32 -> 57 nodes on ``nnx_gru_batch_major``), which
+    test_exporter_files refuses."""
+    return [NoOpCastPass(journal), IdentityPass(journal), GemmPass(journal)]
+
+
+def normalize(model: ir.Model, journal: Journal | None = None) -> bool:
+    """Run :func:`normalization_passes` on ``model`` in place; True when one changed it.
+
+    ``journal``: records the edits; ``journal.restore()`` after the rules puts back the
+    exporter's spelling wherever no rule used the normalised one (see
+    :class:`Journal`)."""
+    modified = False
+    for normalization in normalization_passes(journal):
+        modified |= normalization(model).modified
+    return modified

@@ -1,0 +1,105 @@
+"""``Gemm`` whose bias adds nothing, as the ``MatMul`` it is (jax2onnx's ``Gemm(beta=0)``).
+
+Pattern: ``Y = Gemm(A, B, C, alpha=1, beta=b, transA=ta, transB=tb)``.
+Condition: ``alpha`` is 1 and the bias adds zero: ``C`` absent, or ``beta`` 0 and ``C`` a
+constant of finite values, or ``C`` a constant of zeros.
+Replacement: ``Y = MatMul(A', B')``, ``A'``/``B'`` a ``Transpose`` where ``ta``/``tb``.
+Equality: ``Gemm`` is ``alpha * A' @ B' + beta * C`` on 2-D ``A'``, ``B'`` (which is
+``MatMul``'s product there); ``beta * C`` and a zero ``C`` are zeros, whose sum with the
+product is the product as numbers (a ``-0`` may read ``+0`` in the original; ONNX Runtime
+skips ``C`` at ``beta`` 0 and gives the product's bits). A non-finite ``C`` at ``beta``
+0 is NaN by the ONNX definition but skipped by ONNX Runtime: not rewritten.
+
+The cell recognisers read ``Gemm`` with ``alpha`` and ``beta`` 1 and ``MatMul``;
+onnxscript's Gemm rules go the other way (``MatMul`` + ``Add`` -> ``Gemm``) or need a
+Reshape around, hence this pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.normalize._journal import Journal, Replaced
+from rnn_rewrite_rules.normalize._values import model_graphs
+
+__all__ = ["GemmPass"]
+
+
+class GemmPass(ir.passes.InPlacePass):
+    """Every ``Gemm`` that is a product, a ``MatMul`` (see the module docstring).
+
+    ``refusals``: (node name, reason) for each ``Gemm`` with a bias left as written;
+    ``journal`` records each replacement, to put back where no rule used it.
+    """
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        super().__init__()
+        self.journal = journal
+        self.refusals: list[tuple[str, Refusal]] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in model_graphs(model):
+            for node in list(graph):
+                if node.op_type != "Gemm" or node.domain != "":
+                    continue
+                reason = product_reason(node)
+                if reason is None:
+                    edit = _to_matmul(graph, node)
+                    if self.journal is not None:
+                        self.journal.record(edit)
+                    modified = True
+                else:
+                    self.refusals.append((node.name or "", reason))
+        return ir.passes.PassResult(model, modified=modified)
+
+
+def product_reason(node: ir.Node) -> Refusal | None:
+    """None when ``node`` (a ``Gemm``) is ``A' @ B'`` as numbers, else why not."""
+    attrs = node.attributes
+    if attrs.get_float("alpha", 1.0) != 1.0:
+        return Refusal(f"{node.name}: alpha is {attrs.get_float('alpha', 1.0)}, not 1")
+    bias = node.inputs[2] if len(node.inputs) > 2 else None
+    if bias is None:
+        return None
+    values = const_array(bias)
+    if values is None:
+        return Refusal(f"{node.name}: the bias C is not a constant")
+    if attrs.get_float("beta", 1.0) == 0.0 and np.isfinite(values).all():
+        return None
+    if not values.any() and np.isfinite(values).all():
+        return None
+    return Refusal(f"{node.name}: the bias C adds more than zeros (beta and C)")
+
+
+def _to_matmul(graph: ir.Graph | ir.Function, node: ir.Node) -> Replaced:
+    inputs = list(node.inputs)
+    a, b = node.inputs[0], node.inputs[1]
+    added: list[ir.Node] = []
+    operands = []
+    for value, flag in ((a, "transA"), (b, "transB")):
+        if node.attributes.get_int(flag, 0):
+            transpose = ir.Node(
+                "",
+                "Transpose",
+                [value],
+                [ir.AttrInt64s("perm", [1, 0])],
+                name=f"{node.name}_{flag}",
+            )
+            added.append(transpose)
+            value = transpose.outputs[0]
+        operands.append(value)
+    matmul = ir.Node("", "MatMul", operands, name=node.name)
+    added.append(matmul)
+    graph.insert_before(node, added)
+    out = node.outputs[0]
+    result = matmul.outputs[0]
+    result.type, result.shape = out.type, out.shape
+    name = out.name
+    ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    result.name = name
+    return Replaced(graph, node, inputs, matmul, added[:-1])

@@ -1,0 +1,102 @@
+"""Read a value a ``Loop`` carries unchanged as the outer value it starts from
+(jax2onnx's scan carries the weights and the sequence around the loop through Identity).
+
+Pattern: ``Loop(M, cond, ..., v0, ...)`` whose body passes carried input ``v_in`` to its
+carried output ``v_out`` unchanged (``v_out`` is ``v_in``, through Identity nodes).
+Condition: ``v0`` is given (not empty).
+Replacement: every other reader of ``v_in`` in the body reads ``v0`` (a body may read any
+value of the scopes around it); the carried slot stays, so the Loop's signature and its
+final value are as written.
+Equality: by induction ``v_in`` is ``v0`` at every iteration (``v_in(0) = v0``,
+``v_in(k+1) = v_out(k) = v_in(k)``); a Loop of zero iterations runs no body.
+
+onnx_ir and onnxscript have no such pass (onnxscript's loop rules do not read bodies'
+carried values); the Loop rules find the sequence read by ``Gather(X, t)`` outside the
+body only after it, hence this pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Container, Sequence
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules.normalize._journal import Journal
+from rnn_rewrite_rules.normalize._values import model_graphs
+
+__all__ = ["LoopInvariantPass", "Redirected"]
+
+
+@dataclasses.dataclass
+class Redirected:
+    """``readers`` read ``outer`` instead of ``inner`` (equal to it)."""
+
+    inner: ir.Value
+    outer: ir.Value
+    readers: Sequence[tuple[ir.Node, int]]
+
+    def undo(self, original: Container[ir.Node]) -> bool:
+        del original  # a node a rule emitted reads the outer value by the rule's choice
+        readers = [
+            (user, index)
+            for user, index in self.readers
+            if user.graph is not None and index < len(user.inputs)
+            if user.inputs[index] is self.outer
+        ]
+        for user, index in readers:
+            user.replace_input_with(index, self.inner)
+        return bool(readers)
+
+
+def _passed_through(value_out: ir.Value, value_in: ir.Value) -> bool:
+    current: ir.Value | None = value_out
+    while current is not None and current is not value_in:
+        node = current.producer()
+        if node is None or node.op_type != "Identity" or node.domain != "" or not node.inputs:
+            return False
+        current = node.inputs[0]
+    return current is value_in
+
+
+class LoopInvariantPass(ir.passes.InPlacePass):
+    """Every body reader of a value carried unchanged reads the outer value (see the
+    module docstring); ``journal`` records each, to put back where no rule used it."""
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        super().__init__()
+        self.journal = journal
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for graph in model_graphs(model):
+            for node in list(graph):
+                if node.op_type == "Loop" and node.domain == "":
+                    modified |= self._loop(node)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _loop(self, node: ir.Node) -> bool:
+        attr = node.attributes.get("body")
+        if attr is None or attr.type != ir.AttributeType.GRAPH:
+            return False
+        body = attr.as_graph()
+        initial = list(node.inputs[2:])
+        carried_in = list(body.inputs[2:])
+        carried_out = list(body.outputs[1:])
+        if len(carried_in) != len(initial) or len(carried_out) < len(initial):
+            return False
+        modified = False
+        for v0, v_in, v_out in zip(initial, carried_in, carried_out, strict=False):
+            if v0 is None or not _passed_through(v_out, v_in):
+                continue
+            readers = [
+                (user, index)
+                for user, index in v_in.uses()
+                if not (user.op_type == "Identity" and _passed_through(v_out, user.outputs[0]))
+            ]
+            for user, index in readers:
+                user.replace_input_with(index, v0)
+            if readers and self.journal is not None:
+                self.journal.record(Redirected(v_in, v0, readers))
+            modified |= bool(readers)
+        return modified
