@@ -136,6 +136,16 @@ class Replaced:
     inputs: Sequence[ir.Value | None]
     new: ir.Node
     helpers: Sequence[ir.Node] = ()
+    #: ``old``'s inputs that were initializers, with their graph: a cleanup between the
+    #: passes and the undo drops an initializer ``new`` left unread (a ``Gemm``'s bias).
+    initializers: Sequence[tuple[ir.Graph, ir.Value]] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.initializers = [
+            (v.graph, v)
+            for v in self.inputs
+            if v is not None and v.is_initializer() and isinstance(v.graph, ir.Graph)
+        ]
 
     def undo(self, original: Container[ir.Node]) -> bool:
         del original  # the replacement's readers read what the original's did
@@ -146,6 +156,11 @@ class Replaced:
             return False
         if not all(v is None or _alive(v) for v in self.inputs):
             return False
+        dropped = [(g, v) for g, v in self.initializers if not v.is_initializer()]
+        if any(v.name in g.initializers for g, v in dropped):
+            return False  # another value took the name: the bias cannot come back as it was
+        for g, v in dropped:
+            g.register_initializer(v)
         for index, value in enumerate(self.inputs):
             self.old.replace_input_with(index, value)
         graph.insert_before(new, self.old)
