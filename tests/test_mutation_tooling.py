@@ -115,9 +115,8 @@ def test_every_equivalent_names_a_function_of_the_package() -> None:
     for path in root.rglob("*.py"):
         for mangled, _, _ in changed.function_spans(path.read_text()):
             functions.add(".".join(mangled.split("ǁ")[1:]) or mangled.removeprefix("x_"))
-    entries = mutation_report.tomllib.loads(
-        (mutation_report.HERE / "equivalent.toml").read_text()
-    )["equivalent"]
+    text = (mutation_report.HERE / "equivalent.toml").read_text()
+    entries = mutation_report.tomllib.loads(text)["equivalent"]
     assert sorted({e["function"] for e in entries} - functions) == []
 
 
