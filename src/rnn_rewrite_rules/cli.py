@@ -107,8 +107,6 @@ def _epilog() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rnn_rewrite_rules.benchmark import BUDGET_S
-
     parser = _Parser(
         prog=PROG,
         usage="%(prog)s IN.onnx (-o OUT.onnx | --in-place | --check) [options]\n"
@@ -121,6 +119,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_what_to_rewrite(parser)
+    _add_target(parser)
+    _add_checks(parser)
+    parser.add_argument("-q", "--quiet", action="store_true", help="print no report")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def _add_what_to_rewrite(parser: argparse.ArgumentParser) -> None:
+    """IN, where the result goes, and which rules apply."""
     parser.add_argument("input", nargs="?", metavar="IN.onnx", help="the model to rewrite")
     parser.add_argument("-o", "--output", metavar="OUT.onnx", help="where to write the result")
     parser.add_argument(
@@ -149,7 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write the result even when the model has no RNN, LSTM, GRU or recurrence",
     )
     parser.add_argument("--list-rules", action="store_true", help="list families and rules")
-    _add_target(parser)
+
+
+def _add_checks(parser: argparse.ArgumentParser) -> None:
+    """What is checked before the result is written: --verify, --quantize, --benchmark."""
+    from rnn_rewrite_rules.benchmark import BUDGET_S
+
     parser.add_argument(
         "--verify",
         action="store_true",
@@ -197,9 +210,6 @@ def _parser() -> argparse.ArgumentParser:
         "axis' sizes, one per run (seq=1,9); repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="--verify random seed (default 0)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print no report")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return parser
 
 
 def _demo_parser() -> argparse.ArgumentParser:
