@@ -152,95 +152,125 @@ def _gate_names(spec: LoopSpec) -> tuple[str, ...]:
     return ("h",)
 
 
+#: Gate name -> (the x part with its bias, the h part with its bias or None when the
+#: parts are summed already).
+_Pre = dict[str, tuple[str, str | None]]
+
+
 def _cell(
     spec: LoopSpec, body: _Body, x_t: str, h: str, c: str | None, w: dict[str, str]
 ) -> tuple[str, str | None]:
     """Emit one cell step; ``w`` names the weights as the body reads them. (h_t, c_t)."""
+    if spec.form == "tf1" and spec.cell == "GRU":
+        return _tf1_gru_cell(spec, body, x_t, h, w), None
+    if spec.form == "tf1":
+        pre = _tf1_pre(spec, body, x_t, h, w)
+    elif spec.form == "keras":
+        pre = _keras_pre(spec, body, x_t, h, w)
+    else:
+        pre = _projected_pre(spec, body, x_t, h, w)
+    if spec.cell == "RNN":
+        return body.one(spec.activation, [_summed(body, pre, "h")]), None
+    if spec.cell == "LSTM":
+        assert c is not None
+        return _lstm_state(spec, body, pre, c)
+    return _gru_state(spec, body, pre, h), None
+
+
+def _tf1_gru_cell(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> str:
+    """TF 1's GRUCell: gates r, u from ``[x_t, h]``; the candidate from ``[x_t, r * h]``."""
+    one = body.const(np.array(1, spec.dtype))
+    joined = body.one("Concat", [x_t, h], axis=1)
+    gate_sum = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
+    r, u = body.add("Split", [body.one("Sigmoid", [gate_sum])], 2, axis=1)
+    reset = body.one("Concat", [x_t, body.one("Mul", [r, h])], axis=1)
+    candidate_sum = body.one("MatMul", [reset, w["candidate"]])
+    candidate_sum = body.one("Add", [candidate_sum, w["candidate_bias"]])
+    candidate = body.one(spec.activation, [candidate_sum])
+    keep = body.one("Mul", [u, h])
+    return body.one("Add", [keep, body.one("Mul", [body.one("Sub", [one, u]), candidate])])
+
+
+def _tf1_pre(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> _Pre:
+    """One kernel over ``[x_t, h]``, split per gate (TF's forget_bias added to f)."""
+    names = _gate_names(spec)
+    gates = len(names)
+    joined = body.one("Concat", [x_t, h], axis=1)
+    summed_all = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
+    parts = body.add("Split", [summed_all], gates, axis=1) if gates > 1 else [summed_all]
+    pre: _Pre = {name: (parts[k], None) for k, name in enumerate(names)}
+    if spec.cell == "LSTM":  # TF's forget_bias
+        forget_bias = body.const(np.array(1.0, spec.dtype))
+        pre["f"] = (body.one("Add", [pre["f"][0], forget_bias]), None)
+    return pre
+
+
+def _keras_pre(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> _Pre:
+    """Keras: the kernels and biases split per gate, the recurrent kernel sliced."""
     hidden, names = spec.hidden_size, _gate_names(spec)
     gates = len(names)
-    dtype = spec.dtype
-    pre: dict[str, tuple[str, str | None]] = {}  # gate -> (x part + bias, h part + bias)
-    if spec.form == "tf1" and spec.cell == "GRU":  # TF 1's GRUCell
-        one = body.const(np.array(1, dtype))
-        joined = body.one("Concat", [x_t, h], axis=1)
-        gate_sum = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
-        r, u = body.add("Split", [body.one("Sigmoid", [gate_sum])], 2, axis=1)
-        reset = body.one("Concat", [x_t, body.one("Mul", [r, h])], axis=1)
-        candidate_sum = body.one("MatMul", [reset, w["candidate"]])
-        candidate_sum = body.one("Add", [candidate_sum, w["candidate_bias"]])
-        candidate = body.one(spec.activation, [candidate_sum])
-        keep = body.one("Mul", [u, h])
-        return body.one(
-            "Add", [keep, body.one("Mul", [body.one("Sub", [one, u]), candidate])]
-        ), None
-    if spec.form == "tf1":
-        joined = body.one("Concat", [x_t, h], axis=1)
-        summed_all = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
-        parts = body.add("Split", [summed_all], gates, axis=1) if gates > 1 else [summed_all]
-        for k, name in enumerate(names):
-            pre[name] = (parts[k], None)
-        if spec.cell == "LSTM":  # TF's forget_bias
-            forget_bias = body.const(np.array(1.0, dtype))
-            pre["f"] = (body.one("Add", [pre["f"][0], forget_bias]), None)
-    elif spec.form == "keras":
-        kernels = body.add("Split", [w["kernel"]], gates, axis=1)
-        if spec.cell == "GRU" and spec.linear_before_reset:
-            biases = body.add("Split", [w["bias"]], gates, axis=0)
-            rbiases: Sequence[str | None] = body.add("Split", [w["recurrent_bias"]], gates, axis=0)
-        else:
-            biases = body.add("Split", [w["bias"]], gates, axis=0)
-            rbiases = [None] * gates
-        for k, name in enumerate(names):
-            starts = body.const(np.array([0, k * hidden], np.int64))
-            ends = body.const(np.array([hidden, (k + 1) * hidden], np.int64))
-            axes = body.const(np.array([0, 1], np.int64))
-            r_k = body.one("Slice", [w["recurrent"], starts, ends, axes])
-            x_part = body.one("Add", [body.one("MatMul", [x_t, kernels[k]]), biases[k]])
-            h_part = body.one("MatMul", [h, r_k])
-            rbias = rbiases[k]
-            if rbias is not None:
-                h_part = body.one("Add", [h_part, rbias])
-            pre[name] = (x_part, h_part)
+    kernels = body.add("Split", [w["kernel"]], gates, axis=1)
+    biases = body.add("Split", [w["bias"]], gates, axis=0)
+    rbiases: Sequence[str | None] = [None] * gates
+    if spec.cell == "GRU" and spec.linear_before_reset:
+        rbiases = body.add("Split", [w["recurrent_bias"]], gates, axis=0)
+    pre: _Pre = {}
+    for k, name in enumerate(names):
+        starts = body.const(np.array([0, k * hidden], np.int64))
+        ends = body.const(np.array([hidden, (k + 1) * hidden], np.int64))
+        axes = body.const(np.array([0, 1], np.int64))
+        r_k = body.one("Slice", [w["recurrent"], starts, ends, axes])
+        x_part = body.one("Add", [body.one("MatMul", [x_t, kernels[k]]), biases[k]])
+        h_part = body.one("MatMul", [h, r_k])
+        rbias = rbiases[k]
+        if rbias is not None:
+            h_part = body.one("Add", [h_part, rbias])
+        pre[name] = (x_part, h_part)
+    return pre
+
+
+def _projected_pre(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> _Pre:
+    """torch and Scan: both projections whole (Gemm in a Scan), split per gate."""
+    names = _gate_names(spec)
+    gates = len(names)
+    if spec.form == "scan":
+        xs = body.one("Gemm", [x_t, w["kernel"], w["bias"]])
+        hs = body.one(
+            "Gemm", [h, w["recurrent"]] + ([w["recurrent_bias"]] if spec.cell == "GRU" else [])
+        )
     else:
-        if spec.form == "scan":
-            xs = body.one("Gemm", [x_t, w["kernel"], w["bias"]])
-            hs = body.one(
-                "Gemm", [h, w["recurrent"]] + ([w["recurrent_bias"]] if spec.cell == "GRU" else [])
-            )
-        else:
-            xs = body.one("Add", [body.one("MatMul", [x_t, w["kernel"]]), w["bias"]])
-            hs = body.one("MatMul", [h, w["recurrent"]])
-            if spec.cell == "GRU":
-                hs = body.one("Add", [hs, w["recurrent_bias"]])
+        xs = body.one("Add", [body.one("MatMul", [x_t, w["kernel"]]), w["bias"]])
+        hs = body.one("MatMul", [h, w["recurrent"]])
         if spec.cell == "GRU":
-            x_parts = body.add("Split", [xs], gates, axis=1)
-            h_parts = body.add("Split", [hs], gates, axis=1)
-            for k, name in enumerate(names):
-                pre[name] = (x_parts[k], h_parts[k])
-        else:
-            parts = body.add("Split", [body.one("Add", [xs, hs])], gates, axis=1)
-            for k, name in enumerate(names):
-                pre[name] = (parts[k], None)
+            hs = body.one("Add", [hs, w["recurrent_bias"]])
+    if spec.cell == "GRU":
+        x_parts = body.add("Split", [xs], gates, axis=1)
+        h_parts = body.add("Split", [hs], gates, axis=1)
+        return {name: (x_parts[k], h_parts[k]) for k, name in enumerate(names)}
+    parts = body.add("Split", [body.one("Add", [xs, hs])], gates, axis=1)
+    return {name: (parts[k], None) for k, name in enumerate(names)}
 
-    def summed(name: str) -> str:
-        x_part, h_part = pre[name]
-        return x_part if h_part is None else body.one("Add", [x_part, h_part])
 
-    if spec.cell == "RNN":
-        return body.one(spec.activation, [summed("h")]), None
-    if spec.cell == "LSTM":
-        i = body.one("Sigmoid", [summed("i")])
-        f = body.one("Sigmoid", [summed("f")])
-        g = body.one(spec.activation, [summed("c")])
-        o = body.one("Sigmoid", [summed("o")])
-        assert c is not None
-        if spec.near_miss == "wrong_gate":
-            c_t = body.one("Add", [body.one("Mul", [f, g]), body.one("Mul", [i, g])])
-        else:
-            c_t = body.one("Add", [body.one("Mul", [f, c]), body.one("Mul", [i, g])])
-        return body.one("Mul", [o, body.one(spec.activation, [c_t])]), c_t
-    z = body.one("Sigmoid", [summed("z")])
-    r = body.one("Sigmoid", [summed("r")])
+def _summed(body: _Body, pre: _Pre, name: str) -> str:
+    x_part, h_part = pre[name]
+    return x_part if h_part is None else body.one("Add", [x_part, h_part])
+
+
+def _lstm_state(spec: LoopSpec, body: _Body, pre: _Pre, c: str) -> tuple[str, str]:
+    i = body.one("Sigmoid", [_summed(body, pre, "i")])
+    f = body.one("Sigmoid", [_summed(body, pre, "f")])
+    g = body.one(spec.activation, [_summed(body, pre, "c")])
+    o = body.one("Sigmoid", [_summed(body, pre, "o")])
+    if spec.near_miss == "wrong_gate":
+        c_t = body.one("Add", [body.one("Mul", [f, g]), body.one("Mul", [i, g])])
+    else:
+        c_t = body.one("Add", [body.one("Mul", [f, c]), body.one("Mul", [i, g])])
+    return body.one("Mul", [o, body.one(spec.activation, [c_t])]), c_t
+
+
+def _gru_state(spec: LoopSpec, body: _Body, pre: _Pre, h: str) -> str:
+    z = body.one("Sigmoid", [_summed(body, pre, "z")])
+    r = body.one("Sigmoid", [_summed(body, pre, "r")])
     x_n, h_n = pre["h"]
     if spec.linear_before_reset:
         if h_n is None:
@@ -255,11 +285,11 @@ def _cell(
         ]
         n = body.one(spec.activation, [body.one("Add", [x_n, body.one("MatMul", [rh, r_n])])])
     if spec.form == "keras":
-        one = body.const(np.array(1, dtype))
+        one = body.const(np.array(1, spec.dtype))
         keep = body.one("Mul", [z, h])
         new = body.one("Mul", [body.one("Sub", [one, z]), n])
-        return body.one("Add", [keep, new]), None
-    return body.one("Add", [body.one("Mul", [body.one("Sub", [h, n]), z]), n]), None
+        return body.one("Add", [keep, new])
+    return body.one("Add", [body.one("Mul", [body.one("Sub", [h, n]), z]), n])
 
 
 def _zeros_state(
