@@ -512,45 +512,15 @@ def _loop(
     elem: int,
 ):
     """The Loop node (keras or torch form); (stacked output, final states, side output)."""
-    steps = spec.steps
-    vi = helper.make_tensor_value_info
     keras = spec.form in ("keras", "tf1")  # tf2onnx's while_loop
-    inputs = [vi("iteration", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])]
-    if keras:
-        inputs.append(vi("counter", TensorProto.INT32, []))
-    inputs.append(vi("h_in", elem, ["batch", spec.hidden_size]))
-    if c0:
-        inputs.append(vi("c_in", elem, ["batch", spec.hidden_size]))
-    w: dict[str, str] = {}
-    for key, array in weights.items():
-        if keras:  # weights carried as loop invariants, Cast every step
-            inputs.append(vi(f"{key}_in", TensorProto.FLOAT, list(array.shape)))
-            w[key] = body.one("Cast", [f"{key}_in"], to=elem) if spec.float16 else f"{key}_in"
-        else:
-            w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
+    inputs, w = _loop_body_inputs(spec, body, weights, elem, bool(c0))
     index = "counter" if keras else "iteration"
     if spec.near_miss == "shifted_step":
         one = body.const(np.array(1, np.int32 if keras else np.int64))
         index = body.one("Add", [index, one])
     x_t = body.one("Gather", [x, index], axis=0)
     h_t, c_t = _cell(spec, body, x_t, "h_in", "c_in" if c0 else None, w)
-    outputs: list[tuple[str, int]] = []  # (name, element type)
-    if keras:
-        next_counter = body.one("Add", ["counter", body.const(np.array(1, np.int32))])
-        limit = body.const(
-            np.array(steps - 2 if spec.near_miss == "early_exit" else steps, np.float32)
-        )
-        first = body.one("Less", [body.one("Cast", ["iteration"], to=TensorProto.FLOAT), limit])
-        second = body.one("Less", [body.one("Cast", [next_counter], to=TensorProto.FLOAT), limit])
-        outputs += [
-            (body.one("And", [first, second]), TensorProto.BOOL),
-            (next_counter, TensorProto.INT32),
-        ]
-    else:
-        cond = body.one("Identity", ["cond_in"])
-        if spec.near_miss == "early_exit":
-            cond = body.one("Less", ["iteration", body.const(np.array(steps - 3, np.int64))])
-        outputs.append((cond, TensorProto.BOOL))
+    outputs = _loop_conditions(spec, body)
     outputs.append((_carried_h(spec, body, h_t), elem))
     if c0 and c_t is not None:  # the cell has a c_t exactly when it is given c0
         outputs.append((body.one("Identity", [c_t]), elem))
@@ -565,34 +535,93 @@ def _loop(
         elem: ["batch", spec.hidden_size],
     }
     body_outputs = [
-        vi(name, kind, list(weights[name[:-3]].shape) if name.endswith("_in") else shapes[kind])
+        helper.make_tensor_value_info(
+            name, kind, list(weights[name[:-3]].shape) if name.endswith("_in") else shapes[kind]
+        )
         for name, kind in outputs
     ]
     graph = helper.make_graph(body.nodes, "loop_body", inputs, body_outputs)
     loop_outputs = [f"loop_{i}" for i in range(len(outputs) - 1)]
+    carried = _loop_node(spec, nodes, x, [h0, *([c0] if c0 else [])], weights, graph, loop_outputs)
+    offset = 1 if keras else 0
+    finals = {"h": loop_outputs[offset], "c": loop_outputs[offset + 1] if c0 else None}
+    stacked_index = len(carried)
+    side = loop_outputs[stacked_index + 1] if spec.near_miss == "side_output" else None
+    return loop_outputs[stacked_index], finals, side
+
+
+def _loop_body_inputs(
+    spec: LoopSpec, body: _Body, weights: dict, elem: int, has_c: bool
+) -> tuple[list[onnx.ValueInfoProto], dict[str, str]]:
+    """The body's inputs, and the names it reads the weights by (keras: carried as loop
+    invariants; torch: the outer values; Cast every step in float16)."""
+    vi = helper.make_tensor_value_info
+    keras = spec.form in ("keras", "tf1")
+    inputs = [vi("iteration", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])]
+    if keras:
+        inputs.append(vi("counter", TensorProto.INT32, []))
+    inputs.append(vi("h_in", elem, ["batch", spec.hidden_size]))
+    if has_c:
+        inputs.append(vi("c_in", elem, ["batch", spec.hidden_size]))
+    w: dict[str, str] = {}
+    for key, array in weights.items():
+        if keras:  # weights carried as loop invariants, Cast every step
+            inputs.append(vi(f"{key}_in", TensorProto.FLOAT, list(array.shape)))
+            w[key] = body.one("Cast", [f"{key}_in"], to=elem) if spec.float16 else f"{key}_in"
+        else:
+            w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
+    return inputs, w
+
+
+def _loop_conditions(spec: LoopSpec, body: _Body) -> list[tuple[str, int]]:
+    """The body's first outputs: the condition (keras: both counters below the limit;
+    torch: the condition in), and keras' next counter."""
+    steps = spec.steps
+    if spec.form in ("keras", "tf1"):
+        next_counter = body.one("Add", ["counter", body.const(np.array(1, np.int32))])
+        limit = body.const(
+            np.array(steps - 2 if spec.near_miss == "early_exit" else steps, np.float32)
+        )
+        first = body.one("Less", [body.one("Cast", ["iteration"], to=TensorProto.FLOAT), limit])
+        second = body.one("Less", [body.one("Cast", [next_counter], to=TensorProto.FLOAT), limit])
+        return [
+            (body.one("And", [first, second]), TensorProto.BOOL),
+            (next_counter, TensorProto.INT32),
+        ]
+    cond = body.one("Identity", ["cond_in"])
+    if spec.near_miss == "early_exit":
+        cond = body.one("Less", ["iteration", body.const(np.array(steps - 3, np.int64))])
+    return [(cond, TensorProto.BOOL)]
+
+
+def _loop_node(
+    spec: LoopSpec,
+    nodes: list,
+    x: str,
+    states: list[str],
+    weights: dict,
+    graph: onnx.GraphProto,
+    loop_outputs: list[str],
+) -> list[str]:
+    """Append the trip count, the condition and the Loop node; its carried values."""
+    keras = spec.form in ("keras", "tf1")
     trips = "trips"
     if spec.trip_count == "length":  # torch.export's while_loop over the sequence
         nodes.append(helper.make_node("Shape", [x], ["x_shape"]))
         nodes.append(_const("time_axis", np.array(0, np.int64)))
         nodes.append(helper.make_node("Gather", ["x_shape", "time_axis"], [trips], axis=0))
     else:
-        nodes.append(_const(trips, np.array(steps, np.int64)))
+        nodes.append(_const(trips, np.array(spec.steps, np.int64)))
     nodes.append(_const("cond0", np.array(True)))
     carried = []
     if keras:
         nodes.append(_const("counter0", np.array(0, np.int32)))
         carried.append("counter0")
-    carried.append(h0)
-    if c0:
-        carried.append(c0)
+    carried += states
     if keras:
         carried += list(weights)
     nodes.append(helper.make_node("Loop", [trips, "cond0", *carried], loop_outputs, body=graph))
-    offset = 1 if keras else 0
-    finals = {"h": loop_outputs[offset], "c": loop_outputs[offset + 1] if c0 else None}
-    stacked_index = len(carried)
-    side = loop_outputs[stacked_index + 1] if spec.near_miss == "side_output" else None
-    return loop_outputs[stacked_index], finals, side
+    return carried
 
 
 def loop_inputs(
