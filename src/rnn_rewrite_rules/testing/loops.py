@@ -335,15 +335,8 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     of a forward layer and a backward one (other weights) on the same ``x``."""
     if spec.bidirectional:
         return _bidirectional(spec)
-    if spec.near_miss is not None and spec.near_miss not in NEAR_MISSES:
-        raise ValueError(f"unknown near miss {spec.near_miss!r}")
-    if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
-        raise ValueError("only an LSTM has a forget gate to misplace")
-    if spec.near_miss == "state_not_hidden" and spec.cell != "LSTM":
-        raise ValueError("only an LSTM's c is read by a product that broadcasts it")
-    if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
-        raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
-    dtype, hidden = spec.dtype, spec.hidden_size
+    _check_loop_spec(spec)
+    hidden = spec.hidden_size
     elem = TensorProto.FLOAT16 if spec.float16 else TensorProto.FLOAT
     weights = _weights(spec)
     nodes: list[onnx.NodeProto] = []
@@ -351,51 +344,10 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     x = "x"
     if spec.direction == "reverse" and spec.form != "scan":
         x = _reverse(nodes, "x", "x_reversed")
-    if spec.state_inputs:
-        h0, c0 = "h0", ("c0" if spec.cell == "LSTM" else None)
-    else:
-        h0 = _zeros_state(nodes, "x", hidden, dtype, "h0", False)
-        c0 = None
-        if spec.cell == "LSTM":
-            c0 = _zeros_state(nodes, "x", hidden, dtype, "c0", spec.near_miss == "state_not_hidden")
+    h0, c0 = _initial_states(spec, nodes)
     body = _Body("body_", spec.opset)
-    state_type = helper.make_tensor_value_info
     if spec.form == "scan":
-        body_inputs = [state_type("h_in", elem, ["batch", spec.hidden_size])]
-        if c0 is not None:
-            body_inputs.append(state_type("c_in", elem, ["batch", spec.hidden_size]))
-        body_inputs.append(state_type("x_t", elem, ["batch", spec.input_size]))
-        w = {}
-        for key in weights:
-            w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
-        h_t, c_t = _cell(spec, body, "x_t", "h_in", "c_in" if c0 else None, w)
-        h_out = _carried_h(spec, body, h_t)
-        body_outputs = [h_out] + ([c_t] if c_t else []) + [body.one("Identity", [h_t])]
-        if spec.near_miss == "side_output":
-            body_outputs.append(body.one("Identity", [c_t or "h_in"]))
-        body_graph = helper.make_graph(
-            body.nodes,
-            "scan_body",
-            body_inputs,
-            [state_type(n, elem, ["batch", hidden]) for n in body_outputs],
-        )
-        states = [h0] + ([c0] if c0 else [])
-        scan_outputs = [f"scan_{i}" for i in range(len(body_outputs))]
-        direction = 1 if spec.direction == "reverse" else 0
-        nodes.append(
-            helper.make_node(
-                "Scan",
-                [*states, x],
-                scan_outputs,
-                body=body_graph,
-                num_scan_inputs=1,
-                scan_input_directions=[direction],
-                scan_output_directions=[direction] * (len(body_outputs) - len(states)),
-            )
-        )
-        finals = {"h": scan_outputs[0], "c": scan_outputs[1] if c0 else None}
-        stacked = scan_outputs[len(states)]
-        side = scan_outputs[len(states) + 1] if spec.near_miss == "side_output" else None
+        stacked, finals, side = _scan(spec, nodes, body, x, h0, c0, weights, elem)
     else:
         stacked, finals, side = _loop(spec, nodes, body, x, h0, c0, weights, elem)
         if spec.direction == "reverse":
@@ -407,19 +359,7 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
                 helper.make_node("Transpose", ["y_batch_major"], ["y_time_major"], perm=[1, 0, 2])
             )
             stacked = _reverse(nodes, "y_time_major", "y_reversed")
-    graph_outputs = []
-    for name in spec.outputs:
-        source = stacked if name == "y" else finals[name]
-        if source is None:
-            raise ValueError(f"{spec.cell} has no output {name!r}")
-        nodes.append(helper.make_node("Identity", [source], [name]))
-        dims: list[str | int] = ["steps", "batch", hidden] if name == "y" else ["batch", hidden]
-        graph_outputs.append(helper.make_tensor_value_info(name, elem, dims))
-    if side is not None:
-        nodes.append(helper.make_node("Identity", [side], ["side"]))
-        graph_outputs.append(
-            helper.make_tensor_value_info("side", elem, ["steps", "batch", hidden])
-        )
+    graph_outputs = _graph_outputs(spec, nodes, stacked, finals, side, elem)
     graph = helper.make_graph(
         nodes,
         f"{spec.form}_{spec.cell.lower()}",
@@ -440,6 +380,106 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     model.ir_version = 8
     model.producer_name = "rnn_rewrite_rules.testing.loops"
     return model
+
+
+def _check_loop_spec(spec: LoopSpec) -> None:
+    if spec.near_miss is not None and spec.near_miss not in NEAR_MISSES:
+        raise ValueError(f"unknown near miss {spec.near_miss!r}")
+    if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
+        raise ValueError("only an LSTM has a forget gate to misplace")
+    if spec.near_miss == "state_not_hidden" and spec.cell != "LSTM":
+        raise ValueError("only an LSTM's c is read by a product that broadcasts it")
+    if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
+        raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
+
+
+def _initial_states(spec: LoopSpec, nodes: list) -> tuple[str, str | None]:
+    """``(h0, c0)``: graph inputs, or zeros of the batch (``c0`` None but for an LSTM)."""
+    if spec.state_inputs:
+        return "h0", ("c0" if spec.cell == "LSTM" else None)
+    dtype, hidden = spec.dtype, spec.hidden_size
+    h0 = _zeros_state(nodes, "x", hidden, dtype, "h0", False)
+    c0 = None
+    if spec.cell == "LSTM":
+        c0 = _zeros_state(nodes, "x", hidden, dtype, "c0", spec.near_miss == "state_not_hidden")
+    return h0, c0
+
+
+def _scan(
+    spec: LoopSpec,
+    nodes: list,
+    body: _Body,
+    x: str,
+    h0: str,
+    c0: str | None,
+    weights: dict,
+    elem: int,
+):
+    """The Scan node; (stacked output, final states, side output)."""
+    hidden = spec.hidden_size
+    state_type = helper.make_tensor_value_info
+    body_inputs = [state_type("h_in", elem, ["batch", hidden])]
+    if c0 is not None:
+        body_inputs.append(state_type("c_in", elem, ["batch", hidden]))
+    body_inputs.append(state_type("x_t", elem, ["batch", spec.input_size]))
+    w = {}
+    for key in weights:
+        w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
+    h_t, c_t = _cell(spec, body, "x_t", "h_in", "c_in" if c0 else None, w)
+    h_out = _carried_h(spec, body, h_t)
+    body_outputs = [h_out] + ([c_t] if c_t else []) + [body.one("Identity", [h_t])]
+    if spec.near_miss == "side_output":
+        body_outputs.append(body.one("Identity", [c_t or "h_in"]))
+    body_graph = helper.make_graph(
+        body.nodes,
+        "scan_body",
+        body_inputs,
+        [state_type(n, elem, ["batch", hidden]) for n in body_outputs],
+    )
+    states = [h0] + ([c0] if c0 else [])
+    scan_outputs = [f"scan_{i}" for i in range(len(body_outputs))]
+    direction = 1 if spec.direction == "reverse" else 0
+    nodes.append(
+        helper.make_node(
+            "Scan",
+            [*states, x],
+            scan_outputs,
+            body=body_graph,
+            num_scan_inputs=1,
+            scan_input_directions=[direction],
+            scan_output_directions=[direction] * (len(body_outputs) - len(states)),
+        )
+    )
+    finals = {"h": scan_outputs[0], "c": scan_outputs[1] if c0 else None}
+    stacked = scan_outputs[len(states)]
+    side = scan_outputs[len(states) + 1] if spec.near_miss == "side_output" else None
+    return stacked, finals, side
+
+
+def _graph_outputs(
+    spec: LoopSpec,
+    nodes: list,
+    stacked: str,
+    finals: dict[str, str | None],
+    side: str | None,
+    elem: int,
+) -> list[onnx.ValueInfoProto]:
+    """``spec.outputs`` (and the side output of that near miss), each an Identity."""
+    hidden = spec.hidden_size
+    graph_outputs = []
+    for name in spec.outputs:
+        source = stacked if name == "y" else finals[name]
+        if source is None:
+            raise ValueError(f"{spec.cell} has no output {name!r}")
+        nodes.append(helper.make_node("Identity", [source], [name]))
+        dims: list[str | int] = ["steps", "batch", hidden] if name == "y" else ["batch", hidden]
+        graph_outputs.append(helper.make_tensor_value_info(name, elem, dims))
+    if side is not None:
+        nodes.append(helper.make_node("Identity", [side], ["side"]))
+        graph_outputs.append(
+            helper.make_tensor_value_info("side", elem, ["steps", "batch", hidden])
+        )
+    return graph_outputs
 
 
 def _bidirectional(spec: LoopSpec) -> onnx.ModelProto:
