@@ -114,6 +114,19 @@ class _Body:
         return name
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+    """What the Loop or Scan of one layer reads, and where its nodes go."""
+
+    nodes: list  # the outer graph's, appended to
+    body: _Body
+    x: str
+    h0: str
+    c0: str | None
+    weights: dict[str, np.ndarray]
+    elem: int
+
+
 def _weights(spec: LoopSpec) -> dict[str, np.ndarray]:
     """Keras layout: kernel ``[I, G*H]``, recurrent kernel ``[H, G*H]``, bias ``[G*H]``
     (GRU with ``reset_after``: ``[2, G*H]``), gate blocks in the form's order."""
@@ -345,11 +358,11 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     if spec.direction == "reverse" and spec.form != "scan":
         x = _reverse(nodes, "x", "x_reversed")
     h0, c0 = _initial_states(spec, nodes)
-    body = _Body("body_", spec.opset)
+    layer = _Layer(nodes, _Body("body_", spec.opset), x, h0, c0, weights, elem)
     if spec.form == "scan":
-        stacked, finals, side = _scan(spec, nodes, body, x, h0, c0, weights, elem)
+        stacked, finals, side = _scan(spec, layer)
     else:
-        stacked, finals, side = _loop(spec, nodes, body, x, h0, c0, weights, elem)
+        stacked, finals, side = _loop(spec, layer)
         if spec.direction == "reverse":
             # the stacked output reversed back, through tf2onnx's two Transposes
             nodes.append(
@@ -405,17 +418,10 @@ def _initial_states(spec: LoopSpec, nodes: list) -> tuple[str, str | None]:
     return h0, c0
 
 
-def _scan(
-    spec: LoopSpec,
-    nodes: list,
-    body: _Body,
-    x: str,
-    h0: str,
-    c0: str | None,
-    weights: dict,
-    elem: int,
-):
+def _scan(spec: LoopSpec, layer: _Layer):
     """The Scan node; (stacked output, final states, side output)."""
+    nodes, body, x, weights, elem = layer.nodes, layer.body, layer.x, layer.weights, layer.elem
+    h0, c0 = layer.h0, layer.c0
     hidden = spec.hidden_size
     state_type = helper.make_tensor_value_info
     body_inputs = [state_type("h_in", elem, ["batch", hidden])]
@@ -541,17 +547,10 @@ def _carried_h(spec: LoopSpec, body: _Body, h_t: str) -> str:
     return body.one("Identity", [h_t])
 
 
-def _loop(
-    spec: LoopSpec,
-    nodes: list,
-    body: _Body,
-    x: str,
-    h0: str,
-    c0: str | None,
-    weights: dict,
-    elem: int,
-):
+def _loop(spec: LoopSpec, layer: _Layer):
     """The Loop node (keras or torch form); (stacked output, final states, side output)."""
+    nodes, body, x, weights, elem = layer.nodes, layer.body, layer.x, layer.weights, layer.elem
+    h0, c0 = layer.h0, layer.c0
     keras = spec.form in ("keras", "tf1")  # tf2onnx's while_loop
     inputs, w = _loop_body_inputs(spec, body, weights, elem, bool(c0))
     index = "counter" if keras else "iteration"
