@@ -1,4 +1,5 @@
-"""IR helpers that are not about recurrent ops: constant values, dtypes, opset versions."""
+"""IR helpers that are not about recurrent ops: constant values, dtypes, opset versions,
+value names no value of a graph or model uses."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
 
-__all__ = ["NUMPY_DTYPES", "const_array", "opset_version", "same_bits", "subgraph_owners"]
+__all__ = [
+    "NUMPY_DTYPES",
+    "const_array",
+    "free_name",
+    "fresh_name",
+    "opset_version",
+    "same_bits",
+    "subgraph_owners",
+    "taken_names",
+]
 
 #: Element types with a native numpy dtype (what runs, casts and random feeds use).
 NUMPY_DTYPES = frozenset(
@@ -103,3 +113,35 @@ def same_bits(a, b) -> bool:
     if x.dtype.kind in "OUS":
         return bool(np.array_equal(x, y))
     return np.ascontiguousarray(x).tobytes() == np.ascontiguousarray(y).tobytes()
+
+
+def taken_names(scope: ir.Graph | ir.Model) -> set[str]:
+    """Every value name of a graph and the subgraphs in it (ONNX forbids shadowing), or of
+    a model's graph and its functions: inputs, outputs, initializers and node values."""
+    scopes: list[ir.Graph | ir.Function] = (
+        [scope.graph, *scope.functions.values()] if isinstance(scope, ir.Model) else [scope]
+    )
+    names: set[str] = set()
+    for graph_like in scopes:
+        names.update(v.name for v in (*graph_like.inputs, *graph_like.outputs) if v.name)
+        if isinstance(graph_like, ir.Graph):
+            names.update(name for name in graph_like.initializers if name)
+        for node in ir.traversal.RecursiveGraphIterator(graph_like):
+            names.update(v.name for v in node.outputs if v is not None and v.name)
+            names.update(v.name for v in node.inputs if v is not None and v.name)
+    return names
+
+
+def fresh_name(scope: ir.Graph | ir.Model, base: str) -> str:
+    """``base``, or ``base_1``, ``base_2`` ...: the first name no value of ``scope`` (a
+    graph and its subgraphs, or a whole model with its functions) uses."""
+    return free_name(taken_names(scope), base)
+
+
+def free_name(taken: set[str], base: str) -> str:
+    """``base``, or ``base_1``, ``base_2`` ...: the first name not in ``taken``."""
+    name, index = base, 0
+    while name in taken:
+        index += 1
+        name = f"{base}_{index}"
+    return name

@@ -286,6 +286,7 @@ class _Settings:
     rounds: int
     budget: float
     max_repeats: int
+    stream_frames: int
 
 
 def benchmark(
@@ -318,7 +319,7 @@ def benchmark(
     """
     runtime.require_onnxruntime()
     say = progress or (lambda _text: None)
-    settings = _Settings(repeats, rounds, budget, max(max_repeats, repeats))
+    settings = _Settings(repeats, rounds, budget, max(max_repeats, repeats), stream_frames)
     result = BenchmarkResult(repeats, rounds, judged=judged)
     if openvino is None:
         openvino = importlib.util.find_spec("openvino") is not None
@@ -346,7 +347,7 @@ def benchmark(
                 break
         if feeds and name not in result.skipped and stream_frames:
             try:
-                found = _stream(name, before, after, feeds[0][1], stream_frames, rounds)
+                found = _stream(name, before, after, feeds[0][1], settings)
             except Exception as error:
                 result.skipped[f"{name} streaming"] = runtime.short_error(error)
             else:
@@ -376,15 +377,11 @@ def _stream_runner(name: str, model: Model) -> Callable[[dict[str, np.ndarray]],
 
 
 def _stream(
-    name: str,
-    before: Model,
-    after: Model,
-    feeds: Mapping[str, np.ndarray],
-    frames: int,
-    rounds: int,
+    name: str, before: Model, after: Model, feeds: Mapping[str, np.ndarray], settings: _Settings
 ) -> Streaming | None:
-    """Frames per second of a chained stream of ``frames`` calls of each model, interleaved
-    rounds (the order alternating); None when the model has no state inputs and outputs."""
+    """Frames per second of a chained stream of ``settings.stream_frames`` calls of each
+    model, ``settings.rounds`` interleaved rounds (the order alternating); None when the
+    model has no state inputs and outputs."""
     from rnn_rewrite_rules._streaming import frames_per_second, state_pairs
 
     original = _graph_only(before)
@@ -395,7 +392,8 @@ def _stream(
     runners = {"original": _stream_runner(name, before), "result": _stream_runner(name, after)}
     fps: dict[str, list[float]] = {"original": [], "result": []}
     order = list(runners)
-    for _ in range(max(rounds, 1)):
+    frames = settings.stream_frames
+    for _ in range(max(settings.rounds, 1)):
         for key in order:
             fps[key].append(
                 frames_per_second(runners[key], names, feeds, pairs, frames, time.process_time)

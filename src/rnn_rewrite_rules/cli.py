@@ -107,8 +107,6 @@ def _epilog() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from rnn_rewrite_rules.benchmark import BUDGET_S
-
     parser = _Parser(
         prog=PROG,
         usage="%(prog)s IN.onnx (-o OUT.onnx | --in-place | --check) [options]\n"
@@ -121,6 +119,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_what_to_rewrite(parser)
+    _add_target(parser)
+    _add_checks(parser)
+    parser.add_argument("-q", "--quiet", action="store_true", help="print no report")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def _add_what_to_rewrite(parser: argparse.ArgumentParser) -> None:
+    """IN, where the result goes, and which rules apply."""
     parser.add_argument("input", nargs="?", metavar="IN.onnx", help="the model to rewrite")
     parser.add_argument("-o", "--output", metavar="OUT.onnx", help="where to write the result")
     parser.add_argument(
@@ -149,7 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         help="write the result even when the model has no RNN, LSTM, GRU or recurrence",
     )
     parser.add_argument("--list-rules", action="store_true", help="list families and rules")
-    _add_target(parser)
+
+
+def _add_checks(parser: argparse.ArgumentParser) -> None:
+    """What is checked before the result is written: --verify, --quantize, --benchmark."""
+    from rnn_rewrite_rules.benchmark import BUDGET_S
+
     parser.add_argument(
         "--verify",
         action="store_true",
@@ -197,9 +210,6 @@ def _parser() -> argparse.ArgumentParser:
         "axis' sizes, one per run (seq=1,9); repeatable",
     )
     parser.add_argument("--seed", type=int, default=0, help="--verify random seed (default 0)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="print no report")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    return parser
 
 
 def _demo_parser() -> argparse.ArgumentParser:
@@ -481,36 +491,43 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(getattr(signal, name), handler)
 
 
-#: Each library error the command reports: its exit code and how its message is shown
-#: (``{error}``: the error's own message). A class not listed here, nor any of its bases,
-#: is an internal error.
-_FAILURES: dict[type[Exception], tuple[ExitCode, str]] = {
-    errors.ModelNotFound: (ExitCode.INPUT_NOT_FOUND, "{error}"),
-    errors.ModelIsDirectory: (ExitCode.INPUT_IS_DIRECTORY, "{error}"),
-    errors.NotOnnx: (ExitCode.NOT_ONNX, "{error}"),
-    errors.DamagedModel: (ExitCode.DAMAGED_MODEL, "{error}"),
-    errors.UnsupportedModel: (ExitCode.UNSUPPORTED_MODEL, "{error}"),
-    errors.OutputNotWritable: (ExitCode.OUTPUT_NOT_WRITABLE, "{error}"),
-    errors.SameAsInput: (ExitCode.OUTPUT_IS_INPUT, "{error}"),
-    errors.ModelIOError: (ExitCode.INTERNAL_ERROR, "{error}"),
-    errors.UnsupportedVersionError: (ExitCode.UNSUPPORTED_ONNXSCRIPT, "{error}"),
-    errors.VerifyFailed: (ExitCode.VERIFY_FAILED, "{error}"),
-    errors.BadOptions: (ExitCode.USAGE, "{error} (see " + PROG + " --help)"),
-    errors.UnknownRule: (ExitCode.UNKNOWN_RULE, "{error}"),
-    errors.OnnxRuntimeMissing: (ExitCode.NO_ONNXRUNTIME, "needs onnxruntime: {error}"),
-    errors.CannotVerify: (ExitCode.CANNOT_VERIFY, "cannot verify: {error}"),
-    errors.InvalidResult: (ExitCode.INVALID_RESULT, "{error}"),
-    errors.NoRecurrence: (ExitCode.NO_RECURRENCE, "{error}"),
-    errors.SlowerResult: (ExitCode.SLOWER, "{error}"),
+#: Each library error the command reports -> its exit code. A class not listed here, nor
+#: any of its bases, is an internal error.
+_EXIT_CODES: dict[type[Exception], ExitCode] = {
+    errors.ModelNotFound: ExitCode.INPUT_NOT_FOUND,
+    errors.ModelIsDirectory: ExitCode.INPUT_IS_DIRECTORY,
+    errors.NotOnnx: ExitCode.NOT_ONNX,
+    errors.DamagedModel: ExitCode.DAMAGED_MODEL,
+    errors.UnsupportedModel: ExitCode.UNSUPPORTED_MODEL,
+    errors.OutputNotWritable: ExitCode.OUTPUT_NOT_WRITABLE,
+    errors.SameAsInput: ExitCode.OUTPUT_IS_INPUT,
+    errors.ModelIOError: ExitCode.INTERNAL_ERROR,
+    errors.UnsupportedVersionError: ExitCode.UNSUPPORTED_ONNXSCRIPT,
+    errors.VerifyFailed: ExitCode.VERIFY_FAILED,
+    errors.BadOptions: ExitCode.USAGE,
+    errors.UnknownRule: ExitCode.UNKNOWN_RULE,
+    errors.OnnxRuntimeMissing: ExitCode.NO_ONNXRUNTIME,
+    errors.CannotVerify: ExitCode.CANNOT_VERIFY,
+    errors.InvalidResult: ExitCode.INVALID_RESULT,
+    errors.NoRecurrence: ExitCode.NO_RECURRENCE,
+    errors.SlowerResult: ExitCode.SLOWER,
+}
+
+#: How the message of an error of these exit codes is shown (``{error}``: the error's own
+#: message); every other one shows the error's message alone.
+_MESSAGES: dict[ExitCode, str] = {
+    ExitCode.USAGE: "{error} (see " + PROG + " --help)",
+    ExitCode.NO_ONNXRUNTIME: "needs onnxruntime: {error}",
+    ExitCode.CANNOT_VERIFY: "cannot verify: {error}",
 }
 
 
 def _failure(error: Exception) -> tuple[ExitCode, str] | None:
     """The exit code and message for a library error, None for an internal error."""
     for cls in type(error).__mro__:
-        if cls in _FAILURES:
-            code, shown = _FAILURES[cls]
-            return code, shown.format(error=error)
+        if cls in _EXIT_CODES:
+            code = _EXIT_CODES[cls]
+            return code, _MESSAGES.get(code, "{error}").format(error=error)
     return None
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import Builder
-from rnn_rewrite_rules._ir import const_array, same_bits
+from rnn_rewrite_rules._ir import const_array, free_name, fresh_name, same_bits, taken_names
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules._initializers import array_constant, cached_ints, int64_constant
 
 __all__ = [
     "Ints",
@@ -235,97 +236,3 @@ def unsqueeze(op: Builder, value: ir.Value, axes: list[int], opset: int, ints: I
     if opset >= 13:
         return op.Unsqueeze(value, ints(axes))
     return op.Unsqueeze(value, axes=axes)
-
-
-def taken_names(scope: ir.Graph | ir.Model) -> set[str]:
-    """Every value name of a graph and the subgraphs in it (ONNX forbids shadowing), or of
-    a model's graph and its functions: inputs, outputs, initializers and node values."""
-    scopes: list[ir.Graph | ir.Function] = (
-        [scope.graph, *scope.functions.values()] if isinstance(scope, ir.Model) else [scope]
-    )
-    names: set[str] = set()
-    for graph_like in scopes:
-        names.update(v.name for v in (*graph_like.inputs, *graph_like.outputs) if v.name)
-        if isinstance(graph_like, ir.Graph):
-            names.update(name for name in graph_like.initializers if name)
-        for node in ir.traversal.RecursiveGraphIterator(graph_like):
-            names.update(v.name for v in node.outputs if v is not None and v.name)
-            names.update(v.name for v in node.inputs if v is not None and v.name)
-    return names
-
-
-def fresh_name(scope: ir.Graph | ir.Model, base: str) -> str:
-    """``base``, or ``base_1``, ``base_2`` ...: the first name no value of ``scope`` (a
-    graph and its subgraphs, or a whole model with its functions) uses."""
-    return free_name(taken_names(scope), base)
-
-
-def free_name(taken: set[str], base: str) -> str:
-    """``base``, or ``base_1``, ``base_2`` ...: the first name not in ``taken``."""
-    name, index = base, 0
-    while name in taken:
-        index += 1
-        name = f"{base}_{index}"
-    return name
-
-
-def int64_constant(
-    op: Builder, graph: ir.Graph | ir.Function | None, values: list[int], *, as_node: bool = False
-) -> ir.Value:
-    """An int64 1-D constant: a shared initializer of the main ``graph``, or a ``Constant``.
-
-    Pass ``as_node`` (or no ``graph``) for a subgraph (its names must be unique across the
-    whole model, which only the main graph can tell); a function cannot hold initializers
-    either. An initializer with the same values that an earlier rewrite made is reused;
-    one that is also a graph input is not (a caller may override it), and a new name never
-    collides with a graph input, an initializer or any other value.
-    """
-    if as_node or not isinstance(graph, ir.Graph):
-        return op.Constant(value=ir.tensor(np.array(values, dtype=np.int64)))
-    base = "rnn_rewrite_rules_" + "_".join(str(v) for v in values).replace("-", "m")
-    return _initializer(op, graph, np.array(values, dtype=np.int64), base)
-
-
-def cached_ints(
-    op: Builder,
-    graph: ir.Graph | ir.Function | None,
-    cache: dict[tuple[int, ...], ir.Value],
-    values: list[int],
-    *,
-    as_node: bool = False,
-) -> ir.Value:
-    """:func:`int64_constant`, once per value list and rewrite (``cache``): the rewriter adds
-    a rewrite's initializers after it, so a second lookup would not find the first."""
-    key = tuple(values)
-    if key not in cache:
-        cache[key] = int64_constant(op, graph, values, as_node=as_node)
-    return cache[key]
-
-
-def array_constant(
-    op: Builder, graph: ir.Graph | ir.Function, array: np.ndarray, name: str
-) -> ir.Value:
-    """``array`` as an initializer named ``name`` (or the first free ``name_1``...), reusing
-    an equal one an earlier rewrite made; a ``Constant`` in a function."""
-    if not isinstance(graph, ir.Graph):
-        return op.Constant(value=ir.tensor(np.ascontiguousarray(array)))
-    return _initializer(op, graph, array, name)
-
-
-def _initializer(op: Builder, graph: ir.Graph, array: np.ndarray, base: str) -> ir.Value:
-    """The initializer ``base`` (or ``base_1``...) an earlier rewrite made with ``array``'s
-    type and values, else a new one named with the first of those names no value uses.
-    An initializer that is also a graph input is never reused (a caller may override it)."""
-    name, index = base, 0
-    while name in graph.initializers:
-        existing = graph.initializers[name]
-        tensor = existing.const_value
-        if (
-            not existing.is_graph_input()
-            and tensor is not None
-            and same_bits(tensor.numpy(), array)
-        ):
-            return existing
-        index += 1
-        name = f"{base}_{index}"
-    return op.initializer(ir.tensor(np.ascontiguousarray(array)), fresh_name(graph, name))

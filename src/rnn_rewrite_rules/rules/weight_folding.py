@@ -38,18 +38,18 @@ The sub-graph is found and evaluated by :mod:`rnn_rewrite_rules.shape.constant`
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 
+from rnn_rewrite_rules._ir import fresh_name, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RnnOp, rnn_op
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.rules._family import RuleFamily
-from rnn_rewrite_rules.rules._graph import fresh_name
+from rnn_rewrite_rules.rules._initializers import digest, holds, stored_values, tag
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import ShapeProver
 from rnn_rewrite_rules.shape.constant import (
@@ -61,10 +61,6 @@ from rnn_rewrite_rules.shape.constant import (
 )
 
 __all__ = ["FAMILY", "FoldRnnWeights", "make_rules"]
-
-
-#: Key of ``ir.Value.meta`` (in memory only) holding a folded initializer's digest.
-_DIGEST_KEY = "rnn_rewrite_rules.weight_folding.digest"
 
 
 def _is_weight_read(user: ir.Node, index: int) -> bool:
@@ -157,7 +153,7 @@ def _stored_bytes(sinks: Sequence[ir.Value], first: tuple[str, int]) -> int | Re
             if isinstance(folded, Refusal):
                 return Refusal(f"{sink.name} shares its weights but cannot be folded: {folded}")
             array = folded
-        stored[_digest(np.ascontiguousarray(array))] = array.nbytes
+        stored[digest(array)] = array.nbytes
         del array
     return sum(stored.values())
 
@@ -214,31 +210,6 @@ def _shape_mismatch(
     return None
 
 
-def _digest(array: np.ndarray) -> str:
-    return hashlib.blake2b(array.data.cast("B"), digest_size=32).hexdigest()
-
-
-def _same_tensor(value: ir.Value, array: np.ndarray, digest: str, raw: bool) -> bool:
-    """``value`` holds ``array``: a tensor this rule folded earlier, or (``raw``) compared."""
-    tensor = value.const_value
-    if tensor is None or value.is_graph_input():
-        return False
-    if tuple(tensor.shape.dims) != array.shape or tensor.dtype.numpy() != array.dtype:
-        return False
-    if value.meta.get(_DIGEST_KEY) == digest:
-        return True
-    return raw and _digest(np.ascontiguousarray(tensor.numpy())) == digest
-
-
-def _stored_values(graph: ir.Graph) -> list[ir.Value]:
-    """Initializers of ``graph`` and outputs of its ``Constant`` nodes this rule created."""
-    values = list(graph.initializers.values())
-    values += [
-        n.outputs[0] for n in graph if is_constant_node(n) and _DIGEST_KEY in n.outputs[0].meta
-    ]
-    return values
-
-
 def _store(graph: ir.Graph, value: ir.Value) -> None:
     """Add ``value`` (an initializer, or a ``Constant`` node's output) to ``graph``."""
     producer = value.producer()
@@ -254,18 +225,8 @@ def _store(graph: ir.Graph, value: ir.Value) -> None:
 
 def _parents(model: ir.Model) -> dict[ir.Graph, ir.Graph]:
     """Each subgraph of ``model`` -> the graph of the node holding it."""
-    parents: dict[ir.Graph, ir.Graph] = {}
-    for node in ir.traversal.RecursiveGraphIterator(model.graph):
-        owner = node.graph
-        if owner is None:  # never: the iterator walks nodes in their graphs
-            continue
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                parents[attr.as_graph()] = owner
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for graph in attr.as_graphs():
-                    parents[graph] = owner
-    return parents
+    owners = subgraph_owners(model.graph)
+    return {graph: node.graph for graph, node in owners.items() if node.graph is not None}
 
 
 def _scope(parents: dict[ir.Graph, ir.Graph], graph: ir.Graph) -> list[ir.Graph]:
@@ -335,11 +296,11 @@ class FoldRnnWeights(RnnNodeRule):
             if mismatch is not None:
                 reasons.append(f"{label}: {mismatch}")
                 continue
-            digest = _digest(array)
+            array_digest = digest(array)
             sinks, all_leaves = component
             if len(sinks) > 1:
                 before = sum(t.nbytes for t in map(_tensor_of, all_leaves) if t is not None)
-                after = _stored_bytes(sinks, (digest, array.nbytes))
+                after = _stored_bytes(sinks, (array_digest, array.nbytes))
                 if isinstance(after, Refusal):
                     reasons.append(f"{label}: {after}")
                     continue
@@ -352,7 +313,9 @@ class FoldRnnWeights(RnnNodeRule):
                     continue
             self._fold = (
                 index,
-                self._placement(context.model, graph, node, label, array, digest, sinks, leaves),
+                self._placement(
+                    context.model, graph, node, label, array, array_digest, sinks, leaves
+                ),
             )
             return check_result
         if not reasons:
@@ -366,7 +329,7 @@ class FoldRnnWeights(RnnNodeRule):
         node: ir.Node,
         label: str,
         array: np.ndarray,
-        digest: str,
+        array_digest: str,
         sinks: Sequence[ir.Value],
         leaves: Sequence[ir.Value],
     ) -> tuple:
@@ -382,17 +345,18 @@ class FoldRnnWeights(RnnNodeRule):
         parents = _parents(model)
         scope = _scope(parents, graph)
         for candidate_graph in scope:
-            for value in _stored_values(candidate_graph):
-                if _same_tensor(value, array, digest, raw=False):
+            for value in stored_values(candidate_graph):
+                if holds(value, array, array_digest, raw=False):
                     return ("reuse", value)
         for sink in sinks:
-            if _is_leaf(sink) and sink.graph in scope and _same_tensor(sink, array, digest, True):
+            in_scope = _is_leaf(sink) and sink.graph in scope
+            if in_scope and holds(sink, array, array_digest, raw=True):
                 return ("reuse", sink)
         for other in model.graphs():
             if other in scope:
                 continue
-            for value in _stored_values(other):
-                if _same_tensor(value, array, digest, raw=False):
+            for value in stored_values(other):
+                if holds(value, array, array_digest, raw=False):
                     outer = set(_scope(parents, other))
                     common = next(g for g in scope if g in outer)
                     return ("hoist", value, other, common)
@@ -401,7 +365,7 @@ class FoldRnnWeights(RnnNodeRule):
         named = [leaf.name for leaf in leaves if leaf.name]
         name = fresh_name(model, f"{named[0] if named else node.name or node.op_type}_{label}")
         # IR < 4: every initializer is a graph input, so overridable; a Constant is not.
-        return ("new", array, name, target, digest, model.ir_version < 4)
+        return ("new", array, name, target, array_digest, model.ir_version < 4)
 
     def rewrite(self, op, out0: ir.Value, **_):
         node = self.node(out0)
@@ -417,7 +381,7 @@ class FoldRnnWeights(RnnNodeRule):
                 else:
                     source.remove(value.producer())
                 _store(target, value)
-            case ("new", array, name, target, digest, as_constant):
+            case ("new", array, name, target, array_digest, as_constant):
                 tensor = ir.tensor(array, name=name)
                 if as_constant:
                     constant = ir.Node("", "Constant", [], [ir.AttrTensor("value", tensor)])
@@ -428,7 +392,7 @@ class FoldRnnWeights(RnnNodeRule):
                 value.const_value = tensor
                 value.shape = ir.Shape(array.shape)
                 value.type = ir.TensorType(ir.DataType.from_numpy(array.dtype))
-                value.meta[_DIGEST_KEY] = digest
+                tag(value, array_digest)
                 _store(target, value)
             case _:
                 raise AssertionError(f"unknown placement {placement[0]!r}")

@@ -418,98 +418,92 @@ def _build_wrapped(spec: ExporterSpec, rng: np.random.Generator, x_dims: list) -
         raise ValueError("a wrapped model needs spec.wrap")
     leads: dict[str, list[str | int]] = {"if": [], "loop": [2], "scan": ["chunks"]}
     lead = leads[spec.wrap]
-    float_out = [
-        (
-            name,
-            helper.make_tensor_value_info(name, TensorProto.FLOAT, lead + _output_dims(spec, name)),
-        )
+    outputs = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, lead + _output_dims(spec, name))
         for name in spec.outputs
     ]
-    outer_inputs: list[onnx.ValueInfoProto] = []
-    nodes: list[onnx.NodeProto] = []
-    if spec.wrap == "if":
-        outer_inputs.append(helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims))
-        outer_inputs.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
-        branches = []
-        for branch in ("then", "else"):
-            state_inputs: list = []
-            body_nodes, inits, values = _body(spec, rng, f"{branch}_", "input", state_inputs)
-            outs = [
-                helper.make_tensor_value_info(
-                    f"{branch}_{n}", TensorProto.FLOAT, _output_dims(spec, n)
-                )
-                for n in spec.outputs
-            ]
-            body_nodes += [
-                helper.make_node("Identity", [values[n]], [f"{branch}_{n}"]) for n in spec.outputs
-            ]
-            branches.append(helper.make_graph(body_nodes, f"{branch}_branch", [], outs, inits))
-        outer_inputs += state_inputs  # graph inputs h0 / c0 read from the outer scope
-        nodes.append(
-            helper.make_node(
-                "If", ["cond"], list(spec.outputs), then_branch=branches[0], else_branch=branches[1]
-            )
-        )
-    elif spec.wrap == "loop":
-        # Loop(M=2): each iteration runs the stack on the outer input; scan outputs stack them.
-        outer_inputs.append(helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims))
-        state_inputs = []
-        body_nodes, inits, values = _body(spec, rng, "body_", "input", state_inputs)
-        outer_inputs += state_inputs
-        body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
-        body_nodes += [
-            helper.make_node("Identity", [values[n]], [f"body_{n}"]) for n in spec.outputs
-        ]
-        body = helper.make_graph(
-            body_nodes,
-            "loop_body",
-            [
-                helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
-                helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            ],
-            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, [])]
-            + [
-                helper.make_tensor_value_info(f"body_{n}", TensorProto.FLOAT, _output_dims(spec, n))
-                for n in spec.outputs
-            ],
-            inits,
-        )
-        trip = numpy_helper.from_array(np.array(2, dtype=np.int64), "trip_count")
-        keep_going = numpy_helper.from_array(np.array(True), "keep_going")
-        nodes.append(
-            helper.make_node("Loop", ["trip_count", "keep_going"], list(spec.outputs), body=body)
-        )
-        graph = helper.make_graph(
-            nodes, "rnn_in_loop", outer_inputs, [v for _, v in float_out], [trip, keep_going]
-        )
-        return _model(spec, graph)
-    elif spec.wrap == "scan":
-        # Scan over a leading chunk axis: each chunk [seq, batch, I] runs through the stack.
-        outer_inputs.append(
-            helper.make_tensor_value_info("input", TensorProto.FLOAT, ["chunks", *x_dims])
-        )
-        state_inputs = []
-        body_nodes, inits, values = _body(spec, rng, "body_", "chunk", state_inputs)
-        body_nodes += [
-            helper.make_node("Identity", [values[n]], [f"body_{n}"]) for n in spec.outputs
-        ]
-        body = helper.make_graph(
-            body_nodes,
-            "scan_body",
-            [helper.make_tensor_value_info("chunk", TensorProto.FLOAT, x_dims)],
-            [
-                helper.make_tensor_value_info(f"body_{n}", TensorProto.FLOAT, _output_dims(spec, n))
-                for n in spec.outputs
-            ],
-            inits,
-        )
-        nodes.append(
-            helper.make_node("Scan", ["input"], list(spec.outputs), body=body, num_scan_inputs=1)
-        )
-    else:  # pragma: no cover - guarded by the Literal
-        raise ValueError(spec.wrap)
-    graph = helper.make_graph(nodes, f"rnn_in_{spec.wrap}", outer_inputs, [v for _, v in float_out])
+    wrap = {"if": _in_if, "loop": _in_loop, "scan": _in_scan}[spec.wrap]
+    node, inputs, initializers = wrap(spec, rng, x_dims)
+    graph = helper.make_graph([node], f"rnn_in_{spec.wrap}", inputs, outputs, initializers)
     return _model(spec, graph)
+
+
+#: A wrapper's node, the outer graph's inputs and initializers.
+_Wrapped = tuple[onnx.NodeProto, list[onnx.ValueInfoProto], list[onnx.TensorProto]]
+
+
+def _body_outputs(spec: ExporterSpec, prefix: str) -> list[onnx.ValueInfoProto]:
+    return [
+        helper.make_tensor_value_info(f"{prefix}{n}", TensorProto.FLOAT, _output_dims(spec, n))
+        for n in spec.outputs
+    ]
+
+
+def _in_if(spec: ExporterSpec, rng: np.random.Generator, x_dims: list) -> _Wrapped:
+    """An If whose branches hold two stacks (other weights) reading the outer input."""
+    outer_inputs = [
+        helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims),
+        helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+    ]
+    branches = []
+    state_inputs: list = []
+    for branch in ("then", "else"):
+        state_inputs = []
+        body_nodes, inits, values = _body(spec, rng, f"{branch}_", "input", state_inputs)
+        body_nodes += [
+            helper.make_node("Identity", [values[n]], [f"{branch}_{n}"]) for n in spec.outputs
+        ]
+        outs = _body_outputs(spec, f"{branch}_")
+        branches.append(helper.make_graph(body_nodes, f"{branch}_branch", [], outs, inits))
+    outer_inputs += state_inputs  # graph inputs h0 / c0 read from the outer scope
+    node = helper.make_node(
+        "If", ["cond"], list(spec.outputs), then_branch=branches[0], else_branch=branches[1]
+    )
+    return node, outer_inputs, []
+
+
+def _in_loop(spec: ExporterSpec, rng: np.random.Generator, x_dims: list) -> _Wrapped:
+    """Loop(M=2): each iteration runs the stack on the outer input; scan outputs stack them."""
+    outer_inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims)]
+    state_inputs: list = []
+    body_nodes, inits, values = _body(spec, rng, "body_", "input", state_inputs)
+    outer_inputs += state_inputs
+    body_nodes.append(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+    body_nodes += [helper.make_node("Identity", [values[n]], [f"body_{n}"]) for n in spec.outputs]
+    body = helper.make_graph(
+        body_nodes,
+        "loop_body",
+        [
+            helper.make_tensor_value_info("iteration", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            *_body_outputs(spec, "body_"),
+        ],
+        inits,
+    )
+    trip = numpy_helper.from_array(np.array(2, dtype=np.int64), "trip_count")
+    keep_going = numpy_helper.from_array(np.array(True), "keep_going")
+    node = helper.make_node("Loop", ["trip_count", "keep_going"], list(spec.outputs), body=body)
+    return node, outer_inputs, [trip, keep_going]
+
+
+def _in_scan(spec: ExporterSpec, rng: np.random.Generator, x_dims: list) -> _Wrapped:
+    """Scan over a leading chunk axis: each chunk [seq, batch, I] runs through the stack."""
+    outer_inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["chunks", *x_dims])]
+    state_inputs: list = []
+    body_nodes, inits, values = _body(spec, rng, "body_", "chunk", state_inputs)
+    body_nodes += [helper.make_node("Identity", [values[n]], [f"body_{n}"]) for n in spec.outputs]
+    body = helper.make_graph(
+        body_nodes,
+        "scan_body",
+        [helper.make_tensor_value_info("chunk", TensorProto.FLOAT, x_dims)],
+        _body_outputs(spec, "body_"),
+        inits,
+    )
+    node = helper.make_node("Scan", ["input"], list(spec.outputs), body=body, num_scan_inputs=1)
+    return node, outer_inputs, []
 
 
 def exporter_inputs(

@@ -114,6 +114,19 @@ class _Body:
         return name
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layer:
+    """What the Loop or Scan of one layer reads, and where its nodes go."""
+
+    nodes: list  # the outer graph's, appended to
+    body: _Body
+    x: str
+    h0: str
+    c0: str | None
+    weights: dict[str, np.ndarray]
+    elem: int
+
+
 def _weights(spec: LoopSpec) -> dict[str, np.ndarray]:
     """Keras layout: kernel ``[I, G*H]``, recurrent kernel ``[H, G*H]``, bias ``[G*H]``
     (GRU with ``reset_after``: ``[2, G*H]``), gate blocks in the form's order."""
@@ -152,95 +165,125 @@ def _gate_names(spec: LoopSpec) -> tuple[str, ...]:
     return ("h",)
 
 
+#: Gate name -> (the x part with its bias, the h part with its bias or None when the
+#: parts are summed already).
+_Pre = dict[str, tuple[str, str | None]]
+
+
 def _cell(
     spec: LoopSpec, body: _Body, x_t: str, h: str, c: str | None, w: dict[str, str]
 ) -> tuple[str, str | None]:
     """Emit one cell step; ``w`` names the weights as the body reads them. (h_t, c_t)."""
+    if spec.form == "tf1" and spec.cell == "GRU":
+        return _tf1_gru_cell(spec, body, x_t, h, w), None
+    if spec.form == "tf1":
+        pre = _tf1_pre(spec, body, x_t, h, w)
+    elif spec.form == "keras":
+        pre = _keras_pre(spec, body, x_t, h, w)
+    else:
+        pre = _projected_pre(spec, body, x_t, h, w)
+    if spec.cell == "RNN":
+        return body.one(spec.activation, [_summed(body, pre, "h")]), None
+    if spec.cell == "LSTM":
+        assert c is not None
+        return _lstm_state(spec, body, pre, c)
+    return _gru_state(spec, body, pre, h), None
+
+
+def _tf1_gru_cell(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> str:
+    """TF 1's GRUCell: gates r, u from ``[x_t, h]``; the candidate from ``[x_t, r * h]``."""
+    one = body.const(np.array(1, spec.dtype))
+    joined = body.one("Concat", [x_t, h], axis=1)
+    gate_sum = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
+    r, u = body.add("Split", [body.one("Sigmoid", [gate_sum])], 2, axis=1)
+    reset = body.one("Concat", [x_t, body.one("Mul", [r, h])], axis=1)
+    candidate_sum = body.one("MatMul", [reset, w["candidate"]])
+    candidate_sum = body.one("Add", [candidate_sum, w["candidate_bias"]])
+    candidate = body.one(spec.activation, [candidate_sum])
+    keep = body.one("Mul", [u, h])
+    return body.one("Add", [keep, body.one("Mul", [body.one("Sub", [one, u]), candidate])])
+
+
+def _tf1_pre(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> _Pre:
+    """One kernel over ``[x_t, h]``, split per gate (TF's forget_bias added to f)."""
+    names = _gate_names(spec)
+    gates = len(names)
+    joined = body.one("Concat", [x_t, h], axis=1)
+    summed_all = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
+    parts = body.add("Split", [summed_all], gates, axis=1) if gates > 1 else [summed_all]
+    pre: _Pre = {name: (parts[k], None) for k, name in enumerate(names)}
+    if spec.cell == "LSTM":  # TF's forget_bias
+        forget_bias = body.const(np.array(1.0, spec.dtype))
+        pre["f"] = (body.one("Add", [pre["f"][0], forget_bias]), None)
+    return pre
+
+
+def _keras_pre(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> _Pre:
+    """Keras: the kernels and biases split per gate, the recurrent kernel sliced."""
     hidden, names = spec.hidden_size, _gate_names(spec)
     gates = len(names)
-    dtype = spec.dtype
-    pre: dict[str, tuple[str, str | None]] = {}  # gate -> (x part + bias, h part + bias)
-    if spec.form == "tf1" and spec.cell == "GRU":  # TF 1's GRUCell
-        one = body.const(np.array(1, dtype))
-        joined = body.one("Concat", [x_t, h], axis=1)
-        gate_sum = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
-        r, u = body.add("Split", [body.one("Sigmoid", [gate_sum])], 2, axis=1)
-        reset = body.one("Concat", [x_t, body.one("Mul", [r, h])], axis=1)
-        candidate_sum = body.one("MatMul", [reset, w["candidate"]])
-        candidate_sum = body.one("Add", [candidate_sum, w["candidate_bias"]])
-        candidate = body.one(spec.activation, [candidate_sum])
-        keep = body.one("Mul", [u, h])
-        return body.one(
-            "Add", [keep, body.one("Mul", [body.one("Sub", [one, u]), candidate])]
-        ), None
-    if spec.form == "tf1":
-        joined = body.one("Concat", [x_t, h], axis=1)
-        summed_all = body.one("Add", [body.one("MatMul", [joined, w["kernel"]]), w["bias"]])
-        parts = body.add("Split", [summed_all], gates, axis=1) if gates > 1 else [summed_all]
-        for k, name in enumerate(names):
-            pre[name] = (parts[k], None)
-        if spec.cell == "LSTM":  # TF's forget_bias
-            forget_bias = body.const(np.array(1.0, dtype))
-            pre["f"] = (body.one("Add", [pre["f"][0], forget_bias]), None)
-    elif spec.form == "keras":
-        kernels = body.add("Split", [w["kernel"]], gates, axis=1)
-        if spec.cell == "GRU" and spec.linear_before_reset:
-            biases = body.add("Split", [w["bias"]], gates, axis=0)
-            rbiases: Sequence[str | None] = body.add("Split", [w["recurrent_bias"]], gates, axis=0)
-        else:
-            biases = body.add("Split", [w["bias"]], gates, axis=0)
-            rbiases = [None] * gates
-        for k, name in enumerate(names):
-            starts = body.const(np.array([0, k * hidden], np.int64))
-            ends = body.const(np.array([hidden, (k + 1) * hidden], np.int64))
-            axes = body.const(np.array([0, 1], np.int64))
-            r_k = body.one("Slice", [w["recurrent"], starts, ends, axes])
-            x_part = body.one("Add", [body.one("MatMul", [x_t, kernels[k]]), biases[k]])
-            h_part = body.one("MatMul", [h, r_k])
-            rbias = rbiases[k]
-            if rbias is not None:
-                h_part = body.one("Add", [h_part, rbias])
-            pre[name] = (x_part, h_part)
+    kernels = body.add("Split", [w["kernel"]], gates, axis=1)
+    biases = body.add("Split", [w["bias"]], gates, axis=0)
+    rbiases: Sequence[str | None] = [None] * gates
+    if spec.cell == "GRU" and spec.linear_before_reset:
+        rbiases = body.add("Split", [w["recurrent_bias"]], gates, axis=0)
+    pre: _Pre = {}
+    for k, name in enumerate(names):
+        starts = body.const(np.array([0, k * hidden], np.int64))
+        ends = body.const(np.array([hidden, (k + 1) * hidden], np.int64))
+        axes = body.const(np.array([0, 1], np.int64))
+        r_k = body.one("Slice", [w["recurrent"], starts, ends, axes])
+        x_part = body.one("Add", [body.one("MatMul", [x_t, kernels[k]]), biases[k]])
+        h_part = body.one("MatMul", [h, r_k])
+        rbias = rbiases[k]
+        if rbias is not None:
+            h_part = body.one("Add", [h_part, rbias])
+        pre[name] = (x_part, h_part)
+    return pre
+
+
+def _projected_pre(spec: LoopSpec, body: _Body, x_t: str, h: str, w: dict[str, str]) -> _Pre:
+    """torch and Scan: both projections whole (Gemm in a Scan), split per gate."""
+    names = _gate_names(spec)
+    gates = len(names)
+    if spec.form == "scan":
+        xs = body.one("Gemm", [x_t, w["kernel"], w["bias"]])
+        hs = body.one(
+            "Gemm", [h, w["recurrent"]] + ([w["recurrent_bias"]] if spec.cell == "GRU" else [])
+        )
     else:
-        if spec.form == "scan":
-            xs = body.one("Gemm", [x_t, w["kernel"], w["bias"]])
-            hs = body.one(
-                "Gemm", [h, w["recurrent"]] + ([w["recurrent_bias"]] if spec.cell == "GRU" else [])
-            )
-        else:
-            xs = body.one("Add", [body.one("MatMul", [x_t, w["kernel"]]), w["bias"]])
-            hs = body.one("MatMul", [h, w["recurrent"]])
-            if spec.cell == "GRU":
-                hs = body.one("Add", [hs, w["recurrent_bias"]])
+        xs = body.one("Add", [body.one("MatMul", [x_t, w["kernel"]]), w["bias"]])
+        hs = body.one("MatMul", [h, w["recurrent"]])
         if spec.cell == "GRU":
-            x_parts = body.add("Split", [xs], gates, axis=1)
-            h_parts = body.add("Split", [hs], gates, axis=1)
-            for k, name in enumerate(names):
-                pre[name] = (x_parts[k], h_parts[k])
-        else:
-            parts = body.add("Split", [body.one("Add", [xs, hs])], gates, axis=1)
-            for k, name in enumerate(names):
-                pre[name] = (parts[k], None)
+            hs = body.one("Add", [hs, w["recurrent_bias"]])
+    if spec.cell == "GRU":
+        x_parts = body.add("Split", [xs], gates, axis=1)
+        h_parts = body.add("Split", [hs], gates, axis=1)
+        return {name: (x_parts[k], h_parts[k]) for k, name in enumerate(names)}
+    parts = body.add("Split", [body.one("Add", [xs, hs])], gates, axis=1)
+    return {name: (parts[k], None) for k, name in enumerate(names)}
 
-    def summed(name: str) -> str:
-        x_part, h_part = pre[name]
-        return x_part if h_part is None else body.one("Add", [x_part, h_part])
 
-    if spec.cell == "RNN":
-        return body.one(spec.activation, [summed("h")]), None
-    if spec.cell == "LSTM":
-        i = body.one("Sigmoid", [summed("i")])
-        f = body.one("Sigmoid", [summed("f")])
-        g = body.one(spec.activation, [summed("c")])
-        o = body.one("Sigmoid", [summed("o")])
-        assert c is not None
-        if spec.near_miss == "wrong_gate":
-            c_t = body.one("Add", [body.one("Mul", [f, g]), body.one("Mul", [i, g])])
-        else:
-            c_t = body.one("Add", [body.one("Mul", [f, c]), body.one("Mul", [i, g])])
-        return body.one("Mul", [o, body.one(spec.activation, [c_t])]), c_t
-    z = body.one("Sigmoid", [summed("z")])
-    r = body.one("Sigmoid", [summed("r")])
+def _summed(body: _Body, pre: _Pre, name: str) -> str:
+    x_part, h_part = pre[name]
+    return x_part if h_part is None else body.one("Add", [x_part, h_part])
+
+
+def _lstm_state(spec: LoopSpec, body: _Body, pre: _Pre, c: str) -> tuple[str, str]:
+    i = body.one("Sigmoid", [_summed(body, pre, "i")])
+    f = body.one("Sigmoid", [_summed(body, pre, "f")])
+    g = body.one(spec.activation, [_summed(body, pre, "c")])
+    o = body.one("Sigmoid", [_summed(body, pre, "o")])
+    if spec.near_miss == "wrong_gate":
+        c_t = body.one("Add", [body.one("Mul", [f, g]), body.one("Mul", [i, g])])
+    else:
+        c_t = body.one("Add", [body.one("Mul", [f, c]), body.one("Mul", [i, g])])
+    return body.one("Mul", [o, body.one(spec.activation, [c_t])]), c_t
+
+
+def _gru_state(spec: LoopSpec, body: _Body, pre: _Pre, h: str) -> str:
+    z = body.one("Sigmoid", [_summed(body, pre, "z")])
+    r = body.one("Sigmoid", [_summed(body, pre, "r")])
     x_n, h_n = pre["h"]
     if spec.linear_before_reset:
         if h_n is None:
@@ -255,11 +298,11 @@ def _cell(
         ]
         n = body.one(spec.activation, [body.one("Add", [x_n, body.one("MatMul", [rh, r_n])])])
     if spec.form == "keras":
-        one = body.const(np.array(1, dtype))
+        one = body.const(np.array(1, spec.dtype))
         keep = body.one("Mul", [z, h])
         new = body.one("Mul", [body.one("Sub", [one, z]), n])
-        return body.one("Add", [keep, new]), None
-    return body.one("Add", [body.one("Mul", [body.one("Sub", [h, n]), z]), n]), None
+        return body.one("Add", [keep, new])
+    return body.one("Add", [body.one("Mul", [body.one("Sub", [h, n]), z]), n])
 
 
 def _zeros_state(
@@ -305,15 +348,8 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     of a forward layer and a backward one (other weights) on the same ``x``."""
     if spec.bidirectional:
         return _bidirectional(spec)
-    if spec.near_miss is not None and spec.near_miss not in NEAR_MISSES:
-        raise ValueError(f"unknown near miss {spec.near_miss!r}")
-    if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
-        raise ValueError("only an LSTM has a forget gate to misplace")
-    if spec.near_miss == "state_not_hidden" and spec.cell != "LSTM":
-        raise ValueError("only an LSTM's c is read by a product that broadcasts it")
-    if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
-        raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
-    dtype, hidden = spec.dtype, spec.hidden_size
+    _check_loop_spec(spec)
+    hidden = spec.hidden_size
     elem = TensorProto.FLOAT16 if spec.float16 else TensorProto.FLOAT
     weights = _weights(spec)
     nodes: list[onnx.NodeProto] = []
@@ -321,53 +357,12 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     x = "x"
     if spec.direction == "reverse" and spec.form != "scan":
         x = _reverse(nodes, "x", "x_reversed")
-    if spec.state_inputs:
-        h0, c0 = "h0", ("c0" if spec.cell == "LSTM" else None)
-    else:
-        h0 = _zeros_state(nodes, "x", hidden, dtype, "h0", False)
-        c0 = None
-        if spec.cell == "LSTM":
-            c0 = _zeros_state(nodes, "x", hidden, dtype, "c0", spec.near_miss == "state_not_hidden")
-    body = _Body("body_", spec.opset)
-    state_type = helper.make_tensor_value_info
+    h0, c0 = _initial_states(spec, nodes)
+    layer = _Layer(nodes, _Body("body_", spec.opset), x, h0, c0, weights, elem)
     if spec.form == "scan":
-        body_inputs = [state_type("h_in", elem, ["batch", spec.hidden_size])]
-        if c0 is not None:
-            body_inputs.append(state_type("c_in", elem, ["batch", spec.hidden_size]))
-        body_inputs.append(state_type("x_t", elem, ["batch", spec.input_size]))
-        w = {}
-        for key in weights:
-            w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
-        h_t, c_t = _cell(spec, body, "x_t", "h_in", "c_in" if c0 else None, w)
-        h_out = _carried_h(spec, body, h_t)
-        body_outputs = [h_out] + ([c_t] if c_t else []) + [body.one("Identity", [h_t])]
-        if spec.near_miss == "side_output":
-            body_outputs.append(body.one("Identity", [c_t or "h_in"]))
-        body_graph = helper.make_graph(
-            body.nodes,
-            "scan_body",
-            body_inputs,
-            [state_type(n, elem, ["batch", hidden]) for n in body_outputs],
-        )
-        states = [h0] + ([c0] if c0 else [])
-        scan_outputs = [f"scan_{i}" for i in range(len(body_outputs))]
-        direction = 1 if spec.direction == "reverse" else 0
-        nodes.append(
-            helper.make_node(
-                "Scan",
-                [*states, x],
-                scan_outputs,
-                body=body_graph,
-                num_scan_inputs=1,
-                scan_input_directions=[direction],
-                scan_output_directions=[direction] * (len(body_outputs) - len(states)),
-            )
-        )
-        finals = {"h": scan_outputs[0], "c": scan_outputs[1] if c0 else None}
-        stacked = scan_outputs[len(states)]
-        side = scan_outputs[len(states) + 1] if spec.near_miss == "side_output" else None
+        stacked, finals, side = _scan(spec, layer)
     else:
-        stacked, finals, side = _loop(spec, nodes, body, x, h0, c0, weights, elem)
+        stacked, finals, side = _loop(spec, layer)
         if spec.direction == "reverse":
             # the stacked output reversed back, through tf2onnx's two Transposes
             nodes.append(
@@ -377,19 +372,7 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
                 helper.make_node("Transpose", ["y_batch_major"], ["y_time_major"], perm=[1, 0, 2])
             )
             stacked = _reverse(nodes, "y_time_major", "y_reversed")
-    graph_outputs = []
-    for name in spec.outputs:
-        source = stacked if name == "y" else finals[name]
-        if source is None:
-            raise ValueError(f"{spec.cell} has no output {name!r}")
-        nodes.append(helper.make_node("Identity", [source], [name]))
-        dims: list[str | int] = ["steps", "batch", hidden] if name == "y" else ["batch", hidden]
-        graph_outputs.append(helper.make_tensor_value_info(name, elem, dims))
-    if side is not None:
-        nodes.append(helper.make_node("Identity", [side], ["side"]))
-        graph_outputs.append(
-            helper.make_tensor_value_info("side", elem, ["steps", "batch", hidden])
-        )
+    graph_outputs = _graph_outputs(spec, nodes, stacked, finals, side, elem)
     graph = helper.make_graph(
         nodes,
         f"{spec.form}_{spec.cell.lower()}",
@@ -410,6 +393,99 @@ def build_loop_model(spec: LoopSpec) -> onnx.ModelProto:
     model.ir_version = 8
     model.producer_name = "rnn_rewrite_rules.testing.loops"
     return model
+
+
+def _check_loop_spec(spec: LoopSpec) -> None:
+    if spec.near_miss is not None and spec.near_miss not in NEAR_MISSES:
+        raise ValueError(f"unknown near miss {spec.near_miss!r}")
+    if spec.near_miss == "wrong_gate" and spec.cell != "LSTM":
+        raise ValueError("only an LSTM has a forget gate to misplace")
+    if spec.near_miss == "state_not_hidden" and spec.cell != "LSTM":
+        raise ValueError("only an LSTM's c is read by a product that broadcasts it")
+    if spec.form == "scan" and spec.near_miss in ("early_exit", "shifted_step"):
+        raise ValueError(f"a Scan has no {spec.near_miss} twin (no condition, no index)")
+
+
+def _initial_states(spec: LoopSpec, nodes: list) -> tuple[str, str | None]:
+    """``(h0, c0)``: graph inputs, or zeros of the batch (``c0`` None but for an LSTM)."""
+    if spec.state_inputs:
+        return "h0", ("c0" if spec.cell == "LSTM" else None)
+    dtype, hidden = spec.dtype, spec.hidden_size
+    h0 = _zeros_state(nodes, "x", hidden, dtype, "h0", False)
+    c0 = None
+    if spec.cell == "LSTM":
+        c0 = _zeros_state(nodes, "x", hidden, dtype, "c0", spec.near_miss == "state_not_hidden")
+    return h0, c0
+
+
+def _scan(spec: LoopSpec, layer: _Layer):
+    """The Scan node; (stacked output, final states, side output)."""
+    nodes, body, x, weights, elem = layer.nodes, layer.body, layer.x, layer.weights, layer.elem
+    h0, c0 = layer.h0, layer.c0
+    hidden = spec.hidden_size
+    state_type = helper.make_tensor_value_info
+    body_inputs = [state_type("h_in", elem, ["batch", hidden])]
+    if c0 is not None:
+        body_inputs.append(state_type("c_in", elem, ["batch", hidden]))
+    body_inputs.append(state_type("x_t", elem, ["batch", spec.input_size]))
+    w = {}
+    for key in weights:
+        w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
+    h_t, c_t = _cell(spec, body, "x_t", "h_in", "c_in" if c0 else None, w)
+    h_out = _carried_h(spec, body, h_t)
+    body_outputs = [h_out] + ([c_t] if c_t else []) + [body.one("Identity", [h_t])]
+    if spec.near_miss == "side_output":
+        body_outputs.append(body.one("Identity", [c_t or "h_in"]))
+    body_graph = helper.make_graph(
+        body.nodes,
+        "scan_body",
+        body_inputs,
+        [state_type(n, elem, ["batch", hidden]) for n in body_outputs],
+    )
+    states = [h0] + ([c0] if c0 else [])
+    scan_outputs = [f"scan_{i}" for i in range(len(body_outputs))]
+    direction = 1 if spec.direction == "reverse" else 0
+    nodes.append(
+        helper.make_node(
+            "Scan",
+            [*states, x],
+            scan_outputs,
+            body=body_graph,
+            num_scan_inputs=1,
+            scan_input_directions=[direction],
+            scan_output_directions=[direction] * (len(body_outputs) - len(states)),
+        )
+    )
+    finals = {"h": scan_outputs[0], "c": scan_outputs[1] if c0 else None}
+    stacked = scan_outputs[len(states)]
+    side = scan_outputs[len(states) + 1] if spec.near_miss == "side_output" else None
+    return stacked, finals, side
+
+
+def _graph_outputs(
+    spec: LoopSpec,
+    nodes: list,
+    stacked: str,
+    finals: dict[str, str | None],
+    side: str | None,
+    elem: int,
+) -> list[onnx.ValueInfoProto]:
+    """``spec.outputs`` (and the side output of that near miss), each an Identity."""
+    hidden = spec.hidden_size
+    graph_outputs = []
+    for name in spec.outputs:
+        source = stacked if name == "y" else finals[name]
+        if source is None:
+            raise ValueError(f"{spec.cell} has no output {name!r}")
+        nodes.append(helper.make_node("Identity", [source], [name]))
+        dims: list[str | int] = ["steps", "batch", hidden] if name == "y" else ["batch", hidden]
+        graph_outputs.append(helper.make_tensor_value_info(name, elem, dims))
+    if side is not None:
+        nodes.append(helper.make_node("Identity", [side], ["side"]))
+        graph_outputs.append(
+            helper.make_tensor_value_info("side", elem, ["steps", "batch", hidden])
+        )
+    return graph_outputs
 
 
 def _bidirectional(spec: LoopSpec) -> onnx.ModelProto:
@@ -471,56 +547,19 @@ def _carried_h(spec: LoopSpec, body: _Body, h_t: str) -> str:
     return body.one("Identity", [h_t])
 
 
-def _loop(
-    spec: LoopSpec,
-    nodes: list,
-    body: _Body,
-    x: str,
-    h0: str,
-    c0: str | None,
-    weights: dict,
-    elem: int,
-):
+def _loop(spec: LoopSpec, layer: _Layer):
     """The Loop node (keras or torch form); (stacked output, final states, side output)."""
-    steps = spec.steps
-    vi = helper.make_tensor_value_info
+    nodes, body, x, weights, elem = layer.nodes, layer.body, layer.x, layer.weights, layer.elem
+    h0, c0 = layer.h0, layer.c0
     keras = spec.form in ("keras", "tf1")  # tf2onnx's while_loop
-    inputs = [vi("iteration", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])]
-    if keras:
-        inputs.append(vi("counter", TensorProto.INT32, []))
-    inputs.append(vi("h_in", elem, ["batch", spec.hidden_size]))
-    if c0:
-        inputs.append(vi("c_in", elem, ["batch", spec.hidden_size]))
-    w: dict[str, str] = {}
-    for key, array in weights.items():
-        if keras:  # weights carried as loop invariants, Cast every step
-            inputs.append(vi(f"{key}_in", TensorProto.FLOAT, list(array.shape)))
-            w[key] = body.one("Cast", [f"{key}_in"], to=elem) if spec.float16 else f"{key}_in"
-        else:
-            w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
+    inputs, w = _loop_body_inputs(spec, body, weights, elem, bool(c0))
     index = "counter" if keras else "iteration"
     if spec.near_miss == "shifted_step":
         one = body.const(np.array(1, np.int32 if keras else np.int64))
         index = body.one("Add", [index, one])
     x_t = body.one("Gather", [x, index], axis=0)
     h_t, c_t = _cell(spec, body, x_t, "h_in", "c_in" if c0 else None, w)
-    outputs: list[tuple[str, int]] = []  # (name, element type)
-    if keras:
-        next_counter = body.one("Add", ["counter", body.const(np.array(1, np.int32))])
-        limit = body.const(
-            np.array(steps - 2 if spec.near_miss == "early_exit" else steps, np.float32)
-        )
-        first = body.one("Less", [body.one("Cast", ["iteration"], to=TensorProto.FLOAT), limit])
-        second = body.one("Less", [body.one("Cast", [next_counter], to=TensorProto.FLOAT), limit])
-        outputs += [
-            (body.one("And", [first, second]), TensorProto.BOOL),
-            (next_counter, TensorProto.INT32),
-        ]
-    else:
-        cond = body.one("Identity", ["cond_in"])
-        if spec.near_miss == "early_exit":
-            cond = body.one("Less", ["iteration", body.const(np.array(steps - 3, np.int64))])
-        outputs.append((cond, TensorProto.BOOL))
+    outputs = _loop_conditions(spec, body)
     outputs.append((_carried_h(spec, body, h_t), elem))
     if c0 and c_t is not None:  # the cell has a c_t exactly when it is given c0
         outputs.append((body.one("Identity", [c_t]), elem))
@@ -535,34 +574,93 @@ def _loop(
         elem: ["batch", spec.hidden_size],
     }
     body_outputs = [
-        vi(name, kind, list(weights[name[:-3]].shape) if name.endswith("_in") else shapes[kind])
+        helper.make_tensor_value_info(
+            name, kind, list(weights[name[:-3]].shape) if name.endswith("_in") else shapes[kind]
+        )
         for name, kind in outputs
     ]
     graph = helper.make_graph(body.nodes, "loop_body", inputs, body_outputs)
     loop_outputs = [f"loop_{i}" for i in range(len(outputs) - 1)]
+    carried = _loop_node(spec, nodes, x, [h0, *([c0] if c0 else [])], weights, graph, loop_outputs)
+    offset = 1 if keras else 0
+    finals = {"h": loop_outputs[offset], "c": loop_outputs[offset + 1] if c0 else None}
+    stacked_index = len(carried)
+    side = loop_outputs[stacked_index + 1] if spec.near_miss == "side_output" else None
+    return loop_outputs[stacked_index], finals, side
+
+
+def _loop_body_inputs(
+    spec: LoopSpec, body: _Body, weights: dict, elem: int, has_c: bool
+) -> tuple[list[onnx.ValueInfoProto], dict[str, str]]:
+    """The body's inputs, and the names it reads the weights by (keras: carried as loop
+    invariants; torch: the outer values; Cast every step in float16)."""
+    vi = helper.make_tensor_value_info
+    keras = spec.form in ("keras", "tf1")
+    inputs = [vi("iteration", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, [])]
+    if keras:
+        inputs.append(vi("counter", TensorProto.INT32, []))
+    inputs.append(vi("h_in", elem, ["batch", spec.hidden_size]))
+    if has_c:
+        inputs.append(vi("c_in", elem, ["batch", spec.hidden_size]))
+    w: dict[str, str] = {}
+    for key, array in weights.items():
+        if keras:  # weights carried as loop invariants, Cast every step
+            inputs.append(vi(f"{key}_in", TensorProto.FLOAT, list(array.shape)))
+            w[key] = body.one("Cast", [f"{key}_in"], to=elem) if spec.float16 else f"{key}_in"
+        else:
+            w[key] = body.one("Cast", [key], to=elem) if spec.float16 else key
+    return inputs, w
+
+
+def _loop_conditions(spec: LoopSpec, body: _Body) -> list[tuple[str, int]]:
+    """The body's first outputs: the condition (keras: both counters below the limit;
+    torch: the condition in), and keras' next counter."""
+    steps = spec.steps
+    if spec.form in ("keras", "tf1"):
+        next_counter = body.one("Add", ["counter", body.const(np.array(1, np.int32))])
+        limit = body.const(
+            np.array(steps - 2 if spec.near_miss == "early_exit" else steps, np.float32)
+        )
+        first = body.one("Less", [body.one("Cast", ["iteration"], to=TensorProto.FLOAT), limit])
+        second = body.one("Less", [body.one("Cast", [next_counter], to=TensorProto.FLOAT), limit])
+        return [
+            (body.one("And", [first, second]), TensorProto.BOOL),
+            (next_counter, TensorProto.INT32),
+        ]
+    cond = body.one("Identity", ["cond_in"])
+    if spec.near_miss == "early_exit":
+        cond = body.one("Less", ["iteration", body.const(np.array(steps - 3, np.int64))])
+    return [(cond, TensorProto.BOOL)]
+
+
+def _loop_node(
+    spec: LoopSpec,
+    nodes: list,
+    x: str,
+    states: list[str],
+    weights: dict,
+    graph: onnx.GraphProto,
+    loop_outputs: list[str],
+) -> list[str]:
+    """Append the trip count, the condition and the Loop node; its carried values."""
+    keras = spec.form in ("keras", "tf1")
     trips = "trips"
     if spec.trip_count == "length":  # torch.export's while_loop over the sequence
         nodes.append(helper.make_node("Shape", [x], ["x_shape"]))
         nodes.append(_const("time_axis", np.array(0, np.int64)))
         nodes.append(helper.make_node("Gather", ["x_shape", "time_axis"], [trips], axis=0))
     else:
-        nodes.append(_const(trips, np.array(steps, np.int64)))
+        nodes.append(_const(trips, np.array(spec.steps, np.int64)))
     nodes.append(_const("cond0", np.array(True)))
     carried = []
     if keras:
         nodes.append(_const("counter0", np.array(0, np.int32)))
         carried.append("counter0")
-    carried.append(h0)
-    if c0:
-        carried.append(c0)
+    carried += states
     if keras:
         carried += list(weights)
     nodes.append(helper.make_node("Loop", [trips, "cond0", *carried], loop_outputs, body=graph))
-    offset = 1 if keras else 0
-    finals = {"h": loop_outputs[offset], "c": loop_outputs[offset + 1] if c0 else None}
-    stacked_index = len(carried)
-    side = loop_outputs[stacked_index + 1] if spec.near_miss == "side_output" else None
-    return loop_outputs[stacked_index], finals, side
+    return carried
 
 
 def loop_inputs(

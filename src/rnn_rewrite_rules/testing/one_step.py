@@ -61,77 +61,74 @@ def _weights(cfg: StepConfig) -> dict[str, np.ndarray]:
     }
 
 
-def build_step(cfg: StepConfig) -> onnx.ModelProto:
-    """The step model: inputs ``x``, ``h`` (, ``c``), outputs ``h_out`` (, ``c_out``)."""
-    w = _weights(cfg)
-    elem = TensorProto.DOUBLE if cfg.mutation == "float64" else TensorProto.FLOAT
-    nodes: list[onnx.NodeProto] = []
-    extra_outputs: list[str] = []
+class _Nodes(list):
+    """The step's nodes, each named for its position and op."""
 
-    def add(op: str, inputs: list[str], outputs: list[str], **attrs) -> None:
-        nodes.append(helper.make_node(op, inputs, outputs, name=f"n{len(nodes)}_{op}", **attrs))
+    def add(self, op: str, inputs: list[str], outputs: list[str], **attrs) -> None:
+        self.append(helper.make_node(op, inputs, outputs, name=f"n{len(self)}_{op}", **attrs))
 
-    def gemm(v: str, kind: str, out: str) -> None:
-        add("Gemm", [v, f"weight_{kind}", f"bias_{kind}"], [out], transB=1)
+    def gemm(self, v: str, kind: str, out: str) -> None:
+        self.add("Gemm", [v, f"weight_{kind}", f"bias_{kind}"], [out], transB=1)
 
-    op, hidden = cfg.op_type, cfg.hidden_size
-    state_names = ["h", "c"] if op == "LSTM" else ["h"]
-    if op == "LSTM":
-        gemm("h", "hh", "gh")
-        gemm("x", "ih", "gx")
-        add("Add", ["gh", "gx"], ["gates"])
-        add("Split", ["gates"], ["i", "f", "g", "o"], axis=1, num_outputs=4)
-        f_pre = "f"
-        if cfg.mutation == "peephole":
-            add("Mul", ["peephole", "c"], ["pc"])
-            add("Add", ["f", "pc"], ["f_peep"])
-            f_pre = "f_peep"
-        add("Sigmoid", ["i"], ["si"])
-        add("Sigmoid", [f_pre], ["sf"])
-        add("Tanh", ["g"], ["tg"])
-        add("Sigmoid", ["o"], ["so"])
-        add("Mul", ["sf", "c"], ["fc"])
-        add("Mul", ["si", "tg"], ["ig"])
-        c_out = "c_sum" if cfg.mutation == "clip" else "c_out"
-        add("Add", ["fc", "ig"], [c_out])
-        if cfg.mutation == "clip":
-            add("Clip", ["c_sum", "lo", "hi"], ["c_out"])
-        add("Tanh", ["c_out"], ["tc"])
-        add("Mul", ["so", "tc"], ["h_out"])
-        if cfg.mutation == "gate_read_outside":
-            extra_outputs.append("sf")
-    elif op == "GRU":
-        gemm("x", "ih", "gx")
-        add("Split", ["gx"], ["xr", "xz", "xn"], axis=1, num_outputs=3)
-        gemm("h", "hh", "gh")
-        add("Split", ["gh"], ["hr", "hz", "hn"], axis=1, num_outputs=3)
-        add("Add", ["hr", "xr"], ["r_pre"])
-        add("Sigmoid", ["r_pre"], ["r"])
-        add("Add", ["hz", "xz"], ["z_pre"])
-        add("Sigmoid", ["z_pre"], ["z"])
-        add("Mul", ["hn", "r"], ["rhn"])
-        add("Add", ["xn", "rhn"], ["n_pre"])
-        add("Tanh", ["n_pre"], ["n"])
-        add("Sub", ["h", "n"], ["hmn"])
-        add("Mul", ["hmn", "z"], ["zh"])
-        add("Add", ["zh", "n"], ["h_out"])
-        if cfg.mutation == "gate_read_outside":
-            extra_outputs.append("z")
+
+def _lstm_step(nodes: _Nodes, cfg: StepConfig) -> list[str]:
+    """An ``nn.LSTMCell`` step; the gate values read outside it (a mutation)."""
+    nodes.gemm("h", "hh", "gh")
+    nodes.gemm("x", "ih", "gx")
+    nodes.add("Add", ["gh", "gx"], ["gates"])
+    nodes.add("Split", ["gates"], ["i", "f", "g", "o"], axis=1, num_outputs=4)
+    f_pre = "f"
+    if cfg.mutation == "peephole":
+        nodes.add("Mul", ["peephole", "c"], ["pc"])
+        nodes.add("Add", ["f", "pc"], ["f_peep"])
+        f_pre = "f_peep"
+    nodes.add("Sigmoid", ["i"], ["si"])
+    nodes.add("Sigmoid", [f_pre], ["sf"])
+    nodes.add("Tanh", ["g"], ["tg"])
+    nodes.add("Sigmoid", ["o"], ["so"])
+    nodes.add("Mul", ["sf", "c"], ["fc"])
+    nodes.add("Mul", ["si", "tg"], ["ig"])
+    c_out = "c_sum" if cfg.mutation == "clip" else "c_out"
+    nodes.add("Add", ["fc", "ig"], [c_out])
+    if cfg.mutation == "clip":
+        nodes.add("Clip", ["c_sum", "lo", "hi"], ["c_out"])
+    nodes.add("Tanh", ["c_out"], ["tc"])
+    nodes.add("Mul", ["so", "tc"], ["h_out"])
+    return ["sf"] if cfg.mutation == "gate_read_outside" else []
+
+
+def _gru_step(nodes: _Nodes, cfg: StepConfig) -> list[str]:
+    """An ``nn.GRUCell`` step; the gate values read outside it (a mutation)."""
+    nodes.gemm("x", "ih", "gx")
+    nodes.add("Split", ["gx"], ["xr", "xz", "xn"], axis=1, num_outputs=3)
+    nodes.gemm("h", "hh", "gh")
+    nodes.add("Split", ["gh"], ["hr", "hz", "hn"], axis=1, num_outputs=3)
+    nodes.add("Add", ["hr", "xr"], ["r_pre"])
+    nodes.add("Sigmoid", ["r_pre"], ["r"])
+    nodes.add("Add", ["hz", "xz"], ["z_pre"])
+    nodes.add("Sigmoid", ["z_pre"], ["z"])
+    nodes.add("Mul", ["hn", "r"], ["rhn"])
+    nodes.add("Add", ["xn", "rhn"], ["n_pre"])
+    nodes.add("Tanh", ["n_pre"], ["n"])
+    nodes.add("Sub", ["h", "n"], ["hmn"])
+    nodes.add("Mul", ["hmn", "z"], ["zh"])
+    nodes.add("Add", ["zh", "n"], ["h_out"])
+    return ["z"] if cfg.mutation == "gate_read_outside" else []
+
+
+def _rnn_step(nodes: _Nodes, cfg: StepConfig) -> list[str]:
+    """An ``nn.RNNCell`` step; the values read outside it (a mutation)."""
+    nodes.gemm("x", "ih", "gx")
+    nodes.gemm("h", "hh", "gh")
+    nodes.add("Add", ["gx", "gh"], ["pre"])
+    if cfg.mutation == "leaky":
+        nodes.add("LeakyRelu", ["pre"], ["h_out"], alpha=0.1)
     else:
-        gemm("x", "ih", "gx")
-        gemm("h", "hh", "gh")
-        add("Add", ["gx", "gh"], ["pre"])
-        if cfg.mutation == "leaky":
-            add("LeakyRelu", ["pre"], ["h_out"], alpha=0.1)
-        else:
-            add(cfg.activation, ["pre"], ["h_out"])
-        if cfg.mutation == "gate_read_outside":
-            extra_outputs.append("gh")
-    batch = cfg.batch
+        nodes.add(cfg.activation, ["pre"], ["h_out"])
+    return ["gh"] if cfg.mutation == "gate_read_outside" else []
 
-    def info(name: str, width: int | str) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(name, elem, [batch, width])
 
+def _step_initializers(cfg: StepConfig, w: dict[str, np.ndarray]) -> list[onnx.TensorProto]:
     initializers = [
         numpy_helper.from_array(w[k], k) for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
     ]
@@ -143,12 +140,29 @@ def build_step(cfg: StepConfig) -> onnx.ModelProto:
             numpy_helper.from_array(np.array(-1.0, dtype), "lo"),
             numpy_helper.from_array(np.array(1.0, dtype), "hi"),
         ]
+    return initializers
+
+
+def build_step(cfg: StepConfig) -> onnx.ModelProto:
+    """The step model: inputs ``x``, ``h`` (, ``c``), outputs ``h_out`` (, ``c_out``)."""
+    w = _weights(cfg)
+    elem = TensorProto.DOUBLE if cfg.mutation == "float64" else TensorProto.FLOAT
+    nodes = _Nodes()
+    op, hidden = cfg.op_type, cfg.hidden_size
+    state_names = ["h", "c"] if op == "LSTM" else ["h"]
+    step = {"LSTM": _lstm_step, "GRU": _gru_step}.get(op, _rnn_step)
+    extra_outputs = step(nodes, cfg)
+    batch = cfg.batch
+
+    def info(name: str, width: int | str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, elem, [batch, width])
+
     graph = helper.make_graph(
-        nodes,
+        list(nodes),
         f"{op.lower()}_step",
         [info("x", cfg.input_size)] + [info(s, hidden) for s in state_names],
         [info(f"{s}_out", hidden) for s in state_names] + [info(v, hidden) for v in extra_outputs],
-        initializers,
+        _step_initializers(cfg, w),
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", cfg.opset)])
     model.ir_version = 10

@@ -216,25 +216,7 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
     rng = np.random.default_rng(cfg.seed)
     w = _GraphWriter(cfg.fold_limit)
     states = ["h0", "c0"] if cfg.op_type == "LSTM" else ["h0"]
-    stacked = cfg.num_layers * cfg.num_directions
-    h = cfg.hidden_size
-
-    x_dims: list[str | int] = (
-        ["batch", "seq", cfg.input_size] if cfg.batch_first else ["seq", "batch", cfg.input_size]
-    )
-    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims)]
-    if cfg.initial_states:
-        inputs += [
-            helper.make_tensor_value_info(s, TensorProto.FLOAT, [stacked, "batch", h])
-            for s in states
-        ]
-    else:
-        batch_axis = 0 if cfg.batch_first else 1
-        batch = _shape(w, cfg.opset, "input", batch_axis, batch_axis + 1)
-        (zeros_shape,) = w.node("Concat", [w.ints(stacked), batch, w.ints(h)], axis=0)
-        zero = w.constant(np.array(0.0, dtype=np.float32))
-        (zeros,) = w.node("Expand", [zero, zeros_shape])
-
+    inputs, zeros = _inputs_and_zeros(w, cfg, states)
     params = _pytorch_parameters(cfg, rng)
     named_params = []
     for index, p in enumerate(params):
@@ -246,43 +228,85 @@ def build_torchlib_model(cfg: RnnConfig) -> onnx.ModelProto:
     if cfg.batch_first:
         (current,) = w.node("Transpose", ["input"], perm=[1, 0, 2])
     final_states: dict[str, list[str]] = {s: [] for s in states}
-    direction = "bidirectional" if cfg.bidirectional else "forward"
-    layout = {"layout": 0} if cfg.opset >= 14 else {}  # the attribute exists from opset 14
     for layer in range(cfg.num_layers):
         d = cfg.num_directions
         start, end = w.ints(layer * d), w.ints((layer + 1) * d)
-        if cfg.initial_states:
+        if zeros is None:
             layer_states = {s: w.node("Slice", [s, start, end, w.ints(0)])[0] for s in states}
         else:  # torchlib slices the shared zeros once per layer, for h and c alike
             (zeros_slice,) = w.node("Slice", [zeros, start, end, w.ints(0)])
             layer_states = dict.fromkeys(states, zeros_slice)
         wt, rt, bt = _layer_weights(w, cfg, named_params[layer * d : (layer + 1) * d])
         rnn_inputs = [current, wt, rt, bt or "", "", *(layer_states[s] for s in states)]
-        if cfg.op_type == "LSTM":
-            y, y_h, y_c = w.node(
-                "LSTM", rnn_inputs, 3, hidden_size=h, direction=direction, input_forget=0, **layout
-            )
-            final_states["c0"].append(y_c)
-        else:
-            y, y_h = w.node(
-                "GRU",
-                rnn_inputs,
-                2,
-                hidden_size=h,
-                direction=direction,
-                linear_before_reset=cfg.linear_before_reset,
-                **layout,
-            )
-        final_states["h0"].append(y_h)
+        y, *finals = _rnn_node(w, cfg, rnn_inputs)
+        for state, final in zip(states, finals, strict=True):
+            final_states[state].append(final)
         current = _layer_output(w, y, cfg.opset)
     if cfg.batch_first:
         (current,) = w.node("Transpose", [current], perm=[1, 0, 2])
+    return _torchlib_model(w, cfg, inputs, current, [final_states[s] for s in states])
+
+
+def _inputs_and_zeros(
+    w: _GraphWriter, cfg: RnnConfig, states: list[str]
+) -> tuple[list[onnx.ValueInfoProto], str | None]:
+    """The graph inputs, and the zeros torchlib builds for every layer's state when the
+    states are no inputs (None when they are)."""
+    stacked, h = cfg.num_layers * cfg.num_directions, cfg.hidden_size
+    x_dims: list[str | int] = (
+        ["batch", "seq", cfg.input_size] if cfg.batch_first else ["seq", "batch", cfg.input_size]
+    )
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, x_dims)]
+    if cfg.initial_states:
+        inputs += [
+            helper.make_tensor_value_info(s, TensorProto.FLOAT, [stacked, "batch", h])
+            for s in states
+        ]
+        return inputs, None
+    batch_axis = 0 if cfg.batch_first else 1
+    batch = _shape(w, cfg.opset, "input", batch_axis, batch_axis + 1)
+    (zeros_shape,) = w.node("Concat", [w.ints(stacked), batch, w.ints(h)], axis=0)
+    zero = w.constant(np.array(0.0, dtype=np.float32))
+    (zeros,) = w.node("Expand", [zero, zeros_shape])
+    return inputs, zeros
+
+
+def _rnn_node(w: _GraphWriter, cfg: RnnConfig, rnn_inputs: list[str]) -> list[str]:
+    """One layer's LSTM (``Y``, ``Y_h``, ``Y_c``) or GRU (``Y``, ``Y_h``) node."""
+    direction = "bidirectional" if cfg.bidirectional else "forward"
+    layout = {"layout": 0} if cfg.opset >= 14 else {}  # the attribute exists from opset 14
+    h = cfg.hidden_size
+    if cfg.op_type == "LSTM":
+        return w.node(
+            "LSTM", rnn_inputs, 3, hidden_size=h, direction=direction, input_forget=0, **layout
+        )
+    return w.node(
+        "GRU",
+        rnn_inputs,
+        2,
+        hidden_size=h,
+        direction=direction,
+        linear_before_reset=cfg.linear_before_reset,
+        **layout,
+    )
+
+
+def _torchlib_model(
+    w: _GraphWriter,
+    cfg: RnnConfig,
+    inputs: list[onnx.ValueInfoProto],
+    current: str,
+    final_states: list[list[str]],
+) -> onnx.ModelProto:
+    """The model of ``w``'s nodes, its outputs the last layer's ``current`` and each state's
+    per-layer finals concatenated."""
+    stacked, h, d = cfg.num_layers * cfg.num_directions, cfg.hidden_size, cfg.num_directions
 
     def graph_output(values: list[str]) -> str:
         return values[0] if len(values) == 1 else w.node("Concat", values, axis=0)[0]
 
-    out_names = ["output", "h_n", "c_n"][: 1 + len(states)]
-    sources = [current] + [graph_output(final_states[s]) for s in states]
+    out_names = ["output", "h_n", "c_n"][: 1 + len(final_states)]
+    sources = [current] + [graph_output(finals) for finals in final_states]
     for name, source in zip(out_names, sources, strict=True):
         w.nodes.append(helper.make_node("Identity", [source], [name]))
     y_dims: list[str | int] = (

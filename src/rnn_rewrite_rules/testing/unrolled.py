@@ -393,52 +393,77 @@ def _cell_parameters(cfg: UnrolledCellConfig) -> dict[str, np.ndarray]:
     return {k: v.astype(np.float32) for k, v in params.items()}
 
 
-def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
-    """The model torch 2.13 exports for a loop over ``nn.LSTMCell`` / ``nn.GRUCell``."""
+class _CellWriter(_Writer):
+    """A :class:`_Writer` with the linear maps and gate splits of one cell config."""
+
+    def __init__(self, cfg: UnrolledCellConfig) -> None:
+        super().__init__(cfg.opset)
+        self.cfg = cfg
+        self._transposed: dict[str, str] = {}
+
+    def linear(self, v: str, weight: str, bias: str | None) -> str:
+        if self.cfg.gemm:
+            return self.node("Gemm", [v, weight] + ([bias] if bias else []), transB=1)
+        if weight not in self._transposed:
+            array = next(numpy_helper.to_array(t) for t in self.initializers if t.name == weight)
+            self._transposed[weight] = self.constant(array.T.copy(), f"{weight}_t")
+        out = self.node("MatMul", [v, self._transposed[weight]])
+        return self.node("Add", [out, bias]) if bias else out
+
+    def split(self, value: str, parts: list[str]) -> None:
+        """dynamo: ``num_outputs`` (opset 18); TorchScript: constant sizes (opset 13-17), the
+        ``split`` attribute before."""
+        opset, h = self.cfg.opset, self.cfg.hidden_size
+        if opset >= 18:
+            node = helper.make_node("Split", [value], parts, axis=1, num_outputs=len(parts))
+        elif opset < 13:
+            node = helper.make_node("Split", [value], parts, axis=1, split=[h] * len(parts))
+        else:
+            sizes = self.constant(np.full(len(parts), h, np.int64))
+            node = helper.make_node("Split", [value, sizes], parts, axis=1)
+        self.nodes.append(node)
+
+
+@dataclasses.dataclass
+class _CellWeights:
+    """The initializer names of one cell's weights (``other_hh``: ``weight_hh`` changed in
+    one element, for the ``weights_at_step`` mutation)."""
+
+    weight_ih: str
+    weight_hh: str
+    other_hh: str
+    bias_ih: str | None
+    bias_hh: str | None
+
+
+def _check_cell_config(cfg: UnrolledCellConfig) -> None:
     if cfg.mutation is not None and cfg.mutation not in CELL_MUTATIONS:
         raise ValueError(f"unknown mutation {cfg.mutation!r}")
     if cfg.initial_state == "folded" and cfg.batch is None:
         raise ValueError("a folded first step needs a static batch")
     if cfg.batch_first and cfg.read != "gather":
         raise ValueError("a batch-first loop reads x[:, t] with a Gather")
-    w = _Writer(cfg.opset)
-    h, mutation = cfg.hidden_size, cfg.mutation
-    batch: int | str = "batch" if cfg.batch is None else cfg.batch
-    time_axis, batch_axis = (1, 0) if cfg.batch_first else (0, 1)
-    x_dims = [batch, cfg.seq] if cfg.batch_first else [cfg.seq, batch]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*x_dims, cfg.input_size])]
-    params = _cell_parameters(cfg)
+
+
+def _cell_weights(w: _CellWriter, params: dict[str, np.ndarray]) -> _CellWeights:
     weight_ih = w.constant(params["weight_ih"], "cell.weight_ih")
     weight_hh = w.constant(params["weight_hh"], "cell.weight_hh")
     changed = params["weight_hh"].copy()
     changed[0, 0] += np.float32(1e-3)
     other_hh = w.constant(changed, "cell.weight_hh_changed")
-    bias_ih = w.constant(params["bias_ih"], "cell.bias_ih") if cfg.bias else None
-    bias_hh = w.constant(params["bias_hh"], "cell.bias_hh") if cfg.bias else None
-    transposed = {}
-    graph_weights = []
-    if mutation == "nonconstant_weights":
-        graph_weights.append(next(t for t in w.initializers if t.name == weight_hh))
+    bias = w.cfg.bias
+    bias_ih = w.constant(params["bias_ih"], "cell.bias_ih") if bias else None
+    bias_hh = w.constant(params["bias_hh"], "cell.bias_hh") if bias else None
+    return _CellWeights(weight_ih, weight_hh, other_hh, bias_ih, bias_hh)
 
-    def linear(v: str, weight: str, bias: str | None) -> str:
-        if cfg.gemm:
-            return w.node("Gemm", [v, weight] + ([bias] if bias else []), transB=1)
-        if weight not in transposed:
-            array = next(numpy_helper.to_array(t) for t in w.initializers if t.name == weight)
-            transposed[weight] = w.constant(array.T.copy(), f"{weight}_t")
-        out = w.node("MatMul", [v, transposed[weight]])
-        return w.node("Add", [out, bias]) if bias else out
 
-    def split(value: str, parts: list[str]) -> onnx.NodeProto:
-        """dynamo: ``num_outputs`` (opset 18); TorchScript: constant sizes (opset 13-17), the
-        ``split`` attribute before."""
-        if cfg.opset >= 18:
-            return helper.make_node("Split", [value], parts, axis=1, num_outputs=len(parts))
-        if cfg.opset < 13:
-            return helper.make_node("Split", [value], parts, axis=1, split=[h] * len(parts))
-        sizes = w.constant(np.full(len(parts), h, np.int64))
-        return helper.make_node("Split", [value, sizes], parts, axis=1)
-
+def _initial_cell_state(
+    w: _CellWriter, params: dict[str, np.ndarray], inputs: list[onnx.ValueInfoProto]
+) -> tuple[str, str]:
+    """``(h_0, c_0)`` of ``cfg.initial_state`` (``c_0`` "" for a GRU); state inputs are
+    appended to ``inputs``."""
+    cfg, h = w.cfg, w.cfg.hidden_size
+    time_axis, batch_axis = (1, 0) if cfg.batch_first else (0, 1)
     if cfg.initial_state == "zeros":
         shape = w.dim("x", batch_axis)
         target = w.node("Concat", [shape, w.ints(h)], axis=0)
@@ -454,85 +479,137 @@ def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
         c_prev = ""  # GRU: no cell state
         if cfg.op_type == "LSTM":
             c_prev = w.node("MatMul", [frame, w.constant(params["init_c"])])
+        return h_prev, c_prev
     elif cfg.initial_state == "inputs":
         for name in ("h0", "c0")[: 1 + (cfg.op_type == "LSTM")]:
             dims: list[str | int] = ["state_batch", h]
             inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
-        h_prev, c_prev = "h0", "c0" if cfg.op_type == "LSTM" else ""
+        return "h0", "c0" if cfg.op_type == "LSTM" else ""
     else:
         assert cfg.batch is not None
         zeros = w.constant(np.zeros((cfg.batch, h), np.float32), "zeros")
-    if cfg.initial_state not in ("first_frame", "inputs"):
-        h_prev, c_prev = zeros, zeros
+    return zeros, zeros
+
+
+def _lstm_gates(w: _CellWriter, gx: str, gh: str, c_prev: str) -> tuple[str, str]:
+    """``(h_t, c_t)`` of an ``nn.LSTMCell`` step from its two projections."""
+    swap, squash = _gate_mutations(w.cfg)
+    parts = [w.fresh("split") for _ in range(4)]
+    total = w.node("Add", [gh, gx])
+    w.split(total, parts)
+    i_part, f_part = (parts[1], parts[0]) if swap else (parts[0], parts[1])
+    i, f = w.node("Sigmoid", [i_part]), w.node("Sigmoid", [f_part])
+    g, o = w.node("Tanh", [parts[2]]), w.node(squash, [parts[3]])
+    c = w.node("Add", [w.node("Mul", [f, c_prev]), w.node("Mul", [i, g])], prefix="c")
+    return w.node("Mul", [o, w.node("Tanh", [c])], prefix="h"), c
+
+
+def _gru_gates(w: _CellWriter, gx: str, gh: str, h_prev: str) -> str:
+    """``h_t`` of an ``nn.GRUCell`` step from its two projections."""
+    swap, squash = _gate_mutations(w.cfg)
+    xs = [w.fresh("split") for _ in range(3)]
+    hs = [w.fresh("split") for _ in range(3)]
+    w.split(gx, xs)
+    w.split(gh, hs)
+    r_index, z_index = (1, 0) if swap else (0, 1)
+    r = w.node("Sigmoid", [w.node("Add", [hs[r_index], xs[r_index]])])
+    z = w.node(squash, [w.node("Add", [hs[z_index], xs[z_index]])])
+    n = w.node("Tanh", [w.node("Add", [xs[2], w.node("Mul", [hs[2], r])])])
+    return w.node("Add", [w.node("Mul", [w.node("Sub", [h_prev, n]), z]), n], prefix="h")
+
+
+def _gate_mutations(cfg: UnrolledCellConfig) -> tuple[bool, str]:
+    """Whether two gates are swapped, and the squashing op of the output / update gate."""
+    return cfg.mutation == "gate_order", "Tanh" if cfg.mutation == "wrong_activation" else "Sigmoid"
+
+
+def _read_step(w: _CellWriter, step: int, t: int) -> str:
+    """``x[t]`` (of the step before, for the last step of ``step_read_twice``)."""
+    cfg = w.cfg
+    index = t
+    if cfg.mutation == "step_read_twice" and step == cfg.seq - 1:
+        index = t + 1 if cfg.reverse else t - 1
+    if cfg.read == "gather":
+        time_axis = 1 if cfg.batch_first else 0
+        return w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=time_axis)
+    return w.squeeze0(w.node("Slice", ["x", w.ints(index), w.ints(index + 1), w.ints(0)]))
+
+
+def _hidden_projection(
+    w: _CellWriter, weights: _CellWeights, params: dict[str, np.ndarray], step: int, h_prev: str
+) -> str:
+    """``h_{t-1} W_hh^T + b_hh`` (folded to ``b_hh`` rows at a folded first step)."""
+    cfg = w.cfg
+    if step == 0 and cfg.initial_state == "folded":
+        assert cfg.batch is not None  # checked where the model is built
+        width = cfg.gates * cfg.hidden_size
+        base = params["bias_hh"] if cfg.bias else np.zeros(width, np.float32)
+        return w.constant(np.broadcast_to(base, (cfg.batch, width)).copy(), "linear")
+    hh = weights.other_hh if cfg.mutation == "weights_at_step" and step == 1 else weights.weight_hh
+    return w.linear(h_prev, hh, weights.bias_hh)
+
+
+def _cell_steps(
+    w: _CellWriter, weights: _CellWeights, params: dict[str, np.ndarray], h_prev: str, c_prev: str
+) -> tuple[list[str], list[str], str]:
+    """Every step's ``h_t`` (in step order), every step's read of ``x``, the last ``c_t``."""
+    cfg = w.cfg
     states: list[str] = []
     reads: list[str] = []
     order = range(cfg.seq - 1, -1, -1) if cfg.reverse else range(cfg.seq)
     for step, t in enumerate(order):
-        index = t
-        if mutation == "step_read_twice" and step == cfg.seq - 1:
-            index = t + 1 if cfg.reverse else t - 1
-        if cfg.read == "gather":
-            x_t = w.node("Gather", ["x", w.constant(np.array(index, np.int64))], axis=time_axis)
-        else:
-            x_t = w.squeeze0(w.node("Slice", ["x", w.ints(index), w.ints(index + 1), w.ints(0)]))
+        x_t = _read_step(w, step, t)
         reads.append(x_t)
-        if mutation == "broken_chain" and step == cfg.seq - 1 and len(states) >= 2:
+        if cfg.mutation == "broken_chain" and step == cfg.seq - 1 and len(states) >= 2:
             h_prev = states[-2]
-        gx = linear(x_t, weight_ih, bias_ih)
-        if step == 0 and cfg.initial_state == "folded":
-            assert cfg.batch is not None  # checked where the model is built
-            base = params["bias_hh"] if cfg.bias else np.zeros(cfg.gates * h, np.float32)
-            gh = w.constant(np.broadcast_to(base, (cfg.batch, cfg.gates * h)).copy(), "linear")
-        else:
-            hh = other_hh if mutation == "weights_at_step" and step == 1 else weight_hh
-            gh = linear(h_prev, hh, bias_hh)
-        swap = mutation == "gate_order"
-        squash = "Tanh" if mutation == "wrong_activation" else "Sigmoid"
+        gx = w.linear(x_t, weights.weight_ih, weights.bias_ih)
+        gh = _hidden_projection(w, weights, params, step, h_prev)
         if cfg.op_type == "LSTM":
-            parts = [w.fresh("split") for _ in range(4)]
-            total = w.node("Add", [gh, gx])
-            w.nodes.append(split(total, parts))
-            i_part, f_part = (parts[1], parts[0]) if swap else (parts[0], parts[1])
-            i, f = w.node("Sigmoid", [i_part]), w.node("Sigmoid", [f_part])
-            g, o = w.node("Tanh", [parts[2]]), w.node(squash, [parts[3]])
-            c = w.node("Add", [w.node("Mul", [f, c_prev]), w.node("Mul", [i, g])], prefix="c")
-            h_t = w.node("Mul", [o, w.node("Tanh", [c])], prefix="h")
-            c_prev = c
+            h_t, c_prev = _lstm_gates(w, gx, gh, c_prev)
         else:
-            xs = [w.fresh("split") for _ in range(3)]
-            hs = [w.fresh("split") for _ in range(3)]
-            w.nodes.append(split(gx, xs))
-            w.nodes.append(split(gh, hs))
-            r_index, z_index = (1, 0) if swap else (0, 1)
-            r = w.node("Sigmoid", [w.node("Add", [hs[r_index], xs[r_index]])])
-            z = w.node(squash, [w.node("Add", [hs[z_index], xs[z_index]])])
-            n = w.node("Tanh", [w.node("Add", [xs[2], w.node("Mul", [hs[2], r])])])
-            h_t = w.node("Add", [w.node("Mul", [w.node("Sub", [h_prev, n]), z]), n], prefix="h")
+            h_t = _gru_gates(w, gx, gh, h_prev)
         states.append(h_t)
         h_prev = h_t
+    return states, reads, c_prev
+
+
+def build_unrolled_cell(cfg: UnrolledCellConfig) -> onnx.ModelProto:
+    """The model torch 2.13 exports for a loop over ``nn.LSTMCell`` / ``nn.GRUCell``."""
+    _check_cell_config(cfg)
+    w = _CellWriter(cfg)
+    h = cfg.hidden_size
+    batch: int | str = "batch" if cfg.batch is None else cfg.batch
+    time_axis = 1 if cfg.batch_first else 0
+    x_dims = [batch, cfg.seq] if cfg.batch_first else [cfg.seq, batch]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [*x_dims, cfg.input_size])]
+    params = _cell_parameters(cfg)
+    weights = _cell_weights(w, params)
+    graph_weights = []
+    if cfg.mutation == "nonconstant_weights":
+        graph_weights.append(next(t for t in w.initializers if t.name == weights.weight_hh))
+    h_prev, c_prev = _initial_cell_state(w, params, inputs)
+    states, reads, c_prev = _cell_steps(w, weights, params, h_prev, c_prev)
     stacked = states[::-1] if cfg.reverse else states
     stacks = [w.unsqueeze0(s, time_axis) for s in stacked]
     y = w.node("Concat", stacks, prefix="stack", axis=time_axis)
     finals = [states[-1]] + ([c_prev] if cfg.op_type == "LSTM" else [])
     names = ["y", "h_n", "c_n"][: 1 + len(finals)]
-    extra = []
-    if cfg.shared_read:
-        extra.append(helper.make_node("Sum", reads, ["x_read"], name="output_x_read"))
     nodes = [
         *w.nodes,
         *(
             helper.make_node("Identity", [v], [n], name=f"output_{n}")
             for v, n in zip([y, *finals], names, strict=True)
         ),
-        *extra,
     ]
+    if cfg.shared_read:
+        nodes.append(helper.make_node("Sum", reads, ["x_read"], name="output_x_read"))
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*x_dims, h])] + [
         helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, h]) for n in names[1:]
     ]
     if cfg.shared_read:
         read_dims = [batch, cfg.input_size]
         outputs.append(helper.make_tensor_value_info("x_read", TensorProto.FLOAT, read_dims))
-    if mutation == "extra_reader":
+    if cfg.mutation == "extra_reader":
         outputs.append(helper.make_tensor_value_info(states[0], TensorProto.FLOAT, [batch, h]))
     return w.model("unrolled_cell", nodes, inputs, outputs, graph_weights)
 
