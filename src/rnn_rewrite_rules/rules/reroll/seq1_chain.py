@@ -7,7 +7,8 @@ Pattern: nodes ``G_1 .. G_n`` (``n >= 2``) of one op where ``G_{k+1}``'s initial
 is ``G_k``'s final one (``Y_h``, and ``Y_c`` for LSTM), read directly or through
 ``Slice(Y_h, [0], [e >= 1], [0])`` (dynamo's ``h[0:1]``). Each ``X_k`` is ``[1, batch, I]``.
 
-Condition, from the graph alone:
+Condition, from the graph alone (a node that reads more than one step, or whose state is
+no one-step node's, is not this rule's: it is left alone without a reason):
 
 * the same op, attributes and inputs other than ``X`` and the states (``W``, ``R``, ``B``,
   peepholes: the same value, or constants with the same bits); no ``sequence_lens``;
@@ -98,8 +99,27 @@ def _state_link(node: ir.Node, state: int) -> tuple[ir.Node, ir.Value] | None:
     return earlier, source
 
 
-def _node_refusal(node: ir.Node, prover: ShapeProver) -> Refusal | None:
-    """Why ``node`` is not a step the merged node can run, if it is not."""
+def _previous(node: ir.Node) -> ir.Node | None:
+    """The node whose final states are every initial state of ``node``, if one is."""
+    found = set()
+    earlier = None
+    for state, _ in _STATES[node.op_type]:
+        link = _state_link(node, state)
+        if link is None:
+            return None
+        earlier = link[0]
+        found.add(id(earlier))
+    return earlier if len(found) == 1 else None
+
+
+def _one_row(node: ir.Node, prover: ShapeProver) -> bool:
+    """``node`` reads an ``X`` of one row: proven by the shape prover, or :func:`_row_read`."""
+    x = node.inputs[0]
+    return x is not None and (prover.dim(x, 0) == Dim.const(1) or _row_read(x) is not None)
+
+
+def _node_refusal(node: ir.Node) -> Refusal | None:
+    """Why the one-step ``node`` is not a step the merged node can run, if it is not."""
     attrs = node.attributes
     if attrs.get_string("direction", "forward") != "forward":
         return Refusal(f"{node.op_type} '{node.name}' is not forward")
@@ -107,12 +127,6 @@ def _node_refusal(node: ir.Node, prover: ShapeProver) -> Refusal | None:
         return Refusal(f"{node.op_type} '{node.name}' has layout 1")
     if input_at(node, 4) is not None:
         return Refusal(f"{node.op_type} '{node.name}' has sequence_lens")
-    x = node.inputs[0]
-    if x is None or (prover.dim(x, 0) != Dim.const(1) and _row_read(x) is None):
-        return Refusal(
-            f"{node.op_type} '{node.name}' reads X whose sequence axis is not proven 1 "
-            "(nor one row Slice(S, [t], [t+1], [a]), through a Transpose putting a first)"
-        )
     return None
 
 
@@ -183,18 +197,18 @@ class _Plan:
 
 
 def _walk(root: ir.Node, prover: ShapeProver) -> list[ir.Node] | Refusal:
-    """The chain ending at ``root``, first step first."""
-    reason = _node_refusal(root, prover)
-    if reason is not None:
-        return reason
+    """The chain ending at ``root``, first step first. A node that reads no one-row ``X``,
+    or whose state is not an earlier one-step node's, is not the rule's business
+    (``Inapplicable``: every other GRU of every model)."""
+    if not _one_row(root, prover):
+        return Inapplicable("X is not one step")
     steps, ancestors = [root], _Ancestors()
     ancestors.add(root.inputs[0])
     while True:
-        links = [_state_link(steps[-1], i) for i, _ in _STATES[root.op_type]]
-        if any(link is None for link in links) or len({id(link[0]) for link in links}) != 1:  # type: ignore[index]  # None excluded
+        earlier = _previous(steps[-1])
+        if earlier is None or not _one_row(earlier, prover):
             break
-        earlier = links[0][0]  # type: ignore[index]  # None excluded above
-        reason = _node_refusal(earlier, prover) or _same_step(earlier, root)
+        reason = _node_refusal(earlier) or _node_refusal(root) or _same_step(earlier, root)
         if reason is None and id(earlier) in ancestors.nodes:
             reason = Refusal(f"a later step's X depends on an output of '{earlier.name}'")
         if reason is not None:
@@ -204,24 +218,27 @@ def _walk(root: ir.Node, prover: ShapeProver) -> list[ir.Node] | Refusal:
         steps.append(earlier)
         ancestors.add(earlier.inputs[0])
     if len(steps) == 1:
-        return _changed_state(root) or Inapplicable(
+        return _changed_state(root, prover) or Inapplicable(
             "the initial state is not a one-step node's final state"
         )
     steps.reverse()
     return steps
 
 
-def _changed_state(node: ir.Node) -> Refusal | None:
-    """Why ``node`` does not continue the node whose state its initial state computes from
-    (an op between the two), if it reads such a state."""
+def _changed_state(node: ir.Node, prover: ShapeProver) -> Refusal | None:
+    """Why ``node`` does not continue the one-step node of its weights whose state its
+    initial state computes from (an op between the two), if it reads such a state."""
     for state, _ in _STATES[node.op_type]:
-        between = producer(input_at(node, state))
+        value = input_at(node, state)
+        between = None if value is None else value.producer()
         for value in () if between is None else between.inputs:
             earlier = None if value is None else value.producer()
             if (
                 earlier is not None
                 and earlier.op_type == node.op_type
                 and value in earlier.outputs[1:]
+                and _one_row(earlier, prover)
+                and _same_step(earlier, node) is None
             ):
                 return Refusal(
                     f"the initial state of '{node.name}' is {between.op_type} of "
@@ -397,7 +414,7 @@ class MergeSeq1Chain(RnnNodeRule):
         """Why the chain stays as written on the target (the form's measured cost table)."""
         first = plan.steps[0]
         x = first.inputs[0]
-        assert x is not None  # _node_refusal proved it
+        assert x is not None  # _one_row proved it
         return cost_refusal(
             context,
             self.target,
