@@ -229,9 +229,11 @@ def _changed_state(node: ir.Node, prover: ShapeProver) -> Refusal | None:
     """Why ``node`` does not continue the one-step node of its weights whose state its
     initial state computes from (an op between the two), if it reads such a state."""
     for state, _ in _STATES[node.op_type]:
-        value = input_at(node, state)
-        between = None if value is None else value.producer()
-        for value in () if between is None else between.inputs:
+        initial = input_at(node, state)
+        between = None if initial is None else initial.producer()
+        if between is None:
+            continue
+        for value in between.inputs:
             earlier = None if value is None else value.producer()
             if (
                 earlier is not None
@@ -260,7 +262,9 @@ def _stack(steps: list[ir.Node]) -> tuple[ir.Node, int, list[int] | None, bool] 
             return None
         ends.append(end[0])
         forms.add(end[1:])
-    concat = ends[0].uses()[0][0]
+    concat = _only_reader(ends[0])
+    if concat is None:
+        return None
     inputs = list(concat.inputs)
     if len(forms) != 1 or concat.op_type != "Concat" or concat.domain != "":
         return None
@@ -287,29 +291,34 @@ def _reshaped(node: ir.Node, hidden: int) -> tuple[int, ...] | None:
     return () if target == [1, -1, hidden] else None
 
 
+def _only_reader(value: ir.Value) -> ir.Node | None:
+    """The one node reading ``value``, when it has one reader and is no graph output."""
+    readers = list(value.uses())
+    if len(readers) != 1 or value.is_graph_output():
+        return None
+    return readers[0].node
+
+
 def _step_end(y: ir.Value, hidden: int) -> tuple[ir.Value, bool, tuple[int, ...]] | None:
     """(v, squeezed, perm): ``v`` is ``y``, ``Squeeze(y, [1])`` or a ``Transpose`` of that
     (or a ``Reshape`` that is one of those, :func:`_reshaped`), each read once, ``v`` read
     once (by a Concat, checked by the caller)."""
-    value, perm, squeezed = y, (), False
-    readers = value.uses()
-    reshaped = _reshaped(readers[0][0], hidden) if len(readers) == 1 else None
-    if reshaped is not None and not y.is_graph_output():
-        value, squeezed, perm = readers[0][0].outputs[0], True, reshaped
-    elif len(readers) == 1 and readers[0][0].op_type == "Squeeze" and not y.is_graph_output():
-        node = readers[0][0]
-        if read_axes(node) not in ([1], [-3]) or node.domain != "":
+    value, perm, squeezed = y, tuple[int, ...](), False
+    reader = _only_reader(y)
+    reshaped = None if reader is None else _reshaped(reader, hidden)
+    if reader is not None and reshaped is not None:
+        value, squeezed, perm = reader.outputs[0], True, reshaped
+    elif reader is not None and reader.op_type == "Squeeze":
+        if read_axes(reader) not in ([1], [-3]) or reader.domain != "":
             return None
-        value, squeezed = node.outputs[0], True
-        readers = value.uses()
-        if len(readers) == 1 and readers[0][0].op_type == "Transpose":
-            attr = readers[0][0].attributes.get("perm")
-            if attr is None or value.is_graph_output():
+        value, squeezed = reader.outputs[0], True
+        transpose = _only_reader(value)
+        if transpose is not None and transpose.op_type == "Transpose":
+            attr = transpose.attributes.get("perm")
+            if attr is None:
                 return None
-            value, perm = readers[0][0].outputs[0], tuple(attr.as_ints())
-    if len(value.uses()) != 1 or value.is_graph_output():
-        return None
-    return value, squeezed, perm
+            value, perm = transpose.outputs[0], tuple(attr.as_ints())
+    return (value, squeezed, perm) if _only_reader(value) is not None else None
 
 
 def _readers_refusal(graph, plan: _Plan, root: ir.Node) -> Refusal | None:
@@ -335,8 +344,8 @@ def _link_to(user: ir.Node, chain: set[int]) -> bool:
     """``user`` is a link Slice read only by a node of the chain."""
     if user.op_type != "Slice" or len(user.outputs) != 1:
         return False
-    uses = user.outputs[0].uses()
-    return len(uses) == 1 and id(uses[0][0]) in chain and not user.outputs[0].is_graph_output()
+    reader = _only_reader(user.outputs[0])
+    return reader is not None and id(reader) in chain
 
 
 def plan_seq1_chain(root: ir.Node, main_graph: ir.Graph | None = None) -> _Plan | Refusal:
