@@ -390,14 +390,18 @@ def test_the_table_of_several_runs_is_their_per_point_median() -> None:
 def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() -> None:
     """Each form measured by a grid of its own (``costs.FORM_TABLES``) has its table beside
     the main one, written by the command named, on both timed runtimes of its grid."""
-    from benchmarks import batch_first_costs, one_step_costs
+    from benchmarks import batch_first_costs, one_step_costs, seq1_chain_costs
 
     for form, command in costs.FORM_TABLES.items():
         path = pathlib.Path(costs.__file__).with_name(f"{form}.json")
         data = json.loads(path.read_text())
         assert data["generated_by"] == command
         table = costs.load(str(path))
-        case = {"batch_first": batch_first_costs.CASE, **one_step_costs.CASES}[form]
+        case = {
+            "batch_first": batch_first_costs.CASE,
+            "seq1_chain": seq1_chain_costs.CASE,
+            **one_step_costs.CASES,
+        }[form]
         for op in case.ops:
             for hidden in case.hiddens:
                 for seq in case.seqs:

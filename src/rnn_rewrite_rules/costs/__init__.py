@@ -101,6 +101,7 @@ _PATH = pathlib.Path(__file__).with_name("measured.json")
 PARITY_FORMS = frozenset({"one_step", "one_step_broadcast"})
 FORM_TABLES: dict[str, str] = {
     "batch_first": "python -m benchmarks.batch_first_costs",
+    "seq1_chain": "python -m benchmarks.seq1_chain_costs",
     "one_step": "python -m benchmarks.one_step_costs",
     "one_step_broadcast": "python -m benchmarks.one_step_costs",
 }

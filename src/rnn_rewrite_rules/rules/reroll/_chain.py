@@ -61,7 +61,12 @@ def static_size(prover: ShapeProver, value: ir.Value, axis: int) -> int | None:
 
 
 def read_step(value: ir.Value | None) -> tuple[ir.Value, int] | None:
-    """``(P, t)`` when ``value`` is ``Squeeze(Slice(P, [t], [t+1], [0]), [0])``."""
+    """``(P, t)`` when ``value`` is ``P[t]`` read on axis 0 with a constant ``t >= 0``:
+    ``Squeeze(Slice(P, [t], [t+1], [0]), [0])`` or ``SequenceAt(S, t)`` of
+    ``S = SplitToSequence(P, axis=0, keepdims=0)`` (torch 2.13's ``unbind``)."""
+    at = _sequence_at(value)
+    if at is not None:
+        return at
     squeezed = producer(value, "Squeeze")
     if squeezed is None or read_axes(squeezed) != [0]:
         return None
@@ -73,6 +78,30 @@ def read_step(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     if axis != 0 or step != 1 or start < 0 or end != start + 1 or sliced.inputs[0] is None:  # type: ignore[union-attr]
         return None
     return sliced.inputs[0], start  # type: ignore[union-attr]
+
+
+def _sequence_at(value: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """``(P, t)`` when ``value`` is ``SequenceAt(SplitToSequence(P, axis=0, keepdims=0), t)``.
+
+    Without ``split``, ``SplitToSequence`` cuts ``P`` into ``P.shape[0]`` chunks of one row
+    and ``keepdims=0`` drops the axis, so position ``t >= 0`` is ``P[t]``; past the end both
+    this and the ``Squeeze(Slice)`` spelling fail. A negative ``t`` counts from the end (a
+    position that depends on the length): not a step read. Axis ``-rank`` is left alone
+    (the rank is not read here)."""
+    at = producer(value, "SequenceAt")
+    if at is None or len(at.inputs) != 2:
+        return None
+    split = producer(at.inputs[0], "SplitToSequence")
+    if split is None or len(split.inputs) != 1 or split.inputs[0] is None:
+        return None
+    attrs = split.attributes
+    if attrs.get_int("axis", 0) != 0 or attrs.get_int("keepdims", 1) != 0:
+        return None
+    position = const_array(at.inputs[1])
+    if position is None or position.shape != () or position.dtype.kind != "i":
+        return None
+    t = int(position)
+    return None if t < 0 else (split.inputs[0], t)
 
 
 def weight_array(value: ir.Value | None) -> np.ndarray | None:

@@ -2,7 +2,9 @@
 
 Pattern (torch 2.13 + onnxscript 0.7.2, ``torch.onnx.export(dynamo=True)`` of ``nn.RNN``):
 an input projection ``P = MatMul(X, W^T) [+ b_ih]`` over the whole sequence, read per
-step as ``x_t = Squeeze(Slice(P', [t], [t+1], [0]), [0])`` with ``P' = P`` (forward) or
+step as ``x_t = Squeeze(Slice(P', [t], [t+1], [0]), [0])`` (torch 2.13 with ``Dim.AUTO``
+on the sequence axis: ``SequenceAt(SplitToSequence(P', axis=0, keepdims=0), t)``, the same
+row; see ``_chain.read_step``) with ``P' = P`` (forward) or
 ``P' = Slice(P, [-1], [-inf], [0], [-1])`` (the reverse direction), and a chain of steps
 ``h_t = act(Add(MatMul(h_{t-1}, R^T) [+ b_hh], x_t))`` with ``act`` ``Tanh`` or ``Relu``,
 stacked by ``Concat(h_1, ..., h_T, axis=0)`` (reverse: ``Concat(h_T, ..., h_1)``). With a
@@ -124,6 +126,11 @@ def _parse_step(act: ir.Node) -> _Step | Refusal:
         internal.append(matmul.outputs[0])
         h_prev, weight = matmul.inputs
         return _Step(act, source, index, h_prev, weight, bias, None, tuple(internal))
+    if any(producer(v, "SequenceAt") is not None for v in add.inputs):
+        return Refusal(
+            "the step input is a SequenceAt that does not read one row P[t] "
+            "(SplitToSequence(P, axis=0, keepdims=0) without split, at a constant t >= 0)"
+        )
     return Refusal("neither Add operand reads one step (Squeeze(Slice(P, [t], [t+1], [0]), [0]))")
 
 
