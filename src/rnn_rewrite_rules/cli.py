@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import enum
+import importlib
 import logging
 import os
 import signal
@@ -471,14 +472,27 @@ class _Signalled(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the program is so that clean-up code runs."""
 
 
+#: The signals received during :func:`main` (names). A library may catch the
+#: ``KeyboardInterrupt`` a handler raises and fail otherwise (an import interrupted half
+#: way is an ``ImportError`` later; a writer cut off mid-call a ``TypeError``): an error
+#: after a signal is the interrupt, never an internal error.
+_received: list[str] = []
+
+
 def _raise_signalled(signum: int, frame: object) -> None:
-    raise _Signalled(signal.Signals(signum).name)
+    name = signal.Signals(signum).name
+    _received.append(name)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise _Signalled(name)
 
 
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise :class:`_Signalled` (main thread only)."""
-    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    """SIGINT raises ``KeyboardInterrupt``, SIGTERM and SIGHUP :class:`_Signalled`, each
+    recorded in :data:`_received` (main thread only)."""
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    _received.clear()
     try:
         previous = {n: signal.signal(getattr(signal, n), _raise_signalled) for n in names}
     except ValueError:  # not the main thread: leave signals alone
@@ -489,6 +503,27 @@ def _signals_interrupt() -> Iterator[None]:
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
+
+
+def _import_libraries() -> None:
+    """Import onnx, onnx-ir and onnxscript (what every command needs) with SIGINT, SIGTERM
+    and SIGHUP blocked, delivered once they are in: a ``KeyboardInterrupt`` raised while
+    a compiled extension initialises can crash the process (SIGSEGV, seen with onnx's).
+    A signal waits for the imports (about a second) and then interrupts as usual."""
+    blocked = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
+    if not hasattr(signal, "pthread_sigmask"):  # no signal masks here
+        importlib.import_module("rnn_rewrite_rules._rewrite_file")
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        importlib.import_module("rnn_rewrite_rules._rewrite_file")  # onnx, onnxscript
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _interrupted(how: str) -> int:
+    _error(f"interrupted{how}; nothing written")
+    return int(ExitCode.INTERRUPTED)
 
 
 #: Each library error the command reports -> its exit code. A class not listed here, nor
@@ -538,6 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _signals_interrupt(), _quiet_libraries():
             try:
+                _import_libraries()  # the parser reads the targets from the rules too
                 if demo:
                     return int(_demo(_demo_parser().parse_args(argv[1:])))
                 return int(_run(_parser().parse_args(argv)))
@@ -557,9 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(failure.message)
         return int(failure.code)
     except KeyboardInterrupt as interrupt:
-        how = f" by {interrupt.args[0]}" if isinstance(interrupt, _Signalled) else ""
-        _error(f"interrupted{how}; nothing written")
-        return int(ExitCode.INTERRUPTED)
+        return _interrupted(f" by {interrupt.args[0]}" if isinstance(interrupt, _Signalled) else "")
     except BrokenPipeError:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -568,6 +602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error("out of memory; nothing written")
         return int(ExitCode.INTERNAL_ERROR)
     except Exception as error:
+        if _received:  # a library turned the interrupt into another error
+            return _interrupted("" if _received[0] == "SIGINT" else f" by {_received[0]}")
         message = str(error).splitlines()[0] if str(error) else ""
         _error(f"internal error: {type(error).__name__}: {message}; nothing written")
         return int(ExitCode.INTERNAL_ERROR)
