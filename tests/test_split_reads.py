@@ -289,3 +289,16 @@ def test_families_hold_the_rules() -> None:
     assert "SplitLayerStates" in names
     assert "SplitLayerStates" in [r.name for r in initial_state.FAMILY.rules_for("onnxruntime")]
     assert "SplitDirections" in [r.name for r in layer_output.FAMILY.rules_for("portable")]
+
+
+def test_stacked_zero_states_are_left_to_the_zero_state_rules() -> None:
+    """torchlib's ``Slice(Expand(0, [L, batch, H]), [l], [l+1])`` per layer: the zero-state
+    rules remove the Slices altogether, so the Split rule leaves them."""
+    from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+
+    before = build_torchlib_model(RnnConfig(num_layers=2))
+    reasons = refusal_reasons(STATES, before)
+    assert any("the stacked states are zeros" in r for r in reasons), reasons
+    after, _ = apply(initial_state.FAMILY.rules_for("portable"), before)
+    counts = op_counts(after)
+    assert counts["Split"] == 0 and counts["Expand"] == 0, counts

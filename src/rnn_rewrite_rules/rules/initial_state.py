@@ -368,11 +368,15 @@ class SplitLayerStates(SplitReads):
     """Slice(h0, [l*D], [(l+1)*D]) per layer -> one Split(h0) (see ``rules._split_reads``).
 
     Scope: every Slice of the value is read only as an RNN node's initial state
-    (TorchScript's per-layer ``h0``/``c0`` of a stacked ``[L*D, batch, H]`` input)."""
+    (TorchScript's per-layer ``h0``/``c0`` of a stacked ``[L*D, batch, H]`` input), and
+    the value is not provably zeros (those states are :class:`ShareZeroInitialState`'s
+    and :class:`DropZeroInitialState`'s, which remove the Slices altogether)."""
 
     def scope(
         self, v: ir.Value, slices: list[ir.Node], axis: int, prover: ShapeProver
     ) -> Refusal | None:
+        if is_all_zeros(v):
+            return Refusal("the stacked states are zeros: the zero-state rules take them")
         for node in slices:
             uses = list(node.outputs[0].uses())
             if not uses:
