@@ -1,5 +1,5 @@
 """Sibling Slices read as one Split: TorchScript's per-layer initial states
-(``initial_state/SplitLayerStates``) and keras' per-direction reads before a ``sum``/
+(``layer_glue/SplitLayerStates``) and keras' per-direction reads before a ``sum``/
 ``mul``/``ave`` merge (``layer_output/SplitDirections``)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules.rules import initial_state, layer_output
-from rnn_rewrite_rules.rules.initial_state import SplitLayerStates
+from rnn_rewrite_rules.rules import initial_state, layer_glue, layer_output
+from rnn_rewrite_rules.rules.layer_glue import SplitLayerStates
 from rnn_rewrite_rules.rules.layer_output import ConcatDirections, SplitDirections
 from tests.reasons import refusal_reasons
 from tests.support import apply, op_counts
@@ -285,9 +285,9 @@ def test_slices_of_a_value_that_is_no_rnn_output_refuse() -> None:
 
 
 def test_families_hold_the_rules() -> None:
-    names = [r.name for r in initial_state.FAMILY.rules_for("portable")]
-    assert "SplitLayerStates" in names
-    assert "SplitLayerStates" in [r.name for r in initial_state.FAMILY.rules_for("onnxruntime")]
+    for target in ("portable", "onnxruntime"):
+        assert "SplitLayerStates" in [r.name for r in layer_glue.FAMILY.rules_for(target)]
+        assert "SplitLayerStates" not in [r.name for r in initial_state.FAMILY.rules_for(target)]
     assert "SplitDirections" in [r.name for r in layer_output.FAMILY.rules_for("portable")]
 
 
@@ -299,6 +299,7 @@ def test_stacked_zero_states_are_left_to_the_zero_state_rules() -> None:
     before = build_torchlib_model(RnnConfig(num_layers=2))
     reasons = refusal_reasons(STATES, before)
     assert any("the stacked states are zeros" in r for r in reasons), reasons
-    after, _ = apply(initial_state.FAMILY.rules_for("portable"), before)
+    rules = [*initial_state.FAMILY.rules_for("portable"), *layer_glue.FAMILY.rules_for("portable")]
+    after, _ = apply(rules, before)
     counts = op_counts(after)
     assert counts["Split"] == 0 and counts["Expand"] == 0, counts

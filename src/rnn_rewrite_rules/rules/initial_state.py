@@ -61,11 +61,10 @@ from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
-from rnn_rewrite_rules._rnn_ops import RNN_OPS, rnn_op
+from rnn_rewrite_rules._rnn_ops import RNN_OPS
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._graph import cached_ints
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
-from rnn_rewrite_rules.rules._split_reads import SplitReads
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.values import is_all_zeros, is_finite
 
@@ -73,7 +72,6 @@ __all__ = [
     "FAMILY",
     "DropZeroInitialState",
     "ShareZeroInitialState",
-    "SplitLayerStates",
     "explicit_zero_form",
     "is_all_zeros",
     "is_finite",
@@ -364,38 +362,14 @@ def _shape_read(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     return None if source is None else (source, int(index[0]))
 
 
-class SplitLayerStates(SplitReads):
-    """Slice(h0, [l*D], [(l+1)*D]) per layer -> one Split(h0) (see ``rules._split_reads``).
-
-    Scope: every Slice of the value is read only as an RNN node's initial state
-    (TorchScript's per-layer ``h0``/``c0`` of a stacked ``[L*D, batch, H]`` input), and
-    the value is not provably zeros (those states are :class:`ShareZeroInitialState`'s
-    and :class:`DropZeroInitialState`'s, which remove the Slices altogether)."""
-
-    def scope(
-        self, v: ir.Value, slices: list[ir.Node], axis: int, prover: ShapeProver
-    ) -> Refusal | None:
-        if is_all_zeros(v):
-            return Refusal("the stacked states are zeros: the zero-state rules take them")
-        for node in slices:
-            uses = list(node.outputs[0].uses())
-            if not uses:
-                return Refusal("a Slice of the value is not read")
-            for use in uses:
-                spec = rnn_op(use.node)
-                if spec is None or use.idx not in spec.state_inputs:
-                    return Refusal("a Slice of the value is read other than as an initial state")
-        return None
-
-
 def make_rules() -> list[RewriteRule]:
     """The default (portable) target's rules: zero states become one shared one."""
-    return [*rnn_node_rules(ShareZeroInitialState), SplitLayerStates.rule()]
+    return rnn_node_rules(ShareZeroInitialState)
 
 
 def make_drop_rules() -> list[RewriteRule]:
     """ONNX Runtime's: zero states are dropped."""
-    return [*rnn_node_rules(DropZeroInitialState), SplitLayerStates.rule()]
+    return rnn_node_rules(DropZeroInitialState)
 
 
 FAMILY = RuleFamily(
