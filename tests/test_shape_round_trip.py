@@ -218,3 +218,16 @@ def test_keras_stacked_lstm_file_goes_to_its_lstm_nodes() -> None:
     for batch, seq in ((1, 1), (3, 4)):
         feeds = {"x": np.random.default_rng(seq).standard_normal((batch, seq, 6)).astype("f")}
         assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) < 1e-5
+
+
+def test_reshape_does_not_read_a_narrowed_element_as_a_size_even_with_allowzero() -> None:
+    """A wrapped int32 may be -1, which infers the size whatever ``allowzero`` says."""
+    from rnn_rewrite_rules.shape import reshape
+
+    model = ir.serde.deserialize_model(_keras_lstm())
+    prover = ShapeProver(model.graph)
+    (narrowed, hidden) = prover.elements(_value(model, "packed64")) or ()
+    assert narrowed is not None and hidden is not None
+    batch = Dim.sym(model.graph.inputs[0], 0)
+    for allowzero in (0, 1):
+        assert reshape((batch, hidden), (narrowed, hidden), allowzero) == (None, hidden)
