@@ -63,10 +63,14 @@ def test_identity_keeps_elements_other_unary_ops_keep_sizes() -> None:
 
 def test_only_an_integer_cast_keeps_elements() -> None:
     """A constant within the target's range, a symbolic size only into int64: a narrowing
-    cast wraps (``5 * 2**32`` to int32 is 0), and so may a size the prover cannot bound."""
+    cast wraps (``5 * 2**32`` to int32 is 0), and so may a size the prover cannot bound:
+    that element becomes a narrowed symbol, never the size itself."""
     assert one("Cast", vec(3, S), to=ir.DataType.INT64) == vec(3, S)
-    assert one("Cast", vec(3, S), to=ir.DataType.INT32) == vec(3, None)
-    assert one("Cast", vec(3, S), to=ir.DataType.UINT8) == vec(3, None)
+    for to in (ir.DataType.INT32, ir.DataType.UINT8):
+        narrowed = one("Cast", vec(3, S), to=to)
+        assert narrowed.elements is not None and narrowed.elements[0] == Dim.const(3)
+        element = narrowed.elements[1]
+        assert element is not None and element != S and element.narrowed
     assert one("Cast", vec(-1, 256), to=ir.DataType.UINT8) == vec(None, None)
     assert one("Cast", vec(-128, 127), to=ir.DataType.INT8) == vec(-128, 127)
     assert one("Cast", vec(5 * 2**32), to=ir.DataType.INT32) == vec(None)

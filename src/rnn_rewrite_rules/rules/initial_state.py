@@ -22,7 +22,10 @@ Condition, both proven from constants and the graph's structure only:
    ``x``, so ``Mul(h0_input, 0)`` is not zeros);
 2. the shape prover (``rnn_rewrite_rules.shape``) proves its shape is ``[D, batch, H]``
    (layout 1: ``[batch, D, H]``) with ``batch`` the same size as ``X``'s at every size
-   (the same symbol, or the number a graph input declares). A zero constant
+   (the same symbol, or the number a graph input declares; or that size round-tripped
+   through int32, as tf2onnx's ``Cast(int32) -> Slice -> Concat -> Cast(int64)`` writes
+   it: see :func:`_required_size` for why that is the size wherever the node runs). A
+   zero constant
    ``[D, 1, H]`` fed to a model with a dynamic batch fails at run time for other
    batches; replacing it would hide that frozen axis, so it is left alone.
 
@@ -100,12 +103,28 @@ def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> Refusal
     shape = prover.dims(state)
     if shape is None:
         return Refusal("cannot prove the zero state's shape")
-    if shape != expected:
+    if len(shape) != len(expected) or not all(
+        _required_size(got, want, prover) for got, want in zip(shape, expected, strict=False)
+    ):
         got = "[" + ", ".join(map(str, shape)) + "]"
         return Refusal(
             f"the zero state's shape {got} is not provably [D, batch of X, H] (a frozen axis?)"
         )
     return None
+
+
+def _required_size(got: Dim, want: Dim, prover: ShapeProver) -> bool:
+    """``got``, a size of an RNN node's initial state, equals ``want``, the size the node
+    requires there, wherever the node runs.
+
+    Equal polynomials, or ``got`` a size ``want`` round-tripped through a type of at least
+    32 bits (tf2onnx's ``Cast(int64 -> int32) ... Cast(int32 -> int64)`` of a batch size,
+    see :meth:`ShapeProver.narrowed_from`). That cast is the identity for sizes below
+    ``2**31`` and gives another number at and above, where the RNN node rejects the
+    state (its shape must be ``[D, batch, H]``): so wherever the original runs, ``got``
+    is ``want``. A narrower round trip (int16: 32768) is refused: a batch that large is
+    a real input, and the rewrite would hide the original's failure on it."""
+    return got == want or prover.narrowed_from(got) == want
 
 
 class _ZeroStateRule(RnnNodeRule):
@@ -240,7 +259,7 @@ def _batch_piece(batch: Dim, x: ir.Value, axis: int, context: MatchContext) -> t
     prover traced it to when visible here (shared by every layer), else ``X``'s."""
     symbol = batch.symbol
     visible = (context.graph_or_function, context.model.graph)
-    if symbol is not None and symbol.value.graph in visible:
+    if symbol is not None and not symbol.narrowed and symbol.value.graph in visible:
         return symbol.value, symbol.axis
     return x, axis
 

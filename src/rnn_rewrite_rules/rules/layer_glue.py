@@ -29,6 +29,11 @@ than the chain (a computed Reshape target counts as one more node, and a last
 Runtime's transpose optimizer moves it past them, where it vanishes, and the collapsed
 chain hands the reduction another layout: a ``ReduceMean`` over axis 1 of ``[1, T, C]``
 measured 12x slower in ONNX Runtime 1.32 than over axis 0 of ``[T, 1, C]``).
+
+A second rule, ``SplitLayerStates``, takes the glue before a stack's initial states:
+TorchScript's per-layer ``Slice(h0, [l*D], [(l+1)*D], [0])`` of one ``[L*D, batch, H]``
+input become one ``Split`` (pattern, condition, replacement and measurement in
+``rules._split_reads``; its scope in the class).
 """
 
 from __future__ import annotations
@@ -41,12 +46,15 @@ from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule, RewriteR
 from rnn_rewrite_rules._ir import const_array, opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
+from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._graph import int64_constant, read_axes
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.rules._split_reads import SplitReads
 from rnn_rewrite_rules.shape import ONE, Dim, ShapeProver, known, normalize_axes, product
+from rnn_rewrite_rules.shape.values import is_all_zeros
 
-__all__ = ["FAMILY", "CollapseRnnGlue", "make_rules"]
+__all__ = ["FAMILY", "CollapseRnnGlue", "SplitLayerStates", "make_rules"]
 
 
 _GLUE_OPS = ("Transpose", "Squeeze", "Unsqueeze", "Reshape", "Identity")
@@ -439,8 +447,32 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         return current
 
 
+class SplitLayerStates(SplitReads):
+    """Slice(h0, [l*D], [(l+1)*D]) per layer -> one Split(h0) (see ``rules._split_reads``).
+
+    Scope: every Slice of the value is read only as an RNN node's initial state
+    (TorchScript's per-layer ``h0``/``c0`` of a stacked ``[L*D, batch, H]`` input), and
+    the value is not provably zeros (those states are ``initial_state``'s
+    ``ShareZeroInitialState`` and ``DropZeroInitialState``, which remove the Slices altogether)."""
+
+    def scope(
+        self, v: ir.Value, slices: list[ir.Node], axis: int, prover: ShapeProver
+    ) -> Refusal | None:
+        if is_all_zeros(v):
+            return Refusal("the stacked states are zeros: the zero-state rules take them")
+        for node in slices:
+            uses = list(node.outputs[0].uses())
+            if not uses:
+                return Refusal("a Slice of the value is not read")
+            for use in uses:
+                spec = rnn_op(use.node)
+                if spec is None or use.idx not in spec.state_inputs:
+                    return Refusal("a Slice of the value is read other than as an initial state")
+        return None
+
+
 def make_rules() -> list[RewriteRule]:
-    return [CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS]
+    return [*(CollapseRnnGlue.rule(op_type) for op_type in _GLUE_OPS), SplitLayerStates.rule()]
 
 
 FAMILY = RuleFamily(

@@ -53,9 +53,16 @@ from rnn_rewrite_rules.rules._graph import (
     squeeze,
 )
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
+from rnn_rewrite_rules.rules._split_reads import SplitReads
 from rnn_rewrite_rules.shape import Dim, ShapeProver, reshape
 
-__all__ = ["FAMILY", "ConcatDirections", "RnnOutputToSequence", "make_rules"]
+__all__ = [
+    "FAMILY",
+    "ConcatDirections",
+    "RnnOutputToSequence",
+    "SplitDirections",
+    "make_rules",
+]
 
 _AXIS_NAMES = ("sequence", "batch", "direction*hidden")
 
@@ -254,8 +261,41 @@ class ConcatDirections(RewriteRuleClassBase):
         return result
 
 
+class SplitDirections(SplitReads):
+    """Slice(v, [0], [1]), Slice(v, [1], [2]) on the direction axis of a bidirectional
+    RNN output ``v`` -> one Split(v) (see ``rules._split_reads``).
+
+    Scope: ``v`` is an output of a ``layout`` 0 RNN node with ``D == 2`` and the Slices
+    cut its direction axis (1 of ``Y``, 0 of a state); no Slice is squeezed into a
+    ``Concat`` (those are :class:`ConcatDirections`'s: one Transpose and Reshape). What
+    remains are keras' ``sum``/``mul``/``ave`` merges, ``Add``/``Mul`` of the two
+    squeezed directions: their one exact node would be ``ReduceSum``/``ReduceProd``, but
+    ``ReduceSum`` turns ``-0 + -0`` into ``+0`` and ``ReduceProd`` measured up to 5x
+    slower than ``Mul`` at ``[128, 2, 16, 128]`` in ONNX Runtime 1.32."""
+
+    def scope(
+        self, v: ir.Value, slices: list[ir.Node], axis: int, prover: ShapeProver
+    ) -> Refusal | None:
+        facts = rnn_facts(v.producer(), prover)
+        if isinstance(facts, Refusal):
+            return Refusal(f"the sliced value is not an RNN output: {facts}")
+        if facts.layout != 0 or facts.num_directions != 2:
+            return Refusal("the sliced value is not the output of a layout 0 bidirectional node")
+        direction_axis = 1 if v is facts.node.outputs[0] else 0
+        if axis != direction_axis:
+            return Refusal("the Slices do not cut the direction axis")
+        for node in slices:
+            for use in node.outputs[0].uses():
+                squeezed = use.node.outputs[0] if use.node.op_type == "Squeeze" else None
+                if squeezed is not None and any(
+                    u.node.op_type == "Concat" for u in squeezed.uses()
+                ):
+                    return Refusal("a direction is concatenated: ConcatDirections' form")
+        return None
+
+
 def make_rules() -> list[RewriteRule]:
-    return [RnnOutputToSequence.rule(), ConcatDirections.rule()]
+    return [RnnOutputToSequence.rule(), ConcatDirections.rule(), SplitDirections.rule()]
 
 
 FAMILY = RuleFamily(

@@ -2,7 +2,10 @@
 
 A :class:`Sym` is one unknown size, "axis ``k`` of value ``v``", anchored at the value
 where the prover could follow the dimension no further back (a graph input's symbolic
-axis, or an op output whose size it cannot express). A :class:`Dim` is a polynomial
+axis, or an op output whose size it cannot express), or a *narrowed* one, "element ``i``
+of ``v``", ``v`` being a ``Cast`` of a size to a narrower integer type (int32): the size
+if it fits, else another (possibly negative) number (see :meth:`Sym.narrowing`). A
+:class:`Dim` is a polynomial
 with integer coefficients over such symbols, so ``seq * batch``, ``2 * H`` and
 ``L * D - 1`` are all exact. Two equal :class:`Dim` are equal at every size, zero
 included: that is what every proof here rests on.
@@ -31,11 +34,31 @@ class Sym:
     def of(value: ir.Value, axis: int) -> Sym:
         return Sym((id(value), axis), value)
 
+    @staticmethod
+    def narrowing(value: ir.Value, index: int) -> Sym:
+        """Element ``index`` of ``value``, the ``Cast`` of a size to a narrower integer
+        type: equal to that size when it fits the type (``ShapeProver.narrowed_from``),
+        and otherwise unknown, possibly negative (int32 wraps at ``2**31``)."""
+        return Sym((id(value), -1 - index), value)
+
+    @property
+    def narrowed(self) -> bool:
+        """True for a :meth:`narrowing` symbol (not an axis size: it may be negative)."""
+        return self.key[1] < 0
+
     @property
     def axis(self) -> int:
+        """The axis of ``value`` this size is; for a narrowed symbol, ``-1 - index``."""
         return self.key[1]
 
+    @property
+    def index(self) -> int:
+        """The element of ``value`` a narrowed symbol is."""
+        return -1 - self.key[1]
+
     def __str__(self) -> str:
+        if self.narrowed:
+            return f"{self.value.name or '?'}<element {self.index}>"
         return f"{self.value.name or '?'}[{self.axis}]"
 
 
@@ -78,9 +101,15 @@ class Dim:
         return self.value is not None
 
     @property
+    def narrowed(self) -> bool:
+        """True when a narrowed symbol (:meth:`Sym.narrowing`) occurs in it."""
+        return any(s.narrowed for m, _ in self.terms for s in m)
+
+    @property
     def nonnegative(self) -> bool:
-        """True when no size can make it negative (every coefficient is >= 0)."""
-        return all(c >= 0 for _, c in self.terms)
+        """True when no size can make it negative (every coefficient is >= 0 and no
+        narrowed symbol occurs)."""
+        return all(c >= 0 for _, c in self.terms) and not self.narrowed
 
     @property
     def positive(self) -> bool:

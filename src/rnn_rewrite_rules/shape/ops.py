@@ -17,7 +17,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.shape import semantics
-from rnn_rewrite_rules.shape.dim import ONE, Dim, known, product
+from rnn_rewrite_rules.shape.dim import ONE, Dim, Sym, known, product
 from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
 
 __all__ = ["TRANSFER", "rnn_output_facts", "rnn_sizes"]
@@ -75,6 +75,21 @@ def _ints(node: ir.Node, name: str, ins: Inputs, index: int) -> list[int] | _Unk
     return _operand(ins, index)
 
 
+def _any_narrowed(fact: Fact) -> bool:
+    """A narrowed element (:meth:`Sym.narrowing`): arithmetic on it may wrap."""
+    return fact.elements is not None and any(e is not None and e.narrowed for e in fact.elements)
+
+
+def _size_element(element: Dim | None) -> Dim | None:
+    """``element`` read as a size by an op that rejects a negative one (``Expand``,
+    ``ConstantOfShape``): a nonnegative polynomial, or one narrowed symbol (where the
+    op runs it is >= 0), else None."""
+    if element is None:
+        return None
+    symbol = element.symbol
+    return element if element.nonnegative or (symbol is not None and symbol.narrowed) else None
+
+
 def _same(fact: Fact) -> Fact:
     return Fact(fact.dims)
 
@@ -86,7 +101,7 @@ def _elementwise_unary(node: ir.Node, ins: Inputs) -> list[Fact]:
     data = _fact(ins, 0)
     if node.op_type == "Identity":
         return [data]
-    if node.op_type == "Neg" and data.elements is not None:
+    if node.op_type == "Neg" and data.elements is not None and not _any_narrowed(data):
         return [Fact(data.dims, tuple(None if e is None else -e for e in data.elements))]
     return [_same(data)]
 
@@ -97,8 +112,11 @@ def _first_output_same(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
     """A cast to an integer type keeps the elements it cannot change: a constant within
-    the target's range, and a symbolic one only when cast to int64 (what shape
-    arithmetic computes in). A narrowing cast wraps (``5 * 2**32`` to int32 is 0)."""
+    the target's range, and a symbolic one when cast to int64 (what shape arithmetic
+    computes in). A narrowing cast wraps (``5 * 2**32`` to int32 is 0), so a symbolic
+    size cast to another integer type becomes a narrowed symbol (:meth:`Sym.narrowing`):
+    the size when it fits, which only a consumer that rejects every other value can
+    conclude (``ShapeProver.narrowed_from``)."""
     data = _fact(ins, 0)
     if node.op_type != "Cast" or data.elements is None:
         return [_same(data)]
@@ -107,12 +125,16 @@ def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
         return [_same(data)]
     info = np.iinfo(to.numpy())
 
-    def kept(element: Dim | None) -> Dim | None:
-        if element is None or element.value is None:
-            return element if to == ir.DataType.INT64 else None
+    def kept(index: int, element: Dim | None) -> Dim | None:
+        if element is None:
+            return None
+        if element.value is None:
+            if to == ir.DataType.INT64:
+                return element
+            return Dim((((Sym.narrowing(node.outputs[0], index),), 1),))
         return element if info.min <= element.value <= info.max else None
 
-    return [Fact(data.dims, tuple(kept(e) for e in data.elements))]
+    return [Fact(data.dims, tuple(kept(i, e) for i, e in enumerate(data.elements)))]
 
 
 def _quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
@@ -292,7 +314,7 @@ def _constant_of_shape(node: ir.Node, ins: Inputs) -> list[Fact]:
     if shape.elements is None:
         n = shape.dims[0].value if shape.dims and shape.dims[0] is not None else None
         return [Fact((None,) * n) if n is not None else UNKNOWN]
-    dims = tuple(e if e is not None and e.nonnegative else None for e in shape.elements)
+    dims = tuple(_size_element(e) for e in shape.elements)
     attr = node.attributes.get("value")
     fill = 0.0 if attr is None else attr.as_tensor().numpy().reshape(-1)[0].item()
     elements = None
@@ -315,8 +337,8 @@ def _expand(node: ir.Node, ins: Inputs) -> list[Fact]:
         if length is None or length.value is None:
             return [UNKNOWN]
         return [Fact((None,) * max(len(data.dims), length.value))]
-    dims, target = known(data.dims), known(shape.elements)
-    if dims is None or target is None or any(not e.nonnegative for e in target):
+    dims, target = known(data.dims), known([_size_element(e) for e in shape.elements])
+    if dims is None or target is None:
         rank = max(len(data.dims), len(shape.elements))
         return [Fact((None,) * rank)]
     return [Fact(semantics.broadcast(dims, target))]
@@ -402,6 +424,8 @@ def _reduce(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _element_op(name: str, a: Dim, b: Dim) -> Dim | None:
+    if a.narrowed or b.narrowed:  # computed in a narrow type: may wrap
+        return ONE if name == "Equal" and a == b else None
     if name == "Add":
         return a + b
     if name == "Sub":

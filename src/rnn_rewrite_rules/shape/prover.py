@@ -79,6 +79,34 @@ class ShapeProver:
         """The content of a rank-0/1 int tensor when every element is a constant."""
         return self.fact(value).ints()
 
+    def narrowed_from(self, dim: Dim, min_bits: int = 32) -> Dim | None:
+        """The size ``dim`` narrows when it is one narrowed symbol (:meth:`Sym.narrowing`,
+        through narrowings of narrowings, each to a type of at least ``min_bits`` bits),
+        else None.
+
+        ``dim`` is that size wherever the size fits the narrow type, and a different
+        number wherever it does not: a narrowing cast is the identity on the values the
+        type holds and maps every other value to one it holds. So a consumer that fails
+        unless this element equals the size (an RNN's state shape, see
+        ``rules.initial_state.state_reason``) proves them equal wherever it runs; this
+        alone proves nothing."""
+        source = dim
+        while (symbol := source.symbol) is not None and symbol.narrowed:
+            cast = symbol.value.producer()
+            if cast is None or cast.op_type != "Cast" or not cast.inputs:
+                return None
+            to = ir.DataType(cast.attributes.get_int("to", 0))
+            if to.bitwidth < min_bits:
+                return None
+            elements = self.elements(cast.inputs[0])
+            if elements is None or symbol.index >= len(elements):
+                return None
+            element = elements[symbol.index]
+            if element is None:
+                return None
+            source = element
+        return None if source is dim else source
+
     def rnn_sizes(self, node: ir.Node) -> tuple[int, int, int] | Refusal:
         """``(num_directions, hidden_size, layout)`` of an RNN node, or why unknown."""
         return rnn_sizes(node, [None if v is None else self.fact(v) for v in node.inputs])

@@ -67,11 +67,11 @@ def reshape(
                     f"target element {i} is 0 but the input has only {len(input_dims)} axes"
                 )
             out.append(copy)
-        elif value is not None or allowzero:
+        elif value is not None:
             out.append(element)
         elif not element.nonnegative:
-            out.append(None)  # may be negative or 0: unknown
-        elif element.positive or element == copy:
+            out.append(None)  # may be negative (-1 infers) or 0: unknown
+        elif allowzero or element.positive or element == copy:
             out.append(element)
         else:
             out.append(None)  # a computed 0 would copy another size
