@@ -7,15 +7,20 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
+    classify_carried,
+    initial_values,
     prove_carried,
+    shape_elements,
     states_fit,
     used,
 )
+from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
@@ -36,14 +41,14 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     body_attr = node.attributes.get("body")
     if body_attr is None:
         return Refusal("the Loop has no body")
-    body = body_attr.as_graph()
     opset = opset_version(model, model.graph)
     assert isinstance(opset, int)
     outer = Constants(opset)
     carried_init = list(node.inputs[2:])
     count = len(carried_init)
-    if len(body.inputs) != count + 2 or len(body.outputs) < count + 1:
-        return Refusal("the body's inputs and outputs do not match the Loop's")
+    body = _read_body(body_attr.as_graph(), carried_init, opset)
+    if isinstance(body, Refusal):
+        return body
     iteration, cond_in, *carried_in = body.inputs
     cond_out, *rest = body.outputs
     carried_out, scans = rest[:count], rest[count:]
@@ -56,7 +61,8 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         first = outer(node.inputs[1])
         if first is None or first.size != 1 or not bool(first.reshape(())):
-            return Refusal("the first condition is not a constant true")
+            # why normalize.LoopConditionPass left it, naming the node
+            return condition_refusal(node) or Refusal("the first condition is not a constant true")
 
     carried = prove_carried(carried_in, carried_out, carried_init, opset)
     if isinstance(carried, Refusal):
@@ -85,6 +91,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     if index is not iteration and start != 0:
         return Refusal("the step input is not X[t]: the index is not the iteration number")
     prover = ShapeProver(model.graph)
+    narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
     source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
@@ -108,10 +115,12 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
 
     h0, c0 = carried.initial_states
-    fits = states_fit(prover, h0, c0, sequence, cell)
+    fits = states_fit(prover, h0, c0, sequence, cell, narrowed)
     if isinstance(fits, Refusal):
         return fits
-    if trips is None and prover.elements(node.inputs[0]) != (prover.dim(sequence, 0),):
+    if trips is None and shape_elements(node.inputs[0], prover, narrowed) != (
+        prover.dim(sequence, 0),
+    ):
         return Refusal("the trip count is neither a constant nor X's length")
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
@@ -132,6 +141,27 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
+
+
+def _read_body(
+    written: ir.Graph, carried_init: list[ir.Value | None], opset: int
+) -> ir.Graph | Refusal:
+    """A copy of the Loop's body as the proof reads it: per-gate slices of one fused
+    projection split (:func:`split_projections`; on a copy, since that changes kernels
+    only the replacing node may run)."""
+    count = len(carried_init)
+    if len(written.inputs) != count + 2 or len(written.outputs) < count + 1:
+        return Refusal("the body's inputs and outputs do not match the Loop's")
+    body = written.clone(allow_outer_scope_values=True)
+    inits = initial_values(carried_init)
+    if isinstance(inits, Refusal):
+        return inits
+    carried = classify_carried(
+        body.inputs[2:], body.outputs[1 : count + 1], inits, Constants(opset)
+    )
+    if not isinstance(carried, Refusal):
+        split_projections(body, Constants(opset, carried[0]))
+    return body
 
 
 def _condition_reason(
