@@ -43,12 +43,23 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         return Refusal("the Loop has no body")
     opset = opset_version(model, model.graph)
     assert isinstance(opset, int)
-    outer = Constants(opset)
     carried_init = list(node.inputs[2:])
-    count = len(carried_init)
     body = _read_body(body_attr.as_graph(), carried_init, opset)
     if isinstance(body, Refusal):
         return body
+    try:
+        return _plan(node, model, body, opset)
+    finally:  # the copy's nodes read outer values: they must not count as readers
+        for inner in ir.traversal.RecursiveGraphIterator(body):
+            for index in range(len(inner.inputs)):
+                inner.replace_input_with(index, None)
+
+
+def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurrence | Refusal:
+    """:func:`plan_loop` on ``body``, the copy of the Loop's body the proof reads."""
+    outer = Constants(opset)
+    carried_init = list(node.inputs[2:])
+    count = len(carried_init)
     iteration, cond_in, *carried_in = body.inputs
     cond_out, *rest = body.outputs
     carried_out, scans = rest[:count], rest[count:]
