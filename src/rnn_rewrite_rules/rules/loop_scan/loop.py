@@ -7,6 +7,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Constants, through_identity
@@ -63,6 +64,9 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     iteration, cond_in, *carried_in = body.inputs
     cond_out, *rest = body.outputs
     carried_out, scans = rest[:count], rest[count:]
+    masked = _mask_reason(body)
+    if masked is not None:
+        return masked
 
     if node.inputs[0] is None:
         return Refusal("the Loop has no trip count (the condition alone ends it)")
@@ -152,6 +156,25 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
+
+
+def _mask_reason(body: ir.Graph) -> Refusal | None:
+    """Why ``body`` is not one node's step: it reads a step of a boolean sequence from
+    outside (Keras' ``Masking``: where the mask is false the state is kept, so a mask can
+    skip steps mid-sequence, which one RNN/LSTM/GRU node cannot say)."""
+    types = ElementTypes()
+    for inner in body:
+        if inner.op_type != "Gather" or inner.domain != "" or inner.inputs[0] is None:
+            continue
+        sequence = inner.inputs[0]
+        outside = sequence.graph is not body and sequence not in body.inputs
+        if outside and types(sequence) == ir.DataType.BOOL:
+            return Refusal(
+                f"the body reads a mask per step ({sequence.name}): where it is false the"
+                " state is kept, so steps may be skipped mid-sequence, which one"
+                " RNN/LSTM/GRU node cannot say"
+            )
+    return None
 
 
 def _read_body(
