@@ -142,6 +142,7 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     plan.broadcast = not fits
     plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
     plan.step_input = x
+    plan.h_input = carried_in[carried.h_index]
 
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so
