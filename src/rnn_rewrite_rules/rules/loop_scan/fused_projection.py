@@ -112,8 +112,11 @@ def _split(node: ir.Node, body: ir.Graph, constants: Constants) -> bool:
         nodes.append(ir.node("Add", [result, nodes[-1].outputs[0]]))
         result = nodes[-1].outputs[0]
     body.insert_before(node, nodes)
-    ir.convenience.replace_all_uses_with(node.outputs[0], result, replace_graph_outputs=True)
+    old = node.outputs[0]
+    result.type, result.shape = old.type, old.shape
+    ir.convenience.replace_all_uses_with(old, result, replace_graph_outputs=True)
     body.remove(node, safe=True)
+    result.name = old.name  # the slice's name and declaration, on the value in its place
     return True
 
 
