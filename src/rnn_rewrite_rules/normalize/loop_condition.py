@@ -167,9 +167,15 @@ class _Loop:
 
     def step(self, value: ir.Value) -> tuple[int, _Read] | Refusal:
         """``(offset, read)`` when ``value`` is ``k + offset`` after step ``k``."""
-        read = _through_casts(value, self.types)
-        offset, current = 0, read.base
+        read = _Read(value)
+        offset, current = 0, value
         while True:
+            inner = _through_casts(current, self.types)
+            current = inner.base
+            if inner.float_cast is not None and (
+                read.float_cast is None or _digits(inner.float_cast) < _digits(read.float_cast)
+            ):
+                read.float_cast = inner.float_cast
             if current is self.body.inputs[0]:
                 return offset, read
             if current in self.counters:
