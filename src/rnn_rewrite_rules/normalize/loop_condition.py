@@ -161,7 +161,7 @@ class _Loop:
         producer = read.base.producer()
         if read.base in self.body.inputs or (producer is not None and producer.graph is self.body):
             return Refusal(
-                f"the Loop {_label(self.node)}'s condition compares with a value it computes"
+                f"Loop {_label(self.node)}: the condition compares with a value it computes"
             )
         return read
 
@@ -188,7 +188,7 @@ class _Loop:
                 or node.graph is not self.body
             ):
                 return Refusal(
-                    f"the Loop {_label(self.node)}'s condition reads more than the step number"
+                    f"Loop {_label(self.node)}: the condition reads more than the step number"
                 )
             pairs = [(node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])]
             for operand, constant in pairs:
@@ -198,7 +198,7 @@ class _Loop:
                     break
             else:
                 return Refusal(
-                    f"the Loop {_label(self.node)}'s condition reads more than the step number"
+                    f"Loop {_label(self.node)}: the condition reads more than the step number"
                 )
 
 
@@ -210,9 +210,9 @@ def _read_loop(node: ir.Node, types: ElementTypes) -> _Loop | Refusal:
     initial = list(node.inputs[2:])
     carried_in, carried_out = list(body.inputs[2:]), list(body.outputs[1:])
     if not node.inputs or node.inputs[0] is None or len(carried_in) != len(initial):
-        return Refusal(f"the Loop {_label(node)} has no trip count")
+        return Refusal(f"Loop {_label(node)}: it has no trip count")
     if len(carried_out) < len(initial):
-        return Refusal(f"the Loop {_label(node)}'s body does not match it")
+        return Refusal(f"Loop {_label(node)}: the body does not match it")
     trips = _through_casts(node.inputs[0], types)
     invariants: dict[ir.Value, ir.Value] = {}
     counters: dict[ir.Value, int] = {}
@@ -268,7 +268,7 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     where = "initial condition" if initial else "condition"
     name = _label(loop.node)
     if found is None:
-        return Refusal(f"the Loop {name}'s {where} is not a conjunction of Less")
+        return Refusal(f"Loop {name}: the {where} is not a conjunction of Less")
     a, b = found
     bound = loop.bound(b)
     if isinstance(bound, Refusal):
@@ -278,17 +278,17 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     if initial:
         start = _scalar_number(a)
         if start is None:
-            return Refusal(f"the Loop {name}'s initial condition does not compare a constant")
+            return Refusal(f"Loop {name}: the initial condition does not compare a constant")
         if same:
             return (
                 None
                 if start <= 0
-                else Refusal(f"the Loop {name} may not start: {start} < trip count")
+                else Refusal(f"Loop {name}: it may not start: {start} < trip count")
             )
         if trips is None or limit is None:
-            return Refusal(f"the Loop {name}'s initial condition is not against its trip count")
+            return Refusal(f"Loop {name}: the initial condition is not against its trip count")
         if trips >= 1 and not start < limit:
-            return Refusal(f"the Loop {name}'s initial condition is false")
+            return Refusal(f"Loop {name}: the initial condition is false")
         return None
     step = loop.step(a)
     if isinstance(step, Refusal):
@@ -296,25 +296,25 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     offset, read = step
     cast = read.float_cast or bound.float_cast
     if same and cast is None:
-        return None if offset <= 1 else Refusal(f"the Loop {name} ends before its trip count")
+        return None if offset <= 1 else Refusal(f"Loop {name}: it ends before its trip count")
     if trips is None or limit is None:
         if cast is not None:
             return Refusal(
-                f"the Loop {name}'s condition compares in floating point ({_label(cast)}):"
+                f"Loop {name}: the condition compares in floating point ({_label(cast)}):"
                 f" exact only below 2**{_digits(cast)}, and its bound is not a constant"
             )
-        return Refusal(f"the Loop {name}'s condition is not against its trip count")
+        return Refusal(f"Loop {name}: the condition is not against its trip count")
     if trips < 2:
         return None  # no condition is read before the last iteration
     last = trips - 2 + offset  # the step value after the last iteration but one
     if cast is not None and max(abs(last), abs(limit)) > 2 ** _digits(cast):
         return Refusal(
-            f"the Loop {name}'s condition compares in floating point ({_label(cast)})"
+            f"Loop {name}: the condition compares in floating point ({_label(cast)})"
             f" beyond 2**{_digits(cast)}, where integers round"
         )
     if last < limit:
         return None
-    return Refusal(f"the Loop {name}'s condition is false after step {trips - 2}: it ends early")
+    return Refusal(f"Loop {name}: the condition is false after step {trips - 2}: it ends early")
 
 
 def condition_refusal(node: ir.Node) -> Refusal | None:
