@@ -43,7 +43,7 @@ from rnn_rewrite_rules.normalize._journal import Journal
 from rnn_rewrite_rules.normalize._values import ElementTypes, model_graphs
 from rnn_rewrite_rules.normalize.no_op_cast import holds_exactly
 
-__all__ = ["LoopConditionPass", "condition_refusal"]
+__all__ = ["ConditionsMadeTrue", "LoopConditionPass", "Unread", "condition_refusal"]
 
 #: Integers a floating type holds exactly: every one of magnitude up to 2**digits.
 _EXACT_DIGITS = {ir.DataType.FLOAT16: 11, ir.DataType.FLOAT: 24, ir.DataType.DOUBLE: 53}
@@ -344,47 +344,98 @@ def _is_true(value: ir.Value) -> bool:
 
 
 @dataclasses.dataclass
+class Unread:
+    """``nodes`` of ``graph`` (in its order) that computed only a replaced condition, with
+    their inputs: a cleanup between the passes and the undo removes them (and detaches
+    their inputs), :meth:`restore` puts them back before ``anchor`` (None: at the end)."""
+
+    graph: ir.Graph | ir.Function
+    nodes: list[ir.Node]
+    inputs: list[list[ir.Value | None]]
+    anchor: ir.Node | None
+
+    @staticmethod
+    def of(value: ir.Value, graph: ir.Graph | ir.Function, anchor: ir.Node | None) -> Unread:
+        """The nodes of ``graph`` that ``value`` (no longer read) alone needed."""
+        dead: set[ir.Node] = set()
+        pending = [value.producer()]
+        while pending:
+            node = pending.pop()
+            if node is None or node.graph is not graph or node in dead:
+                continue
+            readers = {user for v in node.outputs for user, _ in v.uses()}
+            if any(v.is_graph_output() for v in node.outputs) or readers - dead:
+                continue
+            dead.add(node)
+            pending.extend(v.producer() for v in node.inputs if v is not None)
+        nodes = [n for n in graph if n in dead]
+        return Unread(graph, nodes, [list(n.inputs) for n in nodes], anchor)
+
+    def restorable(self) -> bool:
+        removed = [n for n in self.nodes if n.graph is None]
+        return all(
+            _present(v) or v.producer() in removed
+            for node, inputs in zip(self.nodes, self.inputs, strict=True)
+            if node.graph is None
+            for v in inputs
+            if v is not None
+        )
+
+    def restore(self) -> None:
+        for node, inputs in zip(self.nodes, self.inputs, strict=True):
+            if node.graph is not None:
+                continue
+            for index, value in enumerate(inputs):
+                node.replace_input_with(index, value)
+            if self.anchor is not None:
+                self.graph.insert_before(self.anchor, node)
+            else:
+                self.graph.append(node)
+
+
+def _present(value: ir.Value) -> bool:
+    """``value`` is still computed: by a node in a graph, or an input or initializer."""
+    producer = value.producer()
+    if producer is not None:
+        return producer.graph is not None
+    return value.is_graph_input() or value.is_initializer()
+
+
+@dataclasses.dataclass
 class ConditionsMadeTrue:
     """``node``'s initial condition ``first`` and its body's ``cond_out`` were replaced
-    by ``constant`` (a ``Constant`` node) and ``identity`` (``Identity(cond_in)``)."""
+    by ``constant`` (a ``Constant`` node) and ``identity`` (``Identity(cond_in)``);
+    ``unread``: what computed them alone, put back with them."""
 
     node: ir.Node
     first: ir.Value | None
     constant: ir.Node | None
     cond_out: ir.Value
     identity: ir.Node | None
+    unread: list[Unread]
 
     def undo(self, original: Container[ir.Node]) -> bool:
         del original
-        node = self.node
-        if node.graph is None:
+        node, identity, constant = self.node, self.identity, self.constant
+        graph = node.graph
+        if graph is None:
             return False  # a rule replaced the Loop
         body = node.attributes["body"].as_graph()
-        undone = False
-        identity, constant = self.identity, self.constant
-        if (
-            identity is not None
-            and body.outputs[0] is identity.outputs[0]
-            and _computed(self.cond_out)
-        ):
+        if identity is not None and body.outputs[0] is not identity.outputs[0]:
+            return False
+        if constant is not None and node.inputs[1] is not constant.outputs[0]:
+            return False
+        if not all(unread.restorable() for unread in self.unread):
+            return False
+        for unread in self.unread:
+            unread.restore()
+        if identity is not None:
             body.outputs[0] = self.cond_out
             body.remove(identity, safe=True)
-            undone = True
-        if (
-            constant is not None
-            and node.inputs[1] is constant.outputs[0]
-            and self.first is not None
-            and _computed(self.first)
-        ):
+        if constant is not None and self.first is not None:
             node.replace_input_with(1, self.first)
-            node.graph.remove(constant, safe=True)
-            undone = True
-        return undone
-
-
-def _computed(value: ir.Value) -> bool:
-    producer = value.producer()
-    return producer is None or producer.graph is not None
+            graph.remove(constant, safe=True)
+        return True
 
 
 class LoopConditionPass(ir.passes.InPlacePass):
@@ -430,5 +481,9 @@ class LoopConditionPass(ir.passes.InPlacePass):
         if constant is None and identity is None:
             return False
         if self.journal is not None:
-            self.journal.record(ConditionsMadeTrue(node, first, constant, cond_out, identity))
+            unread = [Unread.of(cond_out, body, None)] if identity is not None else []
+            if constant is not None and first is not None:
+                unread.append(Unread.of(first, graph, node))
+            edit = ConditionsMadeTrue(node, first, constant, cond_out, identity, unread)
+            self.journal.record(edit)
         return True
