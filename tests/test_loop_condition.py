@@ -179,6 +179,18 @@ def test_float_conditions_against_a_constant_length_are_proven() -> None:
     _assert_equal(model, after, [(2, 5), (1, 5), (4, 5)])
 
 
+def test_float_conditions_against_a_declared_length_are_proven() -> None:
+    """``x`` declared with 5 steps: the length tf2onnx computes from its shape is 5 (a
+    fact of the main graph's input), so the float32 comparisons are exact."""
+    model = _load("gru_sequences")
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
+    assert _conditions(_normalized(model)) == ("Constant", "Identity")
+    after = rnn_rewrite_rules.rewrite(model)
+    counts = op_counts(after)
+    assert counts["GRU"] == 1 and not counts["Loop"] and not counts["If"], counts
+    _assert_equal(model, after, [(2, 5), (1, 5), (4, 5)])
+
+
 @pytest.mark.parametrize(
     "name", ["gru_sequences", "gru_last", "gru_reset_before", "gru_go_backwards", "gru_state"]
 )

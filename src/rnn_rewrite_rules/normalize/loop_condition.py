@@ -42,6 +42,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._journal import Journal
 from rnn_rewrite_rules.normalize._values import ElementTypes, model_graphs
 from rnn_rewrite_rules.normalize.no_op_cast import holds_exactly
+from rnn_rewrite_rules.shape import ShapeProver
 
 __all__ = ["ConditionsMadeTrue", "LoopConditionPass", "Unread", "condition_refusal"]
 
@@ -150,6 +151,16 @@ class _Loop:
     invariants: dict[ir.Value, ir.Value]
     counters: dict[ir.Value, int]
     types: ElementTypes
+    prover: ShapeProver
+
+    def integer(self, value: ir.Value) -> int | None:
+        """``value``'s one integer when a constant or proven from the main graph's
+        declared input sizes, else None."""
+        found = _integer(const_array(value))
+        if found is None:
+            ints = self.prover.ints(value)
+            found = ints[0] if ints is not None and len(ints) == 1 else None
+        return found
 
     def bound(self, value: ir.Value) -> _Read | Refusal:
         """``value``, an invariant of the loop, as the outer value it is."""
@@ -202,7 +213,7 @@ class _Loop:
                 )
 
 
-def _read_loop(node: ir.Node, types: ElementTypes) -> _Loop | Refusal:
+def _read_loop(node: ir.Node, types: ElementTypes, prover: ShapeProver) -> _Loop | Refusal:
     attr = node.attributes.get("body")
     if attr is None or attr.type != ir.AttributeType.GRAPH:
         return Refusal("the Loop has no body")
@@ -225,7 +236,7 @@ def _read_loop(node: ir.Node, types: ElementTypes) -> _Loop | Refusal:
             invariants[v_in] = v0
         elif start is not None and _is_increment(source, v_in) and _holds(types, v_in, trips.base):
             counters[v_in] = start
-    return _Loop(node, body, trips.base, invariants, counters, types)
+    return _Loop(node, body, trips.base, invariants, counters, types, prover)
 
 
 def _holds(types: ElementTypes, counter: ir.Value, trips: ir.Value) -> bool:
@@ -273,7 +284,7 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     bound = loop.bound(b)
     if isinstance(bound, Refusal):
         return bound
-    trips, limit = _integer(const_array(loop.trips)), _integer(const_array(bound.base))
+    trips, limit = loop.integer(loop.trips), loop.integer(bound.base)
     same = bound.base is loop.trips
     if initial:
         start = _scalar_number(a)
@@ -317,11 +328,12 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     return Refusal(f"Loop {name}: the condition is false after step {trips - 2}: it ends early")
 
 
-def condition_refusal(node: ir.Node) -> Refusal | None:
+def condition_refusal(node: ir.Node, main_graph: ir.Graph | None = None) -> Refusal | None:
     """Why ``node`` (a ``Loop``)'s conditions are not provably true wherever it has an
-    iteration left; None when they are."""
+    iteration left; None when they are. ``main_graph``: the model's graph, whose inputs'
+    declared sizes are facts (a static sequence length makes the bound a constant)."""
     types = ElementTypes()
-    loop = _read_loop(node, types)
+    loop = _read_loop(node, types, ShapeProver(main_graph))
     if isinstance(loop, Refusal):
         return loop
     first = node.inputs[1] if len(node.inputs) > 1 else None
@@ -446,9 +458,11 @@ class LoopConditionPass(ir.passes.InPlacePass):
     def __init__(self, journal: Journal | None = None) -> None:
         super().__init__()
         self.journal = journal
+        self.main_graph: ir.Graph | None = None
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
+        self.main_graph = model.graph
         for graph in model_graphs(model):
             for node in list(graph):
                 if node.op_type == "Loop" and node.domain == "":
@@ -460,7 +474,7 @@ class LoopConditionPass(ir.passes.InPlacePass):
         graph = node.graph
         if attr is None or attr.type != ir.AttributeType.GRAPH or graph is None:
             return False
-        if condition_refusal(node) is not None:
+        if condition_refusal(node, self.main_graph) is not None:
             return False
         body = attr.as_graph()
         first = node.inputs[1] if len(node.inputs) > 1 else None

@@ -71,13 +71,17 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     if node.inputs[0] is None:
         return Refusal("the Loop has no trip count (the condition alone ends it)")
     trips = _scalar_int(outer(node.inputs[0]))  # None: a computed count, see the end
+    if trips is None:  # sizes the main graph's inputs declare (a static sequence length)
+        sizes = ShapeProver(model.graph).ints(node.inputs[0])
+        trips = sizes[0] if sizes is not None and len(sizes) == 1 else None
     if trips is not None and not 1 <= trips <= _MAX_TRIPS:
         return Refusal(f"the trip count is {trips}, not 1..{_MAX_TRIPS}")
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         first = outer(node.inputs[1])
         if first is None or first.size != 1 or not bool(first.reshape(())):
             # why normalize.LoopConditionPass left it, naming the node
-            return condition_refusal(node) or Refusal("the first condition is not a constant true")
+            reason = condition_refusal(node, model.graph)
+            return reason or Refusal("the first condition is not a constant true")
 
     carried = prove_carried(carried_in, carried_out, carried_init, opset)
     if isinstance(carried, Refusal):
