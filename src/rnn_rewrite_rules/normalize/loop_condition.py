@@ -3,7 +3,7 @@ but the last (tf2onnx's ``while_loop``: ``time < T and counter < T``).
 
 Pattern: ``Loop(M, c0, ...)`` whose initial condition ``c0`` is an ``And`` tree of
 ``Less(a, B)`` leaves and whose body condition is an ``And`` tree of ``Less(s, B)``
-leaves; ``a`` a constant integer, ``s`` a step value (the iteration number, a counter
+leaves; ``a`` a constant number (tf2onnx: ``0.0``), ``s`` a step value (the iteration number, a counter
 ``+ 1`` per step from a constant scalar, either plus a constant scalar), ``B`` a bound
 (an outer value, or a carried value the body passes through: its initial value). Each
 side may be read through ``Cast``\\ s (tf2onnx compares in float).
@@ -11,11 +11,13 @@ Condition: every leaf is true wherever the Loop still has an iteration to run. W
 ``n`` the trip count ``M`` without its widening integer ``Cast``\\ s: a bound that is
 ``n`` (through widening integer ``Cast``\\ s) needs ``a <= 0`` (initial leaf: ``0 < n``
 whenever the Loop runs at all) and a step offset ``<= 1`` (body leaf after step ``k``:
-``k + 1 < n`` for ``k <= M - 2``); ``M`` and a bound both constant are checked for every
-step. A step value read through a ``Cast`` to a floating type is exact only below its
+``k + 1 < n`` for ``k <= M - 2``); ``M`` and a bound both known (constants, or sizes the
+main graph's inputs declare, which ONNX Runtime enforces) are checked at the last step
+that reads the condition (a step value grows with ``k``; a rounding ``Cast`` keeps that
+order). A step value read through a ``Cast`` to a floating type is exact only below its
 mantissa's range (``2**24`` for float32): there ``k + 1`` and ``n`` may round to one
-value and the loop ends early, so a body leaf through such a ``Cast`` needs a constant
-bound in the exact range (the refusal names the ``Cast``). An initial leaf ``a <= 0``
+value and the loop ends early, so a body leaf through such a ``Cast`` needs a known bound
+in the exact range (the refusal names the ``Cast``). An initial leaf ``a <= 0``
 against ``n >= 1`` holds in any float type. The counter's own type holds ``n``'s (no
 wrap before the bound).
 Replacement: ``c0`` reads a ``Constant`` true and the body's condition output is
