@@ -3,8 +3,9 @@ but the last (tf2onnx's ``while_loop``: ``time < T and counter < T``).
 
 Pattern: ``Loop(M, c0, ...)`` whose initial condition ``c0`` is an ``And`` tree of
 ``Less(a, B)`` leaves and whose body condition is an ``And`` tree of ``Less(s, B)``
-leaves; ``a`` a constant number (tf2onnx: ``0.0``), ``s`` a step value (the iteration number, a counter
-``+ 1`` per step from a constant scalar, either plus a constant scalar), ``B`` a bound
+leaves; ``a`` a constant number (tf2onnx: ``0.0``), ``s`` a step value (the iteration
+number, a counter ``+ 1`` per step from a constant scalar, either plus a constant
+scalar), ``B`` a bound
 (an outer value, or a carried value the body passes through: its initial value). Each
 side may be read through ``Cast``\\ s (tf2onnx compares in float).
 Condition: every leaf is true wherever the Loop still has an iteration to run. With
