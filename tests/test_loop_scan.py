@@ -320,11 +320,15 @@ def test_a_guarded_forward_and_backward_pair_is_one_guarded_bidirectional_node(
     assert rnn_rewrite_rules.rewrite(after, target=TARGET) == after  # twice is once
 
 
-def _two_guards(cell: str = "GRU") -> onnx.ModelProto:
-    """The pair's two guarded nodes, before ``MergeGuards``."""
+def _two_guards(cell: str = "GRU", before=None) -> onnx.ModelProto:
+    """The pair's two guarded nodes, before ``MergeGuards`` (``before``: an edit of the
+    Loops' model first)."""
     spec = LoopSpec(cell=cell, form="torch", trip_count="length", bidirectional=True)
     rules = [r for r in loop_scan.make_rules(TARGET) if "MergeGuards" not in str(r.name)]
-    after, count = apply(rules, build_loop_model(spec))
+    model = build_loop_model(spec)
+    if before is not None:
+        before(model)
+    after, count = apply(rules, model)
     assert count == 2
     return after
 
@@ -337,8 +341,14 @@ def _other_condition(model: onnx.ModelProto) -> None:
 
 
 def _final_state_read(model: onnx.ModelProto) -> None:
-    first = next(n for n in model.graph.node if n.op_type == "If")
-    model.graph.output.append(onnx.helper.make_empty_tensor_value_info(first.output[0]))
+    """Before the rules: the forward Loop's final state is read too, so its guard passes
+    it beside the stack (a guard passes only what is read)."""
+    first = next(n for n in model.graph.node if n.op_type == "Loop")
+    final = onnx.helper.make_tensor_value_info(first.output[0], onnx.TensorProto.FLOAT, ["b", "h"])
+    model.graph.output.append(final)
+
+
+_BEFORE_RULES = (_final_state_read,)
 
 
 def _stack_also_read(model: onnx.ModelProto) -> None:
@@ -358,8 +368,11 @@ def _stack_also_read(model: onnx.ModelProto) -> None:
     ids=["other_condition", "final_state_read", "stack_also_read"],
 )
 def test_guards_that_are_not_one_are_left_two(edit, reason) -> None:
-    model = _two_guards()
-    edit(model)
+    if edit in _BEFORE_RULES:
+        model = _two_guards(before=edit)
+    else:
+        model = _two_guards()
+        edit(model)
     assert reason in refusal_reasons([loop_scan.MergeGuards.rule()], model)
     after = rnn_rewrite_rules.rewrite(model, target=TARGET)
     assert op_counts(after)["If"] == 2

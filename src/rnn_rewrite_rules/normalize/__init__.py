@@ -18,6 +18,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules.normalize._journal import Journal
 from rnn_rewrite_rules.normalize.gemm import GemmPass
 from rnn_rewrite_rules.normalize.identity import IdentityPass
+from rnn_rewrite_rules.normalize.loop_condition import LoopConditionPass
 from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
 
@@ -25,6 +26,7 @@ __all__ = [
     "GemmPass",
     "IdentityPass",
     "Journal",
+    "LoopConditionPass",
     "LoopInvariantPass",
     "NoOpCastPass",
     "normalization_passes",
@@ -40,7 +42,12 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
     ``LoopToRnn`` fire with X's length as the trip count, whose zero-step guard makes the
     graph larger than the Loop (32 -> 57 nodes on ``nnx_gru_batch_major``), which
     test_exporter_files refuses."""
-    return [NoOpCastPass(journal), IdentityPass(journal), GemmPass(journal)]
+    return [
+        NoOpCastPass(journal),
+        IdentityPass(journal),
+        GemmPass(journal),
+        LoopConditionPass(journal),
+    ]
 
 
 def normalize(model: ir.Model, journal: Journal | None = None) -> bool:

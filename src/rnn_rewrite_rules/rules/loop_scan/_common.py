@@ -17,6 +17,7 @@ from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opse
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
     cached_ints,
+    free_name,
     producer,
     slice_,
     squeeze,
@@ -47,6 +48,7 @@ __all__ = [
     "classify_carried",
     "initial_values",
     "prove_carried",
+    "shape_elements",
     "states_fit",
 ]
 
@@ -95,6 +97,9 @@ class Recurrence:
     broadcast: bool = False
     guarded: bool = False
     step_input: ir.Value | None = None
+    #: the body's ``h`` input as declared (a guarded Loop's stack of no step is shaped
+    #: by it: see ``_empty_stack``)
+    h_input: ir.Value | None = None
 
 
 def initial_values(carried_init: Sequence[ir.Value | None]) -> list[ir.Value] | Refusal:
@@ -189,8 +194,77 @@ def prove_carried(
     return Carried(inits, invariants, counters, cell, state_of)
 
 
+_INTEGERS = frozenset(
+    {ir.DataType.INT8, ir.DataType.INT16, ir.DataType.INT32, ir.DataType.INT64}
+    | {ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64}
+)
+
+
+def shape_elements(
+    value: ir.Value | None, prover: ShapeProver, narrowed: list[ir.Node]
+) -> tuple[Dim | None, ...] | None:
+    """The elements of a shape computation as :meth:`ShapeProver.elements`, reading a
+    ``Cast`` of sizes to another integer type as the identity (tf2onnx computes shapes in
+    int32: ``Shape -> Cast(int32) -> Slice -> Cast(int64)``); each such ``Cast`` is added
+    to ``narrowed``. A constant out of the target's range is not read through.
+
+    Equality where the caller uses them as a trip count or a state's batch: an int32
+    round trip of a size changes it only at sizes of ``2**31`` or more, which the node
+    replacing the Loop cannot run (ONNX Runtime's RNN/LSTM/GRU kernels hold sizes in
+    ``int``): there the rewrite fails loudly, never with other values. That limit is
+    every rule's that emits one of those nodes."""
+    node = None if value is None else value.producer()
+    if node is None or node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return prover.elements(value)
+    data = node.inputs[0]
+    if node.op_type == "Cast":
+        if ir.DataType(node.attributes.get_int("to", 0)) not in _INTEGERS:
+            return None
+        elements = shape_elements(data, prover, narrowed)
+        info = np.iinfo(ir.DataType(node.attributes.get_int("to", 0)).numpy())
+        if elements is None or any(
+            e is None or (e.value is not None and not info.min <= e.value <= info.max)
+            for e in elements
+        ):
+            return prover.elements(value)
+        narrowed.append(node)
+        return elements
+    if node.op_type in ("Squeeze", "Unsqueeze", "Identity", "Reshape"):
+        elements = shape_elements(data, prover, narrowed)
+        return elements if elements is not None and len(elements) == 1 else prover.elements(value)
+    if node.op_type == "Concat":
+        parts = [shape_elements(v, prover, narrowed) for v in node.inputs]
+        if any(part is None for part in parts):
+            return prover.elements(value)
+        return tuple(e for part in parts if part is not None for e in part)
+    if node.op_type == "Slice" and len(node.inputs) in (3, 4):
+        elements = shape_elements(data, prover, narrowed)
+        starts, ends = (prover.ints(v) for v in node.inputs[1:3])
+        axes = prover.ints(node.inputs[3]) if len(node.inputs) == 4 else [0]
+        if elements is None or not starts or not ends or axes not in ([0], [-1]):
+            return prover.elements(value)
+        return elements[slice(starts[0], ends[0])]
+    return prover.elements(value)
+
+
+def _expanded_to(
+    state: ir.Value, prover: ShapeProver, narrowed: list[ir.Node]
+) -> tuple[Dim | None, ...] | None:
+    r"""The shape ``state`` is expanded to (``Expand(v, shape)``, through integer
+    ``Cast``\ s: see :func:`shape_elements`), else None."""
+    node = producer(state, "Expand")
+    if node is None or len(node.inputs) != 2:
+        return None
+    return shape_elements(node.inputs[1], prover, narrowed)
+
+
 def states_fit(
-    prover: ShapeProver, h0: ir.Value, c0: ir.Value | None, x: ir.Value, cell: Cell
+    prover: ShapeProver,
+    h0: ir.Value,
+    c0: ir.Value | None,
+    x: ir.Value,
+    cell: Cell,
+    narrowed: list[ir.Node] | None = None,
 ) -> bool | Refusal:
     """True when the initial ``h0`` (and ``c0``) are provably ``[batch of x, H]``; False
     when they are of rank 2 with a batch not proven ``x``'s (a graph input: the body
@@ -202,6 +276,15 @@ def states_fit(
         if state is None:
             continue
         if batch is not None and prover.dims(state) == (batch, Dim.const(hidden)):
+            continue
+        passed: list[ir.Node] = []
+        if (
+            narrowed is not None
+            and batch is not None
+            and _expanded_to(state, prover, passed) == (batch, Dim.const(hidden))
+            and prover.rank(producer(state, "Expand").inputs[0]) == 0  # type: ignore[union-attr]
+        ):
+            narrowed.extend(passed)
             continue
         width = prover.dim(state, 1) == Dim.const(hidden) or (cell.h_width_read and state is h0)
         if prover.rank(state) != 2 or not width:
@@ -326,28 +409,26 @@ def emit(
 def _emit_guarded(
     op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None, model: ir.Model
 ) -> list[ir.Value]:
-    """``If(len(x) == 0)``: the Loop itself with a trip count of 0 (its body moved there),
+    """``If(len(x) == 0)``: the Loop's read outputs after no step (:func:`_no_step_values`),
     else the node's (built in a branch, so with ``Constant`` nodes: a subgraph holds no
-    initializers). A reversal undone after the Loop reads an extra output, ``Y``."""
+    initializers). Only read outputs pass the ``If``; a reversal undone after the Loop
+    reads an extra one, ``Y``."""
     # a builder of the rewriter's own kind (its class moved between onnxscript releases)
     branch = type(op)()
-    taken, value_of = _emit_node(branch, plan, num_outputs, opset, None)
+    taken_all, value_of = _emit_node(branch, plan, num_outputs, opset, None)
+    read = [k for k in range(num_outputs) if plan.outputs[k] is not None]
+    taken = [taken_all[k] for k in read]
     zero = type(op)()
-    loop_outputs = _zero_step_loop(zero, plan)
-    skipped: list[ir.Value] = [zero.Identity(v) for v in loop_outputs[:num_outputs]]
-    stack = next(
-        (loop_outputs[k] for k, kind in enumerate(plan.outputs) if kind in ("y", "y_reversed")),
-        None,
-    )
+    skipped = _no_step_values(zero, plan, read, model)
     if plan.replaced:  # the reversal of a stack of no step is that stack
-        assert stack is not None
+        stack = _no_step_values(zero, plan, [_stack_index(plan)], model)[0]
         taken.append(branch.Identity(value_of("y")))
         skipped.append(zero.Identity(stack))
     name = plan.node.name or plan.cell.op_type
     _name_values([*zero.nodes, *branch.nodes], model, f"{name}_branch")
     # a branch output's type and rank, which OpenVINO needs to compile an If (its value
     # is still only what the nodes compute)
-    kinds = [*plan.outputs[:num_outputs], *(["y"] if plan.replaced else [])]
+    kinds = [*(plan.outputs[k] for k in read), *(["y"] if plan.replaced else [])]
     for kind, *pair in zip(kinds, skipped, taken, strict=True):
         if isinstance(kind, ir.Value):
             kind_type, kind_shape = kind.type, kind.shape
@@ -356,10 +437,10 @@ def _emit_guarded(
             kind_type = ir.TensorType(ir.DataType.from_numpy(plan.cell.dtype))
             kind_shape = ir.Shape([*[None] * (rank - 1), plan.cell.hidden_size])
         pair[1].type, pair[1].shape = kind_type, kind_shape
-        # the zero-step Loop's stack may have another rank (ONNX Runtime's inference)
+        # the stack of no step may have another rank (ONNX Runtime's inference)
         pair[0].type = kind_type
     graphs = [
-        ir.Graph((), outputs, nodes=builder.nodes, name=f"{name}_{tag}")
+        ir.Graph((), outputs, nodes=_live(builder.nodes, outputs), name=f"{name}_{tag}")
         for builder, outputs, tag in ((zero, skipped, "no_step"), (branch, taken, "steps"))
     ]
     cache: dict[tuple[int, ...], ir.Value] = {}
@@ -374,27 +455,98 @@ def _emit_guarded(
     else:
         length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
     no_steps = op.Equal(length, ints([0]))
-    outputs = op.If(no_steps, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
+    made = op.If(no_steps, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
+    outputs = [made] if isinstance(made, ir.Value) else list(made)
     for old in plan.replaced:
         redirect(old, outputs[-1])
-    return list(outputs[:num_outputs])
+    _detach_body(plan.node)
+    result: list[ir.Value] = []
+    for k in range(num_outputs):
+        if k in read:
+            result.append(outputs[read.index(k)])
+        else:  # an unread output: a dead stand-in
+            result.append(op.Identity(outputs[0]))
+    return result
 
 
-def _zero_step_loop(op, plan: Recurrence) -> list[ir.Value]:
-    """``plan.node`` with a trip count of 0: the same body (moved here), condition and
-    initial values, so the same outputs as the Loop at ``len(x) == 0`` on every runtime.
-    The body's reads of a reversal of ``x`` read ``x`` (no step runs; the two have one
-    type and shape), so the reversal dies with the node."""
+def _stack_index(plan: Recurrence) -> int:
+    """The Loop output that is the stacked ``h_t``."""
+    return next(k for k, kind in enumerate(plan.outputs) if kind in ("y", "y_reversed"))
+
+
+def _live(nodes: Sequence[ir.Node], outputs: Sequence[ir.Value]) -> list[ir.Node]:
+    """``nodes`` (in order) that ``outputs`` depend on."""
+    needed = set(outputs)
+    kept: list[ir.Node] = []
+    for node in reversed(nodes):
+        if any(v in needed for v in node.outputs):
+            kept.append(node)
+            needed.update(v for v in node.inputs if v is not None)
+    return kept[::-1]
+
+
+def _no_step_values(op, plan: Recurrence, read: Sequence[int], model: ir.Model) -> list[ir.Value]:
+    """The Loop's outputs ``read`` after no step, as the Loop gives them: a carried value
+    is its initial value (through an ``Identity``: a branch output of an outer value);
+    a stack of no step comes from :func:`_empty_stack`, made once."""
+    node = plan.node
+    carried = len(node.inputs) - 2
+    stack: ir.Value | None = None
+    values: list[ir.Value] = []
+    for k in read:
+        if k < carried:
+            initial = node.inputs[2 + k]
+            assert initial is not None  # initial_values proved each given
+            values.append(op.Identity(initial))
+            continue
+        if stack is None:
+            stack = _empty_stack(op, plan, k - carried, model)
+            values.append(stack)
+        else:
+            values.append(op.Identity(stack))
+    return values
+
+
+def _empty_stack(op, plan: Recurrence, index: int, model: ir.Model) -> ir.Value:
+    """Scan output ``index`` of ``plan.node`` after no step: a Loop with a trip count of
+    0 whose body passes one state through and stacks it, the stack declared as the
+    original body declares that output and the state as it declares ``h``. ONNX Runtime
+    shapes a stack of no step by that declaration merged with what it infers (``(0,)``,
+    ``(0, 0, 0)``, ``(0, 0, H)``, ``(0, 1, H)``), in a recurrence from ``h``'s
+    declaration (``h_t`` is computed from it elementwise); so the same as the Loop's
+    without its body (``tests/test_loop_zero_steps.py`` checks each declaration)."""
     node = plan.node
     body = node.attributes["body"].as_graph()
-    if plan.step_input is not None and plan.step_input is not plan.x:
-        for inner in ir.traversal.RecursiveGraphIterator(body):
-            for index, value in enumerate(inner.inputs):
-                if value is plan.step_input:
-                    inner.replace_input_with(index, plan.x)
+    declared = body.outputs[1 + len(node.inputs) - 2 + index]
+    taken = taken_names(model)
+    base = f"{node.name or plan.cell.op_type}_no_step"
+
+    def named(value: ir.Value, suffix: str) -> ir.Value:
+        value.name = free_name(taken, f"{base}_{suffix}")
+        taken.add(value.name)
+        return value
+
+    scalar = ir.Shape([])
+    iteration = named(ir.Value(type=ir.TensorType(ir.DataType.INT64), shape=scalar), "i")
+    cond = named(ir.Value(type=ir.TensorType(ir.DataType.BOOL), shape=scalar), "cond")
+    h_input = plan.h_input
+    state = named(ir.Value(type=declared.type), "state")
+    if h_input is not None and h_input.type == declared.type:
+        state.shape = h_input.shape
+    nodes = [ir.node("Identity", [v]) for v in (cond, state, state)]
+    for inner, suffix in zip(nodes, ("cond_out", "state_out", "stacked"), strict=True):
+        named(inner.outputs[0], suffix)
+    nodes[0].outputs[0].type, nodes[0].outputs[0].shape = cond.type, scalar
+    nodes[1].outputs[0].type = declared.type
+    nodes[2].outputs[0].type, nodes[2].outputs[0].shape = declared.type, declared.shape
+    graph = ir.Graph(
+        [iteration, cond, state],
+        [inner.outputs[0] for inner in nodes],
+        nodes=nodes,
+        name=f"{base}_body",
+    )
     trips = op.Constant(value=ir.tensor(np.array(0, np.int64)))
-    condition = node.inputs[1] if len(node.inputs) > 1 else None
-    return list(op.Loop(trips, condition, *node.inputs[2:], body=body, _outputs=len(node.outputs)))
+    return op.Loop(trips, None, plan.h0, body=graph, _outputs=2)[1]
 
 
 def _name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:

@@ -7,15 +7,21 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.normalize._values import ElementTypes
+from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
+    classify_carried,
+    initial_values,
     prove_carried,
+    shape_elements,
     states_fit,
     used,
 )
+from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
@@ -36,27 +42,46 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     body_attr = node.attributes.get("body")
     if body_attr is None:
         return Refusal("the Loop has no body")
-    body = body_attr.as_graph()
     opset = opset_version(model, model.graph)
     assert isinstance(opset, int)
+    carried_init = list(node.inputs[2:])
+    body = _read_body(body_attr.as_graph(), carried_init, opset)
+    if isinstance(body, Refusal):
+        return body
+    try:
+        return _plan(node, model, body, opset)
+    finally:  # the copy's nodes read outer values: they must not count as readers
+        for inner in ir.traversal.RecursiveGraphIterator(body):
+            for index in range(len(inner.inputs)):
+                inner.replace_input_with(index, None)
+
+
+def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurrence | Refusal:
+    """:func:`plan_loop` on ``body``, the copy of the Loop's body the proof reads."""
     outer = Constants(opset)
     carried_init = list(node.inputs[2:])
     count = len(carried_init)
-    if len(body.inputs) != count + 2 or len(body.outputs) < count + 1:
-        return Refusal("the body's inputs and outputs do not match the Loop's")
     iteration, cond_in, *carried_in = body.inputs
     cond_out, *rest = body.outputs
     carried_out, scans = rest[:count], rest[count:]
+    masked = _mask_reason(body)
+    if masked is not None:
+        return masked
 
     if node.inputs[0] is None:
         return Refusal("the Loop has no trip count (the condition alone ends it)")
     trips = _scalar_int(outer(node.inputs[0]))  # None: a computed count, see the end
+    if trips is None:  # sizes the main graph's inputs declare (a static sequence length)
+        sizes = ShapeProver(model.graph).ints(node.inputs[0])
+        trips = sizes[0] if sizes is not None and len(sizes) == 1 else None
     if trips is not None and not 1 <= trips <= _MAX_TRIPS:
         return Refusal(f"the trip count is {trips}, not 1..{_MAX_TRIPS}")
     if len(node.inputs) > 1 and node.inputs[1] is not None:
         first = outer(node.inputs[1])
         if first is None or first.size != 1 or not bool(first.reshape(())):
-            return Refusal("the first condition is not a constant true")
+            # why normalize.LoopConditionPass left it, naming the node
+            reason = condition_refusal(node, model.graph)
+            return reason or Refusal("the first condition is not a constant true")
 
     carried = prove_carried(carried_in, carried_out, carried_init, opset)
     if isinstance(carried, Refusal):
@@ -85,6 +110,7 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     if index is not iteration and start != 0:
         return Refusal("the step input is not X[t]: the index is not the iteration number")
     prover = ShapeProver(model.graph)
+    narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
     source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
@@ -108,16 +134,19 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
             return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
 
     h0, c0 = carried.initial_states
-    fits = states_fit(prover, h0, c0, sequence, cell)
+    fits = states_fit(prover, h0, c0, sequence, cell, narrowed)
     if isinstance(fits, Refusal):
         return fits
-    if trips is None and prover.elements(node.inputs[0]) != (prover.dim(sequence, 0),):
+    if trips is None and shape_elements(node.inputs[0], prover, narrowed) != (
+        prover.dim(sequence, 0),
+    ):
         return Refusal("the trip count is neither a constant nor X's length")
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
     plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
     plan.step_input = x
+    plan.h_input = carried_in[carried.h_index]
 
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so
@@ -132,6 +161,46 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
+
+
+def _mask_reason(body: ir.Graph) -> Refusal | None:
+    """Why ``body`` is not one node's step: it reads a step of a boolean sequence from
+    outside (Keras' ``Masking``: where the mask is false the state is kept, so a mask can
+    skip steps mid-sequence, which one RNN/LSTM/GRU node cannot say)."""
+    types = ElementTypes()
+    for inner in body:
+        if inner.op_type != "Gather" or inner.domain != "" or inner.inputs[0] is None:
+            continue
+        sequence = inner.inputs[0]
+        outside = sequence.graph is not body and sequence not in body.inputs
+        if outside and types(sequence) == ir.DataType.BOOL:
+            return Refusal(
+                f"the body reads a mask per step ({sequence.name}): where it is false the"
+                " state is kept, so steps may be skipped mid-sequence, which one"
+                " RNN/LSTM/GRU node cannot say"
+            )
+    return None
+
+
+def _read_body(
+    written: ir.Graph, carried_init: list[ir.Value | None], opset: int
+) -> ir.Graph | Refusal:
+    """A copy of the Loop's body as the proof reads it: per-gate slices of one fused
+    projection split (:func:`split_projections`; on a copy, since that changes kernels
+    only the replacing node may run)."""
+    count = len(carried_init)
+    if len(written.inputs) != count + 2 or len(written.outputs) < count + 1:
+        return Refusal("the body's inputs and outputs do not match the Loop's")
+    body = written.clone(allow_outer_scope_values=True)
+    inits = initial_values(carried_init)
+    if isinstance(inits, Refusal):
+        return inits
+    carried = classify_carried(
+        body.inputs[2:], body.outputs[1 : count + 1], inits, Constants(opset)
+    )
+    if not isinstance(carried, Refusal):
+        split_projections(body, Constants(opset, carried[0]))
+    return body
 
 
 def _condition_reason(

@@ -1,0 +1,321 @@
+"""``normalize.LoopConditionPass`` and the Loops it lets ``LoopToRnn`` read: tf2onnx's
+``while_loop`` (Keras 3 GRU) with its conditions ``time < T and counter < T``.
+
+tf2onnx 1.17 compares in float32 (``Cast`` of both sides): exact only below ``2**24``, so
+with ``T`` the run-time length the pass refuses, naming the ``Cast``. The same file with
+its comparisons in int64 (``_integer_conditions``) or with a constant length
+(``_constant_length``) is proven: the pass alone keeps the outputs, and the rewrite gives
+one GRU, equal at several sizes, 0 steps included.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.printer
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.normalize import Journal, LoopConditionPass
+from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
+from rnn_rewrite_rules.rules import loop_scan
+from tests.reasons import refusal_reasons
+from tests.support import op_counts
+
+DATA = Path(__file__).parent / "data" / "exporters" / "tf2onnx"
+#: Keras GRU and SimpleRNN Loops, each with its float32 conditions.
+KERAS_LOOPS = ["gru_sequences", "gru_last", "gru_reset_before", "gru_go_backwards"]
+KERAS_LOOPS += ["simplernn_sequences", "stack_gru_gru", "bidirectional_gru_concat"]
+SIZES = [(2, 5), (1, 1), (3, 7), (2, 0)]
+
+
+def _load(name: str) -> onnx.ModelProto:
+    return onnx.load(str(DATA / f"{name}.onnx"))
+
+
+def _loop(model: onnx.ModelProto) -> onnx.NodeProto:
+    return next(n for n in model.graph.node if n.op_type == "Loop")
+
+
+def _body(model: onnx.ModelProto) -> onnx.GraphProto:
+    return _loop(model).attribute[0].g
+
+
+def _integer_conditions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The body's conditions compared in int64 instead of float32 (each ``Cast`` feeding a
+    ``Less`` in a body casts to int64: every value of the int32 and int64 operands kept)."""
+    for node in model.graph.node:
+        if node.op_type != "Loop":
+            continue
+        body = node.attribute[0].g
+        compared = {name for n in body.node if n.op_type == "Less" for name in n.input}
+        for inner in body.node:
+            if inner.op_type == "Cast" and inner.output[0] in compared:
+                inner.attribute[0].i = TensorProto.INT64
+    return model
+
+
+def _constant_length(model: onnx.ModelProto, steps: int) -> onnx.ModelProto:
+    """``x`` declared with ``steps`` steps and the length tf2onnx reads from its shape
+    (``strided_slice_3``, the Squeeze after ``Shape -> Cast -> Slice``) a constant."""
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = steps
+    loop = _loop(model)
+    length = loop.input[4]  # the carried copy of T starts from it
+    index = next(i for i, n in enumerate(model.graph.node) if n.output[0] == length)
+    constant = helper.make_node(
+        "Constant", [], [length], value=numpy_helper.from_array(np.array(steps, np.int32))
+    )
+    model.graph.node[index].CopyFrom(constant)
+    return model
+
+
+def _feeds(batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((batch, seq, 6)).astype(np.float32)}
+
+
+def _assert_equal(before: onnx.ModelProto, after: onnx.ModelProto, sizes=SIZES) -> None:
+    for seed, (batch, seq) in enumerate(sizes):
+        try:
+            expected = runtime.run(before, _feeds(batch, seq, seed))
+        except Exception:  # the original fails here (Keras' last step of no step)
+            assert seq == 0
+            continue
+        actual = runtime.run(after, _feeds(batch, seq, seed))
+        for want, got in zip(expected, actual, strict=True):
+            assert got.shape == want.shape, (batch, seq)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=str((batch, seq)))
+
+
+def _normalized(model: onnx.ModelProto, journal: Journal | None = None) -> ir.Model:
+    ir_model = ir.serde.deserialize_model(model)
+    LoopConditionPass(journal)(ir_model)
+    return ir_model
+
+
+def _conditions(model: ir.Model) -> tuple[str, str]:
+    """What the Loop's first condition and its body's condition are computed by."""
+    loop = next(n for n in model.graph if n.op_type == "Loop")
+    body = loop.attributes["body"].as_graph()
+    first, cond_out = loop.inputs[1], body.outputs[0]
+    return first.producer().op_type, cond_out.producer().op_type
+
+
+def test_integer_conditions_become_constant_true_and_keep_the_outputs() -> None:
+    model = _integer_conditions(_load("gru_sequences"))
+    normalized = _normalized(model)
+    assert _conditions(normalized) == ("Constant", "Identity")
+    after = ir.serde.serialize_model(normalized)
+    onnx.checker.check_model(after)
+    _assert_equal(model, after, [*SIZES, (0, 3)])
+
+
+@pytest.mark.parametrize("cleanup", [False, True], ids=["as_left", "after_cleanup"])
+def test_the_journal_puts_the_conditions_back(cleanup) -> None:
+    """Also after a cleanup removed the nodes that computed only the conditions (as one
+    does after a round where a rule fired elsewhere)."""
+    model = _integer_conditions(_load("gru_sequences"))
+    journal = Journal()
+    normalized = _normalized(model, journal)
+    if cleanup:
+        before = len(list(ir.traversal.RecursiveGraphIterator(normalized.graph)))
+        ir.passes.common.RemoveUnusedNodesPass()(normalized)
+        after = len(list(ir.traversal.RecursiveGraphIterator(normalized.graph)))
+        assert after < before  # the conditions' nodes were removed
+    assert journal.restore() == 1
+    assert _conditions(normalized) == ("And", "And")
+    restored = ir.serde.serialize_model(normalized).graph
+    written = ir.serde.serialize_model(ir.serde.deserialize_model(model)).graph
+    if cleanup:  # the nodes put back stand right before their reader: the same lines
+        lines = [
+            sorted(onnx.printer.to_text(_without_value_info(g)).splitlines())
+            for g in (restored, written)
+        ]
+        assert lines[0] == lines[1]
+    else:
+        assert _without_value_info(restored) == _without_value_info(written)
+
+
+def _without_value_info(graph: onnx.GraphProto) -> onnx.GraphProto:
+    """``graph`` as its nodes compute it (a copy without value_info, subgraphs too)."""
+    copy = onnx.GraphProto()
+    copy.CopyFrom(graph)
+    pending = [copy]
+    while pending:
+        current = pending.pop()
+        del current.value_info[:]
+        for node in current.node:
+            pending.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+    return copy
+
+
+@pytest.mark.parametrize("name", KERAS_LOOPS)
+def test_float_conditions_against_the_run_time_length_are_refused(name) -> None:
+    """tf2onnx 1.17's own files: the reason names the float ``Cast``, and the Loop stays."""
+    model = _load(name)
+    ir_model = ir.serde.deserialize_model(model)
+    for node in ir_model.graph:
+        if node.op_type == "Loop":
+            reason = condition_refusal(node)
+            assert reason is not None and "compares in floating point ('cond___" in reason
+            assert "exact only below 2**24" in reason
+    assert not LoopConditionPass()(ir_model).modified
+    reasons = refusal_reasons(loop_scan.make_rules(), model)
+    assert any("compares in floating point" in r for r in reasons)
+
+
+def test_float_conditions_against_a_constant_length_are_proven() -> None:
+    model = _constant_length(_load("gru_sequences"), 5)
+    normalized = _normalized(model)
+    assert _conditions(normalized) == ("Constant", "Identity")
+    after = rnn_rewrite_rules.rewrite(model)
+    counts = op_counts(after)
+    assert counts["GRU"] == 1 and not counts["Loop"], counts
+    _assert_equal(model, after, [(2, 5), (1, 5), (4, 5)])
+
+
+def test_float_conditions_against_a_declared_length_are_proven() -> None:
+    """``x`` declared with 5 steps: the length tf2onnx computes from its shape is 5 (a
+    fact of the main graph's input), so the float32 comparisons are exact."""
+    model = _load("gru_sequences")
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
+    assert _conditions(_normalized(model)) == ("Constant", "Identity")
+    after = rnn_rewrite_rules.rewrite(model)
+    counts = op_counts(after)
+    assert counts["GRU"] == 1 and not counts["Loop"] and not counts["If"], counts
+    _assert_equal(model, after, [(2, 5), (1, 5), (4, 5)])
+
+
+@pytest.mark.parametrize(
+    "name", ["gru_sequences", "gru_last", "gru_reset_before", "gru_go_backwards", "gru_state"]
+)
+def test_keras_gru_loops_become_one_gru(name) -> None:
+    """With integer conditions, each Keras GRU Loop (``reset_after`` true and false,
+    ``go_backwards``, ``return_state``) is one GRU in a zero-step guard, smaller than the
+    Loop, equal at every size (0 steps: the guard's other branch)."""
+    model = _integer_conditions(_load(name))
+    after = rnn_rewrite_rules.rewrite(model)
+    onnx.checker.check_model(after)
+    ops = collect_ops(after)
+    assert ops.count("GRU") == 1 and ops.count("Loop") == 1, ops  # the Loop runs no step
+    assert len(ops) < len(collect_ops(model)), (len(collect_ops(model)), len(ops))
+    _assert_equal(model, after)
+
+
+def collect_ops(model: onnx.ModelProto) -> list[str]:
+    """Every node's op, subgraphs included."""
+    ops: list[str] = []
+    pending = [model.graph]
+    while pending:
+        graph = pending.pop()
+        for node in graph.node:
+            ops.append(node.op_type)
+            pending.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
+    return ops
+
+
+def _edit_body_less(model: onnx.ModelProto, edit) -> onnx.ModelProto:
+    """``edit(body, less)`` on the body's ``Less`` whose first operand is the next time."""
+    body = _body(model)
+    casts = {n.output[0]: n for n in body.node if n.op_type == "Cast"}
+    for node in body.node:
+        cast = casts.get(node.input[0]) if node.op_type == "Less" else None
+        if cast is not None and cast.input[0].endswith("Identity_2:0"):
+            edit(body, node)
+            return model
+    raise AssertionError("no Less(time + 1, T)")
+
+
+def _two_ahead(body: onnx.GraphProto, less: onnx.NodeProto) -> None:
+    """``Less(time + 2, T)``: false after the last step but one."""
+    body.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "one_more"))
+    body.node.append(helper.make_node("Add", [less.input[0], "one_more"], ["two_ahead"]))
+    less.input[0] = "two_ahead"
+    _sort(body)
+
+
+def _bound_computed(body: onnx.GraphProto, less: onnx.NodeProto) -> None:
+    """``Less(time + 1, T - 1)``, ``T - 1`` computed in the body."""
+    body.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "one_less"))
+    body.node.append(helper.make_node("Sub", [less.input[1], "one_less"], ["t_minus_1"]))
+    less.input[1] = "t_minus_1"
+    _sort(body)
+
+
+def _bound_is_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The outer ``Less(0, T)`` against the batch (``strided_slice`` of ``Shape(x)``)."""
+    batch = next(n for n in model.graph.node if n.name == "functional_1/gru_1/strided_slice")
+    squeeze = helper.make_node("Squeeze", [batch.output[0], "const_axes__36"], ["batch_scalar"])
+    cast = helper.make_node("Cast", ["batch_scalar"], ["batch_float"], to=TensorProto.FLOAT)
+    less = next(n for n in model.graph.node if n.op_type == "Less")
+    less.input[1] = "batch_float"
+    model.graph.node.extend([squeeze, cast])
+    _sort(model.graph)
+    return model
+
+
+def _starts_at_one(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The outer ``Less(1, T)``: false at ``T`` 1, where the Loop would run one step."""
+    model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.float32), "one_f"))
+    less = next(n for n in model.graph.node if n.op_type == "Less")
+    less.input[0] = "one_f"
+    return model
+
+
+def _sort(graph: onnx.GraphProto) -> None:
+    """Topological order (new nodes were appended after their readers)."""
+    produced = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    outer = {name for n in graph.node for name in n.input} - {
+        o for n in graph.node for o in n.output
+    }
+    produced |= outer  # values of the scopes around
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [n for n in pending if all(not i or i in produced for i in n.input)]
+        assert ready, "a cycle"
+        for node in ready:
+            ordered.append(node)
+            produced.update(node.output)
+            pending.remove(node)
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda m: _edit_body_less(m, _two_ahead), "ends before its trip count"),
+        (lambda m: _edit_body_less(m, _bound_computed), "compares with a value it computes"),
+        (_bound_is_batch, "initial condition is not against its trip count"),
+        (_starts_at_one, "may not start"),
+    ],
+    ids=["two_ahead", "bound_computed", "bound_is_batch", "starts_at_one"],
+)
+def test_near_misses_keep_their_conditions(edit, reason) -> None:
+    model = edit(_integer_conditions(_load("gru_sequences")))
+    onnx.checker.check_model(model)
+    ir_model = ir.serde.deserialize_model(model)
+    loop = next(n for n in ir_model.graph if n.op_type == "Loop")
+    refused = condition_refusal(loop)
+    assert refused is not None and reason in refused
+    assert "functional_1/gru_1/while_loop" in refused  # the reason names the Loop
+    assert not LoopConditionPass()(ir_model).modified
+    after = rnn_rewrite_rules.rewrite(model)
+    assert op_counts(after)["Loop"] == 1 and not op_counts(after)["GRU"]
+    _assert_equal(model, after, [(2, 5), (1, 1)])
+
+
+@pytest.mark.parametrize("name", ["gru_masking", "simplernn_masking", "lstm_masking"])
+def test_masked_loops_are_refused_naming_the_mask(name) -> None:
+    """Keras ``Masking``: the body keeps the state where a per-step mask is false, so steps
+    may be skipped mid-sequence; refused naming the mask, with integer conditions too."""
+    for model in (_load(name), _integer_conditions(_load(name))):
+        reasons = refusal_reasons(loop_scan.make_rules("onnxruntime"), model)
+        assert any("reads a mask per step (functional_1/" in r for r in reasons), reasons
+        after = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+        assert op_counts(after)["Loop"] == 1
