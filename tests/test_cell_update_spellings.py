@@ -90,7 +90,7 @@ NEAR: dict[str, tuple[Spelling, str]] = {
     ),
     "h_t a Mul": (
         lambda op, z, h, n, one: op("Mul", op("Add", op("Mul", z, h), n), one),
-        "h_t is not an Add or a Sub (GRU)",
+        "h_t is respelled_3 (Mul), not an Add or a Sub (GRU)",  # names the node
     ),
 }
 
@@ -121,7 +121,7 @@ def _respelled(spelling: Spelling, *, update_gate: str = "Sigmoid") -> onnx.Mode
 
     def op(op_type: str, *inputs: str) -> str:
         name = f"respelled_{len(nodes)}"
-        nodes.append(helper.make_node(op_type, list(inputs), [name]))
+        nodes.append(helper.make_node(op_type, list(inputs), [name], name=name))
         return name
 
     spelling(op, z, h, n, "respelled_one")

@@ -573,9 +573,16 @@ def _gru_update(
     one-minus as ``Sub(1, z)`` or ``Add(Neg(z), 1)``, in any order and association.
     ``(1 - z) * h_(t-1) + z * n`` (the update gate weighing the candidate) is refused:
     ONNX's ``z`` weighs ``h_(t-1)``."""
-    producer_node = h.producer()
-    if producer_node is None or producer_node.op_type not in ("Add", "Sub"):
-        return Refusal("h_t is not an Add or a Sub (GRU)")
+    node = h.producer()
+    if node is None or node.domain != "" or node.op_type not in ("Add", "Sub"):
+        spelled = (
+            "not computed in the step"
+            if node is None
+            else f"{node.name} ({node.op_type})"
+            if node.name
+            else f"a {node.op_type}"
+        )
+        return Refusal(f"h_t is {spelled}, not an Add or a Sub (GRU)")
     is_h = _is_state(h_prev, constants)
     found = polynomial(h, constants, lambda v: h_prev if is_h(v) else None)
     if isinstance(found, Refusal):
