@@ -94,6 +94,9 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
         return Refusal("the step input is not Gather(X, t, axis=0)")
     x, index = gather.inputs
     if trips is None and x in invariants:  # X carried around: a guard, kept (see the reason)
+        shapes = ShapeProver(model.graph)
+        if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
+            return Refusal("the trip count is neither a constant nor X's length")
         return _guard_reason(cell, invariants)
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
