@@ -36,16 +36,12 @@ __all__ = [
 
 def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPlacePass]:
     """The passes in the order they run (fresh objects: each keeps its refusals), each
-    recording its edits in ``journal`` when given.
-
-    :class:`LoopInvariantPass` is not among them yet: on jax2onnx's nnx scans it lets
-    ``LoopToRnn`` fire with X's length as the trip count, whose zero-step guard makes the
-    graph larger than the Loop (32 -> 57 nodes on ``nnx_gru_batch_major``), which
-    test_exporter_files refuses."""
+    recording its edits in ``journal`` when given."""
     return [
         NoOpCastPass(journal),
         IdentityPass(journal),
         GemmPass(journal),
+        LoopInvariantPass(journal),
         LoopConditionPass(journal),
     ]
 

@@ -4,6 +4,8 @@
   ONNX's layout and gate order, activations, ``linear_before_reset``) that one step's
   state inputs and outputs compute, or a refusal naming what does not fit. It assumes
   no Loop: Loop and Scan bodies, unrolled chains and single steps feed it values.
+- :func:`~.polynomial.polynomial` (:mod:`.polynomial`): an elementwise state update read
+  as a polynomial of the values it combines, so every spelling of one formula is one.
 - :class:`Constants` (:mod:`rnn_rewrite_rules.shape.constant`): the value of a value
   computed from constants.
 - :func:`recurrent_node` (:mod:`.emit`): the ``RNN``/``LSTM``/``GRU`` node itself.

@@ -14,6 +14,7 @@ the step itself.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -22,6 +23,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
+from rnn_rewrite_rules.rules.cell.polynomial import Polynomial, polynomial
 from rnn_rewrite_rules.shape.constant import Constants
 
 __all__ = [
@@ -83,14 +85,10 @@ def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
     if value is None:
         return Refusal("an operand is missing")
     array = constants(value)
+    if array is None:
+        array = _expanded(value, constants)
     if array is not None:
-        if array.size == 1 and array.ndim <= 2:
-            return _Linear({}, array.reshape(()))  # a scalar: broadcast over every column
-        if array.ndim == 2 and array.shape[0] == 1:
-            array = array[0]
-        if array.ndim != 1:
-            return Refusal(f"a bias term has shape {list(array.shape)}, not [width] or [1, width]")
-        return _Linear({}, array)
+        return _bias(array)
     node = value.producer()
     if node is None or node.domain != "":
         return Refusal(f"{_label(value)} is not a MatMul, Gemm, Add or bias")
@@ -133,6 +131,42 @@ def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
     return Refusal(
         f"{_label(value)} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias"
     )
+
+
+def _bias(array: np.ndarray) -> _Linear | Refusal:
+    """A constant term: a scalar (added to every column), ``[width]`` or ``[1, width]``
+    (added to each row: the same value at every batch size)."""
+    if array.size == 1 and array.ndim <= 2:
+        return _Linear({}, array.reshape(()))  # a scalar: broadcast over every column
+    if array.ndim == 2 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim != 1:
+        return Refusal(f"a bias term has shape {list(array.shape)}, not [width] or [1, width]")
+    return _Linear({}, array)
+
+
+#: An ``Expand`` of a constant is evaluated up to this many elements (a bias row).
+_MAX_EXPANDED = 1 << 20
+
+
+def _expanded(value: ir.Value, constants: Constants) -> np.ndarray | None:
+    """``Expand(b, shape)`` of a constant ``b`` to a constant ``shape`` (jax2onnx's bias in
+    a scan body: ``Expand(Reshape(b, [1, 4H]), [1, 4H])``): its value, ``b`` broadcast
+    as ONNX's Expand does (to ``broadcast(b.shape, shape)``); None for anything else or
+    a shape that does not broadcast."""
+    node = producer(value, "Expand")
+    if node is None or len(node.inputs) != 2:
+        return None
+    data, shape = constants(node.inputs[0]), constants(node.inputs[1])
+    if data is None or shape is None or shape.ndim != 1 or shape.dtype.kind not in "iu":
+        return None
+    try:
+        target = np.broadcast_shapes(data.shape, tuple(int(d) for d in shape))
+    except ValueError:
+        return None
+    if math.prod(target) > _MAX_EXPANDED:
+        return None
+    return np.broadcast_to(data, target)
 
 
 def _attach(node: ir.Node, parts: list[_Linear]) -> _Linear | None:
@@ -526,52 +560,75 @@ def _activated(value: ir.Value | None) -> bool:
     return _act_op(value) is not None
 
 
-def _is_one(constants: Constants) -> Callable[[ir.Value | None], bool]:
-    def check(value: ir.Value | None) -> bool:
-        array = constants(value)
-        return array is not None and array.size == 1 and array.ndim <= 1 and float(array) == 1.0
-
-    return check
+#: What the GRU's update is, and its other spellings.
+_NOT_GRU_UPDATE = "h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)"
 
 
 def _gru_update(
     h: ir.Value, h_prev: ir.Value, constants: Constants
 ) -> tuple[ir.Value, ir.Value] | Refusal:
-    """(z, n) of ``h_t = z * h_(t-1) + (1 - z) * n`` (Keras) or ``(h_(t-1) - n) * z + n``
-    (PyTorch), commuted either way."""
-    add = producer(h, "Add")
-    if add is None:
-        return Refusal("h_t is not an Add (GRU)")
-    is_h = _is_state(h_prev, constants)
-    # Keras: Add(Mul(z, h_prev), Mul(Sub(1, z), n))
-    muls = [producer(v, "Mul") for v in add.inputs]
-    if None not in muls:
-        for first, second in (muls, muls[::-1]):
-            zh = _operands(first, _activated, is_h)
-            if zh is None:
-                continue
-            z = zh[0]
-            one_minus = _operands(second, lambda v: producer(v, "Sub") is not None, _any)
-            if one_minus is None:
-                continue
-            sub = one_minus[0].producer()
-            if sub.inputs[1] is z and _is_one(constants)(sub.inputs[0]):
-                return z, one_minus[1]
-            one_minus = _operands(second, _any, lambda v: producer(v, "Sub") is not None)
-            sub = one_minus[1].producer() if one_minus else None
-            if sub is not None and sub.inputs[1] is z and _is_one(constants)(sub.inputs[0]):
-                return z, one_minus[0]
-    # PyTorch: Add(Mul(Sub(h_prev, n), z), n)
-    for mul_value, n in (add.inputs, add.inputs[::-1]):
-        found = _operands(
-            producer(mul_value, "Mul"), lambda v: producer(v, "Sub") is not None, _activated
+    """(z, n) of ``h_t = z * h_(t-1) + (1 - z) * n``, read as the polynomial
+    ``z h_(t-1) + n - z n`` (:mod:`.polynomial`): Keras' ``z * h + (1 - z) * n``,
+    PyTorch's ``(h - n) * z + n``, flax's ``(1 - z) * n + z * h``, ``n + z * (h - n)``,
+    one-minus as ``Sub(1, z)`` or ``Add(Neg(z), 1)``, in any order and association.
+    ``(1 - z) * h_(t-1) + z * n`` (the update gate weighing the candidate) is refused:
+    ONNX's ``z`` weighs ``h_(t-1)``."""
+    node = h.producer()
+    if node is None or node.domain != "" or node.op_type not in ("Add", "Sub"):
+        spelled = (
+            "not computed in the step"
+            if node is None
+            else f"{node.name} ({node.op_type})"
+            if node.name
+            else f"a {node.op_type}"
         )
-        if found is None:
-            continue
-        sub = found[0].producer()
-        if is_h(sub.inputs[0]) and sub.inputs[1] is n:
-            return found[1], n
-    return Refusal("h_t is not z * h_(t-1) + (1 - z) * n nor (h_(t-1) - n) * z + n (GRU)")
+        return Refusal(f"h_t is {spelled}, not an Add or a Sub (GRU)")
+    is_h = _is_state(h_prev, constants)
+    found = polynomial(h, constants, lambda v: h_prev if is_h(v) else None)
+    if isinstance(found, Refusal):
+        return Refusal(f"h_t: {found} (GRU)")
+    poly, atoms = found
+    z_n = _update_atoms(poly, atoms, h_prev)
+    if z_n is not None:
+        return z_n
+    if _swapped(poly, atoms, h_prev):
+        return Refusal(
+            "h_t is (1 - z) * h_(t-1) + z * n: the update gate weighs the candidate, "
+            "ONNX's weighs h_(t-1) (GRU)"
+        )
+    return Refusal(_NOT_GRU_UPDATE)
+
+
+def _update_atoms(
+    poly: Polynomial, atoms: list[ir.Value], h_prev: ir.Value
+) -> tuple[ir.Value, ir.Value] | None:
+    """(z, n) with ``poly == z h_(t-1) + n - z n``, else None."""
+    if h_prev not in atoms:
+        return None
+    for z in atoms:
+        for n in atoms:
+            if len({z, n, h_prev}) == 3 and poly == {
+                _pair(z, h_prev, atoms): 1.0,
+                (n,): 1.0,
+                _pair(z, n, atoms): -1.0,
+            }:
+                return z, n
+    return None
+
+
+def _swapped(poly: Polynomial, atoms: list[ir.Value], h_prev: ir.Value) -> bool:
+    """``poly == h_(t-1) - z h_(t-1) + z n`` for some atoms z, n."""
+    return h_prev in atoms and any(
+        len({z, n, h_prev}) == 3
+        and poly == {(h_prev,): 1.0, _pair(z, h_prev, atoms): -1.0, _pair(z, n, atoms): 1.0}
+        for z in atoms
+        for n in atoms
+    )
+
+
+def _pair(a: ir.Value, b: ir.Value, atoms: list[ir.Value]) -> tuple[ir.Value, ir.Value]:
+    """The monomial ``a b`` as :func:`polynomial` keys it (atoms in appearance order)."""
+    return (a, b) if atoms.index(a) < atoms.index(b) else (b, a)
 
 
 @dataclasses.dataclass

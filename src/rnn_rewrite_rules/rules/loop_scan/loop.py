@@ -10,7 +10,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell import Constants, through_identity
+from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Recurrence,
     RecurrenceRule,
@@ -25,7 +25,21 @@ from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["LoopToRnn", "plan_loop"]
+__all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
+
+#: Why a Loop over X's length that carries values unchanged (jax2onnx's scan: the weights
+#: and X) is kept. Measured on jax2onnx 0.17.1's files (ONNX Runtime 1.32, one thread):
+#: the guard's zero-step branch keeps the Loop and its body, so the graph grows (32 -> 57
+#: nodes on nnx_gru_batch_major, 25 to 45 more on each), every unchanged value is an output
+#: of the guard's If (declared as the Loop declared it: ONNX Runtime then fails on
+#: hand_lstm_bidirectional_slice at seq 8, "Shape mismatch attempting to re-use buffer"),
+#: the second layer of a stack is not recognised after it, and at seq 1 the rewrite was
+#: 0.77x-1.11x the Loop (medians, within the spread); from seq 8 on it was 0.12x-0.33x.
+GUARD_INVARIANTS_REASON = (
+    "the Loop runs {cell} cell, but the trip count is X's length and it carries {count}"
+    " values unchanged: the zero-step guard would keep the Loop and its body (a larger"
+    " graph) and make each an output of the guard"
+)
 
 #: A constant trip count above this is not unrolled to prove the condition.
 _MAX_TRIPS = 1 << 16
@@ -104,6 +118,11 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     if gather is None or gather.attributes.get_int("axis", 0) != 0:
         return Refusal("the step input is not Gather(X, t, axis=0)")
     x, index = gather.inputs
+    if trips is None and x in invariants:  # X carried around: a guard, kept (see the reason)
+        shapes = ShapeProver(model.graph)
+        if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
+            return Refusal("the trip count is neither a constant nor X's length")
+        return _guard_reason(cell, invariants)
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
     start = None if index is None else _scalar_int(counters.get(index))
@@ -145,6 +164,8 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
     plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
+    if plan.guarded and invariants:
+        return _guard_reason(cell, invariants)
     plan.step_input = x
     plan.h_input = carried_in[carried.h_index]
 
@@ -201,6 +222,13 @@ def _read_body(
     if not isinstance(carried, Refusal):
         split_projections(body, Constants(opset, carried[0]))
     return body
+
+
+def _guard_reason(cell: Cell, invariants: dict[ir.Value, ir.Value]) -> Refusal:
+    article = "an" if cell.op_type in ("LSTM", "RNN") else "a"
+    return Refusal(
+        GUARD_INVARIANTS_REASON.format(cell=f"{article} {cell.op_type}", count=len(invariants))
+    )
 
 
 def _condition_reason(
