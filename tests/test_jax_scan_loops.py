@@ -2,10 +2,10 @@
 normalisation passes (the weights and X carried around the Loop through ``Identity``:
 ``LoopInvariantPass``; float-to-float Casts; ``Gemm(beta=0)``) and the cell proof.
 
-A Loop over a constant number of steps becomes one node. A Loop over X's length needs the
-zero-step guard, which would keep the Loop and its body beside the node: each such Loop
-is kept, and the report says which cell it runs and why (see
-``loop_scan.loop.GUARD_INVARIANTS_REASON``). The outputs themselves are compared at every
+A Loop over a constant number of steps becomes one node. A Loop over X's length that
+carries X around needs the zero-step guard, whose stack of no step is not proven the
+Loop's at length 0: each such Loop is kept, and the report says which cell it runs and
+why (see ``loop_scan.loop.GUARD_INVARIANTS_REASON``). The outputs themselves are compared at every
 size by ``test_exporter_files``.
 """
 

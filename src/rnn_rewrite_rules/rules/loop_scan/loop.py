@@ -27,18 +27,17 @@ from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
 
-#: Why a Loop over X's length that carries values unchanged (jax2onnx's scan: the weights
-#: and X) is kept. Measured on jax2onnx 0.17.1's files (ONNX Runtime 1.32, one thread):
-#: the guard's zero-step branch keeps the Loop and its body, so the graph grows (32 -> 57
-#: nodes on nnx_gru_batch_major, 25 to 45 more on each), every unchanged value is an output
-#: of the guard's If (declared as the Loop declared it: ONNX Runtime then fails on
-#: hand_lstm_bidirectional_slice at seq 8, "Shape mismatch attempting to re-use buffer"),
-#: the second layer of a stack is not recognised after it, and at seq 1 the rewrite was
-#: 0.77x-1.11x the Loop (medians, within the spread); from seq 8 on it was 0.12x-0.33x.
+#: Why a Loop over X's length that carries X itself around unchanged (jax2onnx's scan,
+#: X read by Gather(X, t)) is kept. With the zero-step guard (only read outputs pass its
+#: If, the stack of no step from a zero-trip Loop declared as the original's) the
+#: rewritten files differed from the original at X's length 0 in ONNX Runtime
+#: 1.32 (9 of jax2onnx 0.17.1's files; e.g. the stack's last axis 8 against 0), so
+#: the guard's stack is not proven the Loop's here. From seq 8 on the rewrite ran at
+#: 0.12x-0.33x the Loop's time: what equal zero-step outputs would gain.
 GUARD_INVARIANTS_REASON = (
-    "the Loop runs {cell} cell, but the trip count is X's length and it carries {count}"
-    " values unchanged: the zero-step guard would keep the Loop and its body (a larger"
-    " graph) and make each an output of the guard"
+    "the Loop runs {cell} cell, but the trip count is X's length and X is carried around"
+    " it ({count} values unchanged): at X's length 0 the guard's stack of no step is not"
+    " proven to have the shape ONNX Runtime gives the Loop's"
 )
 
 #: A constant trip count above this is not unrolled to prove the condition.
@@ -164,8 +163,6 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
     plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
-    if plan.guarded and invariants:
-        return _guard_reason(cell, invariants)
     plan.step_input = x
     plan.h_input = carried_in[carried.h_index]
 
