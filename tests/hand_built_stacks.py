@@ -87,7 +87,9 @@ def hand_built_stack(
             ]
             states = []
             for s in names:
-                inputs.append(helper.make_tensor_value_info(f"{p}_{s}", TensorProto.FLOAT, [hidden]))
+                inputs.append(
+                    helper.make_tensor_value_info(f"{p}_{s}", TensorProto.FLOAT, [hidden])
+                )
                 states.append(node("Unsqueeze", [f"{p}_{s}", "ax01"], f"{p}_{s}3"))
             if near_miss == "cycle" and layer == 0 and d == "b":
                 states[0] = first["Yh"]
@@ -99,9 +101,12 @@ def hand_built_stack(
             outs = [f"{p}_Y", f"{p}_Yh", f"{p}_Yc"][: 1 + len(names)]
             nodes.append(
                 helper.make_node(
-                    op_type, [x, *ws, "", *states, *extra], outs, name=f"{p}_{op_type.lower()}",
+                    op_type,
+                    [x, *ws, "", *states, *extra],
+                    outs,
+                    name=f"{p}_{op_type.lower()}",
                     hidden_size=hidden,
-                )  # fmt: skip
+                )
             )
             first = {"Yh": f"{p}_Yh"}
             for s, y in zip(names, outs[1:], strict=True):
@@ -109,7 +114,9 @@ def hand_built_stack(
                     out = node("Squeeze", [y, "ax01"], f"{p}_{s}_out")
                     outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [hidden]))
                 elif state_out == "raw":
-                    outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 1, hidden]))
+                    outputs.append(
+                        helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 1, hidden])
+                    )
             axes = "ax12" if y_form == "batch_free" else "ax1"
             y = node("Squeeze", [f"{p}_Y", axes], f"{p}_y")
             if near_miss == "y_read" and layer == 0 and d == "f":
@@ -138,6 +145,8 @@ def feeds(model: onnx.ModelProto, steps: int, seed: int = 0) -> dict[str, np.nda
     rng = np.random.default_rng(seed)
     result = {}
     for value in model.graph.input:
-        dims = [d.dim_value if d.dim_param == "" else steps for d in value.type.tensor_type.shape.dim]
+        dims = [
+            d.dim_value if d.dim_param == "" else steps for d in value.type.tensor_type.shape.dim
+        ]
         result[value.name] = rng.standard_normal(dims).astype(np.float32)
     return result

@@ -20,6 +20,7 @@ from rnn_rewrite_rules.normalize.gemm import GemmPass
 from rnn_rewrite_rules.normalize.identity import IdentityPass
 from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
+from rnn_rewrite_rules.normalize.no_op_slice import NoOpStateSlicePass
 
 __all__ = [
     "GemmPass",
@@ -27,6 +28,7 @@ __all__ = [
     "Journal",
     "LoopInvariantPass",
     "NoOpCastPass",
+    "NoOpStateSlicePass",
     "normalization_passes",
     "normalize",
 ]
@@ -40,7 +42,12 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
     ``LoopToRnn`` fire with X's length as the trip count, whose zero-step guard makes the
     graph larger than the Loop (32 -> 57 nodes on ``nnx_gru_batch_major``), which
     test_exporter_files refuses."""
-    return [NoOpCastPass(journal), IdentityPass(journal), GemmPass(journal)]
+    return [
+        NoOpCastPass(journal),
+        IdentityPass(journal),
+        GemmPass(journal),
+        NoOpStateSlicePass(journal),
+    ]
 
 
 def normalize(model: ir.Model, journal: Journal | None = None) -> bool:

@@ -68,11 +68,6 @@ from rnn_rewrite_rules.rules._graph import (
     same_value,
     squeeze,
 )
-from rnn_rewrite_rules.rules.bidirectional._state_reads import (
-    StateReads,
-    cycle_reason,
-    read_states,
-)
 from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
@@ -80,6 +75,11 @@ from rnn_rewrite_rules.rules.bidirectional._pair import (
     node_reason,
     only_reader,
     pair_reason,
+)
+from rnn_rewrite_rules.rules.bidirectional._state_reads import (
+    StateReads,
+    cycle_reason,
+    read_states,
 )
 from rnn_rewrite_rules.shape import ONE, ShapeProver
 
