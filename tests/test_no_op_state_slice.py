@@ -152,3 +152,24 @@ def test_no_rule_using_it_puts_the_slice_back() -> None:
     before = _model()
     after = rnn_rewrite_rules.rewrite(before)
     assert [n.op_type for n in after.graph.node] == ["Slice", "GRU"]
+
+
+def test_the_undo_puts_back_the_bounds_cleanup_dropped() -> None:
+    """A bypass detaches the Slice's bounds and the cleanup after a round drops them; where
+    no rule used the bypass, the Slice comes back with them (5 inputs, the same names)."""
+    from rnn_rewrite_rules.passes import RemoveDeadNodesPass
+
+    before = _model()
+    ir_model = ir.serde.deserialize_model(before)
+    original = list(ir_model.graph)
+    journal = Journal()
+    assert NoOpStateSlicePass(journal)(ir_model).modified
+    RemoveDeadNodesPass()(ir_model)
+    assert "starts" not in ir_model.graph.initializers
+    assert journal.restore(original) == 1
+    after = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(after, full_check=True)
+    assert list(after.graph.node[0].input) == ["h", "starts", "ends", "axes", "steps"]
+    assert {i.name for i in after.graph.initializer} == {i.name for i in before.graph.initializer}
+    feeds = _feeds(2, 3)
+    assert runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds)) == 0

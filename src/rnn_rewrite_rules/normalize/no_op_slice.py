@@ -21,10 +21,12 @@ Hence the proven size of ``v``; where it is not proven the Slice stays.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.normalize._journal import Journal
+from rnn_rewrite_rules.normalize._journal import Edit, Journal
 from rnn_rewrite_rules.normalize._values import bypass, names_an_output
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -53,9 +55,61 @@ class NoOpStateSlicePass(ir.passes.InPlacePass):
             prover = prover or ShapeProver(model.graph)
             source = node.inputs[0]
             if source is not None and _keeps_everything(node, prover):
-                modified |= bypass(node, source, self.journal)
+                bounds = _Bounds(model.graph, node)
+                inner = Journal()
+                modified |= bypass(node, source, inner)
+                if self.journal is not None:
+                    for edit in inner.edits:
+                        self.journal.record(_SliceBypassed(edit, bounds))
                 prover = None  # the graph changed: facts are proven again
         return ir.passes.PassResult(model, modified=modified)
+
+
+class _Bounds:
+    """A Slice's bound inputs (1 to 4) as the pass found them: a bypass detaches them,
+    and the cleanup between the passes and the undo drops what no node reads (an
+    initializer, a ``Constant`` node)."""
+
+    def __init__(self, graph: ir.Graph, node: ir.Node) -> None:
+        self.node = node
+        self.inputs = list(node.inputs[1:])
+        self.initializers = [v for v in self.inputs if v is not None and v.is_initializer()]
+        self.producers = [
+            p for v in self.inputs if v is not None and (p := v.producer()) is not None
+        ]
+        self.graph = graph
+
+    def restorable(self) -> bool:
+        """Each dropped bound can come back as it was (its name is still free, its
+        producer is a node without inputs)."""
+        initializers = self.graph.initializers
+        for value in self.initializers:
+            if not value.is_initializer() and value.name in initializers:
+                return False
+        return all(p.graph is not None or not any(p.inputs) for p in self.producers)
+
+    def restore(self) -> None:
+        for value in self.initializers:
+            if not value.is_initializer():
+                self.graph.register_initializer(value)
+        for producer in self.producers:
+            if producer.graph is None:
+                self.graph.insert_before(self.node, producer)
+        for index, value in enumerate(self.inputs, start=1):
+            self.node.replace_input_with(index, value)
+
+
+class _SliceBypassed:
+    """The bypass of a no-op Slice (``inner``), undone with its bounds put back."""
+
+    def __init__(self, inner: Edit, bounds: _Bounds) -> None:
+        self.inner, self.bounds = inner, bounds
+
+    def undo(self, original: Container[ir.Node]) -> bool:
+        if not self.bounds.restorable() or not self.inner.undo(original):
+            return False
+        self.bounds.restore()
+        return True
 
 
 def _feeds_a_state(node: ir.Node) -> bool:
