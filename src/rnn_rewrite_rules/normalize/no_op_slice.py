@@ -89,9 +89,9 @@ class _Bounds:
         return all(p.graph is not None or not any(p.inputs) for p in self.producers)
 
     def restore(self) -> None:
-        for value in self.initializers:
-            if not value.is_initializer():
-                self.graph.register_initializer(value)
+        for initializer in self.initializers:
+            if not initializer.is_initializer():
+                self.graph.register_initializer(initializer)
         for producer in self.producers:
             if producer.graph is None:
                 self.graph.insert_before(self.node, producer)
