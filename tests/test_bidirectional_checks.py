@@ -714,11 +714,6 @@ PAIR_NEAR_MISSES = {
         _set_attr(1, ir.AttrString("direction", "reverse")),
         "the RNN is not a forward one",
     ),
-    "state_read": (
-        {},
-        _also_read(lambda g: _rnns(g)[1].outputs[1]),
-        "Y_h or Y_c is read",
-    ),
 }
 
 
@@ -729,6 +724,21 @@ def test_pair_near_misses(kwargs: dict, edit: Edit, reason: str) -> None:
     """A forward and a reverse GRU on ``x`` that are not one bidirectional layer."""
     model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True, **kwargs), edit)
     _refused(model, reason)
+
+
+@pytest.mark.parametrize("half", [0, 1], ids=["reverse", "forward"])
+def test_a_half_whose_state_is_read_is_merged(half: int) -> None:
+    """A half's ``Y_h`` read on its own (here by an ``Abs`` graph output): the merged
+    node's ``Split(Y_h)`` half of that direction takes its place."""
+
+    def edit(graph: ir.Graph) -> None:
+        _also_read(lambda g: _rnns(g)[half].outputs[1])(graph)
+        graph.outputs[-1].type = ir.TensorType(ir.DataType.FLOAT)
+        graph.outputs[-1].shape = ir.Shape([1, "batch", 4])
+
+    model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
+    after = _merged(model)
+    assert [n.op_type for n in after.graph.node].count("Split") == 1
 
 
 def test_activations_given_for_both_halves_are_merged() -> None:
@@ -1089,12 +1099,14 @@ def _state_concat_in_if(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def test_a_state_concat_in_a_subgraph_is_refused() -> None:
-    """Not a node of the pair's graph: the merged node's states could not reach it."""
+def test_a_state_concat_in_a_subgraph_is_read_per_direction() -> None:
+    """Not a node of the pair's graph: the states' merge refuses it, and the pair is merged
+    with the If branch reading each direction's half of ``Split(Y_h)``."""
     model = _state_concat_in_if(
         tp.hand_built_bidirectional("GRU", reverse_node=True, state_concat=True)
     )
-    _refused(model, "the Y_h Concat is in a subgraph", STATES)
+    assert "the Y_h Concat is in a subgraph" in refusal_reasons(STATES, model)
+    _merged(model)
 
 
 def _states_summed(graph: ir.Graph) -> None:
@@ -1113,12 +1125,14 @@ def _states_summed(graph: ir.Graph) -> None:
     ids=["graph_output", "sum"],
 )
 def test_state_reader_near_misses(near_miss, edit, reason: str) -> None:
+    """Refused by the states' merge, merged with the states read per direction."""
     model = tp.hand_built_bidirectional(
         "GRU", reverse_node=True, state_concat=near_miss is None, near_miss=near_miss
     )
     if edit is not None:
         model = _edited(model, edit)
-    _refused(model, reason, STATES)
+    assert reason in refusal_reasons(STATES, model)
+    _merged(model)
 
 
 # ---------------------------------------------------------------- activation_alpha / beta

@@ -199,7 +199,6 @@ def test_reversed_half_alone_is_a_reverse_node(op_type, concat) -> None:
         ("sequence_lens", "sequence_lens is present"),
         ("partial", "ends at -1000: not a full reversal"),
         ("unreversed_output", "not a forward half followed by a reversed half"),
-        ("state_read", "Y_h or Y_c is read"),
     ],
 )
 def test_hand_built_near_misses(near_miss: str, reason: str) -> None:
@@ -479,6 +478,18 @@ def test_pair_with_concatenated_states_is_one_node(op_type, concat, states) -> N
         assert_equivalent(before, after, seq_zero=op_type != "LSTM")
 
 
+def test_hand_built_pair_with_a_read_state_is_merged() -> None:
+    """The forward half's ``Y_h`` is a graph output: the merged node's ``Split(Y_h)``
+    forward half is that output."""
+    before = tp.hand_built_bidirectional("LSTM", near_miss="state_read")
+    after = rewrite(before, ["bidirectional"])
+    assert _directions(after) == [b"bidirectional"]
+    assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
+    assert_equivalent(before, after, seq_zero=False)
+
+
+#: Refused by the states' merge (a Concat of the pair) and merged by the hand-built one,
+#: each half's Y_h read per direction (``Split``); ``y_sequence_axis`` stays two nodes.
 @pytest.mark.parametrize(
     ("near_miss", "reason"),
     [
@@ -497,8 +508,11 @@ def test_pair_with_concatenated_states_near_misses(op_type: str, near_miss: str,
     found = refusal_reasons(state_rules(), before)  # the merge of a pair with states
     assert reason in found, found
     after = rewrite(before)
-    assert [_direction(n) for n in rnn_nodes(after)] == [b"reverse", b"forward"]
-    assert not _counts(after)["Split"]
+    if near_miss == "y_sequence_axis":
+        assert [_direction(n) for n in rnn_nodes(after)] == [b"reverse", b"forward"]
+        assert not _counts(after)["Split"]
+    else:
+        assert [_direction(n) for n in rnn_nodes(after)] == [b"bidirectional"]
     assert_equivalent(before, after, seq_zero=op_type != "LSTM")
 
 

@@ -200,7 +200,9 @@ def unimproved_rnns(
         default = "condition failed" if status == MatchStatus.CONDITION_FAILED else "no rewrite"
         reason = " ".join(str(match.reason or default).split())
         name = rule_name(rule)
-        for rnn in _neighbour_rnns([root, *match.nodes]):
+        # a node the refusal names (a merge names the half it refused) before neighbours
+        named = [n for n in match.failure_nodes_and_values if isinstance(n, ir.Node)]
+        for rnn in _neighbour_rnns([root, *match.nodes, *named]):
             if (name, reason) not in failures[rnn]:
                 failures[rnn].append((name, reason))
     selected = {rule_families.get(rule_name(rule)) for rule in rules}

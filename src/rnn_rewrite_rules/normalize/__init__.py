@@ -21,6 +21,7 @@ from rnn_rewrite_rules.normalize.identity import IdentityPass
 from rnn_rewrite_rules.normalize.loop_condition import LoopConditionPass
 from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
+from rnn_rewrite_rules.normalize.no_op_slice import NoOpStateSlicePass
 
 __all__ = [
     "GemmPass",
@@ -29,6 +30,7 @@ __all__ = [
     "LoopConditionPass",
     "LoopInvariantPass",
     "NoOpCastPass",
+    "NoOpStateSlicePass",
     "normalization_passes",
     "normalize",
 ]
@@ -43,6 +45,7 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
         GemmPass(journal),
         LoopInvariantPass(journal),
         LoopConditionPass(journal),
+        NoOpStateSlicePass(journal),
     ]
 
 

@@ -241,6 +241,50 @@ def _feeds_a_step(op_type: str, value: ir.Value, constants: Constants) -> bool:
     return False
 
 
+def _named(c: ir.Value) -> ir.Value:
+    """``c_t`` as the step reads it: through the ``Identity`` nodes that are its only
+    reader (paddle2onnx's ``fetch_name_1 = Identity(c_t)``, a graph output that
+    normalisation keeps, is the value the step's ``Tanh`` reads)."""
+    for _ in range(_DEPTH):
+        uses = list(c.uses())
+        if c.is_graph_output() or len(uses) != 1:
+            break
+        user = uses[0][0]
+        if user.op_type != "Identity" or user.domain != "" or len(user.outputs) != 1:
+            break
+        c = user.outputs[0]
+    return c
+
+
+def _larger_cell(root: ir.Node, graph: ir.Graph, constants: Constants) -> str | None:
+    """The op (``LSTM``/``GRU``) of a proven step, within :data:`_DOWNSTREAM` nodes below
+    ``root``, whose nodes include ``root`` (an LSTM's gate ``tanh(x W + h R + b)`` reads
+    like an RNN step), else None."""
+    frontier = [user for v in root.outputs for user, _ in v.uses()]
+    seen: set[ir.Node] = set()
+    for _ in range(_DOWNSTREAM):
+        following: list[ir.Node] = []
+        for node in frontier:
+            if node in seen or node.graph is not graph:
+                continue
+            seen.add(node)
+            for op_type in ("LSTM", "GRU"):
+                if not _plausible(op_type, node) or not node.outputs:
+                    continue
+                sources = _candidates(node, graph, constants)
+                for found in _proofs(op_type, node.outputs[0], sources, constants):
+                    if isinstance(found, Refusal):
+                        continue
+                    cell, h_prev, c_prev, c = found
+                    ends = [node.outputs[0]] + ([] if c is None else [c])
+                    stops = {cell.x, h_prev} | ({c_prev} if c_prev is not None else set())
+                    if root in step_nodes(ends, stops, constants):
+                        return op_type
+            following += [user for v in node.outputs for user, _ in v.uses()]
+        frontier = following
+    return None
+
+
 def _inside_only(
     nodes: set[ir.Node], ends: list[ir.Value], root: ir.Node, graph: ir.Graph
 ) -> Refusal | None:
@@ -366,8 +410,11 @@ class OneStepCell(ChainRule[_Plan]):
         if isinstance(shapes, Refusal):
             return shapes
         h = root.outputs[0]
+        if self.op_type == "RNN" and (larger := _larger_cell(root, graph, constants)):
+            return Inapplicable(f"{root.name} is a gate of an {larger} step, not an RNN step")
         if _feeds_a_step(self.op_type, h, constants):
             return Refusal("h_t feeds another step as its state: an unrolled chain (reroll's)")
+        c = None if c is None else _named(c)
         ends = [h] if c is None else [h, c]
         stops = {cell.x, h_prev} | ({c_prev} if c_prev is not None else set())
         nodes = step_nodes(ends, stops, constants)

@@ -28,8 +28,11 @@ the same deterministic op on the same values, equal constants) is the same value
 (start ``-1``, end at or below ``-2**62``, step ``-1``: every length an axis can have);
 no ``sequence_lens`` on a Slice-reversed half (a ``reverse`` node reverses each sequence
 within its length, the Slice the padded tensor), the same ``sequence_lens`` value on a
-forward/reverse pair; both or neither have initial states and peepholes; ``Y_h``/``Y_c``
-and every intermediate value have no other reader; activations, when given, are given
+forward/reverse pair; both or neither have initial states and peepholes; every
+intermediate value between a ``Y`` and the Concat has no other reader; a half's
+``Y_h``/``Y_c`` may be read by anything (a streaming model's per-direction state output)
+when no input of either half is computed from a half's output (the merged node would read
+its own output); activations, when given, are given
 for both, and ``activation_alpha``/``activation_beta``, when given, hold exactly one
 value per activation of that half that takes one (runtimes hand the values in order to
 those activations only).
@@ -42,7 +45,11 @@ must exist), states concatenated, then
 ``Reshape(Y, [0, 2H])`` for the batch-free ``[seq, 2H]`` (a batch of 1 needs no
 Transpose), the halves' ``Cast`` applied once to the merged ``Y`` (it is elementwise: it
 commutes with the Slices, Squeezes, Concat, Transpose and Reshape); or the one node with
-``direction="reverse"`` reading ``x``.
+``direction="reverse"`` reading ``x``. A read ``Y_h`` (``Y_c``) of a pair becomes the
+halves of ``Split(Y_h, axis=0)``, forward first (``[2, batch, H]`` is the forward and the
+reverse direction's final state; the backward half ran over the reversed sequence, which
+is what ``direction="reverse"`` runs: its final state is the reverse direction's); the
+readers are moved after the merged node (:mod:`._state_reads`).
 """
 
 from __future__ import annotations
@@ -68,6 +75,11 @@ from rnn_rewrite_rules.rules.bidirectional._pair import (
     node_reason,
     only_reader,
     pair_reason,
+)
+from rnn_rewrite_rules.rules.bidirectional._state_reads import (
+    StateReads,
+    cycle_reason,
+    read_states,
 )
 from rnn_rewrite_rules.shape import ONE, ShapeProver
 
@@ -193,9 +205,13 @@ def _sliced_rnn(value: ir.Value) -> ir.Node | None:
 class MergeHandBuiltBidirectional(RewriteRuleClassBase):
     """Concat(RNN(x), rev(RNN(rev(x)))) -> RNN(x, direction="bidirectional")."""
 
-    _plan: tuple[Half, Half, ir.Value, int]
+    _plan: tuple[Half, Half, ir.Value, int, list[bool], int]
     _graph: ir.Graph | ir.Function
     _main_graph: bool
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._states = StateReads()
 
     def pattern(self, op, a, b):
         return op.Concat(a, b, _allow_other_attributes=True)
@@ -236,9 +252,17 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         if not forward.squeezed and axis not in (1, -3):
             reason = "the halves are not concatenated on the direction axis"
             return check_result.fail(reason, context.root)
-        refusal = pair_reason(forward, backward, prover)
+        refusal = pair_reason(forward, backward, prover, states_read=True)
         if refusal is not None:
             return check_result.fail(refusal, backward.node)
+        reads = read_states((forward.node, backward.node))
+        if any(reads):
+            refusal = cycle_reason((forward.node, backward.node))
+            if refusal is not None:
+                return check_result.fail(refusal, backward.node)
+        opset = opset_version(context.model, context.graph_or_function)
+        if isinstance(opset, Refusal):
+            return check_result.fail(opset, context.root)
         x = forward.node.inputs[0]
         if x is None:
             return check_result.fail("the forward RNN has no input", forward.node)
@@ -252,15 +276,27 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
                 return check_result.fail(refused, backward.node)
         facts = rnn_facts(forward.node, prover)
         assert not isinstance(facts, Refusal)
-        self._plan = (forward, backward, x, 2 * facts.hidden_size)
+        self._plan = (forward, backward, x, 2 * facts.hidden_size, reads, opset)
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
         return check_result
 
+    def setup(self) -> None:
+        self._states.enter()
+
+    def cleanup(self) -> None:
+        self._states.leave()
+
     def rewrite(self, op, a: ir.Value, **_):
-        forward, backward, x, width = self._plan
+        forward, backward, x, width, reads, opset = self._plan
         main = self._graph if isinstance(self._graph, ir.Graph) and self._main_graph else None
-        y = emit_merged(op, main, forward.node, backward.node, x)[0]
+        count = 1 + max((k for k, read in enumerate(reads, start=1) if read), default=0)
+        outputs = emit_merged(op, main, forward.node, backward.node, x, count)
+        nodes = (forward.node, backward.node)
+        for k, read in enumerate(reads, start=1):
+            if read:
+                self._states.emit(op, opset, outputs[k], nodes, k)
+        y = outputs[0]
         y = _cast_like(op, y, forward.cast)
         if not forward.squeezed:
             return y

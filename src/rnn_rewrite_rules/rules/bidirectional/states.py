@@ -290,11 +290,11 @@ class ConcatWholeSplit(RewriteRuleClassBase):
         if not runs:
             reason = "a Split's outputs are not concatenated whole, in order, on its axis"
             return check_result.fail(reason if found else "no input is a Split's output", root)
-        self._plan = (list(root.inputs), runs, root.attributes.get_int("axis", 0))
+        self._plan = (list(root.inputs), runs, root.attributes.get_int("axis", 0), root.graph)
         return check_result
 
     def rewrite(self, op, **_):
-        inputs, runs, axis = self._plan
+        inputs, runs, axis, graph = self._plan
         starts = {start: (count, whole) for start, count, whole in runs}
         new: list[ir.Value | None] = []
         index = 0
@@ -306,8 +306,12 @@ class ConcatWholeSplit(RewriteRuleClassBase):
             return op.Concat(*new, axis=axis)
         (whole,) = new
         assert whole is not None
-        if whole.is_graph_input() or whole.is_graph_output() or whole.is_initializer():
-            return op.Identity(whole)  # the rewriter would rename it to the Concat's output
+        producer = whole.producer()
+        outer = producer is not None and producer.graph is not graph
+        if whole.is_graph_input() or whole.is_graph_output() or whole.is_initializer() or outer:
+            # the rewriter would rename it to the Concat's output; a subgraph's output
+            # must be computed in it
+            return op.Identity(whole)
         return whole
 
 

@@ -1,0 +1,152 @@
+"""Builders: hand-built bidirectional stacks of a streaming model, each direction's state a
+graph input and its new state a graph output (the per-call state in and out).
+
+``x [T, F]`` is made ``[T, 1, F]`` by ``Unsqueeze(x, [1])``; each layer's forward half
+reads it, the backward half a negative-step ``Slice`` of it (time reversed), whose ``Y`` is
+reversed back; each half's initial states are 1-D inputs ``[H]`` made ``[1, 1, H]`` by
+``Unsqueeze(h, [0, 1])``; ``Y_h`` (``Y_c``) goes out per direction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+NEAR_MISSES = ("cycle", "one_peephole", "y_read")
+
+
+def hand_built_stack(
+    op_type: str = "LSTM",
+    *,
+    layers: int = 3,
+    y_form: str = "squeeze",
+    state_out: str = "squeezed",
+    peepholes: bool = True,
+    near_miss: str | None = None,
+    features: int = 4,
+    hidden: int = 3,
+) -> onnx.ModelProto:
+    """The stack.
+
+    ``y_form``: ``squeeze`` (``Squeeze(Y, [1])`` per half, the backward one reversed back,
+    ``Concat(axis=2)``: ``[T, 1, 2H]``, ``y = Squeeze(.., [1])`` at the end) or
+    ``batch_free`` (``Squeeze(Y, [1, 2])``, ``Concat(axis=-1)``: ``[T, 2H]``, unsqueezed
+    again for the next layer). ``state_out``: ``squeezed`` (``Squeeze(Y_h, [0, 1])``,
+    ``[H]``), ``raw`` (``Y_h`` itself, ``[1, 1, H]``) or ``none`` (unread).
+    ``peepholes``: LSTM halves have ``P``.
+
+    Near misses (layer 0): ``cycle`` (the backward half's initial ``h`` is the forward
+    half's ``Y_h``: merged, the node would read its own output), ``one_peephole`` (only the
+    forward half has ``P``), ``y_read`` (the forward half's squeezed ``Y`` is also a graph
+    output).
+    """
+    if near_miss not in (None, *NEAR_MISSES):
+        raise ValueError(near_miss)
+    rng = np.random.default_rng(0)
+    gates = GATES[op_type]
+    names = ("h", "c") if op_type == "LSTM" else ("h",)
+    nodes: list[onnx.NodeProto] = []
+    inits = [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (
+            ("ax1", [1]),
+            ("ax12", [1, 2]),
+            ("ax01", [0, 1]),
+            ("rev_start", [-1]),
+            ("rev_end", [np.iinfo(np.int64).min]),
+            ("ax0", [0]),
+            ("rev_step", [-1]),
+        )
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", features])]
+    outputs: list[onnx.ValueInfoProto] = []
+
+    def node(op: str, ins: list[str], out: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=f"n_{out}", **attrs))
+        return out
+
+    def rev(src: str, dst: str) -> str:
+        return node("Slice", [src, "rev_start", "rev_end", "ax0", "rev_step"], dst)
+
+    def weight(name: str, shape: list[int]) -> str:
+        array = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        inits.append(numpy_helper.from_array(array, name))
+        return name
+
+    layer_in, size = node("Unsqueeze", ["x", "ax1"], "x3"), features
+    for layer in range(layers):
+        halves, first = [], {}
+        for d in ("f", "b"):
+            p = f"l{layer}_{d}"
+            ws = [
+                weight(f"{p}_W", [1, gates * hidden, size]),
+                weight(f"{p}_R", [1, gates * hidden, hidden]),
+                weight(f"{p}_B", [1, 2 * gates * hidden]),
+            ]
+            states = []
+            for s in names:
+                inputs.append(
+                    helper.make_tensor_value_info(f"{p}_{s}", TensorProto.FLOAT, [hidden])
+                )
+                states.append(node("Unsqueeze", [f"{p}_{s}", "ax01"], f"{p}_{s}3"))
+            if near_miss == "cycle" and layer == 0 and d == "b":
+                states[0] = first["Yh"]
+            has_p = peepholes and op_type == "LSTM"
+            if near_miss == "one_peephole" and layer == 0 and d == "b":
+                has_p = False
+            extra = [weight(f"{p}_P", [1, 3 * hidden])] if has_p else []
+            x = layer_in if d == "f" else rev(layer_in, f"{p}_xrev")
+            outs = [f"{p}_Y", f"{p}_Yh", f"{p}_Yc"][: 1 + len(names)]
+            nodes.append(
+                helper.make_node(
+                    op_type,
+                    [x, *ws, "", *states, *extra],
+                    outs,
+                    name=f"{p}_{op_type.lower()}",
+                    hidden_size=hidden,
+                )
+            )
+            first = {"Yh": f"{p}_Yh"}
+            for s, y in zip(names, outs[1:], strict=True):
+                if state_out == "squeezed":
+                    out = node("Squeeze", [y, "ax01"], f"{p}_{s}_out")
+                    outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT, [hidden]))
+                elif state_out == "raw":
+                    outputs.append(
+                        helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 1, hidden])
+                    )
+            axes = "ax12" if y_form == "batch_free" else "ax1"
+            y = node("Squeeze", [f"{p}_Y", axes], f"{p}_y")
+            if near_miss == "y_read" and layer == 0 and d == "f":
+                rank = 2 if y_form == "batch_free" else 3
+                shape = ["T", hidden] if rank == 2 else ["T", 1, hidden]
+                outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, shape))
+            halves.append(y if d == "f" else rev(y, f"{p}_yback"))
+        axis = -1 if y_form == "batch_free" else 2
+        layer_out = node("Concat", halves, f"l{layer}_out", axis=axis)
+        if y_form == "batch_free":
+            layer_in = node("Unsqueeze", [layer_out, "ax1"], f"l{layer}_out3")
+        else:
+            layer_in = layer_out
+        size = 2 * hidden
+    node("Squeeze", [layer_in, "ax1"], "y")
+    outputs.insert(0, helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 2 * hidden]))
+    graph = helper.make_graph(nodes, "hand_built_stack", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def feeds(model: onnx.ModelProto, steps: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs: ``x [steps, F]`` and every state."""
+    rng = np.random.default_rng(seed)
+    result = {}
+    for value in model.graph.input:
+        dims = [
+            d.dim_value if d.dim_param == "" else steps for d in value.type.tensor_type.shape.dim
+        ]
+        result[value.name] = rng.standard_normal(dims).astype(np.float32)
+    return result
