@@ -143,3 +143,29 @@ def describe_readers(readers: list[ir.Node]) -> str:
     ops = collections.Counter(node.op_type for node in readers)
     kinds = ", ".join(op if n == 1 else f"{op} x{n}" for op, n in ops.items())
     return f"{describe_node(readers[0])} ({kinds})"
+
+
+def fixed_windows(
+    graph: ir.Graph, prover: ShapeProver, symbol_of: collections.abc.Callable[[Dim], str | None]
+) -> Iterator[tuple[str, int, str, ir.Node]]:
+    """(declared name, window length, the read value's description, the Slice) for each
+    ``Slice`` of the constant window ``0..T-1`` (``T >= 2``, step 1) of a symbolic axis: what
+    a re-rolled or merged chain of ``T`` traced steps reads (``MergeSeq1Chain``), still
+    frozen at ``T``."""
+    for node in graph:
+        if node.op_type != "Slice" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 3:
+            continue
+        inputs = list(node.inputs) + [None] * (5 - len(node.inputs))
+        starts, ends = _const_ints(inputs[1]), _const_ints(inputs[2])
+        axes = _const_ints(inputs[3]) if inputs[3] is not None else [0]
+        steps = _const_ints(inputs[4]) if inputs[4] is not None else [1]
+        if starts != [0] or steps != [1] or ends is None or len(ends) != 1 or axes is None:
+            continue
+        if not 2 <= ends[0] < 2**31 or len(axes) != 1 or inputs[0] is None:
+            continue
+        rank = prover.rank(inputs[0])
+        axis = axes[0] + rank if axes[0] < 0 and rank is not None else axes[0]
+        dim = prover.dim(inputs[0], axis)
+        name = None if dim is None else symbol_of(dim)
+        if name is not None:
+            yield name, ends[0], inputs[0].name or "?", node

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator
 import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import describe_node, is_rnn, rnn_op
-from rnn_rewrite_rules._unrolled_axes import describe_readers, unrolled_axes
+from rnn_rewrite_rules._unrolled_axes import describe_readers, fixed_windows, unrolled_axes
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
 from rnn_rewrite_rules.passes.declared_output_shapes import output_shape_fixes
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -332,6 +332,13 @@ def _unrolled(graph: ir.Graph, prover: ShapeProver, symbols: Symbols) -> Iterato
             f"gives only {length} steps, a shorter one fails"
         )
         yield Hazard("frozen-axis", describe_readers(readers), message, unrolled=name)
+    for name, length, value, node in fixed_windows(graph, prover, lambda d: _symbol(d, symbols)):
+        message = (
+            f"{value!r} is read as the constant window 0..{length - 1}: {name!r} "
+            f"({_declared([name], symbols)}, declared dynamic) is frozen at the traced length "
+            f"{length}: a longer input silently gives only {length} steps"
+        )
+        yield Hazard("frozen-axis", describe_readers([node]), message, unrolled=name)
 
 
 def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -> Iterator[Hazard]:
