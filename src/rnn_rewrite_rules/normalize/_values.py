@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules.normalize._journal import Bypassed, Journal, Replaced
 
 __all__ = ["ElementTypes", "bypass", "model_graphs", "names_an_output"]
@@ -168,10 +168,5 @@ def model_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
     """The model's graph, functions and every subgraph in them."""
     graphs: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     for top in list(graphs):
-        for node in ir.traversal.RecursiveGraphIterator(top):
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH:
-                    graphs.append(attr.as_graph())
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    graphs.extend(attr.as_graphs())
+        graphs.extend(subgraph_owners(top))
     return graphs
