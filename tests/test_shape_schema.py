@@ -175,7 +175,11 @@ def test_conv_and_conv_transpose(data, spatial, batch, group, static, transpose)
         return
     checked = _check_with_rank(model, {"x": _feed(x_shape)}, {"out": 2 + spatial}, ort=True)
     every_window_fits = min(size) >= 5  # the widest window: kernel 3, dilation 2
-    assert checked >= 2 + (spatial if static and every_window_fits else 0)
+    # SAME padding with output_padding: ONNX adds the padding, ONNX Runtime does not, so the
+    # prover leaves those sizes uncomputed (shape/schema.py)
+    runtimes_agree = not (mode.startswith("SAME") and any(attrs.get("output_padding", [])))
+    computed = static and every_window_fits and runtimes_agree
+    assert checked >= 2 + (spatial if computed else 0)
 
 
 @given(
