@@ -23,6 +23,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
+from rnn_rewrite_rules.rules.cell.columns import slice_columns
 from rnn_rewrite_rules.rules.cell.polynomial import Polynomial, polynomial
 from rnn_rewrite_rules.shape.constant import Constants
 
@@ -81,7 +82,7 @@ class _Linear:
 
 def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
     """Read ``value`` as a sum of ``MatMul(s, W)`` / ``Gemm`` terms and a constant bias,
-    through ``Add`` and column blocks of an axis-1 ``Split``."""
+    through ``Add`` and column blocks (an axis-1 ``Split``, or a ``Slice`` of columns)."""
     if value is None:
         return Refusal("an operand is missing")
     array = constants(value)
@@ -128,6 +129,8 @@ def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
         return _attach(node, terms) or _sum(terms)
     if node.op_type == "Split":
         return _split_block(node, value, constants)
+    if node.op_type == "Slice":
+        return _slice_block(node, constants)
     return Refusal(
         f"{_label(value)} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias"
     )
@@ -242,11 +245,28 @@ def _split_block(
         return Refusal(f"{_label(node)}'s sizes {parts} do not cover {width} columns")
     index = list(node.outputs).index(value)
     start = sum(parts[:index])
-    stop = start + parts[index]
+    return _columns(whole, start, start + parts[index])
+
+
+def _slice_block(node: ir.Node, constants: Constants) -> _Linear | Refusal:
+    """``Slice(S, [0, s], [big, e], [0, 1])``: columns ``[s, e)`` of ``S``'s terms, every
+    row kept (:mod:`.columns` says why that holds wherever the step runs)."""
+    whole = _linear(node.inputs[0], constants)
+    if isinstance(whole, Refusal):
+        return whole
+    width = _width(whole)
+    found = None if width is None else slice_columns(node, width)
+    if found is None:
+        return Refusal(f"{_label(node)} is not a Slice of constant columns keeping every row")
+    return _columns(whole, *found)
+
+
+def _columns(whole: _Linear, start: int, stop: int) -> _Linear:
+    """Columns ``[start, stop)`` of every term of ``whole`` (a scalar bias stays one)."""
     weights = {s: w[:, start:stop] for s, w in whole.weights.items()}
 
     def columns(bias: np.ndarray) -> np.ndarray:
-        return bias[start:stop] if bias.ndim else bias  # a scalar stays one
+        return bias[start:stop] if bias.ndim else bias
 
     bias = None if whole.bias is None else columns(whole.bias)
     attached = {s: columns(b) for s, b in whole.attached.items()}
@@ -653,7 +673,7 @@ def _candidate(
     add = producer(pre, "Add")
     for a, b in () if add is None else (add.inputs, add.inputs[::-1]):
         pair = _operands(producer(b, "Mul"), _activated, _any)
-        if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split"):
+        if pair is not None and producer(pair[1], "MatMul", "Gemm", "Add", "Split", "Slice"):
             return _reset_after(a, pair[1], pair[0], h_prev, constants)
     return _reset_before(pre, h_prev, constants)
 

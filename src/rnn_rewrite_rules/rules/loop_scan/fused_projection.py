@@ -26,13 +26,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules.rules.cell import Constants
+from rnn_rewrite_rules.rules.cell.columns import slice_columns
 
 __all__ = ["split_projections"]
-
-#: A rows' end at least this keeps every row (see the module docstring).
-_ALL_ROWS = 2**31 - 1
 
 
 def _product(value: ir.Value) -> tuple[ir.Node, ir.Value | None] | None:
@@ -51,31 +48,6 @@ def _product(value: ir.Value) -> tuple[ir.Node, ir.Value | None] | None:
     return None
 
 
-def _columns(node: ir.Node, width: int) -> tuple[int, int] | None:
-    """``[s, e)`` of the columns when ``node`` (a ``Slice`` of a ``[rows, width]`` value)
-    keeps every row and those columns."""
-    arrays = [const_array(v) if v is not None else None for v in node.inputs[1:]]
-    if len(arrays) < 3 or any(a is None for a in arrays[:3]):
-        return None
-    starts, ends, axes = (np.asarray(a).reshape(-1) for a in arrays[:3])
-    if len(arrays) > 3 and arrays[3] is not None and not np.all(arrays[3] == 1):
-        return None
-    if not len(starts) == len(ends) == len(axes):
-        return None
-    found = None
-    for start, end, axis in zip(starts.tolist(), ends.tolist(), axes.tolist(), strict=True):
-        if axis == 0:
-            if start != 0 or end < _ALL_ROWS:
-                return None
-        elif axis in (1, -1) and found is None:
-            s = max(0, start + width if start < 0 else start)
-            e = min(width, end + width if end < 0 else end)
-            found = (s, max(s, e))
-        else:
-            return None
-    return found
-
-
 def _declared_rank_2(value: ir.Value, body: ir.Graph) -> bool:
     return value in body.inputs and value.shape is not None and len(value.shape) == 2
 
@@ -92,7 +64,7 @@ def _split(node: ir.Node, body: ir.Graph, constants: Constants) -> bool:
     r = constants(weight)
     if h is None or r is None or r.ndim != 2 or not _declared_rank_2(h, body):
         return False
-    columns = _columns(node, r.shape[1])
+    columns = slice_columns(node, r.shape[1])
     b = None if bias is None else constants(bias)
     if columns is None or (bias is not None and (b is None or b.ndim == 0)):
         return False

@@ -62,14 +62,19 @@ def static_size(prover: ShapeProver, value: ir.Value, axis: int) -> int | None:
 
 def read_step(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     """``(P, t)`` when ``value`` is ``P[t]`` read on axis 0 with a constant ``t >= 0``:
-    ``Squeeze(Slice(P, [t], [t+1], [0]), [0])`` or ``SequenceAt(S, t)`` of
-    ``S = SplitToSequence(P, axis=0, keepdims=0)`` (torch 2.13's ``unbind``)."""
+    ``Squeeze(Slice(P, [t], [t+1], [0]), [0])``, ``SequenceAt(S, t)`` of
+    ``S = SplitToSequence(P, axis=0, keepdims=0)`` (torch 2.13's ``unbind``), or
+    ``Squeeze(Split(P, axis=0)[k], [0])`` (tf2onnx's ``tf.unstack``, see
+    :func:`_split_row`)."""
     at = _sequence_at(value)
     if at is not None:
         return at
     squeezed = producer(value, "Squeeze")
     if squeezed is None or read_axes(squeezed) != [0]:
         return None
+    split = _split_row(squeezed.inputs[0])
+    if split is not None:
+        return split
     sliced = producer(squeezed.inputs[0], "Slice")
     params = None if sliced is None else slice_params(sliced)
     if params is None:
@@ -78,6 +83,40 @@ def read_step(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     if axis != 0 or step != 1 or start < 0 or end != start + 1 or sliced.inputs[0] is None:  # type: ignore[union-attr]
         return None
     return sliced.inputs[0], start  # type: ignore[union-attr]
+
+
+def _split_row(value: ir.Value | None) -> tuple[ir.Value, int] | None:
+    """``(P, t)`` when ``value`` is output ``k`` of ``Split(P, axis=0)`` read by a
+    ``Squeeze`` of axis 0 (the caller's), which runs only on a part of one row.
+
+    With constant sizes ``s``, part ``k`` is rows ``[t, t + s[k])`` for ``t = sum(s[:k])``
+    (the Split fails unless the sizes cover ``P``'s axis): with ``s[k] = 1``, ``P[t]``.
+    Without sizes before opset 18, ``n`` outputs are ``n`` equal parts (the Split fails
+    unless ``n`` divides ``N``): one row each only where ``N = n``, so part ``k`` is
+    ``P[k]``. With ``num_outputs`` (opset 18) every part but the last has ``ceil(N / n)``
+    rows, one only where ``N <= n``, so part ``k < n - 1`` is ``P[k]``; the last part
+    ends at row ``N`` whatever ``N`` is (``[2, 2, 1]`` at ``N = 5``): not read here.
+    Negative axes are left alone (the rank is not read here)."""
+    split = producer(value, "Split")
+    if split is None or split.attributes.get_int("axis", 0) != 0 or value is None:
+        return None
+    data, k = split.inputs[0], value.index()
+    if data is None or k is None:
+        return None
+    if len(split.inputs) > 1 and split.inputs[1] is not None:
+        array = const_array(split.inputs[1])
+        sizes = None if array is None else [int(v) for v in array.reshape(-1)]
+    elif split.attributes.get("split") is not None:
+        sizes = list(split.attributes["split"].as_ints())
+    elif split.attributes.get("num_outputs") is not None and k == len(split.outputs) - 1:
+        return None
+    else:
+        return data, k
+    if sizes is None or len(sizes) != len(split.outputs) or sizes[k] != 1:
+        return None
+    if any(size < 0 for size in sizes):
+        return None
+    return data, sum(sizes[:k])
 
 
 def _sequence_at(value: ir.Value | None) -> tuple[ir.Value, int] | None:
@@ -296,6 +335,13 @@ class _Emitter:
         self, value: ir.Value, starts: list[int], ends: list[int], axes: list[int]
     ) -> ir.Value:
         return slice_(self.op, value, starts, ends, axes, self.opset, self.ints)
+
+    def zeros(self, x: ir.Value, axis: int, hidden: int, dtype: np.dtype) -> ir.Value:
+        """``[batch, hidden]`` zeros of ``dtype``, ``batch`` the size of ``x``'s ``axis``
+        (``ConstantOfShape``: opset >= 9)."""
+        batch = self.slice(self.op.Shape(x), [axis], [axis + 1], [0])
+        shape = self.op.Concat(batch, self.ints([hidden]), axis=0)
+        return self.op.ConstantOfShape(shape, value=ir.tensor(np.zeros(1, dtype)))
 
     def first_steps(self, x: ir.Value, count: int, reverse: bool, axis: int = 0) -> ir.Value:
         """The first ``count`` entries of ``x`` on ``axis`` (the last ``count`` when

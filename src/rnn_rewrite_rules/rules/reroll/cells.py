@@ -339,6 +339,9 @@ class _CellPlan:
     #: ``[batch, T, H]``).
     time_axis: int = 0
     stack_axis: int = 0
+    #: ``h_0`` / ``c_0`` read as zeros of ``X``'s batch, built by the rewrite (zeros whose
+    #: batch is ``X``'s through an int32 round trip: see :func:`_narrowed_zeros`)
+    rebuilt: tuple[bool, bool] = (False, False)
 
     @property
     def hidden_size(self) -> int:
@@ -446,6 +449,7 @@ class _States:
     h0: ir.Value | None
     c0: ir.Value | None
     broadcast: bool
+    rebuilt: tuple[bool, bool] = (False, False)
 
 
 def _initial_states(
@@ -459,11 +463,13 @@ def _initial_states(
     h0, c0 = first.h_prev, first.c_prev
     op_type = cell.op_type
     broadcast = False
+    h_rebuilt = first.cell is not None and _narrowed_zeros(prover, h0, x, hidden, batch_axis)
+    c_rebuilt = _narrowed_zeros(prover, c0, x, hidden, batch_axis)
     if first.cell is None:
         rows = first.folded_rows
         if rows != 1 and static_size(prover, x, batch_axis) != rows:
             return Refusal("the folded first step fixes a batch X does not provably have")
-    elif h0 is None or not _state_ok(prover, h0, x, hidden, batch_axis):
+    elif h0 is None or not (h_rebuilt or _state_ok(prover, h0, x, hidden, batch_axis)):
         if h0 is None or not _broadcasts(prover, h0, hidden):
             return Refusal("cannot prove h_0 is [batch of X, H] or [batch, H]")
         broadcast = True
@@ -475,7 +481,7 @@ def _initial_states(
         ):
             return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
         h0 = None
-    c0_proven = c0 is not None and _state_ok(prover, c0, x, hidden, batch_axis)
+    c0_proven = c0 is not None and (c_rebuilt or _state_ok(prover, c0, x, hidden, batch_axis))
     if (
         op_type == "LSTM"
         and not c0_proven
@@ -490,7 +496,7 @@ def _initial_states(
         return Refusal("cannot prove c_0 is [batch of X, H]")
     if not c0_proven:
         c0 = None  # zeros of batch 1 that the steps broadcast: the node's own zeros have X's
-    return _States(h0, c0, broadcast)
+    return _States(h0, c0, broadcast, (h_rebuilt, c_rebuilt and c0 is not None))
 
 
 def plan_cell_chain(
@@ -527,7 +533,7 @@ def plan_cell_chain(
     slice_x = static_size(prover, x, time_axis) != len(steps)
     return _CellPlan(
         steps, cell, x, reverse, states.h0, states.c0, slice_x, concat, states.broadcast,
-        time_axis, stack_axis,
+        time_axis, stack_axis, states.rebuilt,
     )  # fmt: skip
 
 
@@ -536,6 +542,27 @@ def _state_ok(
 ) -> bool:
     """``state`` is provably ``[batch of X, H]`` (the batch: ``X``'s ``batch_axis``)."""
     return prover.dims(state) == (prover.dim(x, batch_axis), Dim.const(hidden))
+
+
+def _narrowed_zeros(
+    prover: ShapeProver, state: ir.Value | None, x: ir.Value, hidden: int, batch_axis: int
+) -> bool:
+    """``state`` is provably zeros ``[n, H]`` with ``n`` the batch of ``X`` round-tripped
+    through a type of at least 32 bits (tf2onnx's ``Cast(int32) -> Slice -> Concat ->
+    Cast(int64)`` of ``Shape(X)``; :meth:`ShapeProver.narrowed_from`).
+
+    Below ``2**31`` that is ``X``'s batch. At and above, ``n`` is another number: the
+    steps' first sums (``x_t``'s term of ``X``'s batch plus ``h_0``'s) then run only where
+    ``n`` is 1 and broadcast the zero row, so every row of the state is zero either way:
+    zeros of ``X``'s batch (:attr:`_CellPlan.rebuilt`) give the same steps wherever the
+    original runs."""
+    if state is None or not is_all_zeros(state):
+        return False
+    dims = prover.dims(state)
+    if dims is None or len(dims) != 2 or dims[1] != Dim.const(hidden):
+        return False
+    batch = prover.dim(x, batch_axis)
+    return batch is not None and dims[0] != batch and prover.narrowed_from(dims[0]) == batch
 
 
 def _broadcasts(prover: ShapeProver, state: ir.Value, hidden: int) -> bool:
@@ -618,6 +645,8 @@ class RerollCell(ChainRule[_CellPlan]):
         if c is not None and not _readers_after(context.graph_or_function, c, context.root, plan):
             return Refusal("a reader of c_T comes before h_T")
         opset = opset_version(context.model, context.graph_or_function)
+        if any(plan.rebuilt) and isinstance(opset, int) and opset < 9:
+            return Refusal(f"opset {opset} has no ConstantOfShape (to build zeros of X's batch)")
         if plan.broadcast and not isinstance(opset, Refusal):  # else the check refuses
             reason = broadcast_opset_reason(opset)
             if reason is not None:
@@ -650,9 +679,14 @@ class RerollCell(ChainRule[_CellPlan]):
         x = plan.x
         if plan.slice_x:
             x = emit.first_steps(x, len(plan.steps), reverse=False, axis=plan.time_axis)
+        h0, c0 = plan.h0, plan.c0
+        if any(plan.rebuilt):
+            batch_axis = 1 - plan.time_axis
+            zeros = emit.zeros(x, batch_axis, plan.hidden_size, cell.dtype)
+            h0 = zeros if plan.rebuilt[0] else h0
+            c0 = zeros if plan.rebuilt[1] else c0
         if plan.time_axis == 1:  # batch-first: the node reads [T, batch, I]
             x = op.Transpose(x, perm=[1, 0, 2])
-        h0, c0 = plan.h0, plan.c0
         if plan.broadcast:
             assert h0 is not None
             x, h0, c0 = broadcast_batches(op, x, h0, c0, emit.opset, emit.ints)
