@@ -134,7 +134,9 @@ def test_near_miss_a_step_that_reads_another_row_of_x() -> None:
     a = _node(model, "lstm_cell_5/MatMul")
     b = _node(model, "lstm_cell_7/MatMul")
     a.input[0], b.input[0] = b.input[0], a.input[0]
-    _assert_kept(model, "lstm", "the steps read indices [0, 1, 3, 2, 4], not 0..4 in order or reversed")
+    _assert_kept(
+        model, "lstm", "the steps read indices [0, 1, 3, 2, 4], not 0..4 in order or reversed"
+    )
 
 
 def test_near_miss_a_split_of_x_on_another_axis() -> None:
