@@ -80,14 +80,43 @@ def test_an_unrolled_keras_lstm_stays_unrolled_where_the_table_says_slower() -> 
     assert op_counts(rnn_rewrite_rules.rewrite(original))["LSTM"] == 0
 
 
-@pytest.mark.parametrize("layer", ["gru", "lstm"])
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("portable", "re-roll kept unrolled: rten has no RNN op (target 'portable')"),
+        ("onnxruntime", "re-roll kept unrolled: hidden 8, seq 5, batch symbolic: ONNX Runtime's"),
+    ],
+)
+def test_an_unrolled_keras_simplernn_is_found_and_kept_by_the_cost_table(
+    target: str, reason: str
+) -> None:
+    """SimpleRNN: the chain is proven (the report says why it stays), and kept."""
+    original = _load("simplernn")
+    found = refusal_reasons([RerollCell.rule("RNN", target)], original)
+    assert any(r.startswith(reason) for r in found), found
+    assert op_counts(rnn_rewrite_rules.rewrite(original, target=target))["RNN"] == 0
+
+
+def test_an_unrolled_keras_simplernn_becomes_one_rnn_where_the_cost_allows() -> None:
+    original = _load("simplernn")
+    context = costs.Context(ignore=True)
+    rewritten = rnn_rewrite_rules.rewrite(original, target="onnxruntime", context=context)
+    onnx.checker.check_model(rewritten, full_check=True)
+    counts = op_counts(rewritten)
+    assert counts["RNN"] == 1
+    assert counts.total() == 4, counts  # Transpose, RNN, Squeeze, Transpose
+    _assert_same_outputs(original, rewritten)
+
+
+@pytest.mark.parametrize("layer", ["gru", "lstm", "simplernn"])
 def test_the_zero_states_int32_round_trip_is_x_batch(layer: str) -> None:
     """With the family alone, the node reads zeros built from X's batch, not the
     exporter's Cast(int32) round trip of it (which differs from 2**31 rows on)."""
     rewritten = rnn_rewrite_rules.rewrite(
-        _load(layer), ["reroll"], context=costs.Context(ignore=True)
+        _load(layer), ["reroll"], target="onnxruntime", context=costs.Context(ignore=True)
     )
-    (node,) = [n for n in rewritten.graph.node if n.op_type == layer.upper()]
+    op_type = {"simplernn": "RNN"}.get(layer, layer.upper())
+    (node,) = [n for n in rewritten.graph.node if n.op_type == op_type]
     producers = {o: n for n in rewritten.graph.node for o in n.output}
     for state in node.input[5:]:
         unsqueeze = producers[state]

@@ -35,7 +35,7 @@ def make_rules(target: str = "portable") -> list[RewriteRule]:
     node is slower there (``rnn_rewrite_rules.costs``); ``portable`` never emits ``RNN``."""
     return (
         [RerollRnn.rule(activation, target) for activation in ACTIVATIONS]
-        + [RerollCell.rule(op_type, target) for op_type in ("LSTM", "GRU")]
+        + [RerollCell.rule(op_type, target) for op_type in ("LSTM", "GRU", "RNN")]
         + seq1_chain_rules(target)
     )
 

@@ -76,7 +76,7 @@ from rnn_rewrite_rules.shape.values import is_all_zeros
 __all__ = ["RerollCell", "plan_cell_chain"]
 
 #: The op each cell's ``h_t`` is computed by (the rule's pattern).
-_ROOT_OP = {"LSTM": "Mul", "GRU": "Add"}
+_ROOT_OP = {"LSTM": "Mul", "GRU": "Add", "RNN": "Tanh"}
 #: Ops between ``h_t`` and the gates: ``o * act(c_t)`` (LSTM), ``(h - n) * z + n`` (GRU).
 _UPDATE_OPS = ("Mul", "Add", "Sub")
 _FLOATS = (np.float32, np.float64, np.float16)
@@ -185,7 +185,7 @@ def _parse_step(
     """The step whose ``h_t`` ``root`` computes, proven by :func:`prove_cell` (``source``:
     the chain's ``X``, else any tensor the step reads one step of)."""
     if root.op_type != _ROOT_OP[op_type] or root.domain != "":
-        return Refusal("not a Mul" if op_type == "LSTM" else "not an Add")
+        return Refusal({"LSTM": "not a Mul", "GRU": "not an Add"}.get(op_type, "not a Tanh"))
     h = root.outputs[0]
     found = _step_inputs(h, constants, source)
     if isinstance(found, Refusal):
@@ -626,6 +626,8 @@ class RerollCell(ChainRule[_CellPlan]):
         self.target = target
 
     def pattern(self, op, a, b):
+        if self.op_type == "RNN":
+            return op.Tanh(a)
         return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
 
     def plan_chain(self, root: ir.Node, main_graph: ir.Graph) -> _CellPlan | Refusal:
