@@ -201,3 +201,20 @@ def test_near_miss_a_gate_slice_that_drops_rows() -> None:
         "functional_1/gru_1/gru_cell_5/strided_slice is not a Slice of constant columns "
         "keeping every row",
     )
+
+
+def test_near_miss_the_last_part_of_a_num_outputs_split() -> None:
+    """Opset 18's ``Split(num_outputs=5)``: the last part ends at X's last row whatever
+    its length (``[2, 2, 1]`` at 5 rows in 3 parts), so the last step is not a read of row
+    4 and the first four are not the whole stack."""
+    model = _load("gru")
+    model.opset_import[0].version = 18
+    for node in model.graph.node:
+        if node.op_type == "Split" and len(node.input) == 1:
+            node.attribute.append(onnx.helper.make_attribute("num_outputs", len(node.output)))
+    onnx.checker.check_model(model)
+    _assert_kept(model, "gru", "no gate reads one step of X (Gather(X, t) or Slice)")
+    assert (
+        "a value of step 0 (functional_1/gru_1/gru_cell_1/add_4:0) has a reader outside the loop"
+        in _reasons(model, "gru")
+    )

@@ -1,7 +1,8 @@
 """Re-roll unrolled ``nn.RNN`` recurrences into one ONNX ``RNN`` node per layer and direction.
 
 * :mod:`.rnn`: the ``nn.RNN`` chain (torch dynamo form) -> ``RNN``.
-* :mod:`.cells`: Python loops over ``nn.LSTMCell`` / ``nn.GRUCell`` -> ``LSTM`` / ``GRU``.
+* :mod:`.cells`: Python loops over ``nn.LSTMCell`` / ``nn.GRUCell`` and Keras
+  ``unroll=True`` layers (tf2onnx) -> ``LSTM`` / ``GRU`` / ``RNN``.
 * :mod:`.seq1_chain`: a chain of one-step ``GRU``/``RNN``/``LSTM`` nodes (a layer called
   once per step) -> one node over the steps.
 * :mod:`._chain`: what both share (the walk back along a chain, the check's tail, the

@@ -1,9 +1,11 @@
-"""Re-roll Python loops over ``nn.LSTMCell`` / ``nn.GRUCell`` into one ONNX ``LSTM`` / ``GRU``.
+"""Re-roll unrolled cell loops into one ONNX ``LSTM`` / ``GRU`` / ``RNN``: Python loops over
+``nn.LSTMCell`` / ``nn.GRUCell``, and Keras layers with ``unroll=True`` as tf2onnx writes them.
 
 Pattern (torch 2.13 ``dynamo=True`` and the TorchScript exporter write the same steps):
-step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``;
-``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``) and computes one LSTM / GRU
-cell step from ``x_t`` and ``h_{t-1}`` (``c_{t-1}``), as
+step ``t`` reads ``x_t = Gather(X, t, axis=0)`` (or ``Squeeze(Slice(X, [t], [t+1]), [0])``,
+or tf2onnx's ``Squeeze(Split(X, axis=0)[t], [0])``: see ``_chain.read_step``;
+``Gather(X, t, axis=1)``, ``x[:, t]``, for a batch-first ``X``) and computes one LSTM / GRU /
+RNN cell step from ``x_t`` and ``h_{t-1}`` (``c_{t-1}``), as
 :func:`rnn_rewrite_rules.rules.cell.prove_cell` proves it: PyTorch's
 ``Gemm(x_t, W_ih, b_ih, transB=1)`` and ``Gemm(h_{t-1}, W_hh, b_hh, transB=1)`` (or
 ``MatMul(v, W^T) [+ b]``) split into gates on axis 1, ``c_t = sigmoid(f) * c_{t-1} +
@@ -26,12 +28,15 @@ stacking ``Concat``, but ``x_t``, a function of ``X`` alone, which keeps any oth
 ``h_0`` (``c_0``) is provably ``[batch of X, H]`` (zeros built from ``Shape(X)``), or
 ``[b, H]`` for a batch ``b`` not proven ``X``'s (an encoder's final state, a graph input:
 the steps broadcast it), or the first step's hidden term is a folded constant equal to
-``b_hh`` for a batch of 1 or ``X``'s static batch. A loop of one step is not a recurrence
+``b_hh`` for a batch of 1 or ``X``'s static batch, or ``h_0`` (``c_0``) is zeros whose
+batch is ``X``'s through an int32 round trip (tf2onnx; the node then reads zeros of
+``X``'s batch, see ``_narrowed_zeros``). A loop of one step is not a recurrence
 and is left alone. ``X`` is sliced to ``T`` steps unless its sequence axis is statically
 ``T`` (the original reads only those).
 
 Replacement: ``LSTM`` (gate order ``iofc``) / ``GRU`` (``zrh``, ``linear_before_reset=1``)
-with ``W``, ``R``, ``B`` as new initializers and ``Unsqueeze``-d initial states, reading
+/ ``RNN`` (a ``Tanh`` cell, rooted at the last step's ``Tanh``) with ``W``, ``R``, ``B`` as
+new initializers and ``Unsqueeze``-d initial states, reading
 ``Transpose(X, [1, 0, 2])`` for a batch-first ``X``, and ``X`` and states of a batch of
 their own expanded to the batch they broadcast to (``rules._broadcast``); ``h_T`` and
 ``c_T`` become ``Squeeze(Y_h / Y_c, [0])`` and the stack ``Squeeze(Y, [1])``
