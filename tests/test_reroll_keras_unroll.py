@@ -125,6 +125,17 @@ def test_the_zero_states_int32_round_trip_is_x_batch(layer: str) -> None:
     _assert_same_outputs(_load(layer), rewritten)
 
 
+def test_a_split_with_sizes_of_one_row_reads_the_same_steps() -> None:
+    """``Split(P, [1, 1, 1, 1, 1], axis=0)``: part ``k`` is row ``k``, as equal parts are."""
+    original = _load("gru")
+    sized = _load("gru")
+    sized.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(5, np.int64), "ones"))
+    _node(sized, "unstack").input.append("ones")
+    rewritten = rnn_rewrite_rules.rewrite(sized, target="onnxruntime")
+    assert op_counts(rewritten)["GRU"] == 1
+    _assert_same_outputs(original, rewritten)
+
+
 # ---------------------------------------------------------------- near misses
 
 
