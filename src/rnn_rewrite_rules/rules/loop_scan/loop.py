@@ -31,16 +31,26 @@ from rnn_rewrite_rules.shape import Dim, ShapeProver
 __all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
 
 #: Why a Loop over X's length that carries X itself around unchanged (jax2onnx's scan,
-#: X read by Gather(X, t)) is kept. With the zero-step guard (only read outputs pass its
-#: If, the stack of no step from a zero-trip Loop declared as the original's) the
-#: rewritten files differed from the original at X's length 0 in ONNX Runtime
-#: 1.32 (9 of jax2onnx 0.17.1's files; e.g. the stack's last axis 8 against 0), so
-#: the guard's stack is not proven the Loop's here. From seq 8 on the rewrite ran at
-#: 0.12x-0.33x the Loop's time: what equal zero-step outputs would gain.
+#: X read by Gather(X, t)) is kept. At X's length 0 ONNX Runtime shapes the Loop's stack
+#: of no step from its own inference of the body, symbolic sizes as 0 (``loop.cc``); for
+#: these bodies that shape is neither the declaration's (what the lean guard's pass-through
+#: Loop reproduces) nor one the graph proves. Measured on jax2onnx 0.17.1's files in ONNX
+#: Runtime 1.32: the original itself gives ``(0, 0, 0)`` with graph optimisations off and
+#: ``(0, 0, 8)`` on (every ``hand_*`` file; ``(0, 0, 16)`` for the bidirectional one), and
+#: ``(0, 0, 0)`` at both for the nnx LSTM/Simple cells, whose ``h`` is declared
+#: ``[B, 8]``; onnx's shape inference of the same bodies gives other shapes again. The form
+#: that is equal at both levels keeps the Loop with its body in the guard's zero-step
+#: branch: +16 to +18 nodes a Loop (nnx_gru_batch_major 32 -> 48, hand_lstm_time_major
+#: 38 -> 56), which ``rewrite`` never does (fewer nodes or none), for 0.75x-0.89x of the
+#: Loop's time at seq 1, 0.22x-0.31x at seq 8 and 0.05x-0.13x at seq 64 (batch 2, best
+#: of interleaved rounds, range of 3 trials). ``tests/test_jax_scan_loops.py`` holds the
+#: premise.
 GUARD_INVARIANTS_REASON = (
     "the Loop runs {cell} cell, but the trip count is X's length and X is carried around"
-    " it ({count} values unchanged): at X's length 0 the guard's stack of no step is not"
-    " proven to have the shape ONNX Runtime gives the Loop's"
+    " it ({count} values unchanged): at X's length 0 ONNX Runtime shapes the Loop's stack"
+    " of no step from its own inference of this body, which its graph optimisation level"
+    " changes; only the Loop itself gives that shape, and keeping it in the guard adds"
+    " its body's nodes"
 )
 
 #: A constant trip count above this is not unrolled to prove the condition.
@@ -101,6 +111,9 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     if isinstance(trips, Refusal):
         return trips
     parts = _Body.of(body, len(node.inputs) - 2)
+    changed = _changed_sequence_reason(body, parts)
+    if changed is not None:
+        return changed
     carried = prove_carried(parts.carried_in, parts.carried_out, list(node.inputs[2:]), opset)
     if isinstance(carried, Refusal):
         return carried
@@ -167,6 +180,28 @@ def _step_input(
     if index is not parts.iteration and start != 0:
         return Refusal("the step input is not X[t]: the index is not the iteration number")
     return x
+
+
+def _changed_sequence_reason(body: ir.Graph, parts: _Body) -> Refusal | None:
+    """Why the body's steps are not ``X[t]`` of one sequence: it reads ``Gather(v, t)`` of
+    a carried value ``v`` the body changes (``v_out`` is not ``v_in`` through Identity),
+    so step ``t`` reads a sequence the earlier steps rewrote. A carried ``X`` passed
+    through unchanged is ``X`` at every step (jax2onnx's scan; see
+    :data:`GUARD_INVARIANTS_REASON`)."""
+    for inner in body:
+        if inner.op_type != "Gather" or inner.domain != "" or len(inner.inputs) != 2:
+            continue
+        sequence, index = inner.inputs
+        if sequence not in parts.carried_in or index is not parts.iteration:
+            continue
+        j = parts.carried_in.index(sequence)
+        if through_identity(parts.carried_out[j]) is not sequence:
+            return Refusal(
+                f"the body reads its step from carried value {j} ({sequence.name}) and"
+                " changes that value: step t reads a sequence the earlier steps rewrote,"
+                " not X[t]"
+            )
+    return None
 
 
 def _output_kinds(
