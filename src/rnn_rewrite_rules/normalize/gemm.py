@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, replace_node
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._journal import Replaced
 from rnn_rewrite_rules.normalize._node_pass import NodePass
@@ -87,11 +87,5 @@ def _to_matmul(graph: ir.Graph | ir.Function, node: ir.Node) -> Replaced:
     matmul = ir.Node("", "MatMul", operands, name=node.name)
     added.append(matmul)
     graph.insert_before(node, added)
-    out = node.outputs[0]
-    result = matmul.outputs[0]
-    result.type, result.shape = out.type, out.shape
-    name = out.name
-    ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
-    graph.remove(node, safe=True)
-    result.name = name
+    replace_node(node, matmul.outputs[0])
     return Replaced(graph, node, inputs, matmul, added[:-1])
