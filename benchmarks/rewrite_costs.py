@@ -245,7 +245,7 @@ def main(case: Case, argv: list[str] | None = None) -> int:
 
 
 #: The harness's runtime names -> the cost table's keys (``costs.RUNTIMES``).
-_RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino"}
+_RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino", "tract": "tract"}
 
 
 def table(case: Case, points: list[Point], header: dict[str, str]) -> dict:
