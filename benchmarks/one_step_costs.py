@@ -18,7 +18,14 @@ and judges the spread).
   (a static batch): the node between ``Unsqueeze`` and ``Squeeze``;
 * ``one_step_broadcast`` (``costs/one_step_broadcast.json``): a symbolic batch per input,
   what torch exports declare: the ``Expand``s that broadcast ``x`` and the states as the
-  original's ops do, then the node.
+  original's ops do, then the node. Since the rule counts the nodes it emits, only the GRU
+  step of the builder is rewritten in this form (its LSTM and RNN steps would grow): the
+  grid skips the others, saying so.
+
+tract (``--runtimes``; by default every runtime installed) runs in a child process
+(``benchmarks/tract_worker.py``), timed in that process's CPU time the same way; ``--keep``
+keeps a table's points on the runtimes not measured (``--runtimes tract --keep`` adds the
+tract column), and the page says when each column was measured.
 
 For this form the issue counts parity within noise on a runtime as no slower: a call is
 dominated by the runtime's per-call overhead, and the gain is the node count, the other
@@ -176,6 +183,9 @@ def _measure(
     microseconds: ``--sample`` seconds of calls per timing steady it on a shared machine)."""
     points: list[rewrite_costs.Point] = []
     for op in args.ops:
+        if form == "one_step_broadcast" and op != "GRU":
+            print(f"{form} {op}: skipped (the node and its Expands outgrow the step)")
+            continue
         for hidden in args.hidden:
             for batch in args.batch:
                 built: int | str = batch if form == "one_step" else "batch"
@@ -232,12 +242,17 @@ def _kept(
 
 
 def _provenance(when: dict[str, str]) -> str:
-    """The page's line saying when each column was measured."""
-    return (
-        "Columns measured: "
-        + "; ".join(f"{_NAMES[key]} {text}" for key, text in sorted(when.items()))
-        + "."
+    """The page's lines saying when each column was measured, and how tract's was."""
+    text = "Columns measured: " + "; ".join(
+        f"{_NAMES[key]} {value}" for key, value in sorted(when.items())
     )
+    if "tract" in when:
+        text += (
+            ". tract runs in a child process (``benchmarks/tract_worker.py``: a tract panic "
+            "aborts its process), its outputs on the rewrite checked against ONNX Runtime's, "
+            "timed in that process's CPU time with the same repeats, rounds and sample"
+        )
+    return text + "."
 
 
 def _write(
@@ -282,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the tables' points on the other runtimes"
     )
+    parser.add_argument(
+        "--render", action="store_true", help="measure nothing: the page from the tables"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--sample", type=float, default=0.02, help="seconds per timing")
@@ -289,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
     parser.add_argument("--tables", type=pathlib.Path, default=None, help="folder of the tables")
     args = parser.parse_args(argv)
+    if args.render:
+        args.keep, args.forms = True, []
     if args.quick:
         args.ops, args.hidden, args.batch, args.repeats, args.rounds = ["LSTM"], [8], [1], 1, 2
     tables = args.tables if args.tables is not None else (None if args.quick else COSTS)
