@@ -20,9 +20,10 @@ STEPS = (1, 3, 7)
 
 
 def _rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
-    after = rnn_rewrite_rules.rewrite(model)
+    """Target ``onnxruntime``: ``portable`` emits no reverse node (tract runs it forward)."""
+    after = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
     onnx.checker.check_model(after, full_check=True)
-    again = rnn_rewrite_rules.rewrite(after)
+    again = rnn_rewrite_rules.rewrite(after, target="onnxruntime")
     assert again.graph == after.graph, "rewriting twice differs from once"
     return after
 
@@ -92,9 +93,45 @@ def test_unread_states_still_merge() -> None:
 )
 def test_near_misses_stay_forward(near_miss: str, reason: str) -> None:
     before = lone_reversed_half("LSTM", near_miss=near_miss)
-    found = refusal_reasons(select_rules(["bidirectional"]).rules, before)
+    found = refusal_reasons(select_rules(["bidirectional"], target="onnxruntime").rules, before)
     assert any(reason in r for r in found), found
     after = _rewrite(before)
     assert [_direction(n) for n in _rnn_nodes(after)] == [b"forward"]
     if near_miss != "sequence_lens":  # seq 0 with sequence_lens: ORT refuses a length 0
         _assert_equal(before, after, "LSTM")
+
+
+def test_portable_keeps_the_half_tract_runs_reverse_nodes_forward() -> None:
+    """tract 0.23.9 runs ``direction="reverse"`` as forward; it runs the half right at a
+    static length, so target ``portable`` keeps it and says why."""
+    before = lone_reversed_half("GRU")
+    found = refusal_reasons(select_rules(["bidirectional"]).rules, before)
+    assert "tract runs direction='reverse' as 'forward' (target 'portable')" in found, found
+    after = rnn_rewrite_rules.rewrite(before)
+    assert [_direction(n) for n in _rnn_nodes(after)] == [b"forward"]
+
+
+def test_tract_runs_a_reverse_node_forward_and_the_half_right() -> None:
+    """The fact behind ``rules._kernels.WRONG_DIRECTIONS`` (fails once tract fixes it): at a
+    static length tract runs the hand-built half as ONNX Runtime does, and the reverse node
+    as if it were forward."""
+    pytest.importorskip("tract", reason="tract (the test extra) is not installed")
+    from tests.support import in_tract
+
+    before = lone_reversed_half("GRU")
+    for value in [*before.graph.input, *before.graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param == "T":
+                dim.dim_value = 3
+    after = rnn_rewrite_rules.rewrite(before, target="onnxruntime")
+    forward = onnx.ModelProto()
+    forward.CopyFrom(after)
+    (node,) = _rnn_nodes(forward)
+    next(a for a in node.attribute if a.name == "direction").s = b"forward"
+    inputs = feeds(before, 3, 1)
+    half, node_run = in_tract([before, after], [inputs])
+    for actual, expected in zip(half.outputs[0], _run(before, inputs), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    for actual, expected in zip(node_run.outputs[0], _run(forward, inputs), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(node_run.outputs[0][0], _run(after, inputs)[0], atol=1e-3)

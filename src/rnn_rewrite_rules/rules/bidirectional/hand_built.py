@@ -35,7 +35,11 @@ when no input of either half is computed from a half's output (the merged node w
 its own output); activations, when given, are given
 for both, and ``activation_alpha``/``activation_beta``, when given, hold exactly one
 value per activation of that half that takes one (runtimes hand the values in order to
-those activations only).
+those activations only). A lone reversed half becomes a reverse node on target
+``onnxruntime`` only: tract 0.23.9 runs ``direction="reverse"`` as ``"forward"``
+(``rules._kernels.WRONG_DIRECTIONS``), and runs the hand-built half right at a static
+length, so target ``portable`` keeps the half (a pair's ``bidirectional`` node tract runs
+right).
 
 Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W``,
 ``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
@@ -74,6 +78,7 @@ from rnn_rewrite_rules.rules._graph import (
     same_value,
     squeeze,
 )
+from rnn_rewrite_rules.rules._kernels import wrong_direction
 from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
@@ -335,9 +340,10 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
     _main_graph: bool
     _opset: int
 
-    def __init__(self) -> None:
+    def __init__(self, target: str = "portable") -> None:
         super().__init__()
         self._states = StateReads()
+        self.target = target
 
     def setup(self) -> None:
         self._states.enter()
@@ -359,6 +365,9 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         reason = node_reason(half.node, states_read=True)
         if reason is not None:
             return check_result.fail(reason, half.node)
+        wrong = wrong_direction("reverse", (self.target,))
+        if wrong is not None:
+            return check_result.fail(wrong, half.node)
         reads = read_states((half.node,))
         if any(reads) and _concatenated(out):
             paired = (
