@@ -26,6 +26,7 @@ from rnn_rewrite_rules.normalize import Journal, normalize
 from rnn_rewrite_rules.passes import (
     DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
+    ForwardReverseNodesPass,
     InitializerInfoFromTensorPass,
     RemoveDeadNodesPass,
     RemoveUnusedSubgraphInitializersPass,
@@ -164,12 +165,12 @@ def rewrite(
     rule_set = RewriteRuleSet(select(names, target=target, exclude=exclude))
     if isinstance(model, onnx.ModelProto):
         ir_model = ir.serde.deserialize_model(model)
-        fired = apply_rounds(ir_model, rule_set, context=context)
+        fired = apply_rounds(ir_model, rule_set, context=context, target=target)
         if not fired:
             # no rule fired: the model given with only what cleanup fixes (declared
             # output shapes the prover refutes, unused RNN outputs), no normalisation
             ir_model = ir.serde.deserialize_model(model)
-            cleanup(ir_model, model_nodes(ir_model))
+            cleanup(ir_model, model_nodes(ir_model), target=target)
             untouched = ir.serde.deserialize_model(model)
             InitializerInfoFromTensorPass()(untouched)
             if _serialize.structure(untouched) == _serialize.structure(ir_model):
@@ -177,7 +178,7 @@ def rewrite(
                 result.CopyFrom(model)  # nothing changed: byte for byte the model given
                 return result
         return _serialize.serialize_releasing(ir_model)
-    apply_rounds(model, rule_set, context=context)
+    apply_rounds(model, rule_set, context=context, target=target)
     return model
 
 
@@ -190,6 +191,7 @@ def apply_rounds(
     on_node: Callable[[], None] | None = None,
     context: costs.Context | None = None,
     refusals: list[Refused] | None = None,
+    target: str | None = None,
 ) -> bool:
     """Apply ``rule_set`` to ``model`` in place until a round fires nothing (at most
     ``_MAX_ROUNDS``: one rule's output is another's input), then :func:`cleanup`.
@@ -210,6 +212,8 @@ def apply_rounds(
             None: a fresh one.
         refusals: if given, it ends holding every failed condition of the last round (the
             one that fired nothing: the rules' refusals on the rewritten model).
+        target: what the result must run on, as in :func:`rules` (None: the default), for
+            :func:`cleanup`.
     """
     tracer = _RefusalTracer() if refusals is not None else None
     if (counts is not None or tracer is not None) and rule_set.rules:
@@ -233,7 +237,7 @@ def apply_rounds(
             _rounds(model, rule_set, on_round, tracer)
     if refusals is not None and tracer is not None:
         refusals[:] = tracer.failures
-    cleanup(model, original)
+    cleanup(model, original, target=target)
     return fired
 
 
@@ -319,14 +323,21 @@ class _CountingRule:
         return delta
 
 
-def cleanup(model: ir.Model, original: Iterable[ir.Node] | None = None) -> None:
+def cleanup(
+    model: ir.Model, original: Iterable[ir.Node] | None = None, *, target: str | None = None
+) -> None:
     """The passes :func:`rewrite` runs after the rules (the CLI runs them too).
 
     ``original``: the model's nodes before the rules ran, to tell those a rule emitted
-    (:class:`~rnn_rewrite_rules.passes.UniqueRewrittenNodeNamesPass`)."""
+    (:class:`~rnn_rewrite_rules.passes.UniqueRewrittenNodeNamesPass`,
+    :class:`~rnn_rewrite_rules.passes.ForwardReverseNodesPass`). ``target``: what the
+    result must run on (None: the default), for the latter."""
+    original = None if original is None else weakref.WeakSet(original)
     ir.passes.PassManager(
         [
             RemoveDeadNodesPass(),
+            # emitted reverse nodes a runtime of the target runs wrongly, made forward
+            ForwardReverseNodesPass((target or DEFAULT_TARGET,), original),
             RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),

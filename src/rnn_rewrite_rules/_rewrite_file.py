@@ -163,7 +163,7 @@ def _check_result(path: Path) -> None:
         ) from None
 
 
-def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
+def _rewrite(model: ir.Model, rules: list, progress: Progress, target: str) -> Report:
     before = _report.model_stats(model)
     node_total = sum(1 for _ in model.graph.all_nodes())
     current: list[Task] = [_NoTask()]
@@ -184,6 +184,7 @@ def _rewrite(model: ir.Model, rules: list, progress: Progress) -> Report:
         on_node=lambda: current[0].advance(),
         context=context,
         refusals=refusals,
+        target=target,
     )
     current[0].done()
     unimproved = _report.unimproved_rnns(model, rules, _report.rule_families(), refusals)
@@ -391,7 +392,7 @@ class _Job:
         model = self._model().model
         hazards = diagnostics.find_hazards(model) if self.options.hazards else None
         self.progress.started(sum(1 for n in model.graph.all_nodes() if diagnostics.is_rnn(n)))
-        report = _rewrite(model, self.rules, self.progress)
+        report = _rewrite(model, self.rules, self.progress, self.options.target)
         if self.plan is not None:
             self.plan.add_rewritten(model)
         report.source, report.target = self.source, self.target

@@ -8,6 +8,7 @@ from rnn_rewrite_rules.passes.empty_unused_rnn_outputs import (
     EmptyUnusedRnnOutputsPass,
     empty_unused_rnn_outputs,
 )
+from rnn_rewrite_rules.passes.forward_reverse_nodes import ForwardReverseNodesPass
 from rnn_rewrite_rules.passes.initializer_info_from_tensor import InitializerInfoFromTensorPass
 from rnn_rewrite_rules.passes.remove_dead_nodes import RemoveDeadNodesPass
 from rnn_rewrite_rules.passes.remove_unused_subgraph_initializers import (
@@ -18,6 +19,7 @@ from rnn_rewrite_rules.passes.unique_rewritten_node_names import UniqueRewritten
 __all__ = [
     "DeclaredOutputShapesPass",
     "EmptyUnusedRnnOutputsPass",
+    "ForwardReverseNodesPass",
     "InitializerInfoFromTensorPass",
     "RemoveDeadNodesPass",
     "RemoveUnusedSubgraphInitializersPass",

@@ -1,0 +1,144 @@
+"""Reverse LSTM/GRU/RNN nodes the rules emit are run forward over the reversed sequence
+on targets with tract (``passes.ForwardReverseNodesPass``): tract 0.23.9 runs
+``direction="reverse"`` as ``"forward"`` (``rules._kernels.WRONG_DIRECTIONS``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import costs, runtime
+from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
+from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell, cell_inputs
+
+_GO_BACKWARDS = [
+    LoopSpec(direction="reverse", outputs=("y", "h", "c")),
+    LoopSpec(cell="GRU", direction="reverse", outputs=("y", "h")),
+]
+_REVERSED_CHAINS = [
+    UnrolledCellConfig(op_type="GRU", reverse=True),
+    UnrolledCellConfig(reverse=True, gemm=False, read="slice", bias=False, seq=5),
+]
+
+
+def _rewrite(model: onnx.ModelProto, target: str | None = None) -> onnx.ModelProto:
+    """Whatever the cost tables say of rerolling these small chains (tested in
+    tests/test_reroll_costs.py): the pass is what is tested here."""
+    return rnn_rewrite_rules.rewrite(model, target=target, context=costs.Context(ignore=True))
+
+
+def _directions(model: onnx.ModelProto) -> list[bytes]:
+    return [
+        next((a.s for a in node.attribute if a.name == "direction"), b"forward")
+        for node in model.graph.node
+        if node.op_type in ("LSTM", "GRU", "RNN")
+    ]
+
+
+def _assert_same(before: onnx.ModelProto, after: onnx.ModelProto, feeds: dict) -> None:
+    expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
+    assert [a.shape for a in actual] == [e.shape for e in expected]
+    assert runtime.max_abs_diff(expected, actual) <= 1e-5
+
+
+@pytest.mark.parametrize("spec", _GO_BACKWARDS, ids=lambda s: s.cell)
+def test_go_backwards_loop_is_a_forward_node_on_reversed_x(spec: LoopSpec) -> None:
+    model = build_loop_model(spec)
+    after = _rewrite(model)
+    assert _directions(after) == [b"forward"]
+    assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
+    onnx.checker.check_model(after, full_check=True)
+    # the Loop reads the first `steps` of X (a shorter X fails in the original)
+    for seed, (batch, seq) in enumerate([(1, spec.steps), (3, spec.steps), (2, spec.steps + 3)]):
+        _assert_same(model, after, loop_inputs(spec, batch, seq, seed=seed))
+
+
+@pytest.mark.parametrize("cfg", _REVERSED_CHAINS, ids=lambda c: c.op_type)
+def test_reversed_unrolled_chain_is_a_forward_node_on_reversed_x(cfg: UnrolledCellConfig) -> None:
+    model = build_unrolled_cell(cfg)
+    after = _rewrite(model)
+    assert _directions(after) == [b"forward"]
+    assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
+    for seed, batch in enumerate([1, 3, 7]):
+        _assert_same(model, after, cell_inputs(cfg, batch, rng=seed))
+
+
+def test_rewriting_twice_equals_once() -> None:
+    model = build_loop_model(_GO_BACKWARDS[1])
+    once = _rewrite(model)
+    assert _rewrite(once).SerializeToString() == once.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "model",
+    [build_loop_model(_GO_BACKWARDS[0]), build_unrolled_cell(_REVERSED_CHAINS[0])],
+    ids=["loop", "unrolled"],
+)
+def test_target_onnxruntime_keeps_the_reverse_node(model: onnx.ModelProto) -> None:
+    after = _rewrite(model, "onnxruntime")
+    assert _directions(after) == [b"reverse"]
+    portable = _rewrite(model)
+    slices = [sum(n.op_type == "Slice" for n in m.graph.node) for m in (after, portable)]
+    assert slices[1] == slices[0] + 2  # X and Y reversed
+
+
+def test_a_forward_and_backward_pair_is_still_one_bidirectional_node() -> None:
+    spec = LoopSpec(cell="GRU", bidirectional=True, static_seq=True)
+    model = build_loop_model(spec)
+    after = _rewrite(model)
+    assert _directions(after) == [b"bidirectional"]
+    assert not any(n.op_type == "Slice" and "reverse" in n.name for n in after.graph.node)
+    for seed, batch in enumerate([1, 3]):
+        _assert_same(model, after, loop_inputs(spec, batch, seed=seed))
+
+
+def _reverse_gru_model() -> onnx.ModelProto:
+    """A model's own reverse GRU node (no rule emitted it)."""
+    rng = np.random.default_rng(0)
+    weights = [
+        onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in (("W", (1, 12, 5)), ("R", (1, 12, 4)))
+    ]
+    node = oh.make_node(
+        "GRU", ["x", "W", "R"], ["y", "y_h"], name="own", direction="reverse", hidden_size=4
+    )
+    graph = oh.make_graph(
+        [node],
+        "own_reverse",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["T", "B", 5])],
+        [
+            oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None),
+            oh.make_tensor_value_info("y_h", onnx.TensorProto.FLOAT, None),
+        ],
+        weights,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def test_a_models_own_reverse_node_is_left() -> None:
+    model = _reverse_gru_model()
+    after = _rewrite(model)
+    assert _directions(after) == [b"reverse"]
+    assert after.SerializeToString() == model.SerializeToString()
+
+
+def test_tract_runs_the_rewrites_as_onnx_runtime_runs_the_originals() -> None:
+    """Fails if the reverse nodes are left: tract runs them forward (or fails)."""
+    pytest.importorskip("tract", reason="tract (the test extra) is not installed")
+    from tests.support import in_tract
+
+    loop_spec, chain = _GO_BACKWARDS[1], _REVERSED_CHAINS[0]
+    cases = [
+        (build_loop_model(loop_spec), [loop_inputs(loop_spec, b, s) for b, s in [(2, 6), (3, 9)]]),
+        (build_unrolled_cell(chain), [cell_inputs(chain, b, rng=b) for b in (1, 3)]),
+    ]
+    for model, feeds in cases:
+        after = _rewrite(model)
+        (probe,) = in_tract([after], feeds)
+        assert not probe.error, probe.error
+        for feed, outputs in zip(feeds, probe.outputs, strict=True):
+            assert outputs is not None
+            assert runtime.max_abs_diff(runtime.run(model, feed), outputs) <= 1e-5
