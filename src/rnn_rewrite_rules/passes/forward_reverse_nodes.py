@@ -149,12 +149,12 @@ class _Placer:
         constant = ir.node("Constant", [], {"value": value}, name=name)
         constant.outputs[0].name = name
         constant.outputs[0].dtype = value.dtype
-        constant.outputs[0].shape = ir.Shape(value.shape)
+        constant.outputs[0].shape = ir.Shape(value.shape.numpy())
         self._graph.insert_before(self._node, constant)
         return constant.outputs[0]
 
     def initializer(self, tensor: ir.TensorProtocol, name: str) -> ir.Value:
-        value = ir.Value(name=name, const_value=tensor, shape=ir.Shape(tensor.shape))
+        value = ir.Value(name=name, const_value=tensor, shape=ir.Shape(tensor.shape.numpy()))
         value.dtype = tensor.dtype
         self._graph.register_initializer(value)
         return value
