@@ -30,12 +30,12 @@ def _rewrite(model: onnx.ModelProto, target: str | None = None) -> onnx.ModelPro
     return rnn_rewrite_rules.rewrite(model, target=target, context=costs.Context(ignore=True))
 
 
+def _direction(node: onnx.NodeProto) -> bytes:
+    return next((a.s for a in node.attribute if a.name == "direction"), b"forward")
+
+
 def _directions(model: onnx.ModelProto) -> list[bytes]:
-    return [
-        next((a.s for a in node.attribute if a.name == "direction"), b"forward")
-        for node in model.graph.node
-        if node.op_type in ("LSTM", "GRU", "RNN")
-    ]
+    return [_direction(n) for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
 
 
 def _assert_same(before: onnx.ModelProto, after: onnx.ModelProto, feeds: dict) -> None:
@@ -142,3 +142,17 @@ def test_tract_runs_the_rewrites_as_onnx_runtime_runs_the_originals() -> None:
         for feed, outputs in zip(feeds, probe.outputs, strict=True):
             assert outputs is not None
             assert runtime.max_abs_diff(runtime.run(model, feed), outputs) <= 1e-5
+
+
+def test_a_reverse_node_in_a_guard_branch_is_made_forward() -> None:
+    """The length-guarded form puts the node in an ``If`` branch: its reversals are
+    ``Constant`` nodes there."""
+    spec = LoopSpec(form="torch", trip_count="length", direction="reverse")
+    model = build_loop_model(spec)
+    after = _rewrite(model)
+    onnx.checker.check_model(after, full_check=True)
+    branches = [a.g for n in after.graph.node for a in n.attribute if a.g.node]
+    recurrent = [n for g in branches for n in g.node if n.op_type == "LSTM"]
+    assert [_direction(n) for n in recurrent] == [b"forward"]
+    for seed, (batch, seq) in enumerate([(1, spec.steps), (3, spec.steps + 2)]):
+        _assert_same(model, after, loop_inputs(spec, batch, seq, seed=seed))
