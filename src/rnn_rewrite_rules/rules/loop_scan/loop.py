@@ -9,6 +9,7 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
+from rnn_rewrite_rules.normalize.sequence_scan import stack_fails_without_steps
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
@@ -48,6 +49,10 @@ def _scalar_int(array: np.ndarray | None) -> int | None:
     if array is None or array.ndim != 0 or array.dtype.kind not in "iu":
         return None
     return int(array)
+
+
+def _true(array: np.ndarray | None) -> bool:
+    return array is not None and array.size == 1 and bool(array.reshape(()))
 
 
 def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
@@ -102,8 +107,8 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     cell, state_of = carried.cell, carried.state_of
     invariants, counters = carried.invariants, carried.counters
 
-    # the condition is true after every step but the last
-    if trips is None and through_identity(cond_out) is not cond_in:
+    # the condition is true after every step but the last (passed in, or a constant true)
+    if trips is None and through_identity(cond_out) is not cond_in and not _true(outer(cond_out)):
         return Refusal(
             "the condition is not the one passed in and the trip count is not a constant"
         )
@@ -162,7 +167,10 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
-    plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
+    # X's length, which can be 0 (see Recurrence), unless the original then fails; ONNX
+    # Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
+    unguarded = stack_fails_without_steps(node) and cell.op_type != "GRU"
+    plan.guarded = trips is None and not unguarded
     plan.step_input = x
     plan.h_input = carried_in[carried.h_index]
 
