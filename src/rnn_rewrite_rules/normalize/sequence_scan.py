@@ -78,10 +78,11 @@ def _unsqueezed(value: ir.Value) -> ir.Value | None:
     if node is None or not node.inputs or node.inputs[0] is None:
         return None
     attr = node.attributes.get("axes")
+    axes: list[int] | None = None
     if attr is not None:
         axes = list(attr.as_ints())
-    else:
-        array = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
+    elif len(node.inputs) > 1:
+        array = const_array(node.inputs[1])
         axes = None if array is None else [int(a) for a in array.reshape(-1)]
     return node.inputs[0] if axes == [0] else None
 

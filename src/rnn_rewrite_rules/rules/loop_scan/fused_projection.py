@@ -145,7 +145,7 @@ def _split(node: ir.Node, body: ir.Graph, constants: Constants) -> bool:
     condition holds."""
     data = node.inputs[0] if node.inputs else None
     found = None if data is None else _product(data)
-    if found is None:
+    if data is None or found is None:
         return False
     matmul, bias = found
     h, weight = matmul.inputs[:2]
@@ -153,7 +153,8 @@ def _split(node: ir.Node, body: ir.Graph, constants: Constants) -> bool:
     gemm = matmul.op_type == "Gemm"
     if h is None or r is None or r.ndim != 2 or not (gemm or _declared_rank_2(h, body)):
         return False
-    if gemm and matmul.attributes.get_int("transB", 0):
+    transposed = matmul.attributes.get_int("transB", 0)
+    if gemm and transposed:
         r = r.T
     width = r.shape[1]
     columns = _columns(node, width, constants.bind(_width_bindings(data, width)))
