@@ -160,14 +160,14 @@ def stack_fails_without_steps(node: ir.Node) -> bool:
     return bool(node.meta.get(STACK_FAILS_WITHOUT_STEPS, False))
 
 
-def _computes_an_output(value: ir.Value, model: ir.Model) -> bool:
-    """``value``, in the model's graph, is a model output or one is computed from it there
-    (values read only inside a subgraph, which may not run, do not count)."""
-    if value.graph is not model.graph and (
-        value.producer() is None or value.producer().graph is not model.graph  # type: ignore[union-attr]
-    ):
+def _computes_an_output(node: ir.Node, model: ir.Model) -> bool:
+    """``node`` is in the model's graph and computes a model output or a value one is
+    computed from there (values read only inside a subgraph, which may not run, do not
+    count)."""
+    if node.graph is not model.graph:
         return False
-    pending, seen = [value], {value}
+    pending = list(node.outputs)
+    seen = set(pending)
     while pending:
         current = pending.pop()
         if current.is_graph_output():
@@ -301,7 +301,7 @@ def _rewrite(node: ir.Node, body: ir.Graph, found: _Found, model: ir.Model) -> C
         version=node.version,
     )
     graph.insert_before(node, new)
-    if _computes_an_output(found.concat.outputs[0], model):
+    if _computes_an_output(found.concat, model):
         new.meta[STACK_FAILS_WITHOUT_STEPS] = True
     kept = [v for k, v in enumerate(node.outputs) if k != index]
     pairs = [*zip(kept, new.outputs[:-1], strict=True), (found.concat.outputs[0], new.outputs[-1])]
