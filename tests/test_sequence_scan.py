@@ -209,3 +209,53 @@ def test_a_step_node_that_is_not_one_cell_step_is_refused(change: str, reason: s
     proto = ir.serde.serialize_model(model)
     reasons = refusal_reasons(loop_scan.make_rules("onnxruntime"), proto)
     assert any(reason in r for r in reasons), reasons
+
+
+TWO = """<ir_version: 8, opset_import: ["" : 17]>
+agraph (float[T, N, 3] x, float[N, 3] h0) => (float[T, N, 3] ys, float[N, 3] h,
+                                             float[T, N, 3] zs) {
+    zero = Constant<value = int64 {0}>()
+    shape = Shape(x)
+    trips = Gather<axis = 0>(shape, zero)
+    cond = Constant<value = bool {1}>()
+    s0 = SequenceEmpty<dtype = 1>()
+    r0 = SequenceEmpty<dtype = 1>()
+    s, h, r = Loop(trips, cond, s0, h0, r0) <body = loop_body (int64 i, bool c_in,
+        seq(float) s_in, float[N, 3] h_in, seq(float) r_in) => (bool c_out,
+        seq(float) s_out, float[N, 3] h_out, seq(float) r_out) {
+        c_out = Identity(c_in)
+        x_t = Gather<axis = 0>(x, i)
+        a = Add(x_t, h_in)
+        h_out = Tanh(a)
+        s_out = SequenceInsert(s_in, h_out)
+        r_out = SequenceInsert(r_in, a)
+    }>
+    ys = ConcatFromSequence<axis = 0, new_axis = 1>(s)
+    zs = ConcatFromSequence<axis = 0, new_axis = 1>(r)
+}
+"""
+
+
+def test_two_collected_sequences_around_a_state_are_two_scan_outputs() -> None:
+    before, after = ir.from_onnx_text(TWO), ir.from_onnx_text(TWO)
+    journal = Journal()
+    assert SequenceScanPass(journal)(after).modified
+    loop = next(n for n in after.graph if n.op_type == "Loop")
+    assert [v.name for v in loop.outputs] == ["h", "ys", "zs"]
+    assert op_counts(after)["ConcatFromSequence"] == 0
+    for steps, batch in ((1, 2), (4, 3)):
+        feeds = _feeds(steps, batch)
+        for want, got in zip(_run(before, feeds), _run(after, feeds), strict=True):
+            np.testing.assert_array_equal(got, want)
+    assert journal.restore() == 2 and _printed(after) == _printed(ir.from_onnx_text(TWO))
+
+
+def test_where_no_rule_uses_the_scan_output_the_sequence_comes_back() -> None:
+    original = onnx.load(TORCH_SCRIPT / "lstmcell_scripted_loop.onnx")
+    kept = rnn_rewrite_rules.rewrite(original, exclude="loop_scan")
+    ops = _all_ops(kept)
+    assert ops["Loop"] == ops["SequenceInsert"] == ops["ConcatFromSequence"] == 1
+    assert ops["SequenceEmpty"] == 1
+    feeds = _feeds(3, 2, width=6)
+    for want, got in zip(_run(original, feeds), _run(kept, feeds), strict=True):
+        np.testing.assert_array_equal(got, want)
