@@ -62,8 +62,9 @@ AT_POSITION = (
 )
 
 
-def _text(append: str = APPEND, concat: str = STACK) -> str:
-    return COLLECTED.replace("APPEND", append).replace("CONCAT", concat)
+def _text(append: str = APPEND, concat: str = STACK, start: str = "") -> str:
+    text = COLLECTED.replace("APPEND", append).replace("CONCAT", concat)
+    return text.replace("SequenceEmpty<dtype = 1>()", start) if start else text
 
 
 def _run(model: ir.Model | onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
@@ -130,14 +131,24 @@ def test_a_collected_sequence_becomes_a_scan_output(append: str) -> None:
     ids=["read in the body", "at a position", "another axis", "no new axis"],
 )
 def test_near_misses_stay_with_the_reason(append: str, concat: str, reason: str) -> None:
-    model = ir.from_onnx_text(_text(append, concat))
+    _assert_left(_text(append, concat), reason, runs=append != READ)
+
+
+def test_a_sequence_that_does_not_start_empty_stays_with_the_reason() -> None:
+    """``SequenceConstruct(h0)``: the stack holds ``h0`` before the steps."""
+    text = _text(start="SequenceConstruct(h0)")
+    _assert_left(text, "the sequence SequenceInsert appends to does not start empty", runs=True)
+
+
+def _assert_left(text: str, reason: str, *, runs: bool) -> None:
+    model = ir.from_onnx_text(text)
     printed = _printed(model)
     scan = SequenceScanPass()
     assert not scan(model).modified
     assert [name for name, _ in scan.refusals] == [""]
     assert reason in scan.refusals[0][1]
     assert _printed(model) == printed
-    if append != READ:  # the original runs: the twin is real
+    if runs:  # the original runs: the twin is real
         _run(model, _feeds(3, 2))
 
 
