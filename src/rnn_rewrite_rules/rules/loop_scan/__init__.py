@@ -24,10 +24,12 @@ Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into 
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
-the node sits in ``If(len(X) == 0)`` whose other branch is the Loop itself with a trip
-count of 0 (its outputs after no step, exactly: ONNX Runtime shapes that stack by what
-the body declares and infers, ``(0,)``, ``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``,
-so no one constant would do); two such guards
+the node sits in ``If(len(X) == 0)`` whose other branch gives the Loop's outputs after no
+step (each read final state its initial value; the stack of no step from a zero-trip
+Loop whose body passes ``h`` through, declared as the original declares it: ONNX Runtime
+shapes that stack by the body's declaration and inference, ``(0,)``, ``(0, 0, 0)``,
+``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do); a Loop that carries ``X``
+itself around (jax2onnx's scan) is kept (``loop.GUARD_INVARIANTS_REASON``); two such guards
 concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.
 """
 

@@ -72,16 +72,14 @@ class Recurrence:
     ``guarded``: a Loop's trip count is ``x``'s length, which can be 0: then the Loop runs
     no step where the node would not run (ONNX Runtime's GRU aborts on 0 steps, its LSTM
     and RNN give zero states), so the node sits in ``If(len(x) == 0)`` whose other
-    branch is the Loop itself with a trip count of 0. Its outputs there are the initial
-    states and a stack of no step whose shape ONNX Runtime takes from the body's scan
-    output as it declares and infers it (``(0,)`` with no rank known, ``(0, 0, 0)`` for
-    ``[?, ?]``, ``(0, 0, H)`` for ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``), and
-    ``onnx.reference`` cannot run at all: only the Loop itself gives what the Loop gives.
-    ``step_input``: the value the body's step reads (``x`` or its reversal), read by that
-    zero-step Loop as ``x`` instead (no step runs: only its type and shape matter, and a
-    reversal is neither). A Scan is not guarded: ONNX Runtime's Scan fails on 0 steps,
-    so there is nothing to equal, and a guard would hide the node from the
-    ``bidirectional`` merge.
+    branch gives the Loop's read outputs after no step: the initial states, and a stack of
+    no step whose shape ONNX Runtime takes from the body's scan output as it declares and
+    infers it (``(0,)`` with no rank known, ``(0, 0, 0)`` for ``[?, ?]``, ``(0, 0, H)`` for
+    ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``), from a zero-trip Loop declared as the
+    original (``_empty_stack``); ``onnx.reference`` cannot run a zero-trip Loop's stack.
+    ``step_input``: the value the body's step reads (``x`` or its reversal). A Scan is not
+    guarded: ONNX Runtime's Scan fails on 0 steps, so there is nothing to equal, and a
+    guard would hide the node from the ``bidirectional`` merge.
     """
 
     node: ir.Node
