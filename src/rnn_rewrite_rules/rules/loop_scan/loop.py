@@ -11,6 +11,7 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
+from rnn_rewrite_rules.normalize.sequence_scan import stack_fails_without_steps
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
@@ -61,6 +62,10 @@ def _scalar_int(array: np.ndarray | None) -> int | None:
     if array is None or array.ndim != 0 or array.dtype.kind not in "iu":
         return None
     return int(array)
+
+
+def _true(array: np.ndarray | None) -> bool:
+    return array is not None and array.size == 1 and bool(array.reshape(()))
 
 
 def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
@@ -257,7 +262,10 @@ def _recurrence(
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
-    plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
+    # X's length, which can be 0 (see Recurrence), unless the original then fails; ONNX
+    # Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
+    unguarded = stack_fails_without_steps(node) and cell.op_type != "GRU"
+    plan.guarded = trips is None and not unguarded
     plan.step_input = x
     plan.h_input = parts.carried_in[carried.h_index]
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
@@ -326,10 +334,11 @@ def _condition_reason(
     parts: _Body, carried: Carried, trips: int | None, opset: int
 ) -> Refusal | None:
     """None when the body's condition is provably true after each step but the last: the
-    condition passed in unchanged, or, with a constant trip count, true after each step
-    ``0..trips-2`` (evaluated at each step from the iteration number and the counters)."""
+    condition passed in unchanged, a constant true (TorchScript's ``Identity(true)``), or,
+    with a constant trip count, true after each step ``0..trips-2`` (evaluated at each step
+    from the iteration number and the counters)."""
     cond_out, cond_in = parts.cond_out, parts.cond_in
-    if through_identity(cond_out) is cond_in:
+    if through_identity(cond_out) is cond_in or _true(Constants(opset)(cond_out)):
         return None
     if trips is None:
         return Refusal(
