@@ -2,10 +2,12 @@
 ``while_loop`` (Keras 3 GRU) with its conditions ``time < T and counter < T``.
 
 tf2onnx 1.17 compares in float32 (``Cast`` of both sides): exact only below ``2**24``, so
-with ``T`` the run-time length the pass refuses, naming the ``Cast``. The same file with
-its comparisons in int64 (``_integer_conditions``) or with a constant length
-(``_constant_length``) is proven: the pass alone keeps the outputs, and the rewrite gives
-one GRU, equal at several sizes, 0 steps included.
+with ``T`` the run-time length the pass replaces the trip count by the count of steps the
+float condition lets run (``ReduceSum`` of ``float(j) < float(T)``), checked against the
+Loop's semantics beyond ``2**24`` too. The same file with its comparisons in int64
+(``_integer_conditions``) or with a constant length (``_constant_length``) is proven
+without a count: the pass alone keeps the outputs, and the rewrite gives one GRU, equal at
+several sizes, 0 steps included.
 """
 
 from __future__ import annotations
@@ -115,11 +117,24 @@ def test_integer_conditions_become_constant_true_and_keep_the_outputs() -> None:
     _assert_equal(model, after, [*SIZES, (0, 3)])
 
 
+@pytest.mark.parametrize(
+    ("name", "integer", "loops"),
+    [
+        ("gru_sequences", True, 1),
+        ("gru_sequences", False, 1),  # float32: a step count as trip count, taken out
+        ("gru_initial_state", False, 1),  # Less(0.0, T) alone reads its 0.0
+        ("bidirectional_simplernn_concat", False, 2),  # two Loops share T and conditions
+    ],
+    ids=["integer", "float32", "float32_own_zero", "two_loops_sharing"],
+)
 @pytest.mark.parametrize("cleanup", [False, True], ids=["as_left", "after_cleanup"])
-def test_the_journal_puts_the_conditions_back(cleanup) -> None:
-    """Also after a cleanup removed the nodes that computed only the conditions (as one
-    does after a round where a rule fired elsewhere)."""
-    model = _integer_conditions(_load("gru_sequences"))
+def test_the_journal_puts_the_conditions_back(cleanup, name, integer, loops) -> None:
+    """Also after a cleanup removed the nodes that computed only the conditions and the
+    trip count, and the initializers only they read (as one does after a round where a
+    rule fired elsewhere); a value two Loops read is put back before the first."""
+    model = _load(name)
+    if integer:
+        model = _integer_conditions(model)
     journal = Journal()
     normalized = _normalized(model, journal)
     if cleanup:
@@ -127,7 +142,11 @@ def test_the_journal_puts_the_conditions_back(cleanup) -> None:
         ir.passes.common.RemoveUnusedNodesPass()(normalized)
         after = len(list(ir.traversal.RecursiveGraphIterator(normalized.graph)))
         assert after < before  # the conditions' nodes were removed
-    assert journal.restore() == 1
+        for graph in (normalized.graph, *_bodies(normalized)):  # and unread initializers
+            for key, value in list(graph.initializers.items()):
+                if not value.uses() and not value.is_graph_output():
+                    graph.initializers.pop(key)
+    assert journal.restore() == loops
     assert _conditions(normalized) == ("And", "And")
     restored = ir.serde.serialize_model(normalized).graph
     written = ir.serde.serialize_model(ir.serde.deserialize_model(model)).graph
@@ -141,32 +160,47 @@ def test_the_journal_puts_the_conditions_back(cleanup) -> None:
         assert _without_value_info(restored) == _without_value_info(written)
 
 
+def _bodies(model: ir.Model) -> list[ir.Graph]:
+    return [
+        attr.as_graph()
+        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        for attr in node.attributes.values()
+        if attr.type == ir.AttributeType.GRAPH
+    ]
+
+
 def _without_value_info(graph: onnx.GraphProto) -> onnx.GraphProto:
-    """``graph`` as its nodes compute it (a copy without value_info, subgraphs too)."""
+    """``graph`` as its nodes compute it (a copy without value_info, initializers by
+    name, subgraphs too)."""
     copy = onnx.GraphProto()
     copy.CopyFrom(graph)
     pending = [copy]
     while pending:
         current = pending.pop()
         del current.value_info[:]
+        initializers = sorted(current.initializer, key=lambda t: t.name)  # order: no meaning
+        del current.initializer[:]
+        current.initializer.extend(initializers)
         for node in current.node:
             pending.extend(a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH)
     return copy
 
 
 @pytest.mark.parametrize("name", KERAS_LOOPS)
-def test_float_conditions_against_the_run_time_length_are_refused(name) -> None:
-    """tf2onnx 1.17's own files: the reason names the float ``Cast``, and the Loop stays."""
+def test_float_conditions_against_the_run_time_length_become_a_step_count(name) -> None:
+    """tf2onnx 1.17's own files: each Loop's trip count becomes the count of steps its
+    float32 condition lets run, the conditions constant true; the outputs stay."""
     model = _load(name)
-    ir_model = ir.serde.deserialize_model(model)
-    for node in ir_model.graph:
-        if node.op_type == "Loop":
-            reason = condition_refusal(node)
-            assert reason is not None and "compares in floating point ('cond___" in reason
-            assert "exact only below 2**24" in reason
-    assert not LoopConditionPass()(ir_model).modified
-    reasons = refusal_reasons(loop_scan.make_rules(), model)
-    assert any("compares in floating point" in r for r in reasons)
+    normalized = _normalized(model)
+    loops = [n for n in normalized.graph if n.op_type == "Loop"]
+    assert loops
+    for loop in loops:
+        assert loop.inputs[0].producer().op_type == "ReduceSum"
+        assert loop.inputs[1].producer().op_type == "Constant"
+        assert loop.attributes["body"].as_graph().outputs[0].producer().op_type == "Identity"
+    after = ir.serde.serialize_model(normalized)
+    onnx.checker.check_model(after)
+    _assert_equal(model, after, [*SIZES, (1, 33)])
 
 
 def test_float_conditions_against_a_constant_length_are_proven() -> None:
@@ -191,14 +225,18 @@ def test_float_conditions_against_a_declared_length_are_proven() -> None:
     _assert_equal(model, after, [(2, 5), (1, 5), (4, 5)])
 
 
+@pytest.mark.parametrize("conditions", ["integer", "float32"])
 @pytest.mark.parametrize(
     "name", ["gru_sequences", "gru_last", "gru_reset_before", "gru_go_backwards", "gru_state"]
 )
-def test_keras_gru_loops_become_one_gru(name) -> None:
-    """With integer conditions, each Keras GRU Loop (``reset_after`` true and false,
-    ``go_backwards``, ``return_state``) is one GRU in a zero-step guard, smaller than the
-    Loop, equal at every size (0 steps: the guard's other branch)."""
-    model = _integer_conditions(_load(name))
+def test_keras_gru_loops_become_one_gru(name, conditions) -> None:
+    """With integer conditions or as exported (float32: over the counted steps), each
+    Keras GRU Loop (``reset_after`` true and false, ``go_backwards``, ``return_state``) is
+    one GRU in a zero-step guard, smaller than the Loop, equal at every size (0 steps: the
+    guard's other branch)."""
+    model = _load(name)
+    if conditions == "integer":
+        model = _integer_conditions(model)
     after = rnn_rewrite_rules.rewrite(model)
     onnx.checker.check_model(after)
     ops = collect_ops(after)

@@ -129,7 +129,9 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
         return Refusal("the step input is not X[t]: the index is not the iteration number")
     prover = ShapeProver(model.graph)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
-    source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
+    steps = _counted_steps(node.inputs[0]) if trips is None and opset >= 10 else None
+    # X0 when x is X0 reversed in time (a count of steps reads x itself: its first steps)
+    source = None if steps is not None else reversed_source(x, prover)
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
         return Refusal("X is not provably of rank 3")
@@ -155,14 +157,17 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     fits = states_fit(prover, h0, c0, sequence, cell, narrowed)
     if isinstance(fits, Refusal):
         return fits
-    if trips is None and shape_elements(node.inputs[0], prover, narrowed) != (
-        prover.dim(sequence, 0),
+    if (
+        trips is None
+        and steps is None
+        and shape_elements(node.inputs[0], prover, narrowed) != (prover.dim(sequence, 0),)
     ):
         return Refusal("the trip count is neither a constant nor X's length")
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
-    plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
+    plan.guarded = trips is None  # X's length or a count, which can be 0: see Recurrence
+    plan.steps = steps
     plan.step_input = x
     plan.h_input = carried_in[carried.h_index]
 
@@ -179,6 +184,26 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
+
+
+def _counted_steps(trips: ir.Value | None) -> ir.Value | None:
+    """``trips`` when it is a count, never negative: ``ReduceSum`` over every axis
+    (``keepdims=0``: a scalar) of a ``Cast`` of booleans to an integer type (as
+    ``normalize.LoopConditionPass`` counts the steps a float condition lets run); else
+    None. Where the Loop runs, such a trip count ``n`` is at most ``X``'s length: the
+    body's ``Gather(X, t)`` at ``t = len(X)`` fails (ONNX Runtime checks its indices)."""
+    node = None if trips is None else trips.producer()
+    if node is None or node.op_type != "ReduceSum" or node.domain != "" or len(node.inputs) != 1:
+        return None
+    if node.attributes.get_int("keepdims", 1) != 0 or node.attributes.get("axes") is not None:
+        return None
+    cast = node.inputs[0].producer() if node.inputs[0] is not None else None
+    if cast is None or cast.op_type != "Cast" or cast.domain != "" or not cast.inputs:
+        return None
+    to = ir.DataType(cast.attributes.get_int("to", 0))
+    if not to.is_integer() or ElementTypes()(cast.inputs[0]) != ir.DataType.BOOL:
+        return None
+    return trips
 
 
 def _mask_reason(body: ir.Graph) -> Refusal | None:
