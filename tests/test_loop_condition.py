@@ -538,3 +538,38 @@ def test_the_step_count_is_the_steps_the_float_condition_lets_run() -> None:
         (steps,) = runtime.run(count, {"T": np.array(length, np.int32)})
         assert int(steps) == _steps_of_the_loop(length), length
     assert _steps_of_the_loop(2**24 + 1) == 2**24 and _steps_of_the_loop(2**24 + 5) == 2**24 + 3
+
+
+def _counted(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` after ``LoopConditionPass``: its Loops over a count of steps."""
+    return ir.serde.serialize_model(_normalized(model))
+
+
+def _sum_of_steps(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The count's ``Cast`` reads the steps themselves: a sum of step numbers."""
+    cast = next(n for n in model.graph.node if n.name.endswith("step_count/ones"))
+    cast.input[0] = next(n for n in model.graph.node if n.name.endswith("step_count/Cast")).output[
+        0
+    ]
+    cast.attribute[0].i = TensorProto.INT64
+    return model
+
+
+def _kept_elements(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``ReduceSum(noop_with_empty_axes=1)``: no axes means no reduction."""
+    node = next(n for n in model.graph.node if n.op_type == "ReduceSum")
+    node.attribute.append(helper.make_attribute("noop_with_empty_axes", 1))
+    return model
+
+
+@pytest.mark.parametrize("edit", [_sum_of_steps, _kept_elements], ids=["sum", "no_reduction"])
+def test_a_trip_count_that_is_not_a_count_is_refused(edit) -> None:
+    """``LoopToRnn`` reads ``X[0:n]`` only for a trip count ``n`` that counts booleans."""
+    model = edit(_counted(_load("gru_sequences")))
+    reasons = refusal_reasons(loop_scan.make_rules(), model)
+    assert "the trip count is neither a constant nor X's length" in reasons, reasons
+    assert op_counts(rnn_rewrite_rules.rewrite(model))["Loop"] == 1
+    counted = _counted(_load("gru_sequences"))  # the near miss's twin: one guarded GRU
+    after = rnn_rewrite_rules.rewrite(counted)
+    assert not op_counts(after)["Loop"] and op_counts(after)["If"] == 1
+    _assert_equal(_load("gru_sequences"), after)

@@ -1,5 +1,7 @@
 """Make a ``Loop``'s conditions constant true where they provably are on every iteration
-but the last (tf2onnx's ``while_loop``: ``time < T and counter < T``).
+but the last (tf2onnx's ``while_loop``: ``time < T and counter < T``), or where they
+compare the step with the trip count in floating point, make the trip count the number
+of steps they let run.
 
 Pattern: ``Loop(M, c0, ...)`` whose initial condition ``c0`` is an ``And`` tree of
 ``Less(a, B)`` leaves and whose body condition is an ``And`` tree of ``Less(s, B)``
@@ -17,19 +19,34 @@ main graph's inputs declare, which ONNX Runtime enforces) are checked at the las
 that reads the condition (a step value grows with ``k``; a rounding ``Cast`` keeps that
 order). A step value read through a ``Cast`` to a floating type is exact only below its
 mantissa's range (``2**24`` for float32): there ``k + 1`` and ``n`` may round to one
-value and the loop ends early, so a body leaf through such a ``Cast`` needs a known bound
-in the exact range (the refusal names the ``Cast``). An initial leaf ``a <= 0``
-against ``n >= 1`` holds in any float type. The counter's own type holds ``n``'s (no
-wrap before the bound).
+value and the loop ends early. An initial leaf ``a <= 0`` against ``n >= 1`` holds in any
+float type. The counter's own type holds ``n``'s (no wrap before the bound).
+Counted leaves: a body leaf ``Less(to(k + offset), to(n))`` with ``to`` float32 or
+float64 on both sides, ``offset <= 1`` and ``n`` not known in ``to``'s exact range is
+not always true, but monotone: ``to`` rounds to nearest and never decreases, so the
+leaf is true for the first steps and false from one on. Of several such leaves (one
+``to``), the one with the largest offset turns false first. Float16 is refused: ONNX
+Runtime has no float16 ``Less`` and compares in float32 between Casts it inserts, so its
+steps are not float16's.
 Replacement: ``c0`` reads a ``Constant`` true and the body's condition output is
-``Identity(cond_in)`` (so true on every iteration); the trip count ``M`` stays.
+``Identity(cond_in)`` (so true on every iteration); with a counted leaf, ``M`` becomes
+``ReduceSum(Cast(Less(Cast(Range(offset - 1, n + offset - 1), to), Cast(n, to)),
+int64))`` (``_step_count``), else it stays.
 Equality: the original runs ``min(M, first false)`` iterations; every leaf is true on
 every iteration before the ``M``-th, so it runs ``M``, as the replacement does. The
-condition after the last iteration is not read (``M`` ends the loop).
+condition after the last iteration is not read (``M`` ends the loop). Counted: step
+``j >= 1`` runs when ``j < M`` and the leaf read after step ``j - 1`` holds,
+``to(j - 1 + offset) < to(n)``; step 0 runs when ``M >= 1`` (the initial leaves), where
+``to(offset - 1) <= to(0) < to(n)`` holds too. The leaf being monotone, the steps run are
+the ``j`` in ``0..M-1`` where it holds, which the ``ReduceSum`` counts (``Cast`` to a
+floating type rounds an integer's value, whatever integer type holds it, so ``Range``
+in ``n``'s type gives the original's floats). That is ``n`` below ``2**24`` and fewer
+above, as in the original. ``O(n)`` memory: ``n`` elements of four types.
 
 onnx_ir and onnxscript have no pass that reads a Loop's condition; ``LoopToRnn`` needs
-a constant trip count or ``X``'s length, and a condition that cannot end the loop early,
-hence this pass. :func:`condition_refusal` says why a Loop's condition was left.
+a constant trip count, ``X``'s length or a count of steps, and a condition that cannot
+end the loop early, hence this pass. :func:`condition_refusal` says why a Loop's
+condition was left.
 """
 
 from __future__ import annotations

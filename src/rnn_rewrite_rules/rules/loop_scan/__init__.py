@@ -11,8 +11,11 @@ Sigmoid, Tanh or Relu.
 
 Condition: the gates are told apart by their role in the cell (any gate order); every
 weight is a constant; the carried values are exactly h (and c), counters (``+ 1`` per
-step) and invariants; Loop: the trip count is a constant ``T`` or ``X``'s length (with
-states of ``X``'s proven batch), the condition is evaluated true after each step but the
+step) and invariants; Loop: the trip count is a constant ``T``, ``X``'s length (with
+states of ``X``'s proven batch) or a count of steps (``ReduceSum`` of a ``Cast`` of
+booleans, as ``normalize.LoopConditionPass`` writes for a float condition: never
+negative, and at most ``X``'s length wherever the Loop runs, its ``Gather(X, t)`` failing
+beyond), the condition is evaluated true after each step but the
 last, the step input is ``Gather(X, t)`` of a
 rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
 Scan: one scan input on axis 0, forward or reverse; the initial states are provably
@@ -24,7 +27,8 @@ Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into 
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
-the node sits in ``If(len(X) == 0)`` whose other branch is the Loop itself with a trip
+the node sits in ``If(len(X) == 0)`` (over a count ``n`` of steps: the node reads
+``X[0:n]`` and the guard is ``If(n == 0)``) whose other branch is the Loop itself with a trip
 count of 0 (its outputs after no step, exactly: ONNX Runtime shapes that stack by what
 the body declares and infers, ``(0,)``, ``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``,
 so no one constant would do); two such guards

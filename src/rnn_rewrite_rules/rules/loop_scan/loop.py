@@ -188,20 +188,23 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
 
 def _counted_steps(trips: ir.Value | None) -> ir.Value | None:
     """``trips`` when it is a count, never negative: ``ReduceSum`` over every axis
-    (``keepdims=0``: a scalar) of a ``Cast`` of booleans to an integer type (as
+    (``keepdims=0``: a scalar) of a ``Cast`` of booleans to int64 (as
     ``normalize.LoopConditionPass`` counts the steps a float condition lets run); else
     None. Where the Loop runs, such a trip count ``n`` is at most ``X``'s length: the
     body's ``Gather(X, t)`` at ``t = len(X)`` fails (ONNX Runtime checks its indices)."""
     node = None if trips is None else trips.producer()
     if node is None or node.op_type != "ReduceSum" or node.domain != "" or len(node.inputs) != 1:
         return None
-    if node.attributes.get_int("keepdims", 1) != 0 or node.attributes.get("axes") is not None:
+    attributes = node.attributes
+    if attributes.get_int("keepdims", 1) != 0 or attributes.get_int("noop_with_empty_axes", 0):
+        return None
+    if attributes.get("axes") is not None:
         return None
     cast = node.inputs[0].producer() if node.inputs[0] is not None else None
     if cast is None or cast.op_type != "Cast" or cast.domain != "" or not cast.inputs:
         return None
-    to = ir.DataType(cast.attributes.get_int("to", 0))
-    if not to.is_integer() or ElementTypes()(cast.inputs[0]) != ir.DataType.BOOL:
+    to = ir.DataType(cast.attributes.get_int("to", 0))  # int64: no sum wraps
+    if to != ir.DataType.INT64 or ElementTypes()(cast.inputs[0]) != ir.DataType.BOOL:
         return None
     return trips
 
