@@ -196,7 +196,7 @@ def _counted_steps(trips: ir.Value | None) -> ir.Value | None:
     if node is None or node.op_type != "ReduceSum" or node.domain != "" or len(node.inputs) != 1:
         return None
     attributes = node.attributes
-    if attributes.get_int("keepdims", 1) != 0 or attributes.get_int("noop_with_empty_axes", 0):
+    if attributes.get_int("keepdims", 1) != 0 or attributes.get_int("noop_with_empty_axes"):
         return None
     if attributes.get("axes") is not None:
         return None
