@@ -89,7 +89,8 @@ def _ops(counts: dict[str, int]) -> str:
 
 def reason_key(reason: str) -> str:
     """A reason without the names of the nodes and values it is about (for grouping)."""
-    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
+    # a quoted name opens after a non-word character: X's and guard's are not quotes
+    text = re.sub(r"(?<!\w)'[^']*'(?!\w)|\"[^\"]*\"", "'…'", reason)
     text = re.sub(r"[\w./-]+:\d+(\[\d+\])?", "…", text)  # tf value names: a/b:0[1]
     return re.sub(r"\b\d+\b", "N", text)
 
