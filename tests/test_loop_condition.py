@@ -573,3 +573,10 @@ def test_a_trip_count_that_is_not_a_count_is_refused(edit) -> None:
     after = rnn_rewrite_rules.rewrite(counted)
     assert not op_counts(after)["Loop"] and op_counts(after)["If"] == 1
     _assert_equal(_load("gru_sequences"), after)
+
+
+def test_without_the_pass_the_rule_says_the_pass_makes_the_condition_true() -> None:
+    """The rules alone (no normalisation) on tf2onnx's float32 conditions: refused, the
+    reason naming the pass that would make them true (none of its refusals applies)."""
+    reasons = refusal_reasons(loop_scan.make_rules(), _load("gru_sequences"))
+    assert any("normalize.LoopConditionPass makes it one" in r for r in reasons), reasons

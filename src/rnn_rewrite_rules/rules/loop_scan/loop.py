@@ -94,7 +94,11 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
         if first is None or first.size != 1 or not bool(first.reshape(())):
             # why normalize.LoopConditionPass left it, naming the node
             reason = condition_refusal(node, model.graph)
-            return reason or Refusal("the first condition is not a constant true")
+            return reason or Refusal(
+                "the first condition is not a constant true (normalize.LoopConditionPass"
+                " makes it one: where the rewrite ran it, the Loop was kept for another"
+                " reason, and the condition's spelling put back)"
+            )
 
     carried = prove_carried(carried_in, carried_out, carried_init, opset)
     if isinstance(carried, Refusal):
