@@ -196,3 +196,26 @@ def test_the_zero_step_loop_keeps_its_inputs_alive() -> None:
     expected = runtime.run(model, _feeds(model, 3, 0))
     actual = runtime.run(after, _feeds(after, 3, 0))
     assert [a.shape for a in expected] == [a.shape for a in actual]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect of the lean zero-step guard: its stack of no step is shaped by"
+    " h's declaration ([?, ?] here), ONNX Runtime's by its inference of the body, which"
+    " reads H from the weights: (0, 0, 4) for the Loop, (0, 0, 0) for the guard",
+)
+@pytest.mark.parametrize("optimize", [True, False])
+def test_zero_steps_where_the_body_infers_more_than_it_declares(optimize: bool) -> None:
+    """``h`` and its stack declared ``[?, ?]`` (rank 2, no sizes): ONNX Runtime infers the
+    stack's last axis from the weights, so the Loop gives ``(0, 0, H)`` at length 0."""
+    model = _model("unknown_2d", "scalar", "main")
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    for value in body.input[2:]:
+        value.CopyFrom(helper.make_tensor_value_info(value.name, TensorProto.FLOAT, [None] * 2))
+    del body.value_info[:]
+    after = rnn_rewrite_rules.rewrite(model, target=TARGET)
+    expected = runtime.run(model, _feeds(model, 2, 0), optimize=optimize)
+    actual = runtime.run(after, _feeds(after, 2, 0), optimize=optimize)
+    assert expected[0].shape == (0, 0, _H)
+    assert [a.shape for a in actual] == [a.shape for a in expected]

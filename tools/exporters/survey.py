@@ -1,12 +1,16 @@
 """What today's rules do to every committed exporter output.
 
     python -m tools.exporters.survey [--exporter NAME ...] [--out FILE] [--json FILE]
+                                     [--markdown docs/exporters.md [--no-timing]]
 
 For each exporter (every ``tests/data/exporters/*/manifest.json``, whoever wrote it): a
 table of file, nodes before -> after, recurrent ops (LSTM/GRU/RNN/Loop/Scan) before ->
 after, then why each recurrence was left alone, in the package's own words (the report
 of :func:`rnn_rewrite_rules.rewrite_file` with ``hazards=True``, i.e. ``rnn-rewrite
 --check``), and a summary: files smaller, recurrences left, reasons grouped.
+
+``--markdown FILE`` also (re)writes FILE's generated table (:mod:`tools.exporters.table`),
+with ONNX Runtime's time ratio of each rewritten file unless ``--no-timing``.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ import argparse
 import collections
 import dataclasses
 import json
+import platform
 import re
+import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +31,7 @@ from tests.exporter_files import DATA, ExporterFile, exporter_files, load_manife
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import RewriteOptions
+from tools.exporters import table
 
 #: Op types counted as recurrences (subgraphs included; domains kept in the name).
 RECURRENT = ("LSTM", "GRU", "RNN", "Loop", "Scan", "com.microsoft.DynamicQuantizeLSTM")
@@ -50,10 +58,15 @@ def _recurrent(op_counts: collections.Counter[str]) -> dict[str, int]:
     return {op: op_counts[op] for op in RECURRENT if op_counts[op]}
 
 
-def survey_file(file: ExporterFile) -> Row:
+def survey_file(file: ExporterFile, out: Path | None = None, hazards: bool = True) -> Row:
+    """What the default rewrite does to ``file`` (written to ``out`` when given; nothing
+    is written where the model has no recurrence); ``hazards=False`` leaves out the
+    reasons ``--check`` gives (the node and op counts are the same)."""
     row = Row(file.path.name, file.expect)
     try:
-        report = rnn_rewrite_rules.rewrite_file(file.path, None, RewriteOptions(hazards=True))
+        report = rnn_rewrite_rules.rewrite_file(file.path, out, RewriteOptions(hazards=hazards))
+    except rnn_rewrite_rules.NoRecurrence as nothing:  # nothing written: the report says why
+        report = nothing.report
     except Exception as error:  # the survey reports, it does not stop
         row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
         return row
@@ -121,18 +134,65 @@ def format_exporter(name: str, header: dict, rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def _changed(row: Row) -> bool:
+    return not row.error and (row.nodes[0] != row.nodes[1] or row.recurrent[0] != row.recurrent[1])
+
+
+def _survey(
+    chosen: Sequence[ExporterFile], written: bool, timed: bool
+) -> tuple[dict[str, list[Row]], dict[str, dict[str, table.Timing | str]]]:
+    """Each file's row by exporter; with ``written`` and ``timed``, ONNX Runtime's time
+    ratio of each file the rewrite changed (the rewritten file kept while it is timed)."""
+    by_exporter: dict[str, list[Row]] = collections.defaultdict(list)
+    timings: dict[str, dict[str, table.Timing | str]] = collections.defaultdict(dict)
+    with tempfile.TemporaryDirectory() as tmp:
+        for file in chosen:
+            out = Path(tmp, f"{file.exporter}_{file.path.name}") if written else None
+            row = survey_file(file, out)
+            by_exporter[file.exporter].append(row)
+            if timed and out is not None and out.exists() and _changed(row):
+                timings[file.exporter][row.file] = table.time_ratio(file, out)
+    return by_exporter, timings
+
+
+def _provenance() -> str:
+    """Which commit and runtime the table comes from."""
+    import onnx
+    import onnxruntime
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    state = f"{commit} + uncommitted changes" if dirty else commit
+    return (
+        f"Commit {state}; rnn-rewrite-rules {rnn_rewrite_rules.__version__}, onnxruntime"
+        f" {onnxruntime.__version__}, onnx {onnx.__version__}, python"
+        f" {platform.python_version()}."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.exporters.survey", description=__doc__)
     parser.add_argument("--exporter", nargs="+", help="only these exporters")
     parser.add_argument("--root", type=Path, default=DATA, help="the exporters' data folder")
     parser.add_argument("--out", type=Path, help="also write the text here")
     parser.add_argument("--json", type=Path, help="write the rows as JSON here")
+    parser.add_argument("--markdown", type=Path, help="rewrite this file's generated table")
+    parser.add_argument("--no-timing", action="store_true", help="leave out the ORT ratios")
     args = parser.parse_args(argv)
     headers = {m["exporter"]: m for _, m in load_manifests(args.root)}
-    by_exporter: dict[str, list[Row]] = collections.defaultdict(list)
-    for file in exporter_files(args.root):
-        if args.exporter is None or file.exporter in args.exporter:
-            by_exporter[file.exporter].append(survey_file(file))
+    chosen = [f for f in exporter_files(args.root) if f.exporter in (args.exporter or [f.exporter])]
+    by_exporter, timings = _survey(chosen, written=bool(args.markdown), timed=not args.no_timing)
+    if args.markdown:
+        files = table.by_name(chosen)
+        section = table.format_section(by_exporter, headers, files, timings, _provenance())
+        args.markdown.write_text(table.replace_section(args.markdown.read_text(), section))
     lines = []
     for name, rows in by_exporter.items():
         lines += [*format_exporter(name, headers[name], rows), ""]

@@ -59,9 +59,9 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array, free_name, opset_version, taken_names
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.normalize._journal import Journal
+from rnn_rewrite_rules.normalize._node_pass import NodePass
 from rnn_rewrite_rules.normalize._step_count import StepCount, emit_step_count
-from rnn_rewrite_rules.normalize._values import ElementTypes, model_graphs
+from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.no_op_cast import holds_exactly
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -583,29 +583,22 @@ class ConditionsMadeTrue:
         return True
 
 
-class LoopConditionPass(ir.passes.InPlacePass):
+class LoopConditionPass(NodePass):
     """Every Loop condition provably true before the last iteration, made constant true,
     a float one against the trip count replaced by the count of steps it lets run (see
     the module docstring); ``journal`` records each, to put back where no rule used it."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
-        self.model: ir.Model | None = None
+    op_type = "Loop"
+
+    def start(self, model: ir.Model) -> None:
+        self.model = model
         #: the first Loop (in graph order) that read each trip count or first condition
         #: replaced: one two Loops share is put back before the first (see ``_loop``)
         self._first_reader: dict[ir.Value, ir.Node] = {}
-        self._taken: set[str] = set()  # the model's value names, and those given
+        self._taken = taken_names(model)  # the model's value names, and those given
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        self.model = model
-        self._taken = taken_names(model)
-        for graph in model_graphs(model):
-            for node in list(graph):
-                if node.op_type == "Loop" and node.domain == "":
-                    modified |= self._loop(node)
-        return ir.passes.PassResult(model, modified=modified)
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        return self._loop(node, model)
 
     def _name(self, base: str) -> str:
         name = free_name(self._taken, base)
@@ -617,7 +610,7 @@ class LoopConditionPass(ir.passes.InPlacePass):
         counted, model = found.counted, self.model
         if counted is None:
             return None
-        assert model is not None and node.graph is not None
+        assert node.graph is not None
         opset = opset_version(model, node.graph)
         if isinstance(opset, Refusal) or opset < 11:
             return Refusal(f"Loop {_label(node)}: opset {opset} has no Range to count its steps")
@@ -627,16 +620,17 @@ class LoopConditionPass(ir.passes.InPlacePass):
             node, trips, trips_type, counted.offset, counted.to, model.graph, self._taken
         )
 
-    def _loop(self, node: ir.Node) -> bool:
+    def _loop(self, node: ir.Node, model: ir.Model) -> bool:
         attr = node.attributes.get("body")
         graph = node.graph
         if attr is None or attr.type != ir.AttributeType.GRAPH or graph is None:
             return False
-        found = read_conditions(node, None if self.model is None else self.model.graph)
+        found = read_conditions(node, model.graph)
         if isinstance(found, Refusal):
             return False
         count = self._count(node, found)
         if isinstance(count, Refusal):
+            self.refuse(node, count)
             return False
         body = attr.as_graph()
         first = node.inputs[1] if len(node.inputs) > 1 else None
@@ -671,5 +665,5 @@ class LoopConditionPass(ir.passes.InPlacePass):
                 unread.append(Unread.of(trips, graph, self._first_reader[trips]))
             edit = ConditionsMadeTrue(node, first, constant, cond_out, identity, unread)
             edit.trips, edit.count = trips, count
-            self.journal.record(edit)
+            self.record(edit)
         return True

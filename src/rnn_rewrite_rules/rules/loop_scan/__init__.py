@@ -28,10 +28,13 @@ gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequenc
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
 the node sits in ``If(len(X) == 0)`` (over a count ``n`` of steps: the node reads
-``X[0:n]`` and the guard is ``If(n == 0)``) whose other branch is the Loop itself with a trip
-count of 0 (its outputs after no step, exactly: ONNX Runtime shapes that stack by what
-the body declares and infers, ``(0,)``, ``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``,
-so no one constant would do); two such guards
+``X[0:n]`` and the guard is ``If(n == 0)``) whose other branch gives the Loop's outputs
+after no step (each read final state its initial value; the stack of no step from a
+zero-trip Loop whose body passes ``h`` through, declared as the original declares it:
+ONNX Runtime shapes that stack by the body's declaration and inference, ``(0,)``,
+``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do); a Loop that
+carries ``X`` itself around (jax2onnx's scan) is kept (``loop.GUARD_INVARIANTS_REASON``);
+two such guards
 concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.
 """
 
@@ -75,11 +78,4 @@ def widened_rules(target: str = "portable") -> list[RewriteRule]:
     return _rules(True, target)
 
 
-FAMILY = RuleFamily(
-    name="loop_scan",
-    description=(__doc__ or "").partition("\n")[0],
-    make_rules=make_rules,
-    install_by_default=True,
-    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
-    fixes=("loop-recurrence",),
-)
+FAMILY = RuleFamily.measured("loop_scan", __doc__, make_rules, fixes=("loop-recurrence",))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx_ir as ir
 
@@ -12,6 +14,7 @@ from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
+    Carried,
     Recurrence,
     RecurrenceRule,
     classify_carried,
@@ -28,16 +31,26 @@ from rnn_rewrite_rules.shape import Dim, ShapeProver
 __all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
 
 #: Why a Loop over X's length that carries X itself around unchanged (jax2onnx's scan,
-#: X read by Gather(X, t)) is kept. With the zero-step guard (only read outputs pass its
-#: If, the stack of no step from a zero-trip Loop declared as the original's) the
-#: rewritten files differed from the original at X's length 0 in ONNX Runtime
-#: 1.32 (9 of jax2onnx 0.17.1's files; e.g. the stack's last axis 8 against 0), so
-#: the guard's stack is not proven the Loop's here. From seq 8 on the rewrite ran at
-#: 0.12x-0.33x the Loop's time: what equal zero-step outputs would gain.
+#: X read by Gather(X, t)) is kept. At X's length 0 ONNX Runtime shapes the Loop's stack
+#: of no step from its own inference of the body, symbolic sizes as 0 (``loop.cc``); for
+#: these bodies that shape is neither the declaration's (what the lean guard's pass-through
+#: Loop reproduces) nor one the graph proves. Measured on jax2onnx 0.17.1's files in ONNX
+#: Runtime 1.32: the original itself gives ``(0, 0, 0)`` with graph optimisations off and
+#: ``(0, 0, 8)`` on (every ``hand_*`` file; ``(0, 0, 16)`` for the bidirectional one), and
+#: ``(0, 0, 0)`` at both for the nnx LSTM/Simple cells, whose ``h`` is declared
+#: ``[B, 8]``; onnx's shape inference of the same bodies gives other shapes again. The form
+#: that is equal at both levels keeps the Loop with its body in the guard's zero-step
+#: branch: +16 to +18 nodes a Loop (nnx_gru_batch_major 32 -> 48, hand_lstm_time_major
+#: 38 -> 56), which ``rewrite`` never does (fewer nodes or none), for 0.75x-0.89x of the
+#: Loop's time at seq 1, 0.22x-0.31x at seq 8 and 0.05x-0.13x at seq 64 (batch 2, best
+#: of interleaved rounds, range of 3 trials). ``tests/test_jax_scan_loops.py`` holds the
+#: premise.
 GUARD_INVARIANTS_REASON = (
     "the Loop runs {cell} cell, but the trip count is X's length and X is carried around"
-    " it ({count} values unchanged): at X's length 0 the guard's stack of no step is not"
-    " proven to have the shape ONNX Runtime gives the Loop's"
+    " it ({count} values unchanged): at X's length 0 ONNX Runtime shapes the Loop's stack"
+    " of no step from its own inference of this body, which its graph optimisation level"
+    " changes; only the Loop itself gives that shape, and keeping it in the guard adds"
+    " its body's nodes"
 )
 
 #: A constant trip count above this is not unrolled to prove the condition.
@@ -69,22 +82,63 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
                 inner.replace_input_with(index, None)
 
 
+@dataclasses.dataclass
+class _Body:
+    """The parts of a Loop body's signature the proof reads (``count`` carried values)."""
+
+    iteration: ir.Value
+    cond_in: ir.Value
+    carried_in: list[ir.Value]
+    cond_out: ir.Value
+    carried_out: list[ir.Value]
+    scans: list[ir.Value]
+
+    @classmethod
+    def of(cls, body: ir.Graph, count: int) -> _Body:
+        iteration, cond_in, *carried_in = body.inputs
+        cond_out, *rest = body.outputs
+        return cls(iteration, cond_in, carried_in, cond_out, rest[:count], rest[count:])
+
+
 def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurrence | Refusal:
-    """:func:`plan_loop` on ``body``, the copy of the Loop's body the proof reads."""
-    outer = Constants(opset)
-    carried_init = list(node.inputs[2:])
-    count = len(carried_init)
-    iteration, cond_in, *carried_in = body.inputs
-    cond_out, *rest = body.outputs
-    carried_out, scans = rest[:count], rest[count:]
+    """:func:`plan_loop` on ``body``, the copy of the Loop's body the proof reads: the trip
+    count, the cell the carried states run, the condition, the step input ``X[t]``, what
+    each output is, the initial states, then the recurrence (reversed where ``X`` is)."""
     masked = _mask_reason(body)
     if masked is not None:
         return masked
+    trips = _trip_count(node, model, opset)
+    if isinstance(trips, Refusal):
+        return trips
+    parts = _Body.of(body, len(node.inputs) - 2)
+    changed = _changed_sequence_reason(body, parts)
+    if changed is not None:
+        return changed
+    carried = prove_carried(parts.carried_in, parts.carried_out, list(node.inputs[2:]), opset)
+    if isinstance(carried, Refusal):
+        return carried
+    reason = _condition_reason(parts, carried, trips, opset)
+    if reason is not None:
+        return reason
+    x = _step_input(node, model, body, parts, carried, trips)
+    if isinstance(x, Refusal):
+        return x
+    outputs = _output_kinds(node, parts, carried)
+    if isinstance(outputs, Refusal):
+        return outputs
+    return _recurrence(node, model, parts, carried, trips, x, outputs)
 
+
+def _trip_count(node: ir.Node, model: ir.Model, opset: int) -> int | Refusal | None:
+    """The Loop's trip count when it is a constant or a size the main graph's inputs
+    declare (a static sequence length), None when it is computed (then it must be X's
+    length: see :func:`_recurrence`); refused when absent or out of range, or when the
+    first condition is not a constant true."""
+    outer = Constants(opset)
     if node.inputs[0] is None:
         return Refusal("the Loop has no trip count (the condition alone ends it)")
-    trips = _scalar_int(outer(node.inputs[0]))  # None: a computed count, see the end
-    if trips is None:  # sizes the main graph's inputs declare (a static sequence length)
+    trips = _scalar_int(outer(node.inputs[0]))
+    if trips is None:
         sizes = ShapeProver(model.graph).ints(node.inputs[0])
         trips = sizes[0] if sizes is not None and len(sizes) == 1 else None
     if trips is not None and not 1 <= trips <= _MAX_TRIPS:
@@ -99,64 +153,108 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
                 " makes it one: where the rewrite ran it, the Loop was kept for another"
                 " reason, and the condition's spelling put back)"
             )
+    return trips
 
-    carried = prove_carried(carried_in, carried_out, carried_init, opset)
-    if isinstance(carried, Refusal):
-        return carried
-    cell, state_of = carried.cell, carried.state_of
-    invariants, counters = carried.invariants, carried.counters
 
-    # the condition is true after every step but the last
-    if trips is None and through_identity(cond_out) is not cond_in:
-        return Refusal(
-            "the condition is not the one passed in and the trip count is not a constant"
-        )
-    if trips is not None:
-        reason = _condition_reason(cond_out, cond_in, iteration, counters, trips, opset, invariants)
-        if reason is not None:
-            return reason
-
-    # the step input is X[t]: Gather(X, t) with t the iteration number or a counter from 0
-    gather = producer(cell.x, "Gather")
+def _step_input(
+    node: ir.Node,
+    model: ir.Model,
+    body: ir.Graph,
+    parts: _Body,
+    carried: Carried,
+    trips: int | None,
+) -> ir.Value | Refusal:
+    """``X``, where the step input is ``X[t]``: ``Gather(X, t, axis=0)`` of a sequence from
+    outside the body, ``t`` the iteration number or a counter from 0. ``X`` carried around
+    the Loop unchanged over its own length (jax2onnx's scan) is refused: see
+    :data:`GUARD_INVARIANTS_REASON`."""
+    gather = producer(carried.cell.x, "Gather")
     if gather is None or gather.attributes.get_int("axis", 0) != 0:
         return Refusal("the step input is not Gather(X, t, axis=0)")
     x, index = gather.inputs
-    if trips is None and x in invariants:  # X carried around: a guard, kept (see the reason)
+    invariants = carried.invariants
+    if trips is None and x in invariants:
         shapes = ShapeProver(model.graph)
         if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
             return Refusal("the trip count is neither a constant nor X's length")
-        return _guard_reason(cell, invariants)
+        return _guard_reason(carried.cell, invariants)
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
-    start = None if index is None else _scalar_int(counters.get(index))
-    if index is not iteration and start != 0:
+    start = None if index is None else _scalar_int(carried.counters.get(index))
+    if index is not parts.iteration and start != 0:
         return Refusal("the step input is not X[t]: the index is not the iteration number")
+    return x
+
+
+def _changed_sequence_reason(body: ir.Graph, parts: _Body) -> Refusal | None:
+    """Why the body's steps are not ``X[t]`` of one sequence: it reads ``Gather(v, t)`` of
+    a carried value ``v`` the body changes (``v_out`` is not ``v_in`` through Identity),
+    so step ``t`` reads a sequence the earlier steps rewrote. A carried ``X`` passed
+    through unchanged is ``X`` at every step (jax2onnx's scan; see
+    :data:`GUARD_INVARIANTS_REASON`)."""
+    for inner in body:
+        if inner.op_type != "Gather" or inner.domain != "" or len(inner.inputs) != 2:
+            continue
+        sequence, index = inner.inputs
+        if sequence not in parts.carried_in or index is not parts.iteration:
+            continue
+        j = parts.carried_in.index(sequence)
+        if through_identity(parts.carried_out[j]) is not sequence:
+            return Refusal(
+                f"the body reads its step from carried value {j} ({sequence.name}) and"
+                " changes that value: step t reads a sequence the earlier steps rewrote,"
+                " not X[t]"
+            )
+    return None
+
+
+def _output_kinds(
+    node: ir.Node, parts: _Body, carried: Carried
+) -> list[str | ir.Value | None] | Refusal:
+    """What each output of the Loop is (see :class:`Recurrence`): final states, invariants
+    (their initial values), the stacked ``h_t``; counters and side outputs must be unread."""
+    count = len(parts.carried_in)
+    outputs: list[str | ir.Value | None] = []
+    h_t = through_identity(parts.carried_out[carried.h_index])
+    for j, value in enumerate(node.outputs):
+        if not used(value):
+            outputs.append(None)
+        elif j < count and j in carried.state_of:
+            outputs.append(carried.state_of[j])
+        elif j < count and parts.carried_in[j] in carried.invariants:
+            outputs.append(carried.inits[j])
+        elif j < count:
+            return Refusal(f"the final value of counter {j} is read")
+        elif through_identity(parts.scans[j - count]) is h_t:
+            outputs.append("y")
+        else:
+            return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
+    return outputs
+
+
+def _recurrence(
+    node: ir.Node,
+    model: ir.Model,
+    parts: _Body,
+    carried: Carried,
+    trips: int | None,
+    x: ir.Value,
+    outputs: list[str | ir.Value | None],
+) -> Recurrence | Refusal:
+    """The recurrence over ``x`` (or over ``X0`` when ``x`` is ``X0`` reversed in time),
+    once the initial states fit and a computed trip count is proven ``X``'s length."""
+    cell = carried.cell
     prover = ShapeProver(model.graph)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
-    steps = _counted_steps(node.inputs[0]) if trips is None and opset >= 10 else None
+    steps = _counted_steps(node.inputs[0]) if trips is None else None
+    opset = opset_version(model, model.graph)
+    if steps is not None and (isinstance(opset, Refusal) or opset < 10):
+        return Refusal(f"opset {opset}'s Slice cannot read a count of steps of X")
     # X0 when x is X0 reversed in time (a count of steps reads x itself: its first steps)
     source = None if steps is not None else reversed_source(x, prover)
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
         return Refusal("X is not provably of rank 3")
-
-    # outputs: final states, invariants, the stacked h_t; counters and side outputs unread
-    outputs: list[str | ir.Value | None] = []
-    h_t = through_identity(carried_out[carried.h_index])
-    for j, value in enumerate(node.outputs):
-        if not used(value):
-            outputs.append(None)
-        elif j < count and j in state_of:
-            outputs.append(state_of[j])
-        elif j < count and carried_in[j] in invariants:
-            outputs.append(carried.inits[j])
-        elif j < count:
-            return Refusal(f"the final value of counter {j} is read")
-        elif through_identity(scans[j - count]) is h_t:
-            outputs.append("y")
-        else:
-            return Refusal(f"scan output {j - count} is not h_t (a side output is read)")
-
     h0, c0 = carried.initial_states
     fits = states_fit(prover, h0, c0, sequence, cell, narrowed)
     if isinstance(fits, Refusal):
@@ -173,8 +271,7 @@ def _plan(node: ir.Node, model: ir.Model, body: ir.Graph, opset: int) -> Recurre
     plan.guarded = trips is None  # X's length or a count, which can be 0: see Recurrence
     plan.steps = steps
     plan.step_input = x
-    plan.h_input = carried_in[carried.h_index]
-
+    plan.h_input = parts.carried_in[carried.h_index]
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so
     if source is not None:
@@ -261,23 +358,23 @@ def _guard_reason(cell: Cell, invariants: dict[ir.Value, ir.Value]) -> Refusal:
 
 
 def _condition_reason(
-    cond_out: ir.Value,
-    cond_in: ir.Value,
-    iteration: ir.Value,
-    counters: dict[ir.Value, np.ndarray],
-    trips: int,
-    opset: int,
-    invariants: dict[ir.Value, ir.Value],
+    parts: _Body, carried: Carried, trips: int | None, opset: int
 ) -> Refusal | None:
-    """None when the body's condition is provably true after each step ``0..trips-2``
-    (evaluated at each step from the iteration number and the counters alone)."""
+    """None when the body's condition is provably true after each step but the last: the
+    condition passed in unchanged, or, with a constant trip count, true after each step
+    ``0..trips-2`` (evaluated at each step from the iteration number and the counters)."""
+    cond_out, cond_in = parts.cond_out, parts.cond_in
     if through_identity(cond_out) is cond_in:
         return None
+    if trips is None:
+        return Refusal(
+            "the condition is not the one passed in and the trip count is not a constant"
+        )
     for step in range(trips - 1):
-        bound: dict[ir.Value, ir.Value | np.ndarray] = dict(invariants)
-        bound[iteration] = np.array(step, np.int64)
+        bound: dict[ir.Value, ir.Value | np.ndarray] = dict(carried.invariants)
+        bound[parts.iteration] = np.array(step, np.int64)
         bound[cond_in] = np.array(True)
-        for counter, start in counters.items():
+        for counter, start in carried.counters.items():
             bound[counter] = np.asarray(start + np.array(step, start.dtype), start.dtype)
         value = Constants(opset, bound)(cond_out)
         if value is None:
