@@ -77,6 +77,9 @@ class Recurrence:
     infers it (``(0,)`` with no rank known, ``(0, 0, 0)`` for ``[?, ?]``, ``(0, 0, H)`` for
     ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``), from a zero-trip Loop declared as the
     original (``_empty_stack``); ``onnx.reference`` cannot run a zero-trip Loop's stack.
+    ``steps``: a Loop's trip count when it is a count ``n`` of steps, not ``x``'s
+    length (``loop._counted_steps``: never negative, and at most ``x``'s length wherever
+    the Loop runs): the node reads ``x[0:n]`` and the guard tests ``n == 0``.
     ``step_input``: the value the body's step reads (``x`` or its reversal). A Scan is not
     guarded: ONNX Runtime's Scan fails on 0 steps, so there is nothing to equal, and a
     guard would hide the node from the ``bidirectional`` merge.
@@ -95,6 +98,7 @@ class Recurrence:
     broadcast: bool = False
     guarded: bool = False
     step_input: ir.Value | None = None
+    steps: ir.Value | None = None
     #: the body's ``h`` input as declared (a guarded Loop's stack of no step is shaped
     #: by it: see ``_empty_stack``)
     h_input: ir.Value | None = None
@@ -422,8 +426,10 @@ def _emit_guarded(
         return cached_ints(op, main, cache, values, as_node=main is None)
 
     # x's length, not the trip count's own value: that may be read from a reversal of x
-    # that dies with the Loop
-    if opset >= 15:
+    # that dies with the Loop; a count of steps is read by the node's Slice of x anyway
+    if plan.steps is not None:
+        length = plan.steps
+    elif opset >= 15:
         length = op.Shape(plan.x, start=0, end=1)
     else:
         length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
@@ -582,7 +588,9 @@ def _node_inputs(build: _Builder) -> list[ir.Value | None]:
     op, plan, opset, ints = build.op, build.plan, build.opset, build.ints
     cell = plan.cell
     x = plan.x
-    if plan.first_steps is not None:
+    if plan.steps is not None:
+        x = op.Slice(x, ints([0]), unsqueeze(op, plan.steps, [0], opset, ints), ints([0]))
+    elif plan.first_steps is not None:
         x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
     elif plan.last_steps is not None:
         x = slice_(op, x, [-plan.last_steps], [INT64_MAX], [0], opset, ints)

@@ -153,7 +153,11 @@ def _trip_count(node: ir.Node, model: ir.Model, opset: int) -> int | Refusal | N
         if first is None or first.size != 1 or not bool(first.reshape(())):
             # why normalize.LoopConditionPass left it, naming the node
             reason = condition_refusal(node, model.graph)
-            return reason or Refusal("the first condition is not a constant true")
+            return reason or Refusal(
+                "the first condition is not a constant true (normalize.LoopConditionPass"
+                " makes it one: where the rewrite ran it, the Loop was kept for another"
+                " reason, and the condition's spelling put back)"
+            )
     return trips
 
 
@@ -247,7 +251,12 @@ def _recurrence(
     cell = carried.cell
     prover = ShapeProver(model.graph)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
-    source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
+    steps = _counted_steps(node.inputs[0]) if trips is None else None
+    opset = opset_version(model, model.graph)
+    if steps is not None and (isinstance(opset, Refusal) or opset < 10):
+        return Refusal(f"opset {opset}'s Slice cannot read a count of steps of X")
+    # X0 when x is X0 reversed in time (a count of steps reads x itself: its first steps)
+    source = None if steps is not None else reversed_source(x, prover)
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
         return Refusal("X is not provably of rank 3")
@@ -255,17 +264,20 @@ def _recurrence(
     fits = states_fit(prover, h0, c0, sequence, cell, narrowed)
     if isinstance(fits, Refusal):
         return fits
-    if trips is None and shape_elements(node.inputs[0], prover, narrowed) != (
-        prover.dim(sequence, 0),
+    if (
+        trips is None
+        and steps is None
+        and shape_elements(node.inputs[0], prover, narrowed) != (prover.dim(sequence, 0),)
     ):
         return Refusal("the trip count is neither a constant nor X's length")
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
-    # X's length, which can be 0 (see Recurrence), unless the original then fails; ONNX
-    # Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
+    # X's length or a count, which can be 0 (see Recurrence), unless the original then
+    # fails; ONNX Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
     unguarded = stack_fails_without_steps(node) and cell.op_type != "GRU"
     plan.guarded = trips is None and not unguarded
+    plan.steps = steps
     plan.step_input = x
     plan.h_input = parts.carried_in[carried.h_index]
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
@@ -281,6 +293,29 @@ def _recurrence(
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
+
+
+def _counted_steps(trips: ir.Value | None) -> ir.Value | None:
+    """``trips`` when it is a count, never negative: ``ReduceSum`` over every axis
+    (``keepdims=0``: a scalar) of a ``Cast`` of booleans to int64 (as
+    ``normalize.LoopConditionPass`` counts the steps a float condition lets run); else
+    None. Where the Loop runs, such a trip count ``n`` is at most ``X``'s length: the
+    body's ``Gather(X, t)`` at ``t = len(X)`` fails (ONNX Runtime checks its indices)."""
+    node = None if trips is None else trips.producer()
+    if node is None or node.op_type != "ReduceSum" or node.domain != "" or len(node.inputs) != 1:
+        return None
+    attributes = node.attributes
+    if attributes.get_int("keepdims", 1) != 0 or attributes.get_int("noop_with_empty_axes"):
+        return None
+    if attributes.get("axes") is not None:
+        return None
+    cast = node.inputs[0].producer() if node.inputs[0] is not None else None
+    if cast is None or cast.op_type != "Cast" or cast.domain != "" or not cast.inputs:
+        return None
+    to = ir.DataType(cast.attributes.get_int("to", 0))  # int64: no sum wraps
+    if to != ir.DataType.INT64 or ElementTypes()(cast.inputs[0]) != ir.DataType.BOOL:
+        return None
+    return trips
 
 
 def _mask_reason(body: ir.Graph) -> Refusal | None:
