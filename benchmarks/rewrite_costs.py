@@ -17,7 +17,7 @@ import datetime
 import functools
 import json
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -63,15 +63,16 @@ class Case:
     #: A cost table the rule reads (``rnn_rewrite_rules/costs/<form>.json``): the points as
     #: that form's (``costs.FORM_TABLES``); None: the page only.
     form: str | None = None
+    #: Independent runs of the grid (``--runs``), each point their median (see
+    #: :func:`median_of_runs`).
+    runs: int = 1
 
 
 def rerolled_cells(
     op: str, hidden: int, seq: int, **options
 ) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """An unrolled cell loop (``testing.unrolled.UnrolledCellConfig(**options)``, input size
-    = hidden) and its re-rolled form, the cost table ignored (a grid measures the form the
-    table is read for)."""
-    from rnn_rewrite_rules import costs
+    = hidden) and its re-rolled form (:func:`into_one`)."""
     from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell
 
     config = UnrolledCellConfig(
@@ -81,10 +82,19 @@ def rerolled_cells(
         seq=seq,
         **options,
     )
-    before = build_unrolled_cell(config)
+    return into_one(build_unrolled_cell(config), op, f"{config}: not re-rolled")
+
+
+def into_one(
+    before: onnx.ModelProto, op: str, failure: str
+) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """``before`` and its rewrite, the cost table ignored (a grid measures the form the
+    table is read for), which must leave one ``op`` node (else ``failure``)."""
+    from rnn_rewrite_rules import costs
+
     after = rnn_rewrite_rules.rewrite(before, context=costs.Context(ignore=True))
     nodes = [n for n in after.graph.node if n.op_type == op]
-    assert len(nodes) == 1, f"{config}: not re-rolled"
+    assert len(nodes) == 1, failure
     return before, after
 
 
@@ -218,6 +228,9 @@ def main(case: Case, argv: list[str] | None = None) -> int:
     # 5 repeats: one grid of 3 showed a single-run 1.05x cell that three reruns put at 1.00x
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument(
+        "--runs", type=int, default=case.runs, help="independent runs of the grid (median)"
+    )
     parser.add_argument("--quick", action="store_true", help="one op, hidden 8, two lengths")
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
     parser.add_argument(
@@ -228,10 +241,10 @@ def main(case: Case, argv: list[str] | None = None) -> int:
         args.table = ROOT / "src" / "rnn_rewrite_rules" / "costs" / f"{case.form}.json"
     if args.quick:
         args.ops, args.hidden, args.repeats, args.rounds = [case.ops[-1]], [8], 1, 2
-        args.seq, args.batch = list(case.seqs[:2]), [1]
-    points = measure_grid(
-        case, args.ops, args.hidden, args.seq, args.batch, args.repeats, args.rounds
-    )
+        args.seq, args.batch, args.runs = list(case.seqs[:2]), [1], 1
+    grid = (case, args.ops, args.hidden, args.seq, args.batch, args.repeats, args.rounds)
+    runs = [measure_grid(*grid) for _ in range(max(args.runs, 1))]
+    points = runs[0] if len(runs) == 1 else median_of_runs(runs)
     today = datetime.date.today().isoformat()
     header = {"commit": report.git_commit(), "date": today, **versions()}
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
@@ -239,7 +252,8 @@ def main(case: Case, argv: list[str] | None = None) -> int:
     print(f"wrote {args.out}")
     if args.table is not None:
         assert case.form is not None
-        args.table.write_text(json.dumps(table(case, points, header), indent=1) + "\n")
+        data = table(case, points, header, runs)
+        args.table.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.table}")
     return 0
 
@@ -248,8 +262,41 @@ def main(case: Case, argv: list[str] | None = None) -> int:
 _RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino"}
 
 
-def table(case: Case, points: list[Point], header: dict[str, str]) -> dict:
-    """The points as a cost table of form ``case.form`` (``costs.CostTable.from_json``)."""
+def median_of_runs(runs: list[list[Point]]) -> list[Point]:
+    """Each point of independent runs of the grid as their median ratio, its spread the
+    runs' ratios (a shared machine slows a whole run now and then: one run is not a
+    measurement)."""
+    merged = []
+    for same in zip(*runs, strict=True):
+        ratios = sorted(p.ratio for p in same)
+        middle = ratios[len(ratios) // 2]
+        median = middle if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + middle) / 2
+        first = same[0]
+        merged.append(dataclasses.replace(first, ratio=median, low=ratios[0], high=ratios[-1]))
+    return merged
+
+
+def table(
+    case: Case,
+    points: list[Point],
+    header: dict[str, str],
+    runs: Sequence[list[Point]] = (),
+) -> dict:
+    """The points as a cost table of form ``case.form`` (``costs.CostTable.from_json``);
+    of several ``runs`` (``points`` their medians), each run's ratio too."""
+    data = _table(case, points, header)
+    if len(runs) > 1:
+        data["methods"] = {
+            "builder": f"median of {len(runs)} independent runs of the grid, each: one "
+            "thread; repeats x rounds interleaved, best of each; ratio = best(rewritten) / "
+            "best(original); ratios = each run's"
+        }
+        for index, row in enumerate(data["points"]):
+            row["ratios"] = [round(run[index].ratio, 4) for run in runs]
+    return data
+
+
+def _table(case: Case, points: list[Point], header: dict[str, str]) -> dict:
     return {
         "generated_by": f"python -m benchmarks.{case.module}",
         "measured": header["date"],

@@ -15,13 +15,9 @@ rule fires only where this table says the merged node is no slower.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-
 import numpy as np
 import onnx
 
-import rnn_rewrite_rules
 from benchmarks import rewrite_costs
 
 __all__ = ["CASE", "main"]
@@ -29,8 +25,7 @@ __all__ = ["CASE", "main"]
 
 def merged(op: str, hidden: int, steps: int) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """The chain of ``steps`` one-step nodes (input size = hidden, ``h0`` an input) and its
-    merged form, the cost table ignored (the grid measures the form the table is read for)."""
-    from rnn_rewrite_rules import costs
+    merged form (``rewrite_costs.into_one``)."""
     from rnn_rewrite_rules.testing.seq1_chain import Seq1ChainConfig, build_seq1_chain
 
     config = Seq1ChainConfig(
@@ -39,11 +34,7 @@ def merged(op: str, hidden: int, steps: int) -> tuple[onnx.ModelProto, onnx.Mode
         hidden_size=hidden,
         steps=steps,
     )
-    before = build_seq1_chain(config)
-    after = rnn_rewrite_rules.rewrite(before, context=costs.Context(ignore=True))
-    nodes = [n for n in after.graph.node if n.op_type == op]
-    assert len(nodes) == 1, f"{config}: not merged"
-    return before, after
+    return rewrite_costs.into_one(build_seq1_chain(config), op, f"{config}: not merged")
 
 
 def feeds(model: onnx.ModelProto, steps: int, batch: int) -> dict[str, np.ndarray]:
@@ -70,57 +61,14 @@ CASE = rewrite_costs.Case(
     batches=(1, 8),
     hiddens=(8, 64, 256),
     form="seq1_chain",
+    runs=3,
 )
-
-
-def median_of_runs(runs: list[list[rewrite_costs.Point]]) -> list[rewrite_costs.Point]:
-    """Each point of independent runs of the grid as their median ratio, its spread the
-    runs' ratios (a shared machine slows a whole run now and then: one run is not a
-    measurement)."""
-    merged = []
-    for same in zip(*runs, strict=True):
-        ratios = sorted(p.ratio for p in same)
-        middle = ratios[len(ratios) // 2]
-        median = middle if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + middle) / 2
-        first = same[0]
-        merged.append(dataclasses.replace(first, ratio=median, low=ratios[0], high=ratios[-1]))
-    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
     """``rewrite_costs.main`` over ``--runs`` independent runs of the grid (default 3),
     each point their median; the table keeps every run's ratio (``ratios``)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--runs", type=int, default=3)
-    known, rest = parser.parse_known_args(argv)
-    if known.runs == 1 or "--quick" in rest:
-        return rewrite_costs.main(CASE, rest)
-    runs: list[list[rewrite_costs.Point]] = []
-    measure = rewrite_costs.measure_grid
-
-    def measured(*args, **kwargs) -> list[rewrite_costs.Point]:
-        for _ in range(known.runs):
-            runs.append(measure(*args, **kwargs))
-        return median_of_runs(runs)
-
-    table = rewrite_costs.table
-
-    def with_runs(case, points, header) -> dict:
-        data = table(case, points, header)
-        data["methods"] = {
-            "builder": f"median of {known.runs} independent runs of the grid, each: one "
-            "thread; repeats x rounds interleaved, best of each; ratio = best(rewritten) / "
-            "best(original); ratios = each run's"
-        }
-        for index, row in enumerate(data["points"]):
-            row["ratios"] = [round(run[index].ratio, 4) for run in runs]
-        return data
-
-    rewrite_costs.measure_grid, rewrite_costs.table = measured, with_runs
-    try:
-        return rewrite_costs.main(CASE, rest)
-    finally:
-        rewrite_costs.measure_grid, rewrite_costs.table = measure, table
+    return rewrite_costs.main(CASE, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +25,14 @@ import onnx
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules._streaming import (
+    Call,
+    Stream,
     frame_feeds,
-    frames_per_second,
-    run_frames,
     state_pairs,
 )
 
-Runner = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
 
-
-def _ort(model: onnx.ModelProto) -> Runner:
+def _ort(model: onnx.ModelProto) -> Call:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -43,7 +41,7 @@ def _ort(model: onnx.ModelProto) -> Runner:
     return lambda feeds: session.run(None, feeds)
 
 
-def _openvino(model: onnx.ModelProto) -> Runner:
+def _openvino(model: onnx.ModelProto) -> Call:
     from rnn_rewrite_rules._openvino import compile_model
 
     compiled = compile_model(model.SerializeToString(), {"INFERENCE_NUM_THREADS": 1})
@@ -112,17 +110,16 @@ def measure(
     nodes = f"{len(original.graph.node)}->{len(rewritten.graph.node)} nodes"
     feeds = frame_feeds(original, {})
     names = [o.name for o in original.graph.output]
+    stream = Stream(names, feeds, pairs)
     rows = []
     for runtime in runtimes:
         runners = [RUNTIMES[runtime](original), RUNTIMES[runtime](rewritten)]
-        last = [run_frames(r, names, feeds, pairs, 8) for r in runners]
+        last = [stream.run_frames(r, 8) for r in runners]
         diff = max(float(np.max(np.abs(last[0][n] - last[1][n]), initial=0.0)) for n in names)
         fps: list[list[float]] = [[], []]
         for _ in range(rounds):
             for which, runner in enumerate(runners):
-                fps[which].append(
-                    frames_per_second(runner, names, feeds, pairs, frames, time.process_time)
-                )
+                fps[which].append(stream.frames_per_second(runner, frames, time.process_time))
         described = ", ".join(f"{a}->{b}" for a, b in pairs) + f"; {nodes}"
         rows.append((runtime, described, fps[0], fps[1], diff))
     return rows

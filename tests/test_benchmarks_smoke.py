@@ -156,3 +156,22 @@ def test_the_target_check_says_why_a_row_is_not_met() -> None:
         "2 x re-roll kept unrolled: rten has no RNN op (target 'portable')"
     )
     assert rows["ours-onnxruntime"].endswith("| yes |  |")
+
+
+def test_a_grid_of_several_runs_gives_each_point_their_median() -> None:
+    """``--runs``: each point the runs' median ratio, its spread their range; the table
+    keeps every run's ratio and says how it was measured."""
+    from benchmarks import rewrite_costs, seq1_chain_costs
+
+    def point(ratio: float) -> rewrite_costs.Point:
+        return rewrite_costs.Point("GRU", 8, 2, "onnxruntime", ratio, ratio, ratio)
+
+    runs = [[point(1.0)], [point(1.3)], [point(0.9)]]
+    (median,) = rewrite_costs.median_of_runs(runs)
+    assert (median.ratio, median.low, median.high) == (1.0, 0.9, 1.3)
+    header = {"commit": "c", "date": "d"}
+    data = rewrite_costs.table(seq1_chain_costs.CASE, [median], header, runs)
+    assert data["points"][0]["ratios"] == [1.0, 1.3, 0.9]
+    assert "median of 3 independent runs" in data["methods"]["builder"]
+    assert "methods" not in rewrite_costs.table(seq1_chain_costs.CASE, [median], header)
+    assert seq1_chain_costs.CASE.runs == 3

@@ -436,3 +436,43 @@ def test_a_layer_output_in_a_branch_gets_its_constants_as_nodes() -> None:
     names = {i.name for i in model.graph.initializer}
     assert {i.name for i in after.graph.initializer} <= names  # none added to the main graph
     _run_both(model, after, flag=np.array(True))
+
+
+def test_concat_directions_is_a_pattern_of_squeezed_slices() -> None:
+    """``ConcatDirections`` matches ``Concat(Squeeze(Slice(.)), Squeeze(Slice(.)))`` only: a
+    Concat of two Slices of a bidirectional Y not squeezed (an Identity instead) is not its
+    shape, so it neither rewrites nor reports it; squeezed, it is rewritten."""
+    from tests.near_misses import gru_node
+    from tests.reasons import refusal_reasons
+
+    def model(squeeze: bool) -> onnx.ModelProto:
+        nodes = [gru_node(["Y"], direction="bidirectional")]  # type: ignore[arg-type]
+        for i in (0, 1):
+            nodes.append(helper.make_node("Slice", ["Y", f"b{i}", f"e{i}", "one"], [f"s{i}"]))
+            if squeeze:
+                nodes.append(helper.make_node("Squeeze", [f"s{i}", "one"], [f"q{i}"]))
+            else:
+                nodes.append(helper.make_node("Identity", [f"s{i}"], [f"q{i}"]))
+        nodes.append(helper.make_node("Concat", ["q0", "q1"], ["y"], axis=-1))
+        ints = {"b0": np.array([0]), "e0": np.array([1]), "b1": np.array([1]),
+                "e1": np.array([2]), "one": np.array([1])}  # fmt: skip
+        built = rnn_model(nodes, constants=ints, gates=3, directions=2)
+        shape = ["s", "b", 2 * H] if squeeze else ["s", 1, "b", 2 * H]
+        typed = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)
+        built.graph.output[0].CopyFrom(typed)
+        return built
+
+    rule = [layer_output.ConcatDirections.rule()]
+    assert refusal_reasons(rule, model(squeeze=False)) == []
+    assert apply(rule, model(squeeze=False))[1] == 0
+    squeezed = model(squeeze=True)
+    after, count = apply(rule, squeezed)
+    assert count == 1 and "Concat" not in op_types(after)
+    rng = np.random.default_rng(0)
+    # no seq 0: the GRU node itself fails there (ONNX Runtime aborts, onnx.reference
+    # cannot stack no step), before and after alike
+    for seq, batch in ((1, 1), (4, 3), (7, 2)):
+        feeds = {"x": rng.standard_normal((seq, batch, INPUT)).astype(np.float32)}
+        expected, actual = runtime.run(squeezed, feeds), runtime.run(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+        np.testing.assert_array_equal(expected[0], actual[0])

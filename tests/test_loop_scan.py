@@ -777,3 +777,49 @@ def test_portable_keeps_an_rnn_cell_loop(cell: str) -> None:
         assert reasons == {"rten has no RNN op (target 'portable')"}
     else:
         assert count == 1
+
+
+def _trip_count_round_trip(model: onnx.ModelProto, narrow: int) -> onnx.ModelProto:
+    """The trip count (X's length) cast to ``narrow`` and back to int64, as tf2onnx
+    computes shapes in int32."""
+    nodes = list(model.graph.node)
+    (gather,) = [n for n in nodes if n.output[0] == "trips"]
+    gather.output[0] = "trips_wide"
+    casts = [
+        onnx.helper.make_node("Cast", ["trips_wide"], ["trips_narrow"], to=narrow),
+        onnx.helper.make_node("Cast", ["trips_narrow"], ["trips"], to=onnx.TensorProto.INT64),
+    ]
+    del model.graph.node[:]
+    for node in nodes:
+        model.graph.node.append(node)
+        if node is gather:
+            model.graph.node.extend(casts)
+    return model
+
+
+def test_a_trip_count_round_tripped_through_int32_is_x_s_length(tmp_path) -> None:
+    """``Cast(int64 -> int32 -> int64)`` of X's length is that length wherever the node
+    runs (below ``2**31``): the prover's narrowed size (``ShapeProver.narrowed_from``)."""
+    spec = _spec(form="torch", trip_count="length")
+    model = _trip_count_round_trip(build_loop_model(spec), onnx.TensorProto.INT32)
+    after, count = apply(loop_scan.make_rules(TARGET), model)
+    assert count == 1 and not op_counts(after)["Loop"]
+    for seed, (batch, seq) in enumerate([*_sizes(spec), (2, 1)]):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+        assert runtime.max_abs_diff(expected, actual) <= 1e-5
+    expected = _run_at_zero_steps(model, spec, tmp_path)
+    actual = _run_at_zero_steps(after, spec, tmp_path)
+    assert [a.shape for a in expected] == [a.shape for a in actual]
+    assert runtime.max_abs_diff(expected, actual) == 0
+
+
+def test_a_trip_count_round_tripped_through_int16_is_refused() -> None:
+    """An int16 round trip wraps at 32768 steps, a length the node runs: not X's length."""
+    spec = _spec(form="torch", trip_count="length")
+    model = _trip_count_round_trip(build_loop_model(spec), onnx.TensorProto.INT16)
+    _, count = apply(loop_scan.make_rules(TARGET), model)
+    assert count == 0
+    reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
+    assert reasons == {"the trip count is neither a constant nor X's length"}

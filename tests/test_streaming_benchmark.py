@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from benchmarks import streaming
 
-from rnn_rewrite_rules._streaming import frame_feeds, run_frames, state_pairs
+from rnn_rewrite_rules._streaming import Stream, frame_feeds, state_pairs
 from tests.exporter_files import DATA
 
 DYNAMO = DATA / "torch_dynamo"
@@ -33,7 +33,8 @@ def test_the_loop_feeds_each_state_to_the_next_call() -> None:
     session = ort.InferenceSession(model.SerializeToString())
     feeds = frame_feeds(model, {})
     names = [o.name for o in model.graph.output]
-    chained = run_frames(lambda f: session.run(None, f), names, feeds, state_pairs(model), 3)
+    stream = Stream(names, feeds, state_pairs(model))
+    chained = stream.run_frames(lambda f: session.run(None, f), 3)
     by_hand = dict(feeds)
     for _ in range(3):
         by_hand["h"] = session.run(None, by_hand)[names.index("h_out")]

@@ -13,7 +13,9 @@ __all__ = [
     "const_array",
     "free_name",
     "fresh_name",
+    "input_at",
     "opset_version",
+    "replace_node",
     "same_bits",
     "subgraph_owners",
     "taken_names",
@@ -87,6 +89,11 @@ def subgraph_owners(graph: ir.Graph | ir.Function) -> dict[ir.Graph, ir.Node]:
     return owners
 
 
+def input_at(node: ir.Node, index: int) -> ir.Value | None:
+    """Input ``index`` of ``node``; None when it is empty or past the last input."""
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
 def const_array(value: ir.Value | None):
     """The numpy value of a constant (initializer or Constant output), else None.
 
@@ -145,3 +152,18 @@ def free_name(taken: set[str], base: str) -> str:
         index += 1
         name = f"{base}_{index}"
     return name
+
+
+def replace_node(node: ir.Node, result: ir.Value) -> None:
+    """Remove ``node`` (in a graph, one output) and let every reader of its output (graph
+    outputs too) read ``result`` (computed in the same graph, equal to it), which takes the
+    output's name, type and shape."""
+    graph = node.graph
+    if graph is None:
+        raise ValueError(f"{node.name}: not in a graph")
+    out = node.outputs[0]
+    result.type, result.shape = out.type, out.shape
+    name = out.name
+    ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    result.name = name

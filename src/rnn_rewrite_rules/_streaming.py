@@ -2,18 +2,19 @@
 
 A streaming model passes its recurrent state in and out (``h``/``h_out``,
 ``cache_in``/``cache_out``, ``h_enc_in``/``h_enc_out``). :func:`state_pairs` finds those
-pairs by name and declared rank; :func:`frames_per_second` times the chained loop.
+pairs by name and declared rank; :class:`Stream` runs and times the chained loop.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
 
-__all__ = ["StatePair", "frame_feeds", "frames_per_second", "state_pairs"]
+__all__ = ["Call", "StatePair", "Stream", "frame_feeds", "state_pairs"]
 
 #: (graph input name, graph output name) of one carried state.
 StatePair = tuple[str, str]
@@ -67,38 +68,39 @@ def frame_feeds(
     return feeds
 
 
-def run_frames(
-    run: Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]],
-    output_names: Sequence[str],
-    feeds: Mapping[str, np.ndarray],
-    pairs: Sequence[StatePair],
-    frames: int,
-) -> dict[str, np.ndarray]:
-    """Call ``run`` ``frames`` times, each call's state outputs as the next call's inputs;
-    returns the last call's outputs by name."""
-    current = dict(feeds)
-    index = {name: i for i, name in enumerate(output_names)}
-    outputs: dict[str, np.ndarray] = {}
-    for _ in range(frames):
-        results = run(current)
-        outputs = {name: results[i] for name, i in index.items()}
-        for state_in, state_out in pairs:
-            current[state_in] = outputs[state_out]
-    return outputs
+#: One call of a model: feeds by name -> outputs in the graph's order.
+Call = Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]]
 
 
-def frames_per_second(
-    run: Callable[[dict[str, np.ndarray]], Sequence[np.ndarray]],
-    output_names: Sequence[str],
-    feeds: Mapping[str, np.ndarray],
-    pairs: Sequence[StatePair],
-    frames: int,
-    clock: Callable[[], float] = time.perf_counter,
-) -> float:
-    """Frames per second of one chained loop of ``frames`` calls (after one warm-up call),
-    on ``clock`` (wall time; ``time.process_time``: this process's CPU time, which other
-    processes' load does not inflate, for runtimes at one thread)."""
-    run_frames(run, output_names, feeds, pairs, 1)
-    start = clock()
-    run_frames(run, output_names, feeds, pairs, frames)
-    return frames / max(clock() - start, 1e-9)
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """A model's chained calls: the first call reads ``feeds``, each call's state outputs
+    (``pairs``) are the next call's inputs; ``output_names``: the outputs in the graph's
+    order (what a :data:`Call` returns)."""
+
+    output_names: Sequence[str]
+    feeds: Mapping[str, np.ndarray]
+    pairs: Sequence[StatePair]
+
+    def run_frames(self, run: Call, frames: int) -> dict[str, np.ndarray]:
+        """Call ``run`` ``frames`` times, chained; the last call's outputs by name."""
+        current = dict(self.feeds)
+        index = {name: i for i, name in enumerate(self.output_names)}
+        outputs: dict[str, np.ndarray] = {}
+        for _ in range(frames):
+            results = run(current)
+            outputs = {name: results[i] for name, i in index.items()}
+            for state_in, state_out in self.pairs:
+                current[state_in] = outputs[state_out]
+        return outputs
+
+    def frames_per_second(
+        self, run: Call, frames: int, clock: Callable[[], float] = time.perf_counter
+    ) -> float:
+        """Frames per second of one chained loop of ``frames`` calls of ``run`` (after one
+        warm-up call), on ``clock`` (wall time; ``time.process_time``: this process's CPU
+        time, which other processes' load does not inflate, for runtimes at one thread)."""
+        self.run_frames(run, 1)
+        start = clock()
+        self.run_frames(run, frames)
+        return frames / max(clock() - start, 1e-9)

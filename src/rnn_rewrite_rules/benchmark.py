@@ -382,22 +382,20 @@ def _stream(
     """Frames per second of a chained stream of ``settings.stream_frames`` calls of each
     model, ``settings.rounds`` interleaved rounds (the order alternating); None when the
     model has no state inputs and outputs."""
-    from rnn_rewrite_rules._streaming import frames_per_second, state_pairs
+    from rnn_rewrite_rules._streaming import Stream, state_pairs
 
     original = _graph_only(before)
     pairs = state_pairs(original)
     if not pairs:
         return None
-    names = [o.name for o in original.graph.output]
+    stream = Stream([o.name for o in original.graph.output], feeds, pairs)
     runners = {"original": _stream_runner(name, before), "result": _stream_runner(name, after)}
     fps: dict[str, list[float]] = {"original": [], "result": []}
     order = list(runners)
     frames = settings.stream_frames
     for _ in range(max(settings.rounds, 1)):
         for key in order:
-            fps[key].append(
-                frames_per_second(runners[key], names, feeds, pairs, frames, time.process_time)
-            )
+            fps[key].append(stream.frames_per_second(runners[key], frames, time.process_time))
         order.reverse()
     ratios = [r / o for o, r in zip(fps["original"], fps["result"], strict=True)]
     states = ", ".join(f"{a} -> {b}" for a, b in pairs)

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import input_at
 from rnn_rewrite_rules._rnn_ops import describe_node, is_rnn, rnn_op
 from rnn_rewrite_rules._unrolled_axes import describe_readers, fixed_windows, unrolled_axes
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
@@ -75,6 +76,11 @@ class Hazard:
     message: str
     #: For an unrolled axis: the declared name of the axis it freezes.
     unrolled: str | None = None
+
+    @classmethod
+    def at(cls, kind: str, node: ir.Node, message: str) -> Hazard:
+        """A hazard of ``kind`` at ``node`` (named by :func:`describe_node`)."""
+        return cls(kind, describe_node(node), message)
 
     def __str__(self) -> str:
         return f"[{self.kind}] {self.node}: {self.message}"
@@ -132,9 +138,9 @@ def _shape_chain(rnn: ir.Node) -> Hazard | None:
                 seen.add(consumer)
                 stack.append(consumer)
     feeds = f" feeding {', '.join(describe_node(s) for s in sinks[:3])}" if sinks else ""
-    return Hazard(
+    return Hazard.at(
         "runtime-shape-chain",
-        describe_node(rnn),
+        rnn,
         f"its output shape is recomputed at run time by {len(chain)} nodes "
         f"({_summary(chain)}){feeds}",
     )
@@ -166,7 +172,7 @@ def _weight_preparation(rnn: ir.Node) -> Hazard | None:
     prepared: list[str] = []
     cone: set[ir.Node] = set()
     for index, name in names.items():
-        value = rnn.inputs[index] if index < len(rnn.inputs) else None
+        value = input_at(rnn, index)
         if value is None or _is_constant(value):
             continue
         nodes = _preparation(value)
@@ -176,9 +182,9 @@ def _weight_preparation(rnn: ir.Node) -> Hazard | None:
     if not prepared:
         return None
     preparers = [n for n in cone if n.op_type != "Constant"]
-    return Hazard(
+    return Hazard.at(
         "runtime-weight-prep",
-        describe_node(rnn),
+        rnn,
         f"{', '.join(prepared)} computed at run time from initializers by {len(preparers)} nodes "
         f"({_summary(preparers)}); ONNX Runtime folds them at load or recomputes them per call",
     )
@@ -187,9 +193,9 @@ def _weight_preparation(rnn: ir.Node) -> Hazard | None:
 def _layout(rnn: ir.Node) -> Hazard | None:
     if rnn.domain not in ("", "ai.onnx") or rnn.attributes.get_int("layout", 0) != 1:
         return None
-    return Hazard(
+    return Hazard.at(
         "layout-1",
-        describe_node(rnn),
+        rnn,
         "layout=1 (batch-major): ONNX Runtime's CPU kernels reject it "
         "('Batchwise recurrent operations (layout == 1) are not supported')",
     )
@@ -293,9 +299,9 @@ def _frozen_reshape(node: ir.Node, prover: ShapeProver, symbols: Symbols) -> Haz
     rnn = _after_rnn(node.inputs[0])
     after = f" after {describe_node(rnn)}" if rnn is not None else ""
     consequence = "other sizes fail" if definite else "other sizes give wrong shapes"
-    return Hazard(
+    return Hazard.at(
         "frozen-axis",
-        describe_node(node),
+        node,
         f"constant target {target}{after} freezes {frozen} "
         f"({_declared(axes, symbols)}, declared dynamic): {consequence}",
     )
@@ -351,13 +357,13 @@ def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -
         return
     for index in spec.state_inputs:
         name = spec.inputs[index]
-        state = rnn.inputs[index] if index < len(rnn.inputs) else None
+        state = input_at(rnn, index)
         dims = prover.dims(state)
         size = dims[batch_axis].value if dims is not None and len(dims) == 3 else None
         if size is not None:
-            yield Hazard(
+            yield Hazard.at(
                 "frozen-axis",
-                describe_node(rnn),
+                rnn,
                 f"{name} has constant batch {size} while X's batch is {symbol!r} "
                 f"({_declared([symbol], symbols)}, declared dynamic): other sizes fail",
             )
@@ -365,7 +371,7 @@ def _frozen_initial_state(rnn: ir.Node, prover: ShapeProver, symbols: Symbols) -
 
 def _exporter_bug(rnn: ir.Node) -> Hazard | None:
     bug = onnxscript_gru_bug(rnn)
-    return None if bug is None else Hazard("exporter-bug", describe_node(rnn), bug)
+    return None if bug is None else Hazard.at("exporter-bug", rnn, bug)
 
 
 def is_recurrent_loop(node: ir.Node) -> bool:
@@ -394,7 +400,7 @@ def loop_hazards(node: ir.Node) -> list[Hazard]:
         f"a recurrent cell computed in a {node.op_type} body, one subgraph call per step "
         f"(a single RNN/LSTM/GRU node where the {kind} is proven one)"
     )
-    return [Hazard("loop-recurrence", describe_node(node), message)]
+    return [Hazard.at("loop-recurrence", node, message)]
 
 
 def subject_hazards(node: ir.Node, main_graph: ir.Graph | None = None) -> list[Hazard]:
@@ -463,7 +469,7 @@ def _unproven_zero_state(rnn: ir.Node, main_graph: ir.Graph | None) -> Hazard | 
     indices = spec.state_inputs if spec else ()
     prover = ShapeProver(main_graph)
     for index in indices:
-        state = rnn.inputs[index] if index < len(rnn.inputs) else None
+        state = input_at(rnn, index)
         if state is None or state.is_graph_input() or _is_constant(state):
             continue  # a constant of the wrong batch is a frozen axis, reported as such
         fills = _fill_nodes(state)
@@ -477,9 +483,9 @@ def _unproven_zero_state(rnn: ir.Node, main_graph: ir.Graph | None) -> Hazard | 
             why = state_reason(rnn, state, prover)
             if why is None or not _batch_known(rnn, prover):
                 continue  # proven (dropped), or X's own batch is unknown (a frozen axis?)
-        return Hazard(
+        return Hazard.at(
             "unproven-zero-state",
-            describe_node(rnn),
+            rnn,
             f"{name} is filled at run time by {_summary(fills)} but cannot be dropped: {why}",
         )
     return None
@@ -533,15 +539,15 @@ def _hand_built_direction(rnn: ir.Node) -> Hazard | None:
         partner = reverse_partner(rnn)
         if partner is None:
             return None
-        return Hazard(
+        return Hazard.at(
             "hand-built-direction",
-            describe_node(rnn),
+            rnn,
             f"the forward half of a hand-built bidirectional pair: {describe_node(partner)} "
             "reads the same input reversed (one node with direction='bidirectional' does both)",
         )
-    return Hazard(
+    return Hazard.at(
         "hand-built-direction",
-        describe_node(rnn),
+        rnn,
         f"reads its input reversed by {describe_node(reverse)}: a hand-built reverse or "
         "bidirectional half (one node with direction='reverse'/'bidirectional' does both "
         "reversals in the kernel)",
@@ -576,9 +582,9 @@ def _rank_checks(rnn: ir.Node) -> Iterator[Hazard]:
         if node is None:
             break
         if node.op_type == "If":
-            yield Hazard(
+            yield Hazard.at(
                 "runtime-rank-check",
-                describe_node(rnn),
+                rnn,
                 f"its input is chosen at run time by {describe_node(node)} (a rank check)",
             )
             break
@@ -590,9 +596,9 @@ def _rank_checks(rnn: ir.Node) -> Iterator[Hazard]:
             continue
         for node in _shape_readers(consumer):
             if node.op_type == "If":
-                yield Hazard(
+                yield Hazard.at(
                     "runtime-rank-check",
-                    describe_node(rnn),
+                    rnn,
                     f"{describe_node(node)} branches on its output's shape at run time",
                 )
 

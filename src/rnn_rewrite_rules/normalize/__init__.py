@@ -6,7 +6,8 @@ rule families (``_api.apply_rounds``), and afterwards undo every edit no rule us
 ``install()`` adds rules to onnxscript's defaults and has no hook before them: its users,
 and those of :func:`rnn_rewrite_rules.rules`, call :func:`normalize` on the ``ir.Model``
 first (with a :class:`Journal` and ``journal.restore()`` after, to keep the spelling).
-Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``;
+Each is an onnx-ir pass, one module each, as in ``onnx_ir.passes.common``, and a
+``_node_pass.NodePass``: the visit of every node of its op is shared, the pass gives the edit;
 each module's docstring gives the pattern, the condition, the replacement and why the
 outputs are equal.
 """

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array, subgraph_owners
+from rnn_rewrite_rules._ir import const_array, replace_node, subgraph_owners
 from rnn_rewrite_rules.normalize._journal import Bypassed, Journal, Replaced
 
 __all__ = ["ElementTypes", "bypass", "model_graphs", "names_an_output"]
@@ -143,12 +143,7 @@ def bypass(
     inputs = list(node.inputs)
     identity = ir.Node("", "Identity", [value], name=node.name)
     graph.insert_after(node, identity)
-    result = identity.outputs[0]
-    result.type, result.shape = out.type, out.shape
-    name = out.name
-    ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
-    graph.remove(node, safe=True)
-    result.name = name
+    replace_node(node, identity.outputs[0])
     if journal is not None:
         journal.record(Replaced(graph, node, inputs, identity))
     return True

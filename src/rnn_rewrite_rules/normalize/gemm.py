@@ -20,41 +20,33 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, replace_node
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.normalize._journal import Journal, Replaced
-from rnn_rewrite_rules.normalize._values import model_graphs
+from rnn_rewrite_rules.normalize._journal import Replaced
+from rnn_rewrite_rules.normalize._node_pass import NodePass
 
 __all__ = ["GemmPass"]
 
 
-class GemmPass(ir.passes.InPlacePass):
+class GemmPass(NodePass):
     """Every ``Gemm`` that is a product, a ``MatMul`` (see the module docstring).
 
     ``refusals``: (node name, reason) for each ``Gemm`` with a bias left as written;
     ``journal`` records each replacement, to put back where no rule used it.
     """
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
-        self.refusals: list[tuple[str, Refusal]] = []
+    op_type = "Gemm"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in model_graphs(model):
-            for node in list(graph):
-                if node.op_type != "Gemm" or node.domain != "":
-                    continue
-                reason = product_reason(node)
-                if reason is None:
-                    edit = _to_matmul(graph, node)
-                    if self.journal is not None:
-                        self.journal.record(edit)
-                    modified = True
-                else:
-                    self.refusals.append((node.name or "", reason))
-        return ir.passes.PassResult(model, modified=modified)
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        reason = product_reason(node)
+        if reason is not None:
+            self.refuse(node, reason)
+            return False
+        graph = node.graph
+        if graph is None:
+            return False
+        self.record(_to_matmul(graph, node))
+        return True
 
 
 def product_reason(node: ir.Node) -> Refusal | None:
@@ -95,11 +87,5 @@ def _to_matmul(graph: ir.Graph | ir.Function, node: ir.Node) -> Replaced:
     matmul = ir.Node("", "MatMul", operands, name=node.name)
     added.append(matmul)
     graph.insert_before(node, added)
-    out = node.outputs[0]
-    result = matmul.outputs[0]
-    result.type, result.shape = out.type, out.shape
-    name = out.name
-    ir.convenience.replace_all_uses_with(out, result, replace_graph_outputs=True)
-    graph.remove(node, safe=True)
-    result.name = name
+    replace_node(node, matmul.outputs[0])
     return Replaced(graph, node, inputs, matmul, added[:-1])

@@ -18,28 +18,20 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules.normalize._journal import Journal
-from rnn_rewrite_rules.normalize._values import bypass, model_graphs, names_an_output
+from rnn_rewrite_rules.normalize._node_pass import NodePass
+from rnn_rewrite_rules.normalize._values import bypass, names_an_output
 
 __all__ = ["IdentityPass"]
 
 
-class IdentityPass(ir.passes.InPlacePass):
+class IdentityPass(NodePass):
     """Every ``Identity`` that can go, gone (see the module docstring); ``journal``
     records each removal, to put back where no rule used it."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
+    op_type = "Identity"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in model_graphs(model):
-            for node in list(graph):
-                if names_an_output(node, model):
-                    continue
-                if node.op_type == "Identity" and node.domain == "" and node.inputs:
-                    source = node.inputs[0]
-                    if source is not None and len(node.outputs) == 1:
-                        modified |= bypass(node, source, self.journal)
-        return ir.passes.PassResult(model, modified=modified)
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        if names_an_output(node, model) or not node.inputs or len(node.outputs) != 1:
+            return False
+        source = node.inputs[0]
+        return source is not None and bypass(node, source, self.journal)

@@ -42,8 +42,8 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.normalize._journal import Journal
-from rnn_rewrite_rules.normalize._values import ElementTypes, model_graphs
+from rnn_rewrite_rules.normalize._node_pass import NodePass
+from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.no_op_cast import holds_exactly
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -453,31 +453,22 @@ class ConditionsMadeTrue:
         return True
 
 
-class LoopConditionPass(ir.passes.InPlacePass):
+class LoopConditionPass(NodePass):
     """Every Loop condition provably true before the last iteration, made constant true
     (see the module docstring); ``journal`` records each, to put back where no rule used
     it."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
-        self.main_graph: ir.Graph | None = None
+    op_type = "Loop"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        self.main_graph = model.graph
-        for graph in model_graphs(model):
-            for node in list(graph):
-                if node.op_type == "Loop" and node.domain == "":
-                    modified |= self._loop(node)
-        return ir.passes.PassResult(model, modified=modified)
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        return self._loop(node, model.graph)
 
-    def _loop(self, node: ir.Node) -> bool:
+    def _loop(self, node: ir.Node, main_graph: ir.Graph) -> bool:
         attr = node.attributes.get("body")
         graph = node.graph
         if attr is None or attr.type != ir.AttributeType.GRAPH or graph is None:
             return False
-        if condition_refusal(node, self.main_graph) is not None:
+        if condition_refusal(node, main_graph) is not None:
             return False
         body = attr.as_graph()
         first = node.inputs[1] if len(node.inputs) > 1 else None
@@ -501,6 +492,5 @@ class LoopConditionPass(ir.passes.InPlacePass):
             unread = [Unread.of(cond_out, body, None)] if identity is not None else []
             if constant is not None and first is not None:
                 unread.append(Unread.of(first, graph, node))
-            edit = ConditionsMadeTrue(node, first, constant, cond_out, identity, unread)
-            self.journal.record(edit)
+            self.record(ConditionsMadeTrue(node, first, constant, cond_out, identity, unread))
         return True

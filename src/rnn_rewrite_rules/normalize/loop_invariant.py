@@ -29,8 +29,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.normalize._journal import Journal
-from rnn_rewrite_rules.normalize._values import model_graphs
+from rnn_rewrite_rules.normalize._node_pass import NodePass
 
 __all__ = ["LoopInvariantPass", "Redirected"]
 
@@ -89,23 +88,16 @@ def _runs_a_step(node: ir.Node) -> bool:
     return first is not None and bool(first)
 
 
-class LoopInvariantPass(ir.passes.InPlacePass):
+class LoopInvariantPass(NodePass):
     """Every body reader of a value carried unchanged reads the outer value (see the
-    module docstring); ``journal`` records each, to put back where no rule used it."""
+    module docstring); ``journal`` records each, to put back where no rule used it;
+    ``refusals``: (Loop name, reason) for each Loop carrying values unchanged left as
+    written."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
-        #: (Loop name, reason) for each Loop carrying values unchanged left as written
-        self.refusals: list[tuple[str, Refusal]] = []
+    op_type = "Loop"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        for graph in model_graphs(model):
-            for node in list(graph):
-                if node.op_type == "Loop" and node.domain == "":
-                    modified |= self._loop(node)
-        return ir.passes.PassResult(model, modified=modified)
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        return self._loop(node)
 
     def _loop(self, node: ir.Node) -> bool:
         attr = node.attributes.get("body")
@@ -123,7 +115,7 @@ class LoopInvariantPass(ir.passes.InPlacePass):
                 v0 is not None and _passed_through(v_out, v_in)
                 for v0, v_in, v_out in zip(initial, carried_in, carried_out, strict=False)
             ):
-                self.refusals.append((node.name or "", _MAY_RUN_NO_STEP))
+                self.refuse(node, _MAY_RUN_NO_STEP)
             return False
         modified = False
         for v0, v_in, v_out in zip(initial, carried_in, carried_out, strict=False):
@@ -136,7 +128,7 @@ class LoopInvariantPass(ir.passes.InPlacePass):
             ]
             for user, index in readers:
                 user.replace_input_with(index, v0)
-            if readers and self.journal is not None:
-                self.journal.record(Redirected(v_in, v0, readers))
+            if readers:
+                self.record(Redirected(v_in, v0, readers))
             modified |= bool(readers)
         return modified

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules.normalize._journal import Journal
-from rnn_rewrite_rules.normalize._values import ElementTypes, bypass, model_graphs, names_an_output
+from rnn_rewrite_rules.normalize._node_pass import NodePass
+from rnn_rewrite_rules.normalize._values import ElementTypes, bypass, names_an_output
 
 __all__ = ["NoOpCastPass", "holds_exactly"]
 
@@ -42,28 +42,23 @@ def _cast_to(node: ir.Node) -> ir.DataType:
     return ir.DataType(node.attributes.get_int("to", 0))
 
 
-class NoOpCastPass(ir.passes.InPlacePass):
+class NoOpCastPass(NodePass):
     """Every Cast that returns its input, gone (see the module docstring); ``journal``
     records each removal, to put back where no rule used it."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
+    op_type = "Cast"
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        types = ElementTypes()
-        modified = False
-        for graph in model_graphs(model):
-            for node in list(graph):
-                if node.op_type != "Cast" or node.domain != "" or not node.inputs:
-                    continue
-                if names_an_output(node, model):
-                    continue
-                found = _source(node, types)
-                if found is not None:
-                    source, chain = found
-                    modified |= bypass(node, source, self.journal, chain)
-        return ir.passes.PassResult(model, modified=modified)
+    def start(self, model: ir.Model) -> None:
+        self._types = ElementTypes()
+
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        if not node.inputs or names_an_output(node, model):
+            return False
+        found = _source(node, self._types)
+        if found is None:
+            return False
+        source, chain = found
+        return bypass(node, source, self.journal, chain)
 
 
 def _source(node: ir.Node, types: ElementTypes) -> tuple[ir.Value, list[ir.Node]] | None:

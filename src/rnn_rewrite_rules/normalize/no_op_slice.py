@@ -27,6 +27,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import rnn_op
 from rnn_rewrite_rules.normalize._journal import Edit, Journal
+from rnn_rewrite_rules.normalize._node_pass import NodePass
 from rnn_rewrite_rules.normalize._values import bypass, names_an_output
 from rnn_rewrite_rules.shape import ShapeProver
 
@@ -36,33 +37,30 @@ __all__ = ["NoOpStateSlicePass"]
 _FULL = 2**62
 
 
-class NoOpStateSlicePass(ir.passes.InPlacePass):
+class NoOpStateSlicePass(NodePass):
     """Every no-op Slice read as an RNN's initial state, gone (see the module docstring);
     ``journal`` records each removal, to put back where no rule used it."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        super().__init__()
-        self.journal = journal
+    op_type = "Slice"
+    subgraphs = False
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        modified = False
-        prover: ShapeProver | None = None
-        for node in list(model.graph):
-            if node.op_type != "Slice" or node.domain != "" or not _feeds_a_state(node):
-                continue
-            if names_an_output(node, model):
-                continue
-            prover = prover or ShapeProver(model.graph)
-            source = node.inputs[0]
-            if source is not None and _keeps_everything(node, prover):
-                bounds = _Bounds(model.graph, node)
-                inner = Journal()
-                modified |= bypass(node, source, inner)
-                if self.journal is not None:
-                    for edit in inner.edits:
-                        self.journal.record(_SliceBypassed(edit, bounds))
-                prover = None  # the graph changed: facts are proven again
-        return ir.passes.PassResult(model, modified=modified)
+    def start(self, model: ir.Model) -> None:
+        self._prover: ShapeProver | None = None
+
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        if not _feeds_a_state(node) or names_an_output(node, model):
+            return False
+        self._prover = self._prover or ShapeProver(model.graph)
+        source = node.inputs[0]
+        if source is None or not _keeps_everything(node, self._prover):
+            return False
+        bounds = _Bounds(model.graph, node)
+        inner = Journal()
+        modified = bypass(node, source, inner)
+        for edit in inner.edits:
+            self.record(_SliceBypassed(edit, bounds))
+        self._prover = None  # the graph changed: facts are proven again
+        return modified
 
 
 class _Bounds:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from onnxscript.rewriter import RewriteRule
@@ -53,3 +54,22 @@ class RuleFamily:
             for rule in make():
                 by_name.setdefault(str(rule.name), rule)
         return tuple(by_name.values())
+
+    @classmethod
+    def measured(
+        cls,
+        name: str,
+        doc: str | None,
+        make_rules: Callable[[str], Sequence[RewriteRule]],
+        fixes: tuple[str, ...] = (),
+    ) -> RuleFamily:
+        """A family installed by default whose ``make_rules(target)`` declines by that
+        target's measured cost table: ``portable`` by default, ``onnxruntime`` on request;
+        described by the first line of ``doc`` (its module's docstring)."""
+        return cls(
+            name=name,
+            description=(doc or "").partition("\n")[0],
+            make_rules=functools.partial(make_rules, "portable"),
+            target_rules={"onnxruntime": functools.partial(make_rules, "onnxruntime")},
+            fixes=fixes,
+        )

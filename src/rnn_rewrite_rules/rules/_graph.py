@@ -15,7 +15,14 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import Builder
-from rnn_rewrite_rules._ir import const_array, free_name, fresh_name, same_bits, taken_names
+from rnn_rewrite_rules._ir import (
+    const_array,
+    free_name,
+    fresh_name,
+    input_at,
+    same_bits,
+    taken_names,
+)
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._initializers import array_constant, cached_ints, int64_constant
 
@@ -26,7 +33,6 @@ __all__ = [
     "const_ints",
     "free_name",
     "fresh_name",
-    "input_at",
     "int64_constant",
     "producer",
     "read_axes",
@@ -51,11 +57,6 @@ def producer(value: ir.Value | None, *op_types: str) -> ir.Node | None:
     if node is None or node.domain != "" or node.op_type not in op_types:
         return None
     return node
-
-
-def input_at(node: ir.Node, index: int) -> ir.Value | None:
-    """Input ``index`` of ``node``; None when it is empty or past the last input."""
-    return node.inputs[index] if index < len(node.inputs) else None
 
 
 def const_ints(value: ir.Value | None) -> list[int] | None:

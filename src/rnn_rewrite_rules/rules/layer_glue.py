@@ -315,6 +315,67 @@ def _dying(chain: list[ir.Node]) -> set[ir.Node]:
     return dying
 
 
+def _chain_back(root: ir.Node, x: ir.Value, prover: ShapeProver) -> tuple[list[ir.Node], ir.Value]:
+    """The glue nodes ending at ``root`` (which reads ``x``), first to last, and the value
+    the first reads: back to an RNN output, a value other nodes read or a non-glue op, at
+    most ``_MAX_CHAIN`` nodes."""
+    chain = [root]
+    value = x
+    while True:
+        producer = value.producer()
+        if producer is not None and not isinstance(rnn_facts(producer, prover), str):
+            break
+        if (
+            producer is None
+            or producer.domain != ""
+            or producer.op_type not in _GLUE_OPS
+            or not _only_shape_readers(value, 1)
+            or value.is_graph_output()
+            or len(chain) >= _MAX_CHAIN
+        ):
+            break
+        source = producer.inputs[0]
+        if source is None:
+            break
+        chain.insert(0, producer)
+        value = source
+    return chain, value
+
+
+def _chain_rank(y: ir.Value, out: ir.Value, prover: ShapeProver) -> int | Refusal:
+    """The rank of ``y``, the chain's input: an RNN's ``Y`` (4) or ``Y_h``/``Y_c`` (3),
+    else the proven rank where the chain (ending at ``out``) feeds RNNs' ``X`` only (its
+    input glue); else why the chain is not the rule's."""
+    facts = rnn_facts(y.producer(), prover)
+    if not isinstance(facts, Refusal):
+        return 4 if y is facts.node.outputs[0] else 3
+    readers = tuple(out.uses())
+    feeds_rnn = readers and all(
+        use.idx == 0 and not isinstance(rnn_facts(use.node, prover), str) for use in readers
+    )
+    if not feeds_rnn or out.is_graph_output():
+        return Refusal("chain neither starts at an RNN output nor feeds X")
+    y_rank = prover.rank(y)
+    if y_rank is None:
+        return Refusal("rank of the chain's input is unknown")
+    return y_rank
+
+
+def _cost_of_chain(chain: list[ir.Node], dying: set[ir.Node]) -> int:
+    """The nodes the rewrite removes: the chain's that die (one another reader keeps, a
+    Shape that lives on, does not), and a dying Reshape's runtime target computation."""
+    cost = 0
+    for node in chain:
+        if node not in dying:
+            continue  # another reader (a Shape that lives on) keeps it
+        cost += 1
+        if node.op_type == "Reshape":
+            target = node.inputs[1]
+            if target is not None and const_array(target) is None and target.producer() in dying:
+                cost += 1  # its runtime target computation dies with it
+    return cost
+
+
 class CollapseRnnGlue(RewriteRuleClassBase):
     """Chain of Transpose/Squeeze/Unsqueeze/Reshape from Y -> at most Transpose + one reshape."""
 
@@ -338,62 +399,21 @@ class CollapseRnnGlue(RewriteRuleClassBase):
         ]
         if len(next_glue) == 1 and not out.is_graph_output() and _only_shape_readers(out, 1):
             return check_result.fail("the chain goes on: rewritten at its last node", out)
-        chain = [root]
-        value = x
-        while True:
-            producer = value.producer()
-            if producer is not None and not isinstance(rnn_facts(producer, prover), str):
-                break
-            if (
-                producer is None
-                or producer.domain != ""
-                or producer.op_type not in _GLUE_OPS
-                or not _only_shape_readers(value, 1)
-                or value.is_graph_output()
-                or len(chain) >= _MAX_CHAIN
-            ):
-                break
-            source = producer.inputs[0]
-            if source is None:
-                break
-            chain.insert(0, producer)
-            value = source
-        y = value
-        facts = rnn_facts(y.producer(), prover)
-        if not isinstance(facts, Refusal):
-            rank = 4 if y is facts.node.outputs[0] else 3
-        else:  # not after an RNN: only a chain feeding an RNN's X (its input glue)
-            feeds_rnn = readers and all(
-                use.idx == 0 and not isinstance(rnn_facts(use.node, prover), str) for use in readers
-            )
-            if not feeds_rnn or out.is_graph_output():
-                return check_result.fail("chain neither starts at an RNN output nor feeds X", y)
-            y_rank = prover.rank(y)
-            if y_rank is None:
-                return check_result.fail("rank of the chain's input is unknown", y)
-            rank = y_rank
+        chain, y = _chain_back(root, x, prover)
+        rank = _chain_rank(y, out, prover)
+        if isinstance(rank, Refusal):
+            return check_result.fail(rank, y)
         dims = prover.dims(y)
         assert dims is not None and len(dims) == rank
         sizes = list(dims)
         groups: list[Group] = [() if sizes[a] == ONE else (a,) for a in range(rank)]
         dying = _dying(chain)
-        old_cost = 0
         for node in chain:
             result = _step(node, groups, sizes, prover)
             if isinstance(result, Refusal):
                 return check_result.fail(result, node)
             groups = result
-            if node not in dying:
-                continue  # another reader (a Shape that lives on) keeps it
-            old_cost += 1
-            if node.op_type == "Reshape":
-                target = node.inputs[1]
-                if (
-                    target is not None
-                    and const_array(target) is None
-                    and target.producer() in dying
-                ):
-                    old_cost += 1  # its runtime target computation dies with it
+        old_cost = _cost_of_chain(chain, dying)
         sunk = root in dying and _sunk(root)
         old_cost -= sunk
         plan = _realize(sizes, groups)

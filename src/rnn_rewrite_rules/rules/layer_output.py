@@ -207,18 +207,29 @@ def _direction_read(value: ir.Value, prover: ShapeProver) -> _Read | Refusal:
 
 
 class ConcatDirections(RewriteRuleClassBase):
-    """Concat(Squeeze(Slice(Y, d:d+1)) for d = 0, 1) -> Reshape(Transpose(Y), [0, 0, 2H])."""
+    """Concat(Squeeze(Slice(Y, d:d+1)) for d = 0, 1) -> Reshape(Transpose(Y), [0, 0, 2H]).
+
+    Pattern: ``Concat(Squeeze(Slice(y0, ...)), Squeeze(Slice(y1, ...)))`` (bounds and axes
+    as inputs or attributes, any opset). Condition (:func:`_direction_read`): ``y0`` and
+    ``y1`` are one output of a layout 0 bidirectional node, the Slices read directions 0
+    then 1 and the Squeezes remove the direction axis; the Concat is on the last axis.
+    """
 
     def __init__(self) -> None:
         super().__init__(remove_nodes=False)  # a Slice may have other readers
 
-    def pattern(self, op, a, b):
-        return op.Concat(a, b, _allow_other_attributes=True)
+    def pattern(self, op, y0, y1):
+        def half(y):
+            read = op.Slice(y, _allow_other_inputs=True, _allow_other_attributes=True)
+            return op.Squeeze(read, _allow_other_inputs=True, _allow_other_attributes=True)
+
+        return op.Concat(half(y0), half(y1), _allow_other_attributes=True)
 
     # onnxscript passes (context, **bindings); its base class declares (op, *args, **kwargs)
-    def check(self, context, a: ir.Value, b: ir.Value, **_) -> MatchResult:
+    def check(self, context, **_) -> MatchResult:
         check_result = MatchResult()
         prover = ShapeProver(context.model.graph)
+        a, b = context.root.inputs
         reads = []
         for value in (a, b):
             read = _direction_read(value, prover)
@@ -247,7 +258,7 @@ class ConcatDirections(RewriteRuleClassBase):
         self._root = context.root
         return check_result
 
-    def rewrite(self, op, a: ir.Value, **_):
+    def rewrite(self, op, **_):
         source = self._source
         as_node = not self._main_graph
         if self._is_y:

@@ -498,11 +498,4 @@ def make_rules(target: str = "portable") -> list:
     return [OneStepCell.rule("LSTM", "Mul", target), OneStepCell.rule("GRU", "Add", target), rnn]
 
 
-FAMILY = RuleFamily(
-    name="one_step",
-    description=(__doc__ or "").partition("\n")[0],
-    make_rules=make_rules,
-    install_by_default=True,
-    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
-    fixes=(),
-)
+FAMILY = RuleFamily.measured("one_step", __doc__, make_rules)

@@ -11,11 +11,11 @@ import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, input_at
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
 from rnn_rewrite_rules._rnn_ops import rnn_op
-from rnn_rewrite_rules.rules._graph import fresh_name, input_at, same_attribute
+from rnn_rewrite_rules.rules._graph import fresh_name, same_attribute
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
 

@@ -379,6 +379,13 @@ class _Assembled:
     width_read: bool
     biased: bool
 
+    def cell(self, op_type: str, activations: tuple[str, ...]) -> Cell:
+        """The cell of ``op_type`` (an RNN or LSTM: ``linear_before_reset`` 0) these
+        weights make, with ``activations``."""
+        return Cell(
+            op_type, self.x, self.w, self.r, self.b, activations, 0, self.width_read, self.biased
+        )
+
 
 def _assemble(
     op_type: str, gates: dict[str, _Linear], h_prev: ir.Value, apart: bool
@@ -489,12 +496,7 @@ def _rnn_cell(h: ir.Value, h_prev: ir.Value, constants: Constants, apart: bool) 
     if reason is not None:
         return reason
     found = _assemble("RNN", gates, h_prev, apart)
-    if isinstance(found, Refusal):
-        return found
-    return Cell(
-        "RNN", found.x, found.w, found.r, found.b, (node.op_type,), 0, found.width_read,
-        found.biased,
-    )  # fmt: skip
+    return found if isinstance(found, Refusal) else found.cell("RNN", (node.op_type,))
 
 
 def _lstm_cell(
@@ -542,12 +544,7 @@ def _lstm_cell(
         if reason is not None:
             return reason
     assembled = _assemble("LSTM", gates, h_prev, apart)
-    if isinstance(assembled, Refusal):
-        return assembled
-    return Cell(
-        "LSTM", assembled.x, assembled.w, assembled.r, assembled.b, activations, 0,
-        assembled.width_read, assembled.biased,
-    )  # fmt: skip
+    return assembled if isinstance(assembled, Refusal) else assembled.cell("LSTM", activations)
 
 
 def _act_op(value: ir.Value | None) -> str | None:

@@ -73,11 +73,4 @@ def widened_rules(target: str = "portable") -> list[RewriteRule]:
     return _rules(True, target)
 
 
-FAMILY = RuleFamily(
-    name="loop_scan",
-    description=(__doc__ or "").partition("\n")[0],
-    make_rules=make_rules,
-    install_by_default=True,
-    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
-    fixes=("loop-recurrence",),
-)
+FAMILY = RuleFamily.measured("loop_scan", __doc__, make_rules, fixes=("loop-recurrence",))

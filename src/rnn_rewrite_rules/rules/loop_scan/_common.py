@@ -190,57 +190,32 @@ def prove_carried(
     return Carried(inits, invariants, counters, cell, state_of)
 
 
-_INTEGERS = frozenset(
-    {ir.DataType.INT8, ir.DataType.INT16, ir.DataType.INT32, ir.DataType.INT64}
-    | {ir.DataType.UINT8, ir.DataType.UINT16, ir.DataType.UINT32, ir.DataType.UINT64}
-)
-
-
 def shape_elements(
     value: ir.Value | None, prover: ShapeProver, narrowed: list[ir.Node]
 ) -> tuple[Dim | None, ...] | None:
-    """The elements of a shape computation as :meth:`ShapeProver.elements`, reading a
-    ``Cast`` of sizes to another integer type as the identity (tf2onnx computes shapes in
-    int32: ``Shape -> Cast(int32) -> Slice -> Cast(int64)``); each such ``Cast`` is added
-    to ``narrowed``. A constant out of the target's range is not read through.
+    """The elements of a shape computation (:meth:`ShapeProver.elements`), each size
+    round-tripped through an integer type of at least 32 bits read as that size
+    (:meth:`ShapeProver.narrowed_from`: tf2onnx computes shapes in int32, ``Shape ->
+    Cast(int32) -> Slice -> Cast(int64)``); each such ``Cast`` is added to ``narrowed``.
 
     Equality where the caller uses them as a trip count or a state's batch: an int32
     round trip of a size changes it only at sizes of ``2**31`` or more, which the node
     replacing the Loop cannot run (ONNX Runtime's RNN/LSTM/GRU kernels hold sizes in
     ``int``): there the rewrite fails loudly, never with other values. That limit is
-    every rule's that emits one of those nodes."""
-    node = None if value is None else value.producer()
-    if node is None or node.domain != "" or not node.inputs or node.inputs[0] is None:
-        return prover.elements(value)
-    data = node.inputs[0]
-    if node.op_type == "Cast":
-        if ir.DataType(node.attributes.get_int("to", 0)) not in _INTEGERS:
-            return None
-        elements = shape_elements(data, prover, narrowed)
-        info = np.iinfo(ir.DataType(node.attributes.get_int("to", 0)).numpy())
-        if elements is None or any(
-            e is None or (e.value is not None and not info.min <= e.value <= info.max)
-            for e in elements
-        ):
-            return prover.elements(value)
-        narrowed.append(node)
-        return elements
-    if node.op_type in ("Squeeze", "Unsqueeze", "Identity", "Reshape"):
-        elements = shape_elements(data, prover, narrowed)
-        return elements if elements is not None and len(elements) == 1 else prover.elements(value)
-    if node.op_type == "Concat":
-        parts = [shape_elements(v, prover, narrowed) for v in node.inputs]
-        if any(part is None for part in parts):
-            return prover.elements(value)
-        return tuple(e for part in parts if part is not None for e in part)
-    if node.op_type == "Slice" and len(node.inputs) in (3, 4):
-        elements = shape_elements(data, prover, narrowed)
-        starts, ends = (prover.ints(v) for v in node.inputs[1:3])
-        axes = prover.ints(node.inputs[3]) if len(node.inputs) == 4 else [0]
-        if elements is None or not starts or not ends or axes not in ([0], [-1]):
-            return prover.elements(value)
-        return elements[slice(starts[0], ends[0])]
-    return prover.elements(value)
+    every rule's that emits one of those nodes; a narrower round trip (int16: 32768) is
+    not read through."""
+    elements = prover.elements(value)
+    if elements is None:
+        return None
+    read: list[Dim | None] = []
+    for element in elements:
+        source = None if element is None else prover.narrowed_from(element)
+        if element is not None and source is not None and element.symbol is not None:
+            cast = element.symbol.value.producer()
+            if cast is not None:
+                narrowed.append(cast)
+        read.append(element if source is None else source)
+    return tuple(read)
 
 
 def _expanded_to(

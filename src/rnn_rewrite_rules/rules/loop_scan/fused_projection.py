@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, replace_node
 from rnn_rewrite_rules.rules.cell import Constants
 
 __all__ = ["split_projections"]
@@ -112,11 +112,7 @@ def _split(node: ir.Node, body: ir.Graph, constants: Constants) -> bool:
         nodes.append(ir.node("Add", [result, nodes[-1].outputs[0]]))
         result = nodes[-1].outputs[0]
     body.insert_before(node, nodes)
-    old = node.outputs[0]
-    result.type, result.shape = old.type, old.shape
-    ir.convenience.replace_all_uses_with(old, result, replace_graph_outputs=True)
-    body.remove(node, safe=True)
-    result.name = old.name  # the slice's name and declaration, on the value in its place
+    replace_node(node, result)  # the slice's name and declaration, on the value in its place
     return True
 
 

@@ -40,11 +40,4 @@ def make_rules(target: str = "portable") -> list[RewriteRule]:
     )
 
 
-FAMILY = RuleFamily(
-    name="reroll",
-    description=(__doc__ or "").partition("\n")[0],
-    make_rules=make_rules,
-    install_by_default=True,
-    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
-    fixes=(),
-)
+FAMILY = RuleFamily.measured("reroll", __doc__, make_rules)

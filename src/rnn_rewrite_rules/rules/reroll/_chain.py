@@ -8,11 +8,11 @@ for ``rewrite`` on the rule, which is built per rewrite call (``rules.select_rul
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, RewriteRuleClassBase
+from onnxscript.rewriter import MatchContext, MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._ir import const_array, opset_version, same_bits
@@ -34,6 +34,7 @@ from rnn_rewrite_rules.shape.values import is_all_zeros
 __all__ = [
     "ChainRule",
     "KeptUnrolled",
+    "accept",
     "cost_refusal",
     "read_step",
     "redirect",
@@ -221,6 +222,35 @@ def cost_refusal(
 P = TypeVar("P")
 
 
+class _Accepting(Protocol):
+    """A chain rule: it keeps what its check proved for its rewrite."""
+
+    plan: Any
+    graph: ir.Graph | ir.Function
+    opset: int
+
+    @property
+    def name(self) -> str | None: ...
+
+
+def accept(
+    rule: _Accepting,
+    context: MatchContext,
+    root: ir.Node,
+    plan: object,
+    opset: int,
+    kept: KeptUnrolled | None,
+) -> MatchResult:
+    """A chain rule's check, last: a chain ``kept`` unrolled on the target is recorded
+    (``costs.Context.declined``) and refused at ``root``; else ``rule`` keeps the plan, the
+    graph and the opset for its rewrite."""
+    if kept is not None:
+        costs.of(context.model).decline(str(rule.name), root.name or root.op_type, kept)
+        return MatchResult().fail(kept, root)
+    rule.plan, rule.graph, rule.opset = plan, context.graph_or_function, opset
+    return MatchResult()
+
+
 class ChainRule(RewriteRuleClassBase, Generic[P]):
     """A rule rooted at the last step of a chain: ``plan`` proves the chain, ``refuse``
     adds the rule's own conditions on the plan, the check's tail (the opset the
@@ -261,12 +291,7 @@ class ChainRule(RewriteRuleClassBase, Generic[P]):
             return check_result.fail(opset, root)
         if opset == 10 and any(n.op_type == "Slice" for n in context.graph_or_function):
             return check_result.fail(_SLICE_10, root)
-        kept = self.decline(context, plan)
-        if kept is not None:
-            costs.of(context.model).decline(str(self.name), root.name or root.op_type, kept)
-            return check_result.fail(kept, root)
-        self.plan, self.graph, self.opset = plan, context.graph_or_function, opset
-        return check_result
+        return accept(self, context, root, plan, opset, self.decline(context, plan))
 
     def emitter(self, op) -> _Emitter:
         """The rewrite's emission helpers (one int64 cache per rewrite)."""

@@ -49,16 +49,16 @@ import dataclasses
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 
-from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._compat import emit_node
-from rnn_rewrite_rules._ir import opset_version, same_bits
+from rnn_rewrite_rules._ir import input_at, opset_version, same_bits
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
 from rnn_rewrite_rules.rules._forms import FormRule
-from rnn_rewrite_rules.rules._graph import const_ints, input_at, producer, read_axes, slice_params
+from rnn_rewrite_rules.rules._graph import const_ints, producer, read_axes, slice_params
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, keep_identity
 from rnn_rewrite_rules.rules.reroll._chain import (
     KeptUnrolled,
     _Emitter,
+    accept,
     cost_refusal,
     redirect,
     same_constant,
@@ -412,12 +412,7 @@ class MergeSeq1Chain(RnnNodeRule):
         opset = opset_version(context.model, context.graph_or_function)
         if isinstance(opset, Refusal):
             return result.fail(opset, node)
-        kept = self._kept(context, plan)
-        if kept is not None:
-            costs.of(context.model).decline(str(self.name), node.name or node.op_type, kept)
-            return result.fail(kept, node)
-        self.plan, self.graph, self.opset = plan, context.graph_or_function, opset
-        return result
+        return accept(self, context, node, plan, opset, self._kept(context, plan))
 
     def _kept(self, context: MatchContext, plan: _Plan) -> KeptUnrolled | None:
         """Why the chain stays as written on the target (the form's measured cost table)."""
