@@ -310,3 +310,27 @@ def test_zero_steps_where_the_body_infers_more_than_it_declares(optimize: bool, 
     assert expected[0].shape == (0, 0, _H)
     assert [a.shape for a in actual] == [a.shape for a in expected]
     assert any("its last axis is not declared 4" in r for r in _reasons(model, tmp_path))
+
+
+def test_two_stacks_declared_with_different_shapes_are_refused(tmp_path) -> None:
+    """Near miss: a second scan output stacks ``h_t`` too, declared ``[1, H]`` beside
+    ``[?, H]``: the guard makes one stack of no step for both, so it cannot give both
+    ``(0, 0, H)`` and ``(0, 1, H)``."""
+    model = _model("batch_h", "scalar", "main")
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    body = loop.attribute[0].g
+    h_t = next(n for n in body.node if n.output[0] == body.output[-1].name).input[0]
+    body.node.append(helper.make_node("Identity", [h_t], ["second_stack"]))
+    body.output.append(helper.make_tensor_value_info("second_stack", TensorProto.FLOAT, [1, _H]))
+    loop.output.append("loop_second")
+    model.graph.node.append(helper.make_node("Identity", ["loop_second"], ["y_second"]))
+    model.graph.output.append(
+        helper.make_tensor_value_info("y_second", TensorProto.FLOAT, [None, None, _H])
+    )
+    onnx.checker.check_model(model, full_check=True)
+    reasons = _reasons(model, tmp_path)
+    assert any("scan outputs of h_t are declared with different shapes" in r for r in reasons)
+    after = rnn_rewrite_rules.rewrite(model, target=TARGET)
+    assert 'op_type: "LSTM"' not in str(after)
+    expected = runtime.run(model, _feeds(model, 2, 0))
+    assert [a.shape for a in expected] == [(0, 0, _H), (0, 1, _H)]  # the premise
