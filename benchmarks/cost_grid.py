@@ -528,7 +528,7 @@ def audit(table: dict, fresh: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--ops", nargs="+", choices=Grid.ops, default=list(Grid.ops))
-    parser.add_argument("--runtimes", nargs="+", choices=list(costs.RUNTIMES))
+    parser.add_argument("--runtimes", nargs="+", choices=list(Grid.runtimes))
     parser.add_argument("--hiddens", nargs="+", type=int)
     parser.add_argument("--directions", nargs="+", choices=["forward", "bidirectional"])
     parser.add_argument("--repeats", type=int)

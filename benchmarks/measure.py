@@ -34,6 +34,7 @@ __all__ = [
     "reference_run",
     "tract_available",
     "tract_probe",
+    "tract_repeats",
     "tract_timing",
 ]
 
@@ -391,4 +392,41 @@ def tract_timing(
         message = json.loads(line)
         if "latency" in message:
             return message
+    return _panic_message(stderr)
+
+
+def tract_repeats(
+    paths: Mapping[str, str],
+    input_names: Sequence[str],
+    feeds: str,
+    *,
+    repeats: int,
+    rounds: int,
+    sample: float,
+    workdir: str,
+    timeout: float,
+) -> dict[str, list[float]] | str:
+    """Per model, its best CPU seconds per call in each repeat of interleaved rounds, in one
+    tract process (``rnn_rewrite_rules.benchmark.best_per_repeat``); the error otherwise."""
+    request_path = os.path.join(workdir, "tract_repeats.json")
+    with open(request_path, "w") as handle:
+        json.dump(
+            {
+                "mode": "repeats",
+                "models": dict(paths),
+                "input_names": list(input_names),
+                "feeds": feeds,
+                "repeats": repeats,
+                "rounds": rounds,
+                "sample": sample,
+            },
+            handle,
+        )
+    stdout, stderr, timed_out = _run_worker(request_path, timeout)
+    if timed_out:
+        return stderr
+    for line in stdout.splitlines():
+        message = json.loads(line)
+        if "repeats" in message:
+            return message["repeats"]
     return _panic_message(stderr)

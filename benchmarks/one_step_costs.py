@@ -18,7 +18,14 @@ and judges the spread).
   (a static batch): the node between ``Unsqueeze`` and ``Squeeze``;
 * ``one_step_broadcast`` (``costs/one_step_broadcast.json``): a symbolic batch per input,
   what torch exports declare: the ``Expand``s that broadcast ``x`` and the states as the
-  original's ops do, then the node.
+  original's ops do, then the node. Since the rule counts the nodes it emits, only the GRU
+  step of the builder is rewritten in this form (its LSTM and RNN steps would grow): the
+  grid skips the others, saying so.
+
+tract (``--runtimes``; by default every runtime installed) runs in a child process
+(``benchmarks/tract_worker.py``), timed in that process's CPU time the same way; ``--keep``
+keeps a table's points on the runtimes not measured (``--runtimes tract --keep`` adds the
+tract column), and the page says when each column was measured.
 
 For this form the issue counts parity within noise on a runtime as no slower: a call is
 dominated by the runtime's per-call overhead, and the gain is the node count, the other
@@ -30,12 +37,17 @@ noise keeps the step as plain ops.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
+import importlib.metadata
 import json
+import os
 import pathlib
+import tempfile
 import time
 
+import numpy as np
 import onnx
 
 import rnn_rewrite_rules
@@ -95,14 +107,85 @@ CASES = {
 }
 
 
+#: The harness's runtime names, in the tables' column order.
+RUNTIMES = ("onnxruntime", "OpenVINO", "tract")
+
+
+def available() -> list[str]:
+    """The runtimes installed here."""
+    found = {"onnxruntime": True, "OpenVINO": measure.openvino_available()}
+    found["tract"] = measure.tract_available()
+    return [name for name in RUNTIMES if found[name]]
+
+
+def _tract_times(
+    before: onnx.ModelProto, after: onnx.ModelProto, feeds: dict, args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """Per model, its best CPU seconds per call per repeat in one tract process, once tract
+    gives ONNX Runtime's outputs on the rewritten step (a child process: a tract panic
+    aborts the process it runs in)."""
+    with tempfile.TemporaryDirectory(prefix="one_step_tract_") as workdir:
+        paths = {}
+        for key, model in (("a", before), ("b", after)):
+            paths[key] = os.path.join(workdir, f"{key}.onnx")
+            onnx.save(model, paths[key])
+        names = [i.name for i in before.graph.input]
+        feeds_path = os.path.join(workdir, "feeds.npz")
+        np.savez(feeds_path, **feeds)
+        (probe,) = measure.tract_probe(
+            [paths["b"]], names, [feeds_path], [os.path.join(workdir, "b_out")], timeout=300
+        )
+        (outputs,) = probe.outputs
+        assert outputs is not None, f"tract cannot run the rewritten step: {probe.error}"
+        diff = runtime.max_abs_diff(runtime.run(after, feeds), outputs)
+        assert diff <= 1e-4, f"tract differs from ONNX Runtime by {diff}"
+        times = measure.tract_repeats(
+            paths,
+            names,
+            feeds_path,
+            repeats=args.repeats,
+            rounds=args.rounds,
+            sample=args.sample,
+            workdir=workdir,
+            timeout=1200,
+        )
+    assert not isinstance(times, str), f"tract timing failed: {times}"
+    return times
+
+
+def _times(
+    name: str,
+    before: onnx.ModelProto,
+    after: onnx.ModelProto,
+    feeds: dict,
+    args: argparse.Namespace,
+) -> dict[str, list[float]]:
+    """Best CPU seconds per call per repeat of the original (``a``) and the rewrite (``b``)."""
+    if name == "tract":
+        return _tract_times(before, after, feeds, args)
+    calls = {
+        "a": rewrite_costs._callers(name, before, feeds),
+        "b": rewrite_costs._callers(name, after, feeds),
+    }
+    return best_per_repeat(
+        calls,
+        repeats=args.repeats,
+        rounds=args.rounds,
+        sample=args.sample,
+        clock=time.process_time,
+    )
+
+
 def _measure(
     form: str, args: argparse.Namespace, repeats: dict[tuple, list[float]]
 ) -> list[rewrite_costs.Point]:
     """``rewrite_costs.measure_grid``'s loop with a longer sample per timing (a call is a few
     microseconds: ``--sample`` seconds of calls per timing steady it on a shared machine)."""
-    names = ["onnxruntime"] + (["OpenVINO"] if measure.openvino_available() else [])
     points: list[rewrite_costs.Point] = []
     for op in args.ops:
+        if form == "one_step_broadcast" and op != "GRU":
+            print(f"{form} {op}: skipped (the node and its Expands outgrow the step)")
+            continue
         for hidden in args.hidden:
             for batch in args.batch:
                 built: int | str = batch if form == "one_step" else "batch"
@@ -110,18 +193,8 @@ def _measure(
                 feeds = step_feeds(before, batch)
                 diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
                 assert diff <= 1e-4, f"{op} {hidden} {batch}: outputs differ by {diff}"
-                for name in names:
-                    calls = {
-                        "a": rewrite_costs._callers(name, before, feeds),
-                        "b": rewrite_costs._callers(name, after, feeds),
-                    }
-                    times = best_per_repeat(
-                        calls,
-                        repeats=args.repeats,
-                        rounds=args.rounds,
-                        sample=args.sample,
-                        clock=time.process_time,
-                    )
+                for name in args.runtimes:
+                    times = _times(name, before, after, feeds, args)
                     ratios = [b / a for a, b in zip(times["a"], times["b"], strict=True)]
                     ratio = min(times["b"]) / min(times["a"])
                     low, high = min(ratios), max(ratios)
@@ -136,6 +209,83 @@ def _measure(
     return points
 
 
+_NAMES = {key: name for name, key in rewrite_costs._RUNTIME_KEYS.items()}
+
+
+def _kept(
+    path: pathlib.Path, measured: list[str]
+) -> tuple[list[rewrite_costs.Point], list[dict], dict[str, str]]:
+    """The points of ``path``'s table on runtimes not ``measured`` this run (as the page's
+    points and as the table's rows) and when each runtime there was measured."""
+    if not path.exists():
+        return [], [], {}
+    data = json.loads(path.read_text())
+    rows = [r for r in data["points"] if _NAMES[r["runtime"]] not in measured]
+    points = [
+        rewrite_costs.Point(
+            r["op"],
+            r["hidden"],
+            r["seq"],
+            _NAMES[r["runtime"]],
+            r["ratio"],
+            r["low"],
+            r["high"],
+            r["batch"],
+        )
+        for r in rows
+    ]
+    when = data.get("runtimes") or {
+        key: f"{data['measured']}, commit {data['versions'].get('commit', '?')}"
+        for key in {r["runtime"] for r in rows}
+    }
+    return points, rows, {k: v for k, v in when.items() if _NAMES[k] not in measured}
+
+
+def _provenance(when: dict[str, str]) -> str:
+    """The page's lines saying when each column was measured, and how tract's was."""
+    text = "Columns measured: " + "; ".join(
+        f"{_NAMES[key]} {value}" for key, value in sorted(when.items())
+    )
+    if "tract" in when:
+        text += (
+            ". tract runs in a child process (``benchmarks/tract_worker.py``: a tract panic "
+            "aborts its process), its outputs on the rewrite checked against ONNX Runtime's, "
+            "timed in that process's CPU time with the same repeats, rounds and sample"
+        )
+    return text + "."
+
+
+def _write(
+    form: str,
+    args: argparse.Namespace,
+    header: dict[str, str],
+    tables: pathlib.Path | None,
+) -> str:
+    """Measure ``form`` on ``args.runtimes`` (a form not in ``args.forms``: nothing) and
+    write its table; the page's section. With ``--keep``, the table's points on the other
+    runtimes (every point, for a form not measured) stay and join the page."""
+    measuring = form in args.forms
+    repeats: dict[tuple, list[float]] = {}
+    points = _measure(form, args, repeats) if measuring else []
+    path = (tables or COSTS) / f"{form}.json"
+    runtimes = args.runtimes if measuring else []
+    kept_points, kept_rows, when = _kept(path, runtimes) if args.keep else ([], [], {})
+    now = f"{header['date']}, commit {header['commit']}"
+    when.update({rewrite_costs._RUNTIME_KEYS[name]: now for name in runtimes})
+    case = CASES[form]
+    case = dataclasses.replace(case, description=f"{case.description} {_provenance(when)}")
+    page = rewrite_costs.render(case, kept_points + points, header)
+    if tables is not None and measuring:
+        data = rewrite_costs.table(case, points, header)
+        for row, p in zip(data["points"], points, strict=True):
+            row["repeats"] = repeats[(p.op, p.hidden, p.batch, p.runtime)]
+        data["points"] = kept_rows + data["points"]
+        data["runtimes"] = dict(sorted(when.items()))
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"wrote {path}")
+    return page
+
+
 def main(argv: list[str] | None = None) -> int:
     case = CASES["one_step"]
     parser = argparse.ArgumentParser(prog="python -m benchmarks.one_step_costs")
@@ -143,6 +293,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", nargs="+", type=int, default=list(case.hiddens))
     parser.add_argument("--batch", nargs="+", type=int, default=list(case.batches))
     parser.add_argument("--forms", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--runtimes", nargs="+", default=available(), choices=RUNTIMES)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the tables' points on the other runtimes"
+    )
+    parser.add_argument(
+        "--render", action="store_true", help="measure nothing: the page from the tables"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--sample", type=float, default=0.02, help="seconds per timing")
@@ -150,24 +307,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
     parser.add_argument("--tables", type=pathlib.Path, default=None, help="folder of the tables")
     args = parser.parse_args(argv)
+    if args.render:
+        args.keep, args.forms = True, []
     if args.quick:
         args.ops, args.hidden, args.batch, args.repeats, args.rounds = ["LSTM"], [8], [1], 1, 2
     tables = args.tables if args.tables is not None else (None if args.quick else COSTS)
     header = {"commit": report.git_commit(), "date": datetime.date.today().isoformat()}
     header.update(versions())
+    if "tract" in args.runtimes:
+        header["tract"] = importlib.metadata.version("tract")
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
-    pages = []
-    for form in args.forms:
-        repeats: dict[tuple, list[float]] = {}
-        points = _measure(form, args, repeats)
-        pages.append(rewrite_costs.render(CASES[form], points, header))
-        if tables is not None:
-            data = rewrite_costs.table(CASES[form], points, header)
-            for row, p in zip(data["points"], points, strict=True):
-                row["repeats"] = repeats[(p.op, p.hidden, p.batch, p.runtime)]
-            path = tables / f"{form}.json"
-            path.write_text(json.dumps(data, indent=1) + "\n")
-            print(f"wrote {path}")
+    forms = CASES if args.keep else args.forms
+    pages = [_write(form, args, header, tables) for form in forms]
     args.out.write_text("\n".join(pages))
     print(f"wrote {args.out}")
     return 0

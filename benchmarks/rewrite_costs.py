@@ -259,7 +259,7 @@ def main(case: Case, argv: list[str] | None = None) -> int:
 
 
 #: The harness's runtime names -> the cost table's keys (``costs.RUNTIMES``).
-_RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino"}
+_RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino", "tract": "tract"}
 
 
 def median_of_runs(runs: list[list[Point]]) -> list[Point]:

@@ -14,6 +14,11 @@ Requests (JSON):
   "load_repeats": k, "budget": seconds, "min_rounds": n, "max_rounds": m}``: the best
   load time over ``k`` interleaved loads per model, then per-call latency, interleaved
   across models, best of the rounds. One line: ``{"load": {key: s}, "latency": {key: s}}``.
+* ``{"mode": "repeats", "models": {key: path}, "input_names": [...], "feeds": npz,
+  "repeats": r, "rounds": n, "sample": seconds}``: per model, its best CPU seconds per call
+  (``time.process_time``) in each of ``r`` repeats of ``n`` interleaved rounds
+  (``rnn_rewrite_rules.benchmark.best_per_repeat``, what the one-step cost grid reads for
+  ONNX Runtime and OpenVINO). One line: ``{"repeats": {key: [s, ...]}}``.
 
 The symbolic batch (and sequence) axes are kept: no input fact is set.
 """
@@ -89,6 +94,24 @@ def timing(request: dict) -> dict:
     return {"load": load, "latency": interleaved(calls, **_timing_options(request))}
 
 
+def repeats(request: dict) -> dict:
+    import tract
+
+    from rnn_rewrite_rules.benchmark import best_per_repeat
+
+    runnables = {key: _load(path) for key, path in request["models"].items()}
+    inputs = [tract.Tensor.from_numpy(a) for a in _feeds(request["feeds"], request["input_names"])]
+    calls = {key: (lambda r=r: r.run(inputs)) for key, r in runnables.items()}
+    times = best_per_repeat(
+        calls,
+        repeats=request["repeats"],
+        rounds=request["rounds"],
+        sample=request["sample"],
+        clock=time.process_time,
+    )
+    return {"repeats": times}
+
+
 def _timing_options(request: dict) -> dict:
     return {
         "budget": request.get("budget", 5.0),
@@ -151,6 +174,8 @@ def main(argv: list[str]) -> int:
         request = json.load(handle)
     if request["mode"] == "probe":
         probe(request)
+    elif request["mode"] == "repeats":
+        _say(**repeats(request))
     else:
         _say(**timing(request))
     _say(done=True)

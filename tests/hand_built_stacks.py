@@ -1,5 +1,6 @@
-"""Builders: hand-built bidirectional stacks of a streaming model, each direction's state a
-graph input and its new state a graph output (the per-call state in and out).
+"""Builders: hand-built bidirectional stacks (and a lone reversed half) of a streaming model,
+each direction's state a graph input and its new state a graph output (the per-call state in
+and out).
 
 ``x [T, F]`` is made ``[T, 1, F]`` by ``Unsqueeze(x, [1])``; each layer's forward half
 reads it, the backward half a negative-step ``Slice`` of it (time reversed), whose ``Y`` is
@@ -150,3 +151,97 @@ def feeds(model: onnx.ModelProto, steps: int, seed: int = 0) -> dict[str, np.nda
         ]
         result[value.name] = rng.standard_normal(dims).astype(np.float32)
     return result
+
+
+LONE_NEAR_MISSES = ("short_slice", "sequence_lens", "concatenated")
+
+
+def lone_reversed_half(
+    op_type: str = "LSTM",
+    *,
+    state_out: str = "squeezed",
+    peepholes: bool = True,
+    near_miss: str | None = None,
+    features: int = 4,
+    hidden: int = 3,
+) -> onnx.ModelProto:
+    """One reverse-direction layer built by hand: a forward ``op_type`` node reading the
+    negative-step ``Slice`` of ``Unsqueeze(x, [1])`` (``[T, 1, F]``), its ``Squeeze(Y, [1])``
+    reversed back to ``y [T, 1, H]``; the states 1-D inputs ``[H]`` (``Unsqueeze(.., [0,
+    1])``), the new ones graph outputs (``state_out`` as for :func:`hand_built_stack`).
+
+    Near misses: ``short_slice`` (the input Slice starts at -2: the last step is dropped),
+    ``sequence_lens`` (the node has ``sequence_lens``: the Slice reverses the padding too),
+    ``concatenated`` (``y`` is concatenated with the input, as a pair's reversed half is).
+    """
+    if near_miss not in (None, *LONE_NEAR_MISSES):
+        raise ValueError(near_miss)
+    rng = np.random.default_rng(1)
+    gates = GATES[op_type]
+    names = ("h", "c") if op_type == "LSTM" else ("h",)
+    start = -2 if near_miss == "short_slice" else -1
+    ints = {
+        "ax1": [1],
+        "ax01": [0, 1],
+        "start": [start],
+        "rev_start": [-1],
+        "rev_end": [np.iinfo(np.int64).min],
+        "ax0": [0],
+        "rev_step": [-1],
+    }
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in ints.items()]
+    for name, shape in (
+        ("W", [1, gates * hidden, features]),
+        ("R", [1, gates * hidden, hidden]),
+        ("B", [1, 2 * gates * hidden]),
+        ("P", [1, 3 * hidden]),
+    ):
+        array = (rng.standard_normal(shape) * 0.3).astype(np.float32)
+        inits.append(numpy_helper.from_array(array, name))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", features])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", 1, hidden])]
+    nodes = [
+        helper.make_node("Unsqueeze", ["x", "ax1"], ["x3"], name="n_x3"),
+        helper.make_node(
+            "Slice", ["x3", "start", "rev_end", "ax0", "rev_step"], ["xrev"], name="n_xrev"
+        ),
+    ]
+    lens = ""
+    if near_miss == "sequence_lens":
+        nodes.append(helper.make_node("Shape", ["x"], ["lens"], name="n_lens", start=0, end=1))
+        nodes.append(helper.make_node("Cast", ["lens"], ["lens32"], name="n_lens32", to=6))
+        lens = "lens32"
+    states = []
+    for s in names:
+        inputs.append(helper.make_tensor_value_info(f"{s}0", TensorProto.FLOAT, [hidden]))
+        nodes.append(helper.make_node("Unsqueeze", [f"{s}0", "ax01"], [f"{s}03"], name=f"n_{s}03"))
+        states.append(f"{s}03")
+    extra = ["P"] if peepholes and op_type == "LSTM" else []
+    outs = ["Y", "Y_h", "Y_c"][: 1 + len(names)]
+    ins = ["xrev", "W", "R", "B", lens, *states, *extra]
+    nodes.append(
+        helper.make_node(op_type, ins, outs, name=f"b_{op_type.lower()}", hidden_size=hidden)
+    )
+    for s, y in zip(names, outs[1:], strict=True):
+        if state_out == "squeezed":
+            nodes.append(helper.make_node("Squeeze", [y, "ax01"], [f"{s}1"], name=f"n_{s}1"))
+            outputs.append(helper.make_tensor_value_info(f"{s}1", TensorProto.FLOAT, [hidden]))
+        elif state_out == "raw":
+            outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 1, hidden]))
+    nodes.append(helper.make_node("Squeeze", ["Y", "ax1"], ["ysq"], name="n_ysq"))
+    back = "yback" if near_miss == "concatenated" else "y"
+    nodes.append(
+        helper.make_node(
+            "Slice", ["ysq", "rev_start", "rev_end", "ax0", "rev_step"], [back], name="n_back"
+        )
+    )
+    if near_miss == "concatenated":
+        nodes.append(helper.make_node("Concat", [back, "x3"], ["y"], name="n_y", axis=2))
+        outputs[0] = helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["T", 1, hidden + features]
+        )
+    graph = helper.make_graph(nodes, "lone_reversed_half", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.checker.check_model(model, full_check=True)
+    return model

@@ -25,12 +25,16 @@ from rnn_rewrite_rules.testing.exporters import in_if_branches
 from tests.reasons import refusal_reasons
 from tests.support import apply, as_function
 
-RULES = bidirectional.FAMILY.rules
+#: Target ``onnxruntime``: on ``portable`` a lone reversed half stays (tract runs a reverse
+#: node forward: ``rules._kernels.WRONG_DIRECTIONS``, tested in
+#: tests/test_lone_reversed_half_states.py); the checks are the same on both targets.
+TARGET = "onnxruntime"
+RULES = bidirectional.FAMILY.rules_for(TARGET)
 #: Each rule alone, so that a refusal is the one rule's (two rules often give one reason).
 #: In the family, the reverse rule turns a Slice-reversed half into a reverse node before
 #: the Concat is reached, so the merge's own Slice proof only runs with the merge alone.
 MERGE = [bidirectional.MergeHandBuiltBidirectional.rule()]
-REVERSE = [bidirectional.MergeHandBuiltReverse.rule()]
+REVERSE = [bidirectional.MergeHandBuiltReverse.rule(TARGET)]
 STATES = bidirectional_states.state_rules()
 FULL = 2**62  # an end at or below -FULL, a start at or above FULL: every length
 Edit = Callable[[ir.Graph], None]
@@ -118,7 +122,7 @@ def _merged(
     Slice and, unless ``constant_nodes``, no Constant node (its constants are initializers
     of the main graph), equal outputs in ONNX Runtime."""
     if rules is None:
-        after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
+        after = rnn_rewrite_rules.rewrite(before, ["bidirectional"], target=TARGET)
     else:
         after, _ = apply(rules, before)
     onnx.checker.check_model(after, full_check=True)
@@ -147,7 +151,7 @@ def _refused(model: onnx.ModelProto, reason: str, rules=MERGE, *, unchanged: boo
     bidirectional; ``unchanged``: nor turns one around (a near miss of the reversed input)."""
     found = refusal_reasons(rules, model)
     assert reason in found, found
-    after = rnn_rewrite_rules.rewrite(model, ["bidirectional"])
+    after = rnn_rewrite_rules.rewrite(model, ["bidirectional"], target=TARGET)
     assert b"bidirectional" not in _directions(after)
     if unchanged:
         assert _directions(after) == _directions(model)
@@ -461,7 +465,7 @@ def test_merged_in_a_function_with_constant_nodes(build) -> None:
     """In a function (no initializers), stacked weights and targets are Constant nodes."""
     model = build()
     wrapped = as_function(model, model.opset_import[0].version)
-    after = rnn_rewrite_rules.rewrite(wrapped, ["bidirectional"])
+    after = rnn_rewrite_rules.rewrite(wrapped, ["bidirectional"], target=TARGET)
     onnx.checker.check_model(after, full_check=True)
     (function,) = after.functions
     ops = [n.op_type for n in function.node]
@@ -478,7 +482,7 @@ def test_merged_in_if_branches_with_constant_nodes(build) -> None:
     Constant nodes: a subgraph cannot tell which names the rest of the model takes."""
     model = build()
     before = in_if_branches(model, model)
-    after = rnn_rewrite_rules.rewrite(before, ["bidirectional"])
+    after = rnn_rewrite_rules.rewrite(before, ["bidirectional"], target=TARGET)
     onnx.checker.check_model(after, full_check=True)
     for branch in after.graph.node[0].attribute:
         ops = [n.op_type for n in branch.g.node]
@@ -536,9 +540,8 @@ def _without_x(graph: ir.Graph) -> None:
         ),
         ("sequence_lens", None, "sequence_lens is present: the Slice reverses the padding too"),
         (None, _without_x, "the RNN does not read a reversed input"),
-        (None, _also_read(lambda g: _rnns(g)[0].outputs[1]), "Y_h or Y_c is read"),
     ],
-    ids=["intermediate_read", "sequence_lens", "no_x", "state_read"],
+    ids=["intermediate_read", "sequence_lens", "no_x"],
 )
 def test_reversed_half_alone_near_misses(near_miss, edit, reason: str) -> None:
     model = tp.hand_built_bidirectional("LSTM", halves="reverse", near_miss=near_miss)
@@ -546,6 +549,20 @@ def test_reversed_half_alone_near_misses(near_miss, edit, reason: str) -> None:
         model = _edited(model, edit)
     found = refusal_reasons(REVERSE, model)
     assert reason in found, found
+
+
+def test_reversed_half_alone_with_its_state_read_is_one_reverse_node() -> None:
+    """A read ``Y_h`` (an ``Abs`` to a graph output) becomes the reverse node's ``Y_h``
+    (issue 42: before, refused as "Y_h or Y_c is read")."""
+
+    def edit(graph: ir.Graph) -> None:
+        _also_read(lambda g: _rnns(g)[0].outputs[1])(graph)
+        graph.outputs[-1].type = ir.TensorType(ir.DataType.FLOAT)
+        graph.outputs[-1].shape = ir.Shape([1, "batch", 4])
+
+    model = _edited(tp.hand_built_bidirectional("LSTM", halves="reverse"), edit)
+    after = _merged(model, "reverse")
+    assert [o.name for o in after.graph.output] == ["y", "also_read"]
 
 
 def test_merge_without_x_is_refused() -> None:
@@ -734,6 +751,7 @@ def test_a_half_whose_state_is_read_is_merged(half: int) -> None:
     def edit(graph: ir.Graph) -> None:
         _also_read(lambda g: _rnns(g)[half].outputs[1])(graph)
         graph.outputs[-1].type = ir.TensorType(ir.DataType.FLOAT)
+        graph.outputs[-1].shape = ir.Shape([1, "batch", 4])
         graph.outputs[-1].shape = ir.Shape([1, "batch", 4])
 
     model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), edit)
@@ -1198,7 +1216,7 @@ def _bias_input(graph: ir.Graph) -> None:
 def test_a_missing_bias_is_zeros_even_beside_an_infinite_one() -> None:
     """The half without B gets zeros, not ``B_other * 0`` (NaN where B_other is inf)."""
     model = _edited(tp.hand_built_bidirectional("GRU", reverse_node=True), _bias_input)
-    after = rnn_rewrite_rules.rewrite(model, ["bidirectional"])
+    after = rnn_rewrite_rules.rewrite(model, ["bidirectional"], target=TARGET)
     onnx.checker.check_model(after, full_check=True)
     assert b"bidirectional" in _directions(after)
     feeds = tp.thirdparty_inputs(model, 2, 3)
@@ -1256,7 +1274,7 @@ def test_a_branch_inside_a_function_importing_another_opset_is_left_alone() -> N
     )
     found = refusal_reasons(RULES, wrapped)
     assert reason in found, found
-    after = rnn_rewrite_rules.rewrite(wrapped, ["bidirectional"])
+    after = rnn_rewrite_rules.rewrite(wrapped, ["bidirectional"], target=TARGET)
     (if_node,) = after.functions[0].node
     for branch in if_node.attribute:
         ops = [node.op_type for node in branch.g.node]

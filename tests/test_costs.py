@@ -98,6 +98,34 @@ def test_each_target_checks_its_runtimes() -> None:
     assert _table({}).decide("portable", "RNN", 64, 1, 1).fires
 
 
+def test_portable_checks_tract_where_the_table_has_its_points() -> None:
+    """Issue 42: the one-step table has a tract column; ``portable`` reads it (``onnxruntime``
+    does not), and a cell tract did not measure is refused unless another runtime is slower
+    there (that reason first)."""
+    tract = [_point("tract", h, s, b, 0.7) for h in (64, 256) for s in (1, 16) for b in (1, 5)]
+    slow_in_tract = [_point("tract", 64, 1, 1, 1.3), *tract[1:]]
+    table = costs.CostTable([*_table({}).points, *slow_in_tract], {})
+    assert table.decide("onnxruntime", "RNN", 64, 1, 1).fires
+    fires, reason = table.decide("portable", "RNN", 64, 1, 1)
+    assert not fires and reason.startswith(
+        "hidden 64, seq 1, batch 1: tract's RNN kernel is slower"
+    )
+    assert (
+        costs.CostTable([*_table({}).points, *tract], {}).decide("portable", "RNN", 64, 1, 1).fires
+    )
+    fires, reason = costs.CostTable([*_table({}).points, *tract[1:]], {}).decide(
+        "portable", "RNN", 64, 1, 1
+    )
+    assert not fires and reason.endswith(
+        "tract's RNN kernel not measured at hidden 64, seq 1, batch 1"
+    )
+    slow_in_ort = _table({(64, 1, 1): 1.6}).points
+    fires, reason = costs.CostTable([*slow_in_ort, *tract[1:]], {}).decide(
+        "portable", "RNN", 64, 1, 1
+    )
+    assert not fires and "ONNX Runtime's RNN kernel is slower" in reason
+
+
 def test_what_was_not_measured_does_not_fire() -> None:
     table = _table({})
     fires, reason = table.decide("onnxruntime", "GRU", 64, 16, 1)
@@ -408,3 +436,19 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
                     for batch in case.batches:
                         key = ("ort", op, form, "forward", hidden, seq, batch)
                         assert key in table._index, key
+
+
+def test_the_one_step_table_has_a_tract_column_over_its_grid() -> None:
+    """Issue 42: tract was measured for every cell of the static-batch one-step grid, and
+    the table says when each runtime's points were measured."""
+    from benchmarks import one_step_costs
+
+    path = pathlib.Path(costs.__file__).with_name("one_step.json")
+    data = json.loads(path.read_text())
+    assert set(data["runtimes"]) == {"ort", "openvino", "tract"}
+    table = costs.load(str(path))
+    case = one_step_costs.CASES["one_step"]
+    for op in case.ops:
+        for hidden in case.hiddens:
+            for batch in case.batches:
+                assert ("tract", op, "one_step", "forward", hidden, 1, batch) in table._index

@@ -21,7 +21,8 @@ counts as no slower, as issue 42 asks: a point is slower there only when its rat
 above ``1 + NOISE``.
 A measured cell (hidden, seq, batch) takes the worst of its points over the target's
 runtimes and every model measured there (the one-layer builders and torch's own exports,
-``Point.model``).
+``Point.model``). A runtime of the target with points in the table but none at a cell
+refuses the rewrite there; the reason names a slower runtime first, where one is.
 
 A cell fires when no point is slower there and, where one is within noise, no neighbouring
 cell (the next measured size along one axis) is slower: at a boundary only a clear cell
@@ -32,8 +33,8 @@ measured range the nearest measured size stands in; a symbolic batch needs every
 batch. The reason names the model's own sizes and the measured cells it relied on.
 
 Targets and the runtimes they are checked on: ``onnxruntime``: ONNX Runtime with default
-optimizations and with ``ORT_DISABLE_ALL``; ``portable``: those and OpenVINO (where the
-table has OpenVINO points).
+optimizations and with ``ORT_DISABLE_ALL``; ``portable``: those, OpenVINO and tract (each
+where the table has its points: only the one-step table, ``one_step.json``, has tract's).
 """
 
 from __future__ import annotations
@@ -81,12 +82,13 @@ RUNTIMES: dict[str, str] = {
     "ort": "ONNX Runtime",
     "ort_noopt": "ONNX Runtime (ORT_DISABLE_ALL)",
     "openvino": "OpenVINO",
+    "tract": "tract",
 }
 #: Target -> the timed runtimes a rewrite must be no slower on (which runtimes its output
 #: must run on at all: ``rules._kernels.TARGET_RUNTIMES``).
 TIMED_RUNTIMES: dict[str, tuple[str, ...]] = {
     "onnxruntime": ("ort", "ort_noopt"),
-    "portable": ("ort", "ort_noopt", "openvino"),
+    "portable": ("ort", "ort_noopt", "openvino", "tract"),
 }
 #: Forms of the rewritten node's initial state: ``none`` (dropped, ONNX's zeros) or
 #: ``zeros`` (an explicit shared zero state, what ``portable`` needs for a symbolic batch).
@@ -207,10 +209,11 @@ Cell = tuple[int, int, int]  # hidden, seq, batch
 
 @dataclasses.dataclass(frozen=True)
 class _Verdict:
-    """A measured cell on one target: its worst point and whether it is slower or clear."""
+    """A measured cell on one target: its worst point over the runtimes measured there,
+    whether it is slower or clear, and which runtime of the target was not measured."""
 
     cell: Cell
-    worst: Point | None  # None: some runtime of the target not measured there
+    worst: Point | None  # None: no runtime of the target measured there
     missing: str = ""
 
     @property
@@ -219,7 +222,7 @@ class _Verdict:
 
     @property
     def clear(self) -> bool:
-        return self.worst is not None and self.worst.clear
+        return not self.missing and self.worst is not None and self.worst.clear
 
 
 class CostTable:
@@ -269,20 +272,19 @@ class CostTable:
         self, runtimes: Sequence[str], op: str, form: str, direction: str, cell: Cell
     ) -> _Verdict:
         worst: Point | None = None
+        missing = ""
         for runtime in runtimes:
             found = self._models.get((runtime, op, form, direction, *cell), [])
-            if not found:
+            if not found and not missing:
                 h, s, b = cell
-                return _Verdict(
-                    cell,
-                    None,
+                missing = (
                     f"{RUNTIMES[runtime]}'s {op} kernel not measured at hidden {h}, seq {s}, "
-                    f"batch {b}",
+                    f"batch {b}"
                 )
             for point in found:
                 if worst is None or _rank(point) > _rank(worst):
                     worst = point
-        return _Verdict(cell, worst)
+        return _Verdict(cell, worst, missing)
 
     def decide(
         self,
@@ -320,15 +322,15 @@ class CostTable:
             return self._verdict(runtimes, op, form, direction, cell)
 
         verdicts = [verdict(cell) for cell in itertools.product(around[0], around[1], around[2])]
-        for v in verdicts:
-            if v.worst is None:
-                return Decision(False, f"{sizes}: {v.missing}")
         slow = [v for v in verdicts if v.slower]
-        if slow:
+        if slow:  # the most telling reason first, whether or not a runtime is missing
             worst = max(slow, key=lambda v: _rank(v.worst))
             return Decision(False, f"{sizes}: {_slower_text(op, worst)} ({relied})")
         for v in verdicts:
-            point = v.worst  # never None here: see the first loop
+            if v.missing:
+                return Decision(False, f"{sizes}: {v.missing}")
+        for v in verdicts:
+            point = v.worst  # never None here: a cell without points is missing one
             if v.clear or point is None:
                 continue
             for cell in _neighbours(axes, v.cell):

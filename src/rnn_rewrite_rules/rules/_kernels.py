@@ -13,7 +13,14 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
 
-__all__ = ["MISSING_KERNELS", "MISSING_OPS", "TARGET_RUNTIMES", "missing_kernel"]
+__all__ = [
+    "MISSING_KERNELS",
+    "MISSING_OPS",
+    "TARGET_RUNTIMES",
+    "WRONG_DIRECTIONS",
+    "missing_kernel",
+    "wrong_direction",
+]
 
 #: Target (``rules.TARGETS``) -> the runtimes its output must run on.
 TARGET_RUNTIMES: dict[str, tuple[str, ...]] = {
@@ -55,4 +62,23 @@ def missing_kernel(
             if dtype in MISSING_KERNELS.get(runtime, {}).get((domain, op_type), ()):
                 name = np.dtype(dtype.numpy()).name
                 return Refusal(f"{runtime} has no {name} {op_type} kernel (target {target!r})")
+    return None
+
+
+#: Runtime -> the ``direction`` values of LSTM/GRU/RNN it computes wrongly. tract 0.23.9
+#: runs ``direction="reverse"`` as ``"forward"`` (``Y`` and ``Y_h`` equal ONNX Runtime's on
+#: the same node made forward; checked on LSTM, GRU and RNN at seq 3); ``bidirectional``
+#: it runs right.
+WRONG_DIRECTIONS: dict[str, frozenset[str]] = {"tract": frozenset({"reverse"})}
+
+
+def wrong_direction(direction: str, targets: tuple[str, ...]) -> Refusal | None:
+    """Why a recurrent node of ``direction`` must not be emitted for ``targets``: the first
+    of their runtimes that computes it wrongly; None when all compute it."""
+    for target in targets:
+        for runtime in TARGET_RUNTIMES[target]:
+            if direction in WRONG_DIRECTIONS.get(runtime, ()):
+                return Refusal(
+                    f"{runtime} runs direction={direction!r} as 'forward' (target {target!r})"
+                )
     return None

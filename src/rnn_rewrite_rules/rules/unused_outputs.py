@@ -27,15 +27,22 @@ from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_no
 
 __all__ = [
     "FAMILY",
+    "PENDING_READS",
     "DropTrailingUnusedOutputs",
     "is_unused",
     "make_rules",
 ]
 
 
+#: ``Value.meta`` key set on a value whose readers a rule moves to it once the rewriter
+#: has applied the rewrites of its graph (``bidirectional._state_reads``): it is read.
+PENDING_READS = "rnn_rewrite_rules.pending_reads"
+
+
 def is_unused(value: ir.Value) -> bool:
-    """No consumer anywhere (subgraph readers register as uses) and not a graph output."""
-    return not value.uses() and not value.is_graph_output()
+    """No consumer anywhere (subgraph readers register as uses), not a graph output and
+    no readers pending (:data:`PENDING_READS`)."""
+    return not value.uses() and not value.is_graph_output() and PENDING_READS not in value.meta
 
 
 class DropTrailingUnusedOutputs(RnnNodeRule):

@@ -26,8 +26,12 @@ __all__ = [
 ]
 
 
-def make_rules() -> list[RewriteRule]:
-    return [MergeHandBuiltBidirectional.rule(), MergeHandBuiltReverse.rule(), *state_rules()]
+def make_rules(target: str = "portable") -> list[RewriteRule]:
+    return [
+        MergeHandBuiltBidirectional.rule(),
+        MergeHandBuiltReverse.rule(target),
+        *state_rules(),
+    ]
 
 
 FAMILY = RuleFamily(
@@ -35,5 +39,6 @@ FAMILY = RuleFamily(
     description=(__doc__ or "").partition("\n")[0],
     make_rules=make_rules,
     install_by_default=True,
+    target_rules={"onnxruntime": lambda: make_rules("onnxruntime")},
     fixes=("hand-built-direction",),
 )

@@ -3,7 +3,8 @@
 A hand-built stack of a streaming model passes each direction's state in and out of
 every call: each half's ``Y_h`` (``Y_c``) is read on its own (a ``Squeeze`` to a 1-D
 graph output, the next call's state). Merged, those reads become the two halves of
-``Split(Y_h, axis=0)`` (forward first: the merged node's direction axis).
+``Split(Y_h, axis=0)`` (forward first: the merged node's direction axis); a lone reversed
+half made one reverse node gives its reads that node's ``Y_h`` (``Y_c``) itself.
 
 The readers are not part of the merge rule's match (its root is the ``Y`` Concat), so
 the rewriter cannot move them: :class:`StateReads` keeps each (old state, new state) pair
@@ -21,11 +22,12 @@ import onnx_ir as ir
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import fresh_name
+from rnn_rewrite_rules.rules.unused_outputs import PENDING_READS
 
 __all__ = ["StateReads", "cycle_reason", "read_states"]
 
 
-def read_states(halves: tuple[ir.Node, ir.Node]) -> list[bool]:
+def read_states(halves: tuple[ir.Node, ...]) -> list[bool]:
     """For each state output (``Y_h``, ``Y_c``): whether either half's is read."""
     count = max(len(node.outputs) for node in halves) - 1
     return [
@@ -79,10 +81,19 @@ class StateReads:
                 if k < len(half.outputs)
             ]
 
+    def keep(self, old: ir.Value, new: ir.Value) -> None:
+        """Give ``old``'s readers ``new`` (the same state, of a node that replaces
+        ``old``'s) once the graph's rewrites are applied; until then ``new`` counts as
+        read (no rule drops it as unused)."""
+        if self._stack:
+            new.meta[PENDING_READS] = True
+            self._stack[-1].append((old, new))
+
     def leave(self) -> None:
         pairs = self._stack.pop() if self._stack else []
         graphs: list[ir.Graph] = []
         for old, new in pairs:
+            new.meta.pop(PENDING_READS, None)
             producer = new.producer()
             graph = None if producer is None else producer.graph
             if graph is None:  # the rewrite was not applied

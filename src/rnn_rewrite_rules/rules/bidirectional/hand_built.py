@@ -35,7 +35,11 @@ when no input of either half is computed from a half's output (the merged node w
 its own output); activations, when given, are given
 for both, and ``activation_alpha``/``activation_beta``, when given, hold exactly one
 value per activation of that half that takes one (runtimes hand the values in order to
-those activations only).
+those activations only). A lone reversed half becomes a reverse node on target
+``onnxruntime`` only: tract 0.23.9 runs ``direction="reverse"`` as ``"forward"``
+(``rules._kernels.WRONG_DIRECTIONS``), and runs the hand-built half right at a static
+length, so target ``portable`` keeps the half (a pair's ``bidirectional`` node tract runs
+right).
 
 Replacement: one node with ``direction="bidirectional"`` (forward first) and ``W``,
 ``R``, ``B``, ``P`` stacked on axis 0 (constants stacked once, computed ones by a
@@ -45,7 +49,13 @@ must exist), states concatenated, then
 ``Reshape(Y, [0, 2H])`` for the batch-free ``[seq, 2H]`` (a batch of 1 needs no
 Transpose), the halves' ``Cast`` applied once to the merged ``Y`` (it is elementwise: it
 commutes with the Slices, Squeezes, Concat, Transpose and Reshape); or the one node with
-``direction="reverse"`` reading ``x``. A read ``Y_h`` (``Y_c``) of a pair becomes the
+``direction="reverse"`` reading ``x``, whose ``Y_h`` (``Y_c``) takes the reads of the
+lone half's (the same ``[1, batch, H]``: the half's final state is the state after
+``x[0]``, having run from ``x[T-1]``, what a reverse node runs and returns; a node cannot
+read its own output, and the reverse node reads what the half read, its ``x`` through
+the Slice: no cycle). A lone half whose states are read and whose reversed ``Y`` is
+concatenated is left to the pair's merge (which splits the states per direction). A read
+``Y_h`` (``Y_c``) of a pair becomes the
 halves of ``Split(Y_h, axis=0)``, forward first (``[2, batch, H]`` is the forward and the
 reverse direction's final state; the backward half ran over the reversed sequence, which
 is what ``direction="reverse"`` runs: its final state is the reverse direction's); the
@@ -68,6 +78,7 @@ from rnn_rewrite_rules.rules._graph import (
     same_value,
     squeeze,
 )
+from rnn_rewrite_rules.rules._kernels import wrong_direction
 from rnn_rewrite_rules.rules.bidirectional._pair import (
     Half,
     direction,
@@ -307,13 +318,38 @@ class MergeHandBuiltBidirectional(RewriteRuleClassBase):
         return op.Reshape(op.Transpose(y, perm=[0, 2, 1, 3]), target)
 
 
-class MergeHandBuiltReverse(RewriteRuleClassBase):
-    """rev(RNN(rev(x))) -> RNN(x, direction="reverse")."""
+def _concatenated(value: ir.Value) -> bool:
+    """``value``, or what a chain of single-reader Squeezes and Casts makes of it, is read
+    by a Concat (perhaps the other half of a hand-built pair)."""
+    while True:
+        readers = [node for node, _ in value.uses()]
+        if any(n.domain == "" and n.op_type == "Concat" for n in readers):
+            return True
+        if len(readers) != 1 or readers[0].domain != "":
+            return False
+        if readers[0].op_type not in ("Squeeze", "Cast") or not readers[0].outputs:
+            return False
+        value = readers[0].outputs[0]
 
-    _plan: tuple[Half, ir.Value]
+
+class MergeHandBuiltReverse(RewriteRuleClassBase):
+    """rev(RNN(rev(x))) -> RNN(x, direction="reverse"), its read states the node's."""
+
+    _plan: tuple[Half, ir.Value, list[bool]]
     _graph: ir.Graph | ir.Function
     _main_graph: bool
     _opset: int
+
+    def __init__(self, target: str = "portable") -> None:
+        super().__init__()
+        self._states = StateReads()
+        self.target = target
+
+    def setup(self) -> None:
+        self._states.enter()
+
+    def cleanup(self) -> None:
+        self._states.leave()
 
     def pattern(self, op, y, starts, ends, axes, steps):
         return op.Slice(y, starts, ends, axes, steps)
@@ -326,9 +362,19 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         half = _half(out, prover)  # reversed: its walk starts at the root, a reversal
         if isinstance(half, Refusal):
             return check_result.fail(half, out)
-        reason = node_reason(half.node)
+        reason = node_reason(half.node, states_read=True)
         if reason is not None:
             return check_result.fail(reason, half.node)
+        wrong = wrong_direction("reverse", (self.target,))
+        if wrong is not None:
+            return check_result.fail(wrong, half.node)
+        reads = read_states((half.node,))
+        if any(reads) and _concatenated(out):
+            paired = (
+                "Y_h or Y_c is read and the reversed Y is concatenated: a pair's merge "
+                "(MergeHandBuiltBidirectional) splits the states per direction"
+            )
+            return check_result.fail(paired, half.node)
         reversed_x = half.node.inputs[0]
         slice_node = None if reversed_x is None else reversed_x.producer()
         if slice_node is None or (reason := is_reversal(slice_node, prover)) is not None:
@@ -336,7 +382,7 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         source = slice_node.inputs[0]
         if source is None:
             return check_result.fail("the reversal has no input", slice_node)
-        self._plan = (half, source)
+        self._plan = (half, source, reads)
         self._graph = context.graph_or_function
         self._main_graph = context.graph_or_function is context.model.graph
         opset = opset_version(context.model, context.graph_or_function)
@@ -346,8 +392,13 @@ class MergeHandBuiltReverse(RewriteRuleClassBase):
         return check_result
 
     def rewrite(self, op, y: ir.Value, **_):
-        half, x = self._plan
-        result = _cast_like(op, emit_merged(op, None, half.node, None, x)[0], half.cast)
+        half, x, reads = self._plan
+        count = 1 + max((k for k, read in enumerate(reads, start=1) if read), default=0)
+        outputs = emit_merged(op, None, half.node, None, x, count)
+        for k, read in enumerate(reads, start=1):
+            if read:
+                self._states.keep(half.node.outputs[k], outputs[k])
+        result = _cast_like(op, outputs[0], half.cast)
         if half.squeezed:
             as_node = not self._main_graph
             ints = lambda v: int64_constant(op, self._graph, v, as_node=as_node)  # noqa: E731
