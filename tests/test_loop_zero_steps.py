@@ -334,3 +334,12 @@ def test_two_stacks_declared_with_different_shapes_are_refused(tmp_path) -> None
     assert 'op_type: "LSTM"' not in str(after)
     expected = runtime.run(model, _feeds(model, 2, 0))
     assert [a.shape for a in expected] == [(0, 0, _H), (0, 1, _H)]  # the premise
+
+
+def test_a_stack_declaring_another_batch_than_x_s_static_one_is_refused(tmp_path) -> None:
+    """Near miss: X's batch a static 1, the stack declared ``[2, H]`` (a false
+    declaration): which of the two numbers ONNX Runtime keeps is its merge's choice."""
+    model = _model("batch_h", "scalar", "main")
+    _static_batch(model, 1)
+    _declare(model, [2, _H])
+    _refused(model, tmp_path, "X's batch is the number 1, not the declared 2", batch=1)

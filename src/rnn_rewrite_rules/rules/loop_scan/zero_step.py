@@ -81,7 +81,9 @@ def _batch_reason(batch: Dim | None, declared: int | None, model: ir.Model) -> s
     if batch is not None and batch.value is not None:
         if batch.value == declared:
             return None
-        return f"X's batch is the number {batch.value}, which inference fills in"
+        if declared is None:
+            return f"X's batch is the number {batch.value}, which inference fills in"
+        return f"X's batch is the number {batch.value}, not the declared {declared}"
     symbol = None if batch is None else batch.symbol
     if symbol is None or symbol.narrowed or symbol.value not in model.graph.inputs:
         return "X's batch is not a graph input's size, so inference may know it as a number"
