@@ -27,6 +27,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
 )
 from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
+from rnn_rewrite_rules.rules.loop_scan.zero_step import zero_step_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
@@ -249,6 +250,7 @@ def _recurrence(
     """The recurrence over ``x`` (or over ``X0`` when ``x`` is ``X0`` reversed in time),
     once the initial states fit and a computed trip count is proven ``X``'s length."""
     cell = carried.cell
+    count = len(parts.carried_in)
     prover = ShapeProver(model.graph)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
     steps = _counted_steps(node.inputs[0]) if trips is None else None
@@ -278,8 +280,14 @@ def _recurrence(
     unguarded = stack_fails_without_steps(node) and cell.op_type != "GRU"
     plan.guarded = trips is None and not unguarded
     plan.steps = steps
+    if plan.guarded:
+        stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
+        states = [parts.carried_in[j] for j in carried.state_of]
+        batch = prover.dim(sequence, 1)
+        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model)
+        if zero is not None:
+            return zero
     plan.step_input = x
-    plan.h_input = parts.carried_in[carried.h_index]
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so
     if source is not None:
