@@ -277,10 +277,12 @@ def _recurrence(
     plan.broadcast = not fits
     # X's length or a count, which can be 0 (see Recurrence), unless the original then
     # fails; ONNX Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
-    unguarded = stack_fails_without_steps(node) and cell.op_type != "GRU"
-    plan.guarded = trips is None and not unguarded
+    fails = stack_fails_without_steps(node)
+    plan.guarded = trips is None and not (fails and cell.op_type != "GRU")
     plan.steps = steps
-    if plan.guarded:
+    # where the original fails at 0 steps the guard only keeps the GRU from aborting:
+    # its stack of no step need not equal anything
+    if plan.guarded and not fails:
         stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
         states = [parts.carried_in[j] for j in carried.state_of]
         batch = prover.dim(sequence, 1)
