@@ -178,6 +178,24 @@ def test_invalid_files_fail_the_checker(file: ExporterFile) -> None:
         onnx.checker.check_model(_original(file.path), full_check=True)
 
 
+def _reference_unless_shared_defect(
+    runners: tuple[_Runner, _Runner], feeds: dict[str, np.ndarray]
+) -> list[np.ndarray] | None:
+    """The rewritten model's outputs in ``onnx.reference`` (ORT aborted on it at a 0);
+    None when the reference fails on it and, with the same error, on the original (a
+    node both hold, such as a Loop left as written whose stack of batch-0 steps
+    ``onnx.reference`` shapes wrongly): no engine runs it at this size."""
+    try:
+        return runners[1].reference(feeds)
+    except Fails as error:
+        try:
+            runners[0].reference(feeds)
+        except Fails as original:
+            if str(original) == str(error):
+                return None
+        raise
+
+
 @pytest.mark.parametrize("file", RUNNABLE, ids=_ids(RUNNABLE))
 def test_rewrite_keeps_outputs_at_every_size(file: ExporterFile) -> None:
     """The original runs at every size but 0 (where the runtime may refuse it); the
@@ -215,7 +233,10 @@ def test_rewrite_keeps_outputs_at_every_size(file: ExporterFile) -> None:
             try:
                 actual = runners[1].run(feeds, has_zero)
             except Aborted:
-                actual = runners[1].reference(feeds)
+                found = _reference_unless_shared_defect(runners, feeds)
+                if found is None:
+                    continue
+                actual = found
         # ORT's LSTM/GRU at a 0 give no reliable values (see the module docstring): the
         # shapes are ORT's, the values onnx.reference's where it runs the original
         ort_zero = has_zero and engine == "ort" and any(r.aborts_at_zero for r in runners)

@@ -114,3 +114,60 @@ def test_near_misses_are_left(change) -> None:
     after, count = _split(model)
     assert count == 0
     assert [n.op_type for n in after.graph.node].count("Slice") == GATES
+
+
+def _chunked_model(*, index: int = 1, trans_b: int = 1) -> onnx.ModelProto:
+    """``Gemm(h, W, b)`` chunked in 3 per gate as TorchScript writes ``torch.chunk``: the
+    bounds computed from ``Gather(Shape(P), index)`` (``(N + 2) / 3 * k``)."""
+    weight = R.T if trans_b else R  # [N, K] with transB
+    bias = RNG.standard_normal(GATES * H).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(np.ascontiguousarray(weight), "W"),
+        numpy_helper.from_array(bias, "b"),
+        *(
+            numpy_helper.from_array(np.array([v], np.int64), n)
+            for n, v in (("i", index), ("two", 2), ("three", 3), ("zero", 0), ("one", 1))
+        ),
+        *(numpy_helper.from_array(np.array([k], np.int64), f"k{k}") for k in (1, 2, 3)),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["h", "W", "b"], ["p"], transB=trans_b),
+        helper.make_node("Shape", ["p"], ["shape"]),
+        helper.make_node("Gather", ["shape", "i"], ["n"], axis=0),
+        helper.make_node("Add", ["n", "two"], ["n2"]),
+        helper.make_node("Div", ["n2", "three"], ["chunk"]),
+        *(helper.make_node("Mul", ["chunk", f"k{k}"], [f"end{k}"]) for k in (1, 2, 3)),
+    ]
+    starts = ["zero", "end1", "end2"]
+    outputs = []
+    for gate in range(GATES):
+        nodes.append(
+            helper.make_node("Slice", ["p", starts[gate], f"end{gate + 1}", "one"], [f"g{gate}"])
+        )
+        outputs.append(helper.make_tensor_value_info(f"g{gate}", TensorProto.FLOAT, ["b", H]))
+    inputs = [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", H])]
+    graph = helper.make_graph(nodes, "chunked", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("trans_b", [1, 0])
+def test_a_chunked_gemm_reads_each_gate_from_its_columns(trans_b: int) -> None:
+    """Bounds computed from the product's width alone are read as constants; each gate
+    is the Gemm of its own columns."""
+    model = _chunked_model(trans_b=trans_b)
+    after, count = _split(model)
+    onnx.checker.check_model(after)
+    assert count == GATES
+    ops = [n.op_type for n in after.graph.node]
+    assert "Slice" not in ops and ops.count("Gemm") == GATES + 1  # the fused one left dead
+    _assert_same(model, after)
+
+
+def test_chunk_bounds_read_from_the_rows_are_left() -> None:
+    """``Gather(Shape(P), 0)`` is the batch, not a constant: the slices stay."""
+    model = _chunked_model(index=0)
+    after, count = _split(model)
+    assert count == 0
+    assert [n.op_type for n in after.graph.node].count("Slice") == GATES

@@ -23,6 +23,7 @@ from rnn_rewrite_rules.normalize.loop_condition import LoopConditionPass
 from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
 from rnn_rewrite_rules.normalize.no_op_slice import NoOpStateSlicePass
+from rnn_rewrite_rules.normalize.sequence_scan import SequenceScanPass
 
 __all__ = [
     "GemmPass",
@@ -32,6 +33,7 @@ __all__ = [
     "LoopInvariantPass",
     "NoOpCastPass",
     "NoOpStateSlicePass",
+    "SequenceScanPass",
     "normalization_passes",
     "normalize",
 ]
@@ -44,6 +46,7 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
         NoOpCastPass(journal),
         IdentityPass(journal),
         GemmPass(journal),
+        SequenceScanPass(journal),
         LoopInvariantPass(journal),
         LoopConditionPass(journal),
         NoOpStateSlicePass(journal),

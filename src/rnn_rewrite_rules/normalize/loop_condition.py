@@ -1,5 +1,7 @@
 """Make a ``Loop``'s conditions constant true where they provably are on every iteration
-but the last (tf2onnx's ``while_loop``: ``time < T and counter < T``).
+but the last (tf2onnx's ``while_loop``: ``time < T and counter < T``), or where they
+compare the step with the trip count in floating point, make the trip count the number
+of steps they let run.
 
 Pattern: ``Loop(M, c0, ...)`` whose initial condition ``c0`` is an ``And`` tree of
 ``Less(a, B)`` leaves and whose body condition is an ``And`` tree of ``Less(s, B)``
@@ -17,19 +19,34 @@ main graph's inputs declare, which ONNX Runtime enforces) are checked at the las
 that reads the condition (a step value grows with ``k``; a rounding ``Cast`` keeps that
 order). A step value read through a ``Cast`` to a floating type is exact only below its
 mantissa's range (``2**24`` for float32): there ``k + 1`` and ``n`` may round to one
-value and the loop ends early, so a body leaf through such a ``Cast`` needs a known bound
-in the exact range (the refusal names the ``Cast``). An initial leaf ``a <= 0``
-against ``n >= 1`` holds in any float type. The counter's own type holds ``n``'s (no
-wrap before the bound).
+value and the loop ends early. An initial leaf ``a <= 0`` against ``n >= 1`` holds in any
+float type. The counter's own type holds ``n``'s (no wrap before the bound).
+Counted leaves: a body leaf ``Less(to(k + offset), to(n))`` with ``to`` float32 or
+float64 on both sides, ``offset <= 1`` and ``n`` not known in ``to``'s exact range is
+not always true, but monotone: ``to`` rounds to nearest and never decreases, so the
+leaf is true for the first steps and false from one on. Of several such leaves (one
+``to``), the one with the largest offset turns false first. Float16 is refused: ONNX
+Runtime has no float16 ``Less`` and compares in float32 between Casts it inserts, so its
+steps are not float16's.
 Replacement: ``c0`` reads a ``Constant`` true and the body's condition output is
-``Identity(cond_in)`` (so true on every iteration); the trip count ``M`` stays.
+``Identity(cond_in)`` (so true on every iteration); with a counted leaf, ``M`` becomes
+``ReduceSum(Cast(Less(Cast(Range(offset - 1, n + offset - 1), to), Cast(n, to)),
+int64))`` (``_step_count``), else it stays.
 Equality: the original runs ``min(M, first false)`` iterations; every leaf is true on
 every iteration before the ``M``-th, so it runs ``M``, as the replacement does. The
-condition after the last iteration is not read (``M`` ends the loop).
+condition after the last iteration is not read (``M`` ends the loop). Counted: step
+``j >= 1`` runs when ``j < M`` and the leaf read after step ``j - 1`` holds,
+``to(j - 1 + offset) < to(n)``; step 0 runs when ``M >= 1`` (the initial leaves), where
+``to(offset - 1) <= to(0) < to(n)`` holds too. The leaf being monotone, the steps run are
+the ``j`` in ``0..M-1`` where it holds, which the ``ReduceSum`` counts (``Cast`` to a
+floating type rounds an integer's value, whatever integer type holds it, so ``Range``
+in ``n``'s type gives the original's floats). That is ``n`` below ``2**24`` and fewer
+above, as in the original. ``O(n)`` memory: ``n`` elements of four types.
 
 onnx_ir and onnxscript have no pass that reads a Loop's condition; ``LoopToRnn`` needs
-a constant trip count or ``X``'s length, and a condition that cannot end the loop early,
-hence this pass. :func:`condition_refusal` says why a Loop's condition was left.
+a constant trip count, ``X``'s length or a count of steps, and a condition that cannot
+end the loop early, hence this pass. :func:`condition_refusal` says why a Loop's
+condition was left.
 """
 
 from __future__ import annotations
@@ -40,17 +57,31 @@ from collections.abc import Container, Iterator
 import numpy as np
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
+from rnn_rewrite_rules._ir import const_array, free_name, opset_version, taken_names
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._node_pass import NodePass
+from rnn_rewrite_rules.normalize._step_count import StepCount, emit_step_count
 from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.no_op_cast import holds_exactly
 from rnn_rewrite_rules.shape import ShapeProver
 
-__all__ = ["ConditionsMadeTrue", "LoopConditionPass", "Unread", "condition_refusal"]
+__all__ = [
+    "Conditions",
+    "ConditionsMadeTrue",
+    "Counted",
+    "LoopConditionPass",
+    "Unread",
+    "condition_refusal",
+    "read_conditions",
+]
 
 #: Integers a floating type holds exactly: every one of magnitude up to 2**digits.
 _EXACT_DIGITS = {ir.DataType.FLOAT16: 11, ir.DataType.FLOAT: 24, ir.DataType.DOUBLE: 53}
+
+
+#: Floating types whose comparisons ONNX Runtime runs as written (float16: Less runs in
+#: float32 between inserted Casts, so its steps differ from a float16 count).
+_COUNTED = frozenset((ir.DataType.FLOAT, ir.DataType.DOUBLE))
 
 
 def _label(node: ir.Node) -> str:
@@ -275,9 +306,21 @@ def _is_increment(value: ir.Value, value_in: ir.Value) -> bool:
     )
 
 
-def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
+@dataclasses.dataclass(frozen=True)
+class Counted:
+    """A body leaf ``Less(to(k + offset), to(n))`` (``offset <= 1``, ``to`` a floating
+    type, ``n`` the trip count) that is not proven exact: the Loop then runs
+    ``#{j in 0..n-1 : to(j - 1 + offset) < to(n)}`` steps (see the module docstring),
+    which :class:`LoopConditionPass` computes as its trip count."""
+
+    offset: int
+    to: ir.DataType
+
+
+def _leaf_verdict(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | Counted | None:
     """None when ``leaf`` is true wherever the loop has an iteration left (see the
-    module docstring); else why not, naming the node."""
+    module docstring); :class:`Counted` when it is monotone against the trip count in
+    floating point; else why not, naming the node."""
     found = _comparison(leaf)
     where = "initial condition" if initial else "condition"
     name = _label(loop.node)
@@ -287,30 +330,64 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     bound = loop.bound(b)
     if isinstance(bound, Refusal):
         return bound
-    trips, limit = loop.integer(loop.trips), loop.integer(bound.base)
-    same = bound.base is loop.trips
     if initial:
-        start = _scalar_number(a)
-        if start is None:
-            return Refusal(f"Loop {name}: the initial condition does not compare a constant")
-        if same:
-            return (
-                None
-                if start <= 0
-                else Refusal(f"Loop {name}: it may not start: {start} < trip count")
-            )
-        if trips is None or limit is None:
-            return Refusal(f"Loop {name}: the initial condition is not against its trip count")
-        if trips >= 1 and not start < limit:
-            return Refusal(f"Loop {name}: the initial condition is false")
-        return None
+        return _initial_reason(loop, a, bound)
     step = loop.step(a)
     if isinstance(step, Refusal):
         return step
     offset, read = step
     cast = read.float_cast or bound.float_cast
+    same = bound.base is loop.trips
     if same and cast is None:
         return None if offset <= 1 else Refusal(f"Loop {name}: it ends before its trip count")
+    reason = _exact_reason(loop, offset, bound, cast)
+    if reason is None or not same:
+        return reason
+    if offset > 1:  # to(k + offset) >= to(n) after step n - 2: to() does not decrease
+        return Refusal(f"Loop {name}: it ends before its trip count")
+    assert cast is not None
+    if (
+        read.float_cast is None
+        or bound.float_cast is None
+        or _to(read.float_cast) != _to(bound.float_cast)
+    ):
+        return reason  # one side compared in another type: not the count below
+    if _to(cast) not in _COUNTED:
+        return Refusal(
+            f"Loop {name}: the condition compares in {_to(cast).name.lower()}"
+            f" ({_label(cast)}) beyond its exact range; ONNX Runtime has no Less kernel of"
+            " it and compares in another type, so its steps are not counted"
+        )
+    return Counted(offset, _to(cast))
+
+
+def _to(cast: ir.Node) -> ir.DataType:
+    return ir.DataType(cast.attributes.get_int("to", 0))
+
+
+def _initial_reason(loop: _Loop, a: ir.Value, bound: _Read) -> Refusal | None:
+    """None when the initial leaf ``a < bound`` is true whenever the Loop runs a step."""
+    name = _label(loop.node)
+    start = _scalar_number(a)
+    if start is None:
+        return Refusal(f"Loop {name}: the initial condition does not compare a constant")
+    if bound.base is loop.trips:
+        if start <= 0:
+            return None
+        return Refusal(f"Loop {name}: it may not start: {start} < trip count")
+    trips, limit = loop.integer(loop.trips), loop.integer(bound.base)
+    if trips is None or limit is None:
+        return Refusal(f"Loop {name}: the initial condition is not against its trip count")
+    if trips >= 1 and not start < limit:
+        return Refusal(f"Loop {name}: the initial condition is false")
+    return None
+
+
+def _exact_reason(loop: _Loop, offset: int, bound: _Read, cast: ir.Node | None) -> Refusal | None:
+    """None when the body leaf ``k + offset < bound`` (compared through ``cast``) is
+    true after every step but the last, from a known trip count and bound."""
+    name = _label(loop.node)
+    trips, limit = loop.integer(loop.trips), loop.integer(bound.base)
     if trips is None or limit is None:
         if cast is not None:
             return Refusal(
@@ -331,10 +408,21 @@ def _leaf_reason(loop: _Loop, leaf: ir.Value, initial: bool) -> Refusal | None:
     return Refusal(f"Loop {name}: the condition is false after step {trips - 2}: it ends early")
 
 
-def condition_refusal(node: ir.Node, main_graph: ir.Graph | None = None) -> Refusal | None:
-    """Why ``node`` (a ``Loop``)'s conditions are not provably true wherever it has an
-    iteration left; None when they are. ``main_graph``: the model's graph, whose inputs'
-    declared sizes are facts (a static sequence length makes the bound a constant)."""
+@dataclasses.dataclass
+class Conditions:
+    """What the proof found of one Loop's conditions: ``counted``, the body leaf that
+    decides how many steps run when one compares in floating point beyond its exact
+    range (None: every leaf is true before the last iteration)."""
+
+    loop: _Loop
+    counted: Counted | None
+
+
+def read_conditions(node: ir.Node, main_graph: ir.Graph | None = None) -> Conditions | Refusal:
+    """Why ``node`` (a ``Loop``)'s conditions are neither provably true wherever it has
+    an iteration left nor a count of its steps; else what was proven. ``main_graph``: the
+    model's graph, whose inputs' declared sizes are facts (a static sequence length
+    makes the bound a constant)."""
     types = ElementTypes()
     loop = _read_loop(node, types, ShapeProver(main_graph))
     if isinstance(loop, Refusal):
@@ -346,11 +434,24 @@ def condition_refusal(node: ir.Node, main_graph: ir.Graph | None = None) -> Refu
         checks += [(leaf, True) for leaf in _leaves(first)]
     if _identity_source(cond_out) is not loop.body.inputs[1]:
         checks += [(leaf, False) for leaf in _leaves(cond_out)]
+    counted: list[Counted] = []
     for leaf, initial in checks:
-        reason = _leaf_reason(loop, leaf, initial)
-        if reason is not None:
-            return reason
-    return None
+        verdict = _leaf_verdict(loop, leaf, initial)
+        if isinstance(verdict, Refusal):
+            return verdict
+        if verdict is not None:
+            counted.append(verdict)
+    if len({c.to for c in counted}) > 1:
+        return Refusal(f"Loop {_label(node)}: the condition compares in two floating types")
+    # the largest offset is the first leaf to turn false: to() does not decrease
+    return Conditions(loop, max(counted, key=lambda c: c.offset, default=None))
+
+
+def condition_refusal(node: ir.Node, main_graph: ir.Graph | None = None) -> Refusal | None:
+    """Why ``node`` (a ``Loop``)'s conditions are left as they are (see
+    :func:`read_conditions`); None when :class:`LoopConditionPass` makes them true."""
+    found = read_conditions(node, main_graph)
+    return found if isinstance(found, Refusal) else None
 
 
 def _is_true(value: ir.Value) -> bool:
@@ -362,12 +463,14 @@ def _is_true(value: ir.Value) -> bool:
 class Unread:
     """``nodes`` of ``graph`` (in its order) that computed only a replaced condition, with
     their inputs: a cleanup between the passes and the undo removes them (and detaches
-    their inputs), :meth:`restore` puts them back before ``anchor`` (None: at the end)."""
+    their inputs, and drops the ``initializers`` they alone read, with their graphs),
+    :meth:`restore` puts them back before ``anchor`` (None: at the end)."""
 
     graph: ir.Graph | ir.Function
     nodes: list[ir.Node]
     inputs: list[list[ir.Value | None]]
     anchor: ir.Node | None
+    initializers: list[tuple[ir.Graph, ir.Value]] = dataclasses.field(default_factory=list)
 
     @staticmethod
     def of(value: ir.Value, graph: ir.Graph | ir.Function, anchor: ir.Node | None) -> Unread:
@@ -384,26 +487,45 @@ class Unread:
             dead.add(node)
             pending.extend(v.producer() for v in node.inputs if v is not None)
         nodes = [n for n in graph if n in dead]
-        return Unread(graph, nodes, [list(n.inputs) for n in nodes], anchor)
+        initializers = [
+            (v.graph, v)
+            for n in nodes
+            for v in n.inputs
+            if v is not None and v.is_initializer() and isinstance(v.graph, ir.Graph)
+        ]
+        return Unread(graph, nodes, [list(n.inputs) for n in nodes], anchor, initializers)
+
+    def _dropped(self) -> list[tuple[ir.Graph, ir.Value]]:
+        return [(g, v) for g, v in self.initializers if not v.is_initializer()]
 
     def restorable(self) -> bool:
         removed = [n for n in self.nodes if n.graph is None]
+        dropped = self._dropped()
+        if any(v.name in g.initializers for g, v in dropped):
+            return False  # another value took the name
+        back = {v for _, v in dropped}
         return all(
-            _present(v) or v.producer() in removed
+            _present(v) or v.producer() in removed or v in back
             for node, inputs in zip(self.nodes, self.inputs, strict=True)
             if node.graph is None
             for v in inputs
             if v is not None
         )
 
-    def restore(self) -> None:
+    def restore(self, fallback: ir.Node) -> None:
+        """Put the nodes back; before ``fallback`` where ``anchor`` left the graph."""
+        anchor = self.anchor
+        if anchor is not None and anchor.graph is not self.graph:
+            anchor = fallback  # a rule replaced the first reader: the other one reads it
+        for g, v in self._dropped():
+            g.register_initializer(v)
         for node, inputs in zip(self.nodes, self.inputs, strict=True):
             if node.graph is not None:
                 continue
             for index, value in enumerate(inputs):
                 node.replace_input_with(index, value)
-            if self.anchor is not None:
-                self.graph.insert_before(self.anchor, node)
+            if anchor is not None:
+                self.graph.insert_before(anchor, node)
             else:
                 self.graph.append(node)
 
@@ -420,6 +542,7 @@ def _present(value: ir.Value) -> bool:
 class ConditionsMadeTrue:
     """``node``'s initial condition ``first`` and its body's ``cond_out`` were replaced
     by ``constant`` (a ``Constant`` node) and ``identity`` (``Identity(cond_in)``);
+    ``count``: the step count that replaced its trip count ``trips`` (None: kept);
     ``unread``: what computed them alone, put back with them."""
 
     node: ir.Node
@@ -428,6 +551,8 @@ class ConditionsMadeTrue:
     cond_out: ir.Value
     identity: ir.Node | None
     unread: list[Unread]
+    trips: ir.Value | None = None
+    count: StepCount | None = None
 
     def undo(self, original: Container[ir.Node]) -> bool:
         del original
@@ -440,57 +565,105 @@ class ConditionsMadeTrue:
             return False
         if constant is not None and node.inputs[1] is not constant.outputs[0]:
             return False
+        if self.count is not None and node.inputs[0] is not self.count.value:
+            return False
         if not all(unread.restorable() for unread in self.unread):
             return False
         for unread in self.unread:
-            unread.restore()
+            unread.restore(node)
         if identity is not None:
             body.outputs[0] = self.cond_out
             body.remove(identity, safe=True)
         if constant is not None and self.first is not None:
             node.replace_input_with(1, self.first)
             graph.remove(constant, safe=True)
+        if self.count is not None:
+            node.replace_input_with(0, self.trips)
+            self.count.remove()
         return True
 
 
 class LoopConditionPass(NodePass):
-    """Every Loop condition provably true before the last iteration, made constant true
-    (see the module docstring); ``journal`` records each, to put back where no rule used
-    it."""
+    """Every Loop condition provably true before the last iteration, made constant true,
+    a float one against the trip count replaced by the count of steps it lets run (see
+    the module docstring); ``journal`` records each, to put back where no rule used it."""
 
     op_type = "Loop"
 
-    def edit(self, node: ir.Node, model: ir.Model) -> bool:
-        return self._loop(node, model.graph)
+    def start(self, model: ir.Model) -> None:
+        self.model = model
+        #: the first Loop (in graph order) that read each trip count or first condition
+        #: replaced: one two Loops share is put back before the first (see ``_loop``)
+        self._first_reader: dict[ir.Value, ir.Node] = {}
+        self._taken = taken_names(model)  # the model's value names, and those given
 
-    def _loop(self, node: ir.Node, main_graph: ir.Graph) -> bool:
+    def edit(self, node: ir.Node, model: ir.Model) -> bool:
+        return self._loop(node, model)
+
+    def _name(self, base: str) -> str:
+        name = free_name(self._taken, base)
+        self._taken.add(name)
+        return name
+
+    def _count(self, node: ir.Node, found: Conditions) -> StepCount | Refusal | None:
+        """The step count replacing ``node``'s trip count (None: none needed)."""
+        counted, model = found.counted, self.model
+        if counted is None:
+            return None
+        assert node.graph is not None
+        opset = opset_version(model, node.graph)
+        if isinstance(opset, Refusal) or opset < 11:
+            return Refusal(f"Loop {_label(node)}: opset {opset} has no Range to count its steps")
+        trips = found.loop.trips
+        trips_type = found.loop.types(trips)
+        return emit_step_count(
+            node, trips, trips_type, counted.offset, counted.to, model.graph, self._taken
+        )
+
+    def _loop(self, node: ir.Node, model: ir.Model) -> bool:
         attr = node.attributes.get("body")
         graph = node.graph
         if attr is None or attr.type != ir.AttributeType.GRAPH or graph is None:
             return False
-        if condition_refusal(node, main_graph) is not None:
+        found = read_conditions(node, model.graph)
+        if isinstance(found, Refusal):
+            return False
+        count = self._count(node, found)
+        if isinstance(count, Refusal):
+            self.refuse(node, count)
             return False
         body = attr.as_graph()
         first = node.inputs[1] if len(node.inputs) > 1 else None
+        trips = node.inputs[0]
+        for value in (first, trips):
+            if value is not None:
+                self._first_reader.setdefault(value, node)
+        if count is not None:
+            node.replace_input_with(0, count.value)
         constant = None
         if first is not None and not _is_true(first):
             constant = ir.node("Constant", [], attributes={"value": ir.tensor(np.array(True))})
-            constant.outputs[0].name = f"{first.name or 'cond'}_true"
+            constant.outputs[0].name = self._name(f"{first.name or 'cond'}_true")
             graph.insert_before(node, constant)
             node.replace_input_with(1, constant.outputs[0])
         cond_out, cond_in = body.outputs[0], body.inputs[1]
         identity = None
         if _identity_source(cond_out) is not cond_in:
             identity = ir.node("Identity", [cond_in])
-            identity.outputs[0].name = f"{cond_out.name or 'cond'}_true"
+            identity.outputs[0].name = self._name(f"{cond_out.name or 'cond'}_true")
             identity.outputs[0].type, identity.outputs[0].shape = cond_out.type, cond_out.shape
             body.append(identity)
             body.outputs[0] = identity.outputs[0]
         if constant is None and identity is None:
+            assert count is None  # a count comes from a condition
             return False
         if self.journal is not None:
             unread = [Unread.of(cond_out, body, None)] if identity is not None else []
             if constant is not None and first is not None:
-                unread.append(Unread.of(first, graph, node))
-            self.record(ConditionsMadeTrue(node, first, constant, cond_out, identity, unread))
+                unread.append(Unread.of(first, graph, self._first_reader[first]))
+            if count is not None and trips is not None:
+                unread.append(Unread.of(trips, graph, self._first_reader[trips]))
+            edit = ConditionsMadeTrue(node, first, constant, cond_out, identity, unread)
+            edit.trips, edit.count = trips, count
+            self.record(edit)
         return True

@@ -630,6 +630,10 @@ class Constants:
         self._bound = dict(bound or {})
         self._memo: dict[ir.Value, np.ndarray | None] = {}
 
+    def bind(self, bound: Mapping[ir.Value, ir.Value | np.ndarray]) -> Constants:
+        """A new evaluator with this one's bindings and ``bound``'s (which win)."""
+        return Constants(self._opset, {**self._bound, **bound})
+
     def __call__(self, value: ir.Value | None) -> np.ndarray | None:
         if value is None:
             return None

@@ -12,6 +12,8 @@ against the input's part and the original fails. So wherever it runs, the block 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import onnx_ir as ir
 
@@ -23,13 +25,18 @@ __all__ = ["ALL_ROWS", "slice_columns"]
 ALL_ROWS = 2**31 - 1
 
 
-def slice_columns(node: ir.Node, width: int) -> tuple[int, int] | None:
+def slice_columns(
+    node: ir.Node,
+    width: int,
+    read: Callable[[ir.Value], np.ndarray | None] = const_array,
+) -> tuple[int, int] | None:
     """``[s, e)`` of the columns when ``node`` (a ``Slice`` with constant starts, ends,
     axes and steps of 1, of a ``[rows, width]`` value) keeps every row and those
-    columns (axis 1 or -1), clamped to ``[0, width]``; None for anything else."""
+    columns (axis 1 or -1), clamped to ``[0, width]``; None for anything else.
+    ``read``: the constant value of a bound (default: a constant or initializer)."""
     if node.op_type != "Slice" or node.domain != "" or node.attributes.get("starts") is not None:
         return None
-    arrays = [const_array(v) if v is not None else None for v in node.inputs[1:]]
+    arrays = [read(v) if v is not None else None for v in node.inputs[1:]]
     if len(arrays) < 3 or any(a is None for a in arrays[:3]):
         return None
     starts, ends, axes = (np.asarray(a).reshape(-1) for a in arrays[:3])

@@ -24,6 +24,7 @@ from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell.columns import slice_columns
+from rnn_rewrite_rules.rules.cell.node_step import NodeStep, node_step
 from rnn_rewrite_rules.rules.cell.polynomial import Polynomial, polynomial
 from rnn_rewrite_rules.shape.constant import Constants
 
@@ -803,7 +804,12 @@ def prove_cell(
     ``recurrent_bias``: a bias the step adds to ``h_(t-1)``'s product alone (PyTorch's
     ``b_hh``) is the node's ``Rb``; without, every bias is summed into ``Wb`` (the GRU's
     ``Rb_h`` inside the reset stays apart either way).
+
+    A step that is one node over one step (:mod:`.node_step`) is that node's cell.
     """
+    stepped = node_step([(prev, through_identity(out)) for prev, out in states], constants)
+    if stepped is not None:
+        return stepped if isinstance(stepped, Refusal) else _node_cell(stepped)
     if len(states) == 1:
         ((h_prev, h),) = states
         h = through_identity(h)
@@ -826,6 +832,16 @@ def prove_cell(
     return Refusal(
         f"{len(states)} carried values are neither counters nor invariants (a cell carries 1 or 2)"
     )
+
+
+def _node_cell(step: NodeStep) -> tuple[Cell, tuple[int, ...]]:
+    """The :class:`Cell` of a step node, and which state is ``h`` (and ``c``)."""
+    cell = Cell(
+        step.op_type, step.x, step.w, step.r, step.b, step.activations,
+        step.linear_before_reset, h_width_read=True, biased=step.biased,
+    )  # fmt: skip
+    h_index = step.roles.index("h")
+    return cell, (h_index,) if len(step.roles) == 1 else (h_index, step.roles.index("c"))
 
 
 def step_nodes(outputs: list[ir.Value], stops: set[ir.Value], constants: Constants) -> set[ir.Node]:

@@ -11,8 +11,11 @@ Sigmoid, Tanh or Relu.
 
 Condition: the gates are told apart by their role in the cell (any gate order); every
 weight is a constant; the carried values are exactly h (and c), counters (``+ 1`` per
-step) and invariants; Loop: the trip count is a constant ``T`` or ``X``'s length (with
-states of ``X``'s proven batch), the condition is evaluated true after each step but the
+step) and invariants; Loop: the trip count is a constant ``T``, ``X``'s length (with
+states of ``X``'s proven batch) or a count of steps (``ReduceSum`` of a ``Cast`` of
+booleans, as ``normalize.LoopConditionPass`` writes for a float condition: never
+negative, and at most ``X``'s length wherever the Loop runs, its ``Gather(X, t)`` failing
+beyond), the condition is evaluated true after each step but the
 last, the step input is ``Gather(X, t)`` of a
 rank-3 ``X`` outside the body with ``t`` the iteration number or a counter from 0;
 Scan: one scan input on axis 0, forward or reverse; the initial states are provably
@@ -24,12 +27,14 @@ Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into 
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
-the node sits in ``If(len(X) == 0)`` whose other branch gives the Loop's outputs after no
-step (each read final state its initial value; the stack of no step from a zero-trip
-Loop whose body passes ``h`` through, declared as the original declares it: ONNX Runtime
-shapes that stack by the body's declaration and inference, ``(0,)``, ``(0, 0, 0)``,
-``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do); a Loop that carries ``X``
-itself around (jax2onnx's scan) is kept (``loop.GUARD_INVARIANTS_REASON``); two such guards
+the node sits in ``If(len(X) == 0)`` (over a count ``n`` of steps: the node reads
+``X[0:n]`` and the guard is ``If(n == 0)``) whose other branch gives the Loop's outputs
+after no step (each read final state its initial value; the stack of no step from a
+zero-trip Loop whose body passes ``h`` through, declared as the original declares it:
+ONNX Runtime shapes that stack by the body's declaration and inference, ``(0,)``,
+``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do); a Loop that
+carries ``X`` itself around (jax2onnx's scan) is kept (``loop.GUARD_INVARIANTS_REASON``);
+two such guards
 concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.
 """
 

@@ -74,9 +74,13 @@ class Recurrence:
     and RNN give zero states), so the node sits in ``If(len(x) == 0)`` whose other
     branch gives the Loop's read outputs after no step: the initial states, and a stack of
     no step whose shape ONNX Runtime takes from the body's scan output as it declares and
-    infers it (``(0,)`` with no rank known, ``(0, 0, 0)`` for ``[?, ?]``, ``(0, 0, H)`` for
-    ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``), from a zero-trip Loop declared as the
-    original (``_empty_stack``); ``onnx.reference`` cannot run a zero-trip Loop's stack.
+    infers it, from a zero-trip Loop declared as the original (``_empty_stack``), only
+    where the declaration fixes that shape (``loop_scan.zero_step``: ``(0, 0, H)`` for
+    ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``); ``onnx.reference`` cannot run a zero-trip
+    Loop's stack.
+    ``steps``: a Loop's trip count when it is a count ``n`` of steps, not ``x``'s
+    length (``loop._counted_steps``: never negative, and at most ``x``'s length wherever
+    the Loop runs): the node reads ``x[0:n]`` and the guard tests ``n == 0``.
     ``step_input``: the value the body's step reads (``x`` or its reversal). A Scan is not
     guarded: ONNX Runtime's Scan fails on 0 steps, so there is nothing to equal, and a
     guard would hide the node from the ``bidirectional`` merge.
@@ -95,9 +99,7 @@ class Recurrence:
     broadcast: bool = False
     guarded: bool = False
     step_input: ir.Value | None = None
-    #: the body's ``h`` input as declared (a guarded Loop's stack of no step is shaped
-    #: by it: see ``_empty_stack``)
-    h_input: ir.Value | None = None
+    steps: ir.Value | None = None
 
 
 def initial_values(carried_init: Sequence[ir.Value | None]) -> list[ir.Value] | Refusal:
@@ -422,8 +424,10 @@ def _emit_guarded(
         return cached_ints(op, main, cache, values, as_node=main is None)
 
     # x's length, not the trip count's own value: that may be read from a reversal of x
-    # that dies with the Loop
-    if opset >= 15:
+    # that dies with the Loop; a count of steps is read by the node's Slice of x anyway
+    if plan.steps is not None:
+        length = plan.steps
+    elif opset >= 15:
         length = op.Shape(plan.x, start=0, end=1)
     else:
         length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
@@ -483,11 +487,11 @@ def _no_step_values(op, plan: Recurrence, read: Sequence[int], model: ir.Model) 
 def _empty_stack(op, plan: Recurrence, index: int, model: ir.Model) -> ir.Value:
     """Scan output ``index`` of ``plan.node`` after no step: a Loop with a trip count of
     0 whose body passes one state through and stacks it, the stack declared as the
-    original body declares that output and the state as it declares ``h``. ONNX Runtime
-    shapes a stack of no step by that declaration merged with what it infers (``(0,)``,
-    ``(0, 0, 0)``, ``(0, 0, H)``, ``(0, 1, H)``), in a recurrence from ``h``'s
-    declaration (``h_t`` is computed from it elementwise); so the same as the Loop's
-    without its body (``tests/test_loop_zero_steps.py`` checks each declaration)."""
+    original body declares that output and the state with no shape. ONNX Runtime shapes a
+    stack of no step by that declaration merged with what it infers, which adds nothing
+    here; ``loop_scan.zero_step`` proves the original's inference adds nothing either, so
+    the same as the Loop's without its body (``tests/test_loop_zero_steps.py`` checks
+    each declaration)."""
     node = plan.node
     body = node.attributes["body"].as_graph()
     declared = body.outputs[1 + len(node.inputs) - 2 + index]
@@ -502,10 +506,7 @@ def _empty_stack(op, plan: Recurrence, index: int, model: ir.Model) -> ir.Value:
     scalar = ir.Shape([])
     iteration = named(ir.Value(type=ir.TensorType(ir.DataType.INT64), shape=scalar), "i")
     cond = named(ir.Value(type=ir.TensorType(ir.DataType.BOOL), shape=scalar), "cond")
-    h_input = plan.h_input
-    state = named(ir.Value(type=declared.type), "state")
-    if h_input is not None and h_input.type == declared.type:
-        state.shape = h_input.shape
+    state = named(ir.Value(type=declared.type), "state")  # no shape: see zero_step
     nodes = [ir.node("Identity", [v]) for v in (cond, state, state)]
     for inner, suffix in zip(nodes, ("cond_out", "state_out", "stacked"), strict=True):
         named(inner.outputs[0], suffix)
@@ -582,7 +583,9 @@ def _node_inputs(build: _Builder) -> list[ir.Value | None]:
     op, plan, opset, ints = build.op, build.plan, build.opset, build.ints
     cell = plan.cell
     x = plan.x
-    if plan.first_steps is not None:
+    if plan.steps is not None:
+        x = op.Slice(x, ints([0]), unsqueeze(op, plan.steps, [0], opset, ints), ints([0]))
+    elif plan.first_steps is not None:
         x = slice_(op, x, [0], [plan.first_steps], [0], opset, ints)
     elif plan.last_steps is not None:
         x = slice_(op, x, [-plan.last_steps], [INT64_MAX], [0], opset, ints)

@@ -11,6 +11,7 @@ from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
+from rnn_rewrite_rules.normalize.sequence_scan import stack_fails_without_steps
 from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
@@ -26,6 +27,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
 )
 from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
+from rnn_rewrite_rules.rules.loop_scan.zero_step import zero_step_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
@@ -61,6 +63,10 @@ def _scalar_int(array: np.ndarray | None) -> int | None:
     if array is None or array.ndim != 0 or array.dtype.kind not in "iu":
         return None
     return int(array)
+
+
+def _true(array: np.ndarray | None) -> bool:
+    return array is not None and array.size == 1 and bool(array.reshape(()))
 
 
 def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
@@ -148,7 +154,11 @@ def _trip_count(node: ir.Node, model: ir.Model, opset: int) -> int | Refusal | N
         if first is None or first.size != 1 or not bool(first.reshape(())):
             # why normalize.LoopConditionPass left it, naming the node
             reason = condition_refusal(node, model.graph)
-            return reason or Refusal("the first condition is not a constant true")
+            return reason or Refusal(
+                "the first condition is not a constant true (normalize.LoopConditionPass"
+                " makes it one: where the rewrite ran it, the Loop was kept for another"
+                " reason, and the condition's spelling put back)"
+            )
     return trips
 
 
@@ -240,9 +250,15 @@ def _recurrence(
     """The recurrence over ``x`` (or over ``X0`` when ``x`` is ``X0`` reversed in time),
     once the initial states fit and a computed trip count is proven ``X``'s length."""
     cell = carried.cell
+    count = len(parts.carried_in)
     prover = ShapeProver(model.graph)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
-    source = reversed_source(x, prover)  # X0 when x is X0 reversed in time
+    steps = _counted_steps(node.inputs[0]) if trips is None else None
+    opset = opset_version(model, model.graph)
+    if steps is not None and (isinstance(opset, Refusal) or opset < 10):
+        return Refusal(f"opset {opset}'s Slice cannot read a count of steps of X")
+    # X0 when x is X0 reversed in time (a count of steps reads x itself: its first steps)
+    source = None if steps is not None else reversed_source(x, prover)
     sequence = x if source is None else source
     if prover.rank(sequence) != 3:
         return Refusal("X is not provably of rank 3")
@@ -250,16 +266,30 @@ def _recurrence(
     fits = states_fit(prover, h0, c0, sequence, cell, narrowed)
     if isinstance(fits, Refusal):
         return fits
-    if trips is None and shape_elements(node.inputs[0], prover, narrowed) != (
-        prover.dim(sequence, 0),
+    if (
+        trips is None
+        and steps is None
+        and shape_elements(node.inputs[0], prover, narrowed) != (prover.dim(sequence, 0),)
     ):
         return Refusal("the trip count is neither a constant nor X's length")
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
-    plan.guarded = trips is None  # X's length, which can be 0: see Recurrence
+    # X's length or a count, which can be 0 (see Recurrence), unless the original then
+    # fails; ONNX Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
+    fails = stack_fails_without_steps(node)
+    plan.guarded = trips is None and not (fails and cell.op_type != "GRU")
+    plan.steps = steps
+    # where the original fails at 0 steps the guard only keeps the GRU from aborting:
+    # its stack of no step need not equal anything
+    if plan.guarded and not fails:
+        stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
+        states = [parts.carried_in[j] for j in carried.state_of]
+        batch = prover.dim(sequence, 1)
+        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model)
+        if zero is not None:
+            return zero
     plan.step_input = x
-    plan.h_input = parts.carried_in[carried.h_index]
     # a reversed X (ReverseSequence or Slice): a reverse node on the original, whose Y is
     # the Loop's stacked output reversed back where the graph does so
     if source is not None:
@@ -273,6 +303,29 @@ def _recurrence(
                 if undone is not None:
                     plan.replaced.append(undone)
     return plan
+
+
+def _counted_steps(trips: ir.Value | None) -> ir.Value | None:
+    """``trips`` when it is a count, never negative: ``ReduceSum`` over every axis
+    (``keepdims=0``: a scalar) of a ``Cast`` of booleans to int64 (as
+    ``normalize.LoopConditionPass`` counts the steps a float condition lets run); else
+    None. Where the Loop runs, such a trip count ``n`` is at most ``X``'s length: the
+    body's ``Gather(X, t)`` at ``t = len(X)`` fails (ONNX Runtime checks its indices)."""
+    node = None if trips is None else trips.producer()
+    if node is None or node.op_type != "ReduceSum" or node.domain != "" or len(node.inputs) != 1:
+        return None
+    attributes = node.attributes
+    if attributes.get_int("keepdims", 1) != 0 or attributes.get_int("noop_with_empty_axes"):
+        return None
+    if attributes.get("axes") is not None:
+        return None
+    cast = node.inputs[0].producer() if node.inputs[0] is not None else None
+    if cast is None or cast.op_type != "Cast" or cast.domain != "" or not cast.inputs:
+        return None
+    to = ir.DataType(cast.attributes.get_int("to", 0))  # int64: no sum wraps
+    if to != ir.DataType.INT64 or ElementTypes()(cast.inputs[0]) != ir.DataType.BOOL:
+        return None
+    return trips
 
 
 def _mask_reason(body: ir.Graph) -> Refusal | None:
@@ -326,10 +379,11 @@ def _condition_reason(
     parts: _Body, carried: Carried, trips: int | None, opset: int
 ) -> Refusal | None:
     """None when the body's condition is provably true after each step but the last: the
-    condition passed in unchanged, or, with a constant trip count, true after each step
-    ``0..trips-2`` (evaluated at each step from the iteration number and the counters)."""
+    condition passed in unchanged, a constant true (TorchScript's ``Identity(true)``), or,
+    with a constant trip count, true after each step ``0..trips-2`` (evaluated at each step
+    from the iteration number and the counters)."""
     cond_out, cond_in = parts.cond_out, parts.cond_in
-    if through_identity(cond_out) is cond_in:
+    if through_identity(cond_out) is cond_in or _true(Constants(opset)(cond_out)):
         return None
     if trips is None:
         return Refusal(

@@ -1,0 +1,137 @@
+"""When the lean zero-step guard of a Loop over ``X``'s length gives the Loop's stack of no
+step, shape included, in ONNX Runtime.
+
+What ONNX Runtime does (``loop.cc``, 1.32): a Loop that runs no step outputs each scan
+output with the shape ``(0, *dims)``, ``dims`` being the shape ONNX Runtime holds for the
+body's scan output, a symbolic or unknown size read as 0, ``(0,)`` with no shape at all.
+The shape it holds is the body output's declaration merged with its own inference of the
+body (which its graph optimisations redo): inference fills an axis the declaration leaves
+without a number, and a number it infers against another declared one is merged by a
+rule that differs by optimisation level (measured: ``[1, H]`` declared, ``h`` declared
+``[2, H]``: ``(0, 2, H)`` optimised, ``(0, 0, H)`` not).
+
+The lean guard's pass-through Loop declares its stack as the original body's scan output
+and its state with no shape, so ONNX Runtime holds the declaration for it (inference of an
+``Identity`` of a shapeless state adds nothing). The two are equal when the original's
+inference adds no number to the declaration and contradicts none of its numbers; the
+checks below prove that from the graph:
+
+- the stack is declared with rank 2 and ``H`` (the cell's hidden size) as its last axis:
+  inference of the body gives that axis ``H`` or nothing (``H`` is what the cell computes),
+  never another number; left undeclared, inference fills it from the weights, or not,
+  depending on the body's form and the optimisation level (h4's jax2onnx measurements);
+- the batch axis: inference of the body can get a number for it only from a number it
+  knows for ``X``'s batch (``Gather(X, t)``), for the initial states (proven to have
+  ``X``'s batch, and computed from ``X``'s shape or graph inputs of the same size), or
+  from the declarations of the body's state inputs. So ``X``'s batch must be a graph
+  input's size that is no number (the model runs at more than one batch: a number
+  inferred for it would be wrong at another, and ONNX's inference propagates a symbol,
+  not a number), or the declared number itself; and each state input declared with rank
+  2 must declare on each axis nothing or the stack's own number.
+
+Where every check holds, the original gives ``(0, b, H)`` with ``b`` the declared batch
+number or 0, and so does the guard. A stack of no step read twice (two scan outputs both
+``h_t``) comes from one pass-through: their declarations must then give one shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.shape import Dim
+
+__all__ = ["ZERO_STEP_REASON", "zero_step_reason"]
+
+#: The refusal's text; ``why`` names the declaration or size that leaves the shape open.
+ZERO_STEP_REASON = (
+    "the trip count is X's length, which can be 0, and at 0 ONNX Runtime shapes the {loop}'s"
+    " stack of no step from its inference of the body where the body's scan output {stack}"
+    " leaves it open: {why}"
+)
+
+
+def _spelling(value: ir.Value) -> str:
+    """A declaration as written: ``[?, 8]``, ``[batch, 8]``, or ``no shape``."""
+    if value.shape is None:
+        return "no shape"
+    dims = [d if isinstance(d, int) else (d.value or "?") for d in value.shape]
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _number(dim: object) -> int | None:
+    return dim if isinstance(dim, int) else None
+
+
+def _stack_reason(stack: ir.Value, hidden: int) -> str | None:
+    """Why ``stack``'s declaration does not fix its last axis as ``hidden``."""
+    shape = stack.shape
+    if shape is None or len(shape) != 2:
+        return f"its rank is not declared 2 ({_spelling(stack)})"
+    if _number(shape[1]) != hidden:
+        return f"its last axis is not declared {hidden}, the hidden size ({_spelling(stack)})"
+    return None
+
+
+def _batch_reason(batch: Dim | None, declared: int | None, model: ir.Model) -> str | None:
+    """Why ONNX Runtime's inference may know a number for X's batch other than
+    ``declared`` (None: the declaration gives no number)."""
+    if batch is not None and batch.value is not None:
+        if batch.value == declared:
+            return None
+        if declared is None:
+            return f"X's batch is the number {batch.value}, which inference fills in"
+        return f"X's batch is the number {batch.value}, not the declared {declared}"
+    symbol = None if batch is None else batch.symbol
+    if symbol is None or symbol.narrowed or symbol.value not in model.graph.inputs:
+        return "X's batch is not a graph input's size, so inference may know it as a number"
+    return None
+
+
+def _state_reason(state: ir.Value, stack: tuple[int | None, int]) -> str | None:
+    """Why ``state``'s declaration may give inference a number the stack's lacks."""
+    shape = state.shape
+    if shape is None:
+        return None
+    if len(shape) != 2:
+        return f"the body's state input {state.name} is declared {_spelling(state)}, not rank 2"
+    for axis, (dim, want) in enumerate(zip(shape, stack, strict=True)):
+        number = _number(dim)
+        if number is not None and number != want:
+            return (
+                f"the body's state input {state.name} declares axis {axis} as {number}"
+                f" ({_spelling(state)}), which inference carries to the stack"
+            )
+    return None
+
+
+def zero_step_reason(
+    node: ir.Node,
+    stacks: Sequence[ir.Value],
+    states: Sequence[ir.Value],
+    batch: Dim | None,
+    hidden: int,
+    model: ir.Model,
+) -> Refusal | None:
+    """Why the lean guard of Loop ``node`` may not give its stack of no step as ONNX
+    Runtime does (see the module docstring), or None: ``stacks`` are the body's read scan
+    outputs that stack ``h_t``, ``states`` the body's ``h``/``c`` inputs, ``batch`` X's
+    batch as the graph proves it."""
+    loop = f"Loop {node.name or '(unnamed)'}"
+    shapes: set[tuple[int | None, int]] = set()
+    for stack in stacks:
+        why = _stack_reason(stack, hidden)
+        if why is None:
+            assert stack.shape is not None
+            declared = _number(stack.shape[0])
+            why = _batch_reason(batch, declared, model)
+            shapes.add((declared, hidden))
+            for state in states:
+                why = why or _state_reason(state, (declared, hidden))
+        if why is not None:
+            return Refusal(ZERO_STEP_REASON.format(loop=loop, stack=stack.name, why=why))
+    if len(shapes) > 1:
+        return Refusal(f"the {loop}'s scan outputs of h_t are declared with different shapes")
+    return None
