@@ -11,6 +11,7 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs, runtime
+from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell, cell_inputs
 
@@ -156,3 +157,19 @@ def test_a_reverse_node_in_a_guard_branch_is_made_forward() -> None:
     assert [_direction(n) for n in recurrent] == [b"forward"]
     for seed, (batch, seq) in enumerate([(1, spec.steps), (3, spec.steps + 2)]):
         _assert_same(model, after, loop_inputs(spec, batch, seq, seed=seed))
+
+
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_a_models_own_reverse_nodes_re_emitted_stay_reverse(op_type: str) -> None:
+    """initial_state re-emits the model's unnamed reverse nodes without their zero states:
+    they read the same ``W`` and stay reverse (the original runs them so in tract too)."""
+    spec = ExporterSpec(
+        initial_state="keras", op_type=op_type, style="plain", num_layers=2, direction="reverse"
+    )
+    model = build_exporter_model(spec)
+    after = _rewrite(model)
+    assert _directions(after) == [b"reverse", b"reverse"]
+    assert not any("reverse" in n.name for n in after.graph.node if n.op_type == "Slice")
+    assert sum(n.op_type == "Constant" for n in after.graph.node) < sum(
+        n.op_type == "Constant" for n in model.graph.node
+    ) or len(after.graph.node) < len(model.graph.node)  # a rule did re-emit them

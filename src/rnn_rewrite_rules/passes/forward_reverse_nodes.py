@@ -8,9 +8,11 @@ them: a forward + reverse pair is merged into one bidirectional node afterwards.
 reverse node left alone at the end is wrong there, so this pass runs after the rules
 (:func:`rnn_rewrite_rules._api.cleanup`).
 
-Pattern: an LSTM/GRU/RNN node a rule emitted (not in ``original``), in any graph, subgraph
-or function, with ``direction="reverse"``, no ``sequence_lens`` input, in a graph importing
-opset 10 or later of the ONNX domain (a negative-step ``Slice``).
+Pattern: an LSTM/GRU/RNN node a rule emitted (not in ``original``) that is not a model's
+own reverse node re-emitted (one with the name or the ``W`` or ``R`` value of such a node:
+:class:`OwnReverse`, taken before the rules), in any graph, subgraph or function, with
+``direction="reverse"``, no ``sequence_lens`` input, in a graph importing opset 10 or
+later of the ONNX domain (a negative-step ``Slice``).
 
 Condition: ``wrong_direction("reverse", targets)`` names a runtime.
 
@@ -40,7 +42,7 @@ from rnn_rewrite_rules.rules._initializers import int64_constant
 from rnn_rewrite_rules.rules._kernels import wrong_direction
 from rnn_rewrite_rules.shape.semantics import INT64_MIN
 
-__all__ = ["ForwardReverseNodesPass"]
+__all__ = ["ForwardReverseNodesPass", "OwnReverse"]
 
 #: The metadata key onnxscript's rewriter (0.6.0 and later) puts on every node a rule emitted.
 _RULE_NAME_TAG = "pkg.onnxscript.rewriter.rule_name"
@@ -54,14 +56,24 @@ class ForwardReverseNodesPass(ir.passes.InPlacePass):
     ``targets`` on which a runtime runs ``direction="reverse"`` wrongly (see module docs).
 
     ``original``: the model's nodes before the rules ran; None: the nodes carrying
-    onnxscript's rule-name tag are the emitted ones."""
+    onnxscript's rule-name tag are the emitted ones. ``own_reverse``: the model's own
+    reverse nodes (:meth:`OwnReverse.of` before the rules), left reverse when a rule
+    re-emits them (the original runs them so in tract too)."""
 
-    def __init__(self, targets: tuple[str, ...], original: Iterable[ir.Node] | None = None):
+    def __init__(
+        self,
+        targets: tuple[str, ...],
+        original: Iterable[ir.Node] | None = None,
+        own_reverse: OwnReverse | None = None,
+    ):
         super().__init__()
         self._targets = targets
         self._original = None if original is None else weakref.WeakSet(original)
+        self._own_reverse = own_reverse
 
     def _emitted(self, node: ir.Node) -> bool:
+        if self._own_reverse is not None and self._own_reverse.holds(node):
+            return False
         if self._original is None:
             return _RULE_NAME_TAG in node.metadata_props
         return node not in self._original
@@ -81,6 +93,29 @@ class ForwardReverseNodesPass(ir.passes.InPlacePass):
             _run_forward(node, node.graph, node.graph is model.graph)
             modified = True
         return ir.passes.PassResult(model, modified=modified)
+
+
+class OwnReverse:
+    """A model's own reverse recurrent nodes, as a rewrite re-emits them: under the same
+    name (a rewrite keeps it) or reading the same ``W`` or ``R`` value (the exporters'
+    nodes are often unnamed). Weights are held weakly: a folded one is freed."""
+
+    def __init__(self, names: Iterable[str], weights: Iterable[ir.Value]) -> None:
+        self._names = frozenset(names)
+        self._weights: weakref.WeakSet[ir.Value] = weakref.WeakSet(weights)
+
+    @classmethod
+    def of(cls, model: ir.Model) -> OwnReverse:
+        """``model``'s reverse LSTM/GRU/RNN nodes without ``sequence_lens``."""
+        nodes = [n for n in model_nodes(model) if _lone_reverse(n)]
+        weights = [v for n in nodes for v in n.inputs[1:3] if v is not None]
+        return cls((n.name for n in nodes if n.name), weights)
+
+    def holds(self, node: ir.Node) -> bool:
+        """``node`` is one of them, re-emitted or not."""
+        if node.name and node.name in self._names:
+            return True
+        return any(v is not None and v in self._weights for v in node.inputs[1:3])
 
 
 def _graphs(function: ir.Function) -> list[ir.Graph]:
