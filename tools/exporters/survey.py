@@ -130,7 +130,8 @@ def format_exporter(name: str, header: dict, rows: Sequence[Row]) -> list[str]:
             lines.append(f"  {row.file}: {reason}")
     groups = collections.Counter(reason_key(r) for row in rows for r in set(row.reasons))
     lines.append("reasons grouped (files):")
-    lines += [f"  {n:>3} x {key}" for key, n in groups.most_common()]
+    ordered = sorted(groups.items(), key=lambda item: (-item[1], item[0]))  # same order each run
+    lines += [f"  {n:>3} x {key}" for key, n in ordered]
     return lines
 
 

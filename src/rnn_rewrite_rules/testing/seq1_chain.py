@@ -53,6 +53,43 @@ def _weights(cfg: Seq1ChainConfig, rng: np.random.Generator, tag: str) -> list[o
     ]
 
 
+def _graph_io(
+    cfg: Seq1ChainConfig, nodes: list[onnx.NodeProto]
+) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto]]:
+    """The graph's inputs and outputs; the ``late_reader`` mutation's early reader of step
+    0's ``Y`` is inserted into ``nodes`` here."""
+    lstm = cfg.op_type == "LSTM"
+    seq = cfg.seq if cfg.seq is not None else "seq"
+    graph_inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, cfg.input_size])
+    ]
+    states = (["h0"] + (["c0"] if lstm else [])) if cfg.initial_state == "input" else []
+    graph_inputs += [
+        helper.make_tensor_value_info(s, TensorProto.FLOAT, [1, "batch", cfg.hidden_size])
+        for s in states
+    ]
+    graph_outputs = [
+        helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["batch", cfg.steps, cfg.hidden_size]
+        ),
+        helper.make_tensor_value_info("h_n", TensorProto.FLOAT, [1, "batch", cfg.hidden_size]),
+    ]
+    if cfg.mutation == "late_reader":
+        graph_outputs.append(
+            helper.make_tensor_value_info("y0", TensorProto.FLOAT, [1, 1, "batch", cfg.hidden_size])
+        )
+        # the reader of y0 (the graph output) is fine; a node reading it before the last step
+        # is the near miss: an Identity right after step 0
+        index = next(i for i, n in enumerate(nodes) if n.name == "step0") + 1
+        nodes.insert(index, helper.make_node("Identity", ["y0"], ["y0_early"]))
+        graph_outputs.append(
+            helper.make_tensor_value_info(
+                "y0_early", TensorProto.FLOAT, [1, 1, "batch", cfg.hidden_size]
+            )
+        )
+    return graph_inputs, graph_outputs
+
+
 def build_seq1_chain(cfg: Seq1ChainConfig) -> onnx.ModelProto:
     """The model for ``cfg`` (inputs ``x [batch, seq, I]``, ``h0``/``c0``; outputs ``y
     [batch, steps, H]`` and ``h_n``)."""
@@ -121,34 +158,7 @@ def build_seq1_chain(cfg: Seq1ChainConfig) -> onnx.ModelProto:
         outs.append(f"o{t}")
     nodes.append(helper.make_node("Concat", outs, ["y"], axis=1))
     nodes.append(helper.make_node("Identity", [h], ["h_n"]))
-    seq = cfg.seq if cfg.seq is not None else "seq"
-    graph_inputs = [
-        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, cfg.input_size])
-    ]
-    states = (["h0"] + (["c0"] if lstm else [])) if cfg.initial_state == "input" else []
-    graph_inputs += [
-        helper.make_tensor_value_info(s, TensorProto.FLOAT, [1, "batch", cfg.hidden_size])
-        for s in states
-    ]
-    graph_outputs = [
-        helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, ["batch", cfg.steps, cfg.hidden_size]
-        ),
-        helper.make_tensor_value_info("h_n", TensorProto.FLOAT, [1, "batch", cfg.hidden_size]),
-    ]
-    if cfg.mutation == "late_reader":
-        graph_outputs.append(
-            helper.make_tensor_value_info("y0", TensorProto.FLOAT, [1, 1, "batch", cfg.hidden_size])
-        )
-        # the reader of y0 (the graph output) is fine; a node reading it before the last step
-        # is the near miss: an Identity right after step 0
-        index = next(i for i, n in enumerate(nodes) if n.name == "step0") + 1
-        nodes.insert(index, helper.make_node("Identity", ["y0"], ["y0_early"]))
-        graph_outputs.append(
-            helper.make_tensor_value_info(
-                "y0_early", TensorProto.FLOAT, [1, 1, "batch", cfg.hidden_size]
-            )
-        )
+    graph_inputs, graph_outputs = _graph_io(cfg, nodes)
     graph = helper.make_graph(
         nodes, "seq1_chain", graph_inputs, graph_outputs, initializer=inits + list(ints.values())
     )
