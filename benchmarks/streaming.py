@@ -3,7 +3,7 @@
 Each call's state outputs (``X_out`` for input ``X_in`` or ``X``) are the next call's state
 inputs. Original and rewritten run interleaved, best of ``--rounds``, in CPU time of this
 process (one thread: other processes' load on a shared machine does not inflate it); the
-spread is the (worst - best) / best of the rounds. Run under ``flock /work/coord/bench.lock``.
+spread is the (worst - best) / best of the rounds.
 
     python -m benchmarks.streaming MODEL.onnx ... [--torch-steps 64,128,256,512]
 
