@@ -357,6 +357,21 @@ def tract_probe(
     return results
 
 
+def _worker_message(request_path: str, request: dict, key: str, timeout: float) -> dict | str:
+    """Write ``request`` to ``request_path``, run one tract worker on it and return its first
+    message holding ``key``; the error (a timeout or the worker's panic) otherwise."""
+    with open(request_path, "w") as handle:
+        json.dump(request, handle)
+    stdout, stderr, timed_out = _run_worker(request_path, timeout)
+    if timed_out:
+        return stderr
+    for line in stdout.splitlines():
+        message = json.loads(line)
+        if key in message:
+            return message
+    return _panic_message(stderr)
+
+
 def tract_timing(
     paths: Mapping[str, str],
     input_names: Sequence[str],
@@ -370,29 +385,17 @@ def tract_timing(
     timeout: float,
 ) -> dict[str, dict[str, float]] | str:
     """Best load and per-call seconds per variant in one tract process (models known to run)."""
-    request_path = os.path.join(workdir, "tract_timing.json")
-    with open(request_path, "w") as handle:
-        json.dump(
-            {
-                "mode": "time",
-                "models": dict(paths),
-                "input_names": list(input_names),
-                "feeds": feeds,
-                "load_repeats": load_repeats,
-                "budget": budget,
-                "min_rounds": min_rounds,
-                "max_rounds": max_rounds,
-            },
-            handle,
-        )
-    stdout, stderr, timed_out = _run_worker(request_path, timeout)
-    if timed_out:
-        return stderr
-    for line in stdout.splitlines():
-        message = json.loads(line)
-        if "latency" in message:
-            return message
-    return _panic_message(stderr)
+    request = {
+        "mode": "time",
+        "models": dict(paths),
+        "input_names": list(input_names),
+        "feeds": feeds,
+        "load_repeats": load_repeats,
+        "budget": budget,
+        "min_rounds": min_rounds,
+        "max_rounds": max_rounds,
+    }
+    return _worker_message(os.path.join(workdir, "tract_timing.json"), request, "latency", timeout)
 
 
 def tract_repeats(
@@ -408,25 +411,15 @@ def tract_repeats(
 ) -> dict[str, list[float]] | str:
     """Per model, its best CPU seconds per call in each repeat of interleaved rounds, in one
     tract process (``rnn_rewrite_rules.benchmark.best_per_repeat``); the error otherwise."""
-    request_path = os.path.join(workdir, "tract_repeats.json")
-    with open(request_path, "w") as handle:
-        json.dump(
-            {
-                "mode": "repeats",
-                "models": dict(paths),
-                "input_names": list(input_names),
-                "feeds": feeds,
-                "repeats": repeats,
-                "rounds": rounds,
-                "sample": sample,
-            },
-            handle,
-        )
-    stdout, stderr, timed_out = _run_worker(request_path, timeout)
-    if timed_out:
-        return stderr
-    for line in stdout.splitlines():
-        message = json.loads(line)
-        if "repeats" in message:
-            return message["repeats"]
-    return _panic_message(stderr)
+    request = {
+        "mode": "repeats",
+        "models": dict(paths),
+        "input_names": list(input_names),
+        "feeds": feeds,
+        "repeats": repeats,
+        "rounds": rounds,
+        "sample": sample,
+    }
+    path = os.path.join(workdir, "tract_repeats.json")
+    found = _worker_message(path, request, "repeats", timeout)
+    return found if isinstance(found, str) else found["repeats"]
