@@ -24,6 +24,7 @@ from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
 from rnn_rewrite_rules.normalize.no_op_slice import NoOpStateSlicePass
 from rnn_rewrite_rules.normalize.sequence_scan import SequenceScanPass
+from rnn_rewrite_rules.normalize.slice_bounds import ProvenSliceBoundsPass
 
 __all__ = [
     "GemmPass",
@@ -33,6 +34,7 @@ __all__ = [
     "LoopInvariantPass",
     "NoOpCastPass",
     "NoOpStateSlicePass",
+    "ProvenSliceBoundsPass",
     "SequenceScanPass",
     "normalization_passes",
     "normalize",
@@ -49,6 +51,7 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
         SequenceScanPass(journal),
         LoopInvariantPass(journal),
         LoopConditionPass(journal),
+        ProvenSliceBoundsPass(journal),
         NoOpStateSlicePass(journal),
     ]
 
