@@ -286,7 +286,7 @@ def _recurrence(
         stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
         states = [parts.carried_in[j] for j in carried.state_of]
         batch = prover.dim(sequence, 1)
-        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model)
+        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model, prover)
         if zero is not None:
             return zero
     plan.step_input = x

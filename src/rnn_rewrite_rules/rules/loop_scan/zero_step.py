@@ -41,7 +41,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.shape import Dim
+from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["ZERO_STEP_REASON", "zero_step_reason"]
 
@@ -51,6 +51,10 @@ ZERO_STEP_REASON = (
     " stack of no step from its inference of the body where the body's scan output {stack}"
     " leaves it open: {why}"
 )
+
+
+#: ``If`` outputs followed back to a graph input's size (one per guarded layer below).
+_MAX_IF_DEPTH = 8
 
 
 def _spelling(value: ir.Value) -> str:
@@ -75,7 +79,27 @@ def _stack_reason(stack: ir.Value, hidden: int) -> str | None:
     return None
 
 
-def _batch_reason(batch: Dim | None, declared: int | None, model: ir.Model) -> str | None:
+def _input_size(dim: Dim | None, model: ir.Model, prover: ShapeProver, depth: int = 0) -> bool:
+    """``dim`` is a main-graph input's size that is no number, or an ``If`` output's size
+    that is such in one branch: ONNX's inference of an ``If`` keeps a number for an axis
+    only where both branches infer that number (the guard ``loop_scan`` writes around a
+    first layer gives the second layer's ``X`` such a batch)."""
+    symbol = None if dim is None else dim.symbol
+    if symbol is None or symbol.narrowed or depth > _MAX_IF_DEPTH:
+        return False
+    if symbol.value in model.graph.inputs:
+        return True
+    axis = symbol.axis
+    for branch in prover.branch_dims(symbol.value):
+        size = None if branch is None or axis >= len(branch) else branch[axis]
+        if _input_size(size, model, prover, depth + 1):
+            return True
+    return False
+
+
+def _batch_reason(
+    batch: Dim | None, declared: int | None, model: ir.Model, prover: ShapeProver
+) -> str | None:
     """Why ONNX Runtime's inference may know a number for X's batch other than
     ``declared`` (None: the declaration gives no number)."""
     if batch is not None and batch.value is not None:
@@ -84,8 +108,7 @@ def _batch_reason(batch: Dim | None, declared: int | None, model: ir.Model) -> s
         if declared is None:
             return f"X's batch is the number {batch.value}, which inference fills in"
         return f"X's batch is the number {batch.value}, not the declared {declared}"
-    symbol = None if batch is None else batch.symbol
-    if symbol is None or symbol.narrowed or symbol.value not in model.graph.inputs:
+    if not _input_size(batch, model, prover):
         return "X's batch is not a graph input's size, so inference may know it as a number"
     return None
 
@@ -114,11 +137,12 @@ def zero_step_reason(
     batch: Dim | None,
     hidden: int,
     model: ir.Model,
+    prover: ShapeProver,
 ) -> Refusal | None:
     """Why the lean guard of Loop ``node`` may not give its stack of no step as ONNX
     Runtime does (see the module docstring), or None: ``stacks`` are the body's read scan
     outputs that stack ``h_t``, ``states`` the body's ``h``/``c`` inputs, ``batch`` X's
-    batch as the graph proves it."""
+    batch as ``prover`` proves it."""
     loop = f"Loop {node.name or '(unnamed)'}"
     shapes: set[tuple[int | None, int]] = set()
     for stack in stacks:
@@ -126,7 +150,7 @@ def zero_step_reason(
         if why is None:
             assert stack.shape is not None
             declared = _number(stack.shape[0])
-            why = _batch_reason(batch, declared, model)
+            why = _batch_reason(batch, declared, model, prover)
             shapes.add((declared, hidden))
             for state in states:
                 why = why or _state_reason(state, (declared, hidden))
