@@ -156,8 +156,7 @@ def _trip_count(node: ir.Node, model: ir.Model, opset: int) -> int | Refusal | N
             reason = condition_refusal(node, model.graph)
             return reason or Refusal(
                 "the first condition is not a constant true (normalize.LoopConditionPass"
-                " makes it one: where the rewrite ran it, the Loop was kept for another"
-                " reason, and the condition's spelling put back)"
+                " makes it one: run it before the rules)"
             )
     return trips
 

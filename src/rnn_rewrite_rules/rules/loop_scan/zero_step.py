@@ -40,10 +40,11 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["ZERO_STEP_REASON", "zero_step_reason"]
+__all__ = ["ZERO_STEP_REASON", "is_zero_step_loop", "zero_step_reason"]
 
 #: The refusal's text; ``why`` names the declaration or size that leaves the shape open.
 ZERO_STEP_REASON = (
@@ -159,3 +160,17 @@ def zero_step_reason(
     if len(shapes) > 1:
         return Refusal(f"the {loop}'s scan outputs of h_t are declared with different shapes")
     return None
+
+
+def is_zero_step_loop(node: ir.Node) -> bool:
+    """``node`` is the ``Loop`` of a lean zero-step guard (``_common._empty_stack``): a
+    trip count of a constant 0 and a body of ``Identity`` nodes only. It runs no step
+    and holds no cell: it gives the stack of no step its shape, in the guard's branch
+    taken at length 0 only."""
+    if (node.domain, node.op_type) != ("", "Loop") or not node.inputs:
+        return False
+    trips = const_array(node.inputs[0])
+    body = node.attributes.get("body")
+    if trips is None or trips.size != 1 or int(trips.reshape(())) != 0 or body is None:
+        return False
+    return all((inner.domain, inner.op_type) == ("", "Identity") for inner in body.as_graph())
