@@ -226,7 +226,9 @@ def test_slice() -> None:
     assert one("Slice", data, vec(None), vec(8)) == dims(None, 10)
     assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0)) == dims(None, T, 6)
     assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(-2)) == dims(S, None, 6)
-    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0), vec(None)) == dims(None, None, None)
+    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0), vec(None)) == dims(
+        None, None, None
+    )
     assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0, 1)) == UNKNOWN
     assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0), vec(0)) == UNKNOWN
     assert one("Slice", dims(S, T), Fact((None,)), vec(None)) == dims(None, None)

@@ -313,8 +313,8 @@ def format_report(
     )
     if after.zero_step_loops:
         lines.append(
-            f"zero-step guards: {after.zero_step_loops} Loop (If(length == 0): runs only at"
-            " length 0, holds no cell)"
+            f"zero-step guards: {after.zero_step_loops} Loop (in the If branch taken at length"
+            " zero: holds no cell, runs no step)"
         )
     loops = [item for item in unimproved if item.node.startswith(("Loop", "Scan"))]
     rnns = [item for item in unimproved if item not in loops]

@@ -96,8 +96,8 @@ def survey_file(file: ExporterFile, out: Path | None = None, hazards: bool = Tru
         )
     if guards:
         row.reasons.append(
-            f"Loop {guards} of zero-step guards (If(length == 0)): runs only at length 0,"
-            " holds no cell"
+            f"Loop {guards} of zero-step guards (in the If branch taken at length zero):"
+            " holds no cell, runs no step"
         )
     return row
 

@@ -29,6 +29,11 @@ Condition, both proven from constants and the graph's structure only:
    ``[D, 1, H]`` fed to a model with a dynamic batch fails at run time for other
    batches; replacing it would hide that frozen axis, so it is left alone.
 
+Target ``portable`` also needs the zeros computed by nodes that no other node reads (an
+RNN node's initial-state input, or a node computing zeros read so, aside): otherwise they
+stay computed and the explicit state adds nodes and removes none (a zero-step guard's
+``Loop`` reading tf2onnx's zeros, see ``loop_scan``).
+
 Replacement, by target:
 
 * ``ShareZeroInitialState`` (``portable``): with a static batch the input is left empty,
@@ -274,8 +279,8 @@ def _kept_by(state: ir.Value | None) -> ir.Node | None:
     through :data:`values.ZERO_PRESERVING` ops and ``Concat``; constants cost no node) is
     read only by RNN nodes' initial-state inputs or by nodes whose every output is such a
     zero value."""
-    chain = []
-    pending = [state]
+    chain: list[ir.Value] = []
+    pending: list[ir.Value | None] = [state]
     while pending and len(chain) < _MAX_CHAIN:
         value = pending.pop()
         node = None if value is None else value.producer()

@@ -26,8 +26,11 @@ checks below prove that from the graph:
   from the declarations of the body's state inputs. So ``X``'s batch must be a graph
   input's size that is no number (the model runs at more than one batch: a number
   inferred for it would be wrong at another, and ONNX's inference propagates a symbol,
-  not a number), or the declared number itself; and each state input declared with rank
-  2 must declare on each axis nothing or the stack's own number.
+  not a number), or an ``If`` output's size that one branch gives as such (inference of
+  an ``If`` keeps a number for an axis only where both branches infer that number: a
+  second layer reading the first layer's guard), or the declared number itself; and each
+  state input declared with rank 2 must declare on each axis nothing or the stack's own
+  number.
 
 Where every check holds, the original gives ``(0, b, H)`` with ``b`` the declared batch
 number or 0, and so does the guard. A stack of no step read twice (two scan outputs both
