@@ -29,6 +29,7 @@ from tests.exporter_support import (
     rnn_nodes,
 )
 from tests.near_misses import BATCH, FLOAT, INPUT, INT64, H, assert_refused, rnn_model, zeros
+from tests.reasons import refusal_reasons
 from tests.support import apply
 
 FAMILY = ["initial_state"]
@@ -360,3 +361,54 @@ def test_layout_one_state_is_batch_first() -> None:
         bad,
         "the zero state's shape [1, 3, 3] is not provably [D, batch of X, H] (a frozen axis?)",
     )
+
+
+_SHARED_ZEROS = """
+    <ir_version: 8, opset_import: ["" : 15]>
+    g (float[s, b, 2] x, float[1, 9, 2] w, float[1, 9, 3] r) => (float[s, 1, b, 3] y{extra_out}) {{
+        batch = Shape <start: int = 1, end: int = 2> (x)
+        three = Constant <value: tensor = int64[1] {{3}}> ()
+        target = Concat <axis: int = 0> (batch, three)
+        zero = Constant <value: tensor = float {{0}}> ()
+        state = Expand (zero, target)
+        axes = Constant <value: tensor = int64[1] {{0}}> ()
+        h0 = Unsqueeze (state, axes)
+        y = GRU <hidden_size: int = 3> (x, w, r, "", "", h0){extra_node}
+    }}
+"""
+
+
+@pytest.mark.parametrize("read", ["Sigmoid", "Loop"])
+def test_portable_zeros_read_by_another_node_are_left_alone(read: str) -> None:
+    """Near miss: the Expand that makes the zeros is also read by a node that is no RNN's
+    state (a zero-step guard's Loop, say): it stays computed, so an explicit state would
+    add nodes; ``onnxruntime`` still drops the state (no node added)."""
+    extra = {
+        "Sigmoid": "\n        kept = Sigmoid (state)",
+        "Loop": (
+            "\n        trips = Constant <value: tensor = int64 {0}> ()"
+            "\n        kept, stack = Loop (trips, , state) <body = b (int64 i, bool c, float s)"
+            " => (bool c2, float s2, float s3) { c2 = Identity (c) s2 = Identity (s)"
+            " s3 = Identity (s) }>"
+        ),
+    }[read]
+    outputs = ", float[b, 3] kept" if read == "Sigmoid" else ", float kept"
+    text = _SHARED_ZEROS.format(extra_out=outputs, extra_node=extra)
+    model = onnx.parser.parse_model(text)
+    reasons = refusal_reasons(rnn_rewrite_rules.rules(FAMILY, target="portable").rules, model)
+    assert any(f"the zero state's source is also read by {read}" in r for r in reasons), reasons
+    assert _apply(model, "portable")[1] == 0
+    after, count = _apply(model, "onnxruntime")
+    assert count == 1 and _state_inputs(rnn_nodes(after)[0]) == []
+    # without the other reader the shared explicit state replaces it
+    alone = onnx.parser.parse_model(_SHARED_ZEROS.format(extra_out="", extra_node=""))
+    after, count = _apply(alone, "portable")
+    assert count == 1 and "ConstantOfShape" in all_op_counts(after)
+    rng = np.random.default_rng(0)
+    for seq, batch in ((4, 3), (1, 1)):
+        feeds = {
+            "x": rng.standard_normal((seq, batch, 2)).astype(np.float32),
+            "w": rng.standard_normal((1, 9, 2)).astype(np.float32),
+            "r": rng.standard_normal((1, 9, 3)).astype(np.float32),
+        }
+        np.testing.assert_allclose(runtime.run(after, feeds)[0], runtime.run(alone, feeds)[0])

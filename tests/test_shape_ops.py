@@ -85,6 +85,14 @@ def test_dynamic_quantize_outputs_two_scalars() -> None:
 
 
 def test_transpose() -> None:
+    # an input of unknown rank: perm gives the rank (the op fails on another), sizes by the
+    # input's axes
+    x_value = ir.Value(name="x")
+    node = ir.Node("", "Transpose", [x_value], [ir.AttrInt64s("perm", [1, 0, 2])])
+    (fact,) = TRANSFER[("", "Transpose")](node, [UNKNOWN])
+    assert fact == dims(Dim.sym(x_value, 1), Dim.sym(x_value, 0), Dim.sym(x_value, 2))
+    node = ir.Node("", "Transpose", [x_value], [ir.AttrInt64s("perm", [1, 1, 2])])
+    assert TRANSFER[("", "Transpose")](node, [UNKNOWN]) == [UNKNOWN]
     data = dims(S, 3, T)
     assert one("Transpose", data, perm=[1, 0, 2]) == dims(3, S, T)
     assert one("Transpose", data) == dims(T, 3, S)  # no perm: reversed
@@ -214,7 +222,16 @@ def test_slice() -> None:
     assert one("Slice", data, vec(0), vec(8), vec(1, 0)) == UNKNOWN
     assert one("Slice", data, vec(0), vec(8), vec(1, 0), vec(1, 1)) == UNKNOWN
     assert one("Slice", data, vec(0), vec(8), vec(5)) == UNKNOWN
-    assert one("Slice", data, vec(None), vec(8)) == dims(None, None)
+    # starts or ends computed at run time: only the axes they slice are unknown
+    assert one("Slice", data, vec(None), vec(8)) == dims(None, 10)
+    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0)) == dims(None, T, 6)
+    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(-2)) == dims(S, None, 6)
+    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0), vec(None)) == dims(
+        None, None, None
+    )
+    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0, 1)) == UNKNOWN
+    assert one("Slice", dims(S, T, 6), vec(0), vec(None), vec(0), vec(0)) == UNKNOWN
+    assert one("Slice", dims(S, T), Fact((None,)), vec(None)) == dims(None, None)
     assert one("Slice", data, vec(0), None) == dims(None, None)
     assert one("Slice", dims(None, 4), vec(1), vec(3), vec(1)) == dims(None, 2)
     assert one("Slice", dims(4, None), vec(1), vec(3), vec(1)) == dims(4, None)

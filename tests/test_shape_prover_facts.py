@@ -335,3 +335,55 @@ def test_constant_of_shape_reads_a_one_element_value_of_either_rank(value) -> No
     node = helper.make_node("ConstantOfShape", ["n"], ["out"], value=numpy_helper.from_array(value))
     v = _graph([node], [], {"n": np.array([2], np.int64)})
     assert ShapeProver().elements(v["out"]) == _c(3, 3)
+
+
+def _if_of_x_or_zeros(rows: int) -> onnx.NodeProto:
+    """``If(c)``: ``Identity(x)`` (``x`` a graph input ``[b, 3]``), else zeros ``[rows, 3]``."""
+    then_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t"])],
+        "then",
+        [],
+        [helper.make_empty_tensor_value_info("t")],
+    )
+    zeros = numpy_helper.from_array(np.zeros((rows, 3), np.float32))
+    else_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["e"], value=zeros)],
+        "else",
+        [],
+        [helper.make_empty_tensor_value_info("e")],
+    )
+    return helper.make_node("If", ["c"], ["out"], then_branch=then_branch, else_branch=else_branch)
+
+
+def test_branch_dims_say_what_each_branch_of_an_if_gives() -> None:
+    x = helper.make_tensor_value_info("x", FLOAT, ["b", 3])
+    c = helper.make_tensor_value_info("c", BOOL, [])
+    v = _graph([_if_of_x_or_zeros(5)], [x, c])
+    prover = ShapeProver(v["x"].graph)
+    # the branches disagree on axis 0: the If's own symbol, each branch's size known apart
+    assert prover.dims(v["out"]) == (Dim.sym(v["out"], 0), Dim.const(3))
+    assert prover.branch_dims(v["out"]) == [(Dim.sym(v["x"], 0), Dim.const(3)), _c(5, 3)]
+    assert prover.branch_dims(v["x"]) == []  # not an If's output
+
+
+def test_a_guarded_batch_is_a_graph_input_size_where_a_branch_gives_one() -> None:
+    """The zero-step guard's batch check (loop_scan.zero_step): ONNX's inference of an If
+    keeps a number only where both branches infer it, so an If axis one branch gives as a
+    graph input's symbolic size holds no number; two numbers may."""
+    from rnn_rewrite_rules.rules.loop_scan.zero_step import _batch_reason
+
+    x = helper.make_tensor_value_info("x", FLOAT, ["b", 3])
+    c = helper.make_tensor_value_info("c", BOOL, [])
+    v = _graph([_if_of_x_or_zeros(5)], [x, c])
+    model = v["x"].graph
+    prover = ShapeProver(model)
+    ir_model = ir.Model(model, ir_version=10)
+    assert _batch_reason(prover.dim(v["out"], 0), None, ir_model, prover) is None
+    # near miss: x of a static batch, so both branches give numbers (2 and 5)
+    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
+    v = _graph([_if_of_x_or_zeros(5)], [x, c])
+    prover = ShapeProver(v["x"].graph)
+    why = _batch_reason(
+        prover.dim(v["out"], 0), None, ir.Model(v["x"].graph, ir_version=10), prover
+    )
+    assert why == "X's batch is not a graph input's size, so inference may know it as a number"

@@ -232,13 +232,14 @@ def apply_rounds(
     fired = False
     with costs.attached(model, context or costs.Context()):
         fired = _rounds(model, rule_set, on_round, tracer)
+        normalised = [] if tracer is None else list(tracer.failures)
         # the exporter's spelling wherever no rule used the normalised one, then the
         # rules once more on it, as they would run without normalisation (an Identity
         # put back between two layers is one the layer-glue rules remove)
         if journal.restore(original) and fired:
             _rounds(model, rule_set, on_round, tracer)
     if refusals is not None and tracer is not None:
-        refusals[:] = tracer.failures
+        refusals[:] = _real_refusals(normalised, tracer.failures)
     cleanup(model, original, target=target, own_reverse=own_reverse)
     return fired
 
@@ -262,6 +263,17 @@ def _rounds(
         fired = True
         RemoveDeadNodesPass()(model)
     return fired
+
+
+def _real_refusals(normalised: list[Refused], last: list[Refused]) -> list[Refused]:
+    """The refusals of the last round, each rule's at a node it also refused in the last
+    normalised round (before the journal put the exporter's spelling back) taken from
+    there: the rules read the normalised spelling, so that refusal is the real reason (a
+    Loop refused for its cell is otherwise refused for its condition's spelling)."""
+    refused = {(rule_name(r.rule), r.root) for r in last}
+    earlier = [r for r in normalised if (rule_name(r.rule), r.root) in refused]
+    replaced = {(rule_name(r.rule), r.root) for r in earlier}
+    return earlier + [r for r in last if (rule_name(r.rule), r.root) not in replaced]
 
 
 def rule_name(rule: RewriteRule) -> str:

@@ -30,6 +30,7 @@ from rnn_rewrite_rules._size_plan import format_plan
 from rnn_rewrite_rules._verify import VerifyResult
 from rnn_rewrite_rules.diagnostics import describe_node, is_rnn
 from rnn_rewrite_rules.rules import families, fixed_by
+from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
 
 if TYPE_CHECKING:
     from rnn_rewrite_rules.benchmark import BenchmarkResult
@@ -60,6 +61,8 @@ class ModelStats:
     op_counts: collections.Counter[str]
     tensor_bytes: int
     rnn_nodes: int
+    #: ``Loop``\ s of zero-step guards (``loop_scan``): no recurrence, run at length 0 only.
+    zero_step_loops: int = 0
 
     @property
     def nodes(self) -> int:
@@ -73,6 +76,7 @@ def model_stats(model: ir.Model) -> ModelStats:
         collections.Counter(_op_name(n) for n in nodes),
         _save.tensor_bytes(model),
         sum(is_rnn(n) for n in nodes),
+        sum(is_zero_step_loop(n) for n in nodes),
     )
 
 
@@ -307,6 +311,11 @@ def format_report(
         f"initializer bytes: {before.tensor_bytes:,} -> {after.tensor_bytes:,} "
         f"({_human_bytes(before.tensor_bytes)} -> {_human_bytes(after.tensor_bytes)})"
     )
+    if after.zero_step_loops:
+        lines.append(
+            f"zero-step guards: {after.zero_step_loops} Loop (in the If branch taken at length"
+            " zero: holds no cell, runs no step)"
+        )
     loops = [item for item in unimproved if item.node.startswith(("Loop", "Scan"))]
     rnns = [item for item in unimproved if item not in loops]
     for items, header in (

@@ -82,12 +82,22 @@ def survey_file(file: ExporterFile, out: Path | None = None, hazards: bool = Tru
         for h in report.hazards_after or ()
         if h.kind in NAMED_HAZARDS
     ]
+    guards = report.after.zero_step_loops
+    left = {**row.recurrent[1], "Loop": row.recurrent[1].get("Loop", 0) - guards}
+    left = {op: n for op, n in left.items() if n}
     if report.found_no_recurrence:
         row.reasons.append("no recurrence found (no RNN/LSTM/GRU node, no recurrence recognised)")
-    elif not row.reasons and (row.nodes[1] == row.nodes[0] or _loops(row.recurrent[1])):
+    elif not row.reasons and (row.nodes[1] == row.nodes[0] or _loops(left)):
+        if row.nodes[1] != row.nodes[0]:  # rewritten: the Loops and Scans left
+            left = {op: n for op, n in left.items() if op in ("Loop", "Scan")}
         row.reasons.append(
-            f"{_ops(row.recurrent[1])} left as written: the report gives no reason "
+            f"{_ops(left)} left as written: the report gives no reason "
             "(--check finds no hazard a rule targets)"
+        )
+    if guards:
+        row.reasons.append(
+            f"Loop {guards} of zero-step guards (in the If branch taken at length zero):"
+            " holds no cell, runs no step"
         )
     return row
 

@@ -29,6 +29,11 @@ Condition, both proven from constants and the graph's structure only:
    ``[D, 1, H]`` fed to a model with a dynamic batch fails at run time for other
    batches; replacing it would hide that frozen axis, so it is left alone.
 
+Target ``portable`` also needs the zeros computed by nodes that no other node reads (an
+RNN node's initial-state input, or a node computing zeros read so, aside): otherwise they
+stay computed and the explicit state adds nodes and removes none (a zero-step guard's
+``Loop`` reading tf2onnx's zeros, see ``loop_scan``).
+
 Replacement, by target:
 
 * ``ShareZeroInitialState`` (``portable``): with a static batch the input is left empty,
@@ -66,7 +71,7 @@ from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._graph import cached_ints
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, copy_rnn_node, rnn_node_rules
 from rnn_rewrite_rules.shape import Dim, ShapeProver
-from rnn_rewrite_rules.shape.values import is_all_zeros, is_finite
+from rnn_rewrite_rules.shape.values import ZERO_PRESERVING, is_all_zeros, is_finite
 
 __all__ = [
     "FAMILY",
@@ -83,6 +88,10 @@ __all__ = [
 Piece = Union[int, tuple[ir.Value, int]]  # noqa: UP007 (Python 3.10 evaluates aliases)
 #: (element type, one piece per axis): what :func:`explicit_zero_form` recognises.
 ZeroForm = tuple[ir.DataType, tuple[Piece, ...]]
+
+
+#: Zero values followed up from a state, and readers down from one (bounds the walk).
+_MAX_CHAIN = 16
 
 
 def state_reason(node: ir.Node, state: ir.Value, prover: ShapeProver) -> Refusal | None:
@@ -192,6 +201,15 @@ class ShareZeroInitialState(_ZeroStateRule):
             )
         state = node.inputs[self._zero_states[0]]
         assert state is not None  # a zero state is a present input (check_node)
+        for i in self._zero_states:
+            keeper = _kept_by(node.inputs[i])
+            if keeper is not None:
+                return check_result.fail(
+                    f"the zero state's source is also read by {keeper.op_type} "
+                    f"{keeper.name or '(unnamed)'}, so it stays computed: an explicit state"
+                    " would add nodes and remove none",
+                    node,
+                )
         dtype = _state_type(node, state, context.model.graph)
         if dtype is None:
             return check_result.fail("cannot prove the initial state's element type", state)
@@ -252,6 +270,52 @@ class ShareZeroInitialState(_ZeroStateRule):
 
     def _ints(self, op, values: list[int]) -> ir.Value:
         return cached_ints(op, self._graph, self._constants, values, as_node=not self._main_graph)
+
+
+def _kept_by(state: ir.Value | None) -> ir.Node | None:
+    """A node that keeps the zeros ``state`` is computed from alive after every zero state
+    of an RNN node is replaced (a zero-step guard's ``Loop`` reading the exporter's
+    zeros), or None: each zero value ``state`` is computed from by a node (its producers
+    through :data:`values.ZERO_PRESERVING` ops and ``Concat``; constants cost no node) is
+    read only by RNN nodes' initial-state inputs or by nodes whose every output is such a
+    zero value."""
+    chain: list[ir.Value] = []
+    pending: list[ir.Value | None] = [state]
+    while pending and len(chain) < _MAX_CHAIN:
+        value = pending.pop()
+        node = None if value is None else value.producer()
+        if value is None or node is None or node.op_type == "Constant":
+            continue  # a stored constant: no node to keep alive
+        if not is_all_zeros(value):
+            continue
+        chain.append(value)
+        if node is not None and (node.op_type in ZERO_PRESERVING or node.op_type == "Concat"):
+            pending.extend(node.inputs if node.op_type == "Concat" else node.inputs[:1])
+    for value in chain:
+        keeper = _keeper(value, 0)
+        if keeper is not None:
+            return keeper
+    return None
+
+
+def _keeper(value: ir.Value, depth: int) -> ir.Node | None:
+    """A reader of the zeros ``value`` that is neither an RNN node's initial state nor
+    (through readers of its own) on the way to one; the producer when it is a graph output
+    or the readers are too deep to follow."""
+    producer = value.producer()
+    if value.is_graph_output() or depth > _MAX_CHAIN:
+        return producer
+    for user, index in value.uses():
+        op = RNN_OPS.get((user.domain, user.op_type))
+        if op is not None and index in op.state_inputs:
+            continue
+        if not all(is_all_zeros(out) for out in user.outputs):
+            return user
+        for out in user.outputs:
+            keeper = _keeper(out, depth + 1)
+            if keeper is not None:
+                return keeper
+    return None
 
 
 def _batch_piece(batch: Dim, x: ir.Value, axis: int, context: MatchContext) -> tuple[ir.Value, int]:

@@ -146,11 +146,18 @@ def _dynamic_quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _transpose(node: ir.Node, ins: Inputs) -> list[Fact]:
+    """The input's sizes permuted. Of an input of unknown rank, a ``perm`` of length
+    ``n`` proves rank ``n`` where the node runs (it fails on another rank, as the
+    ``RNN`` ops do on an ``X`` not of rank 3): its sizes are named by the input's axes."""
     data = _fact(ins, 0)
-    if data.dims is None:
-        return [UNKNOWN]
-    rank = len(data.dims)
     attr = node.attributes.get("perm")
+    if data.dims is None:
+        source = node.inputs[0] if node.inputs else None
+        perm = [] if attr is None else list(attr.as_ints())
+        if source is None or not perm or sorted(perm) != list(range(len(perm))):
+            return [UNKNOWN]
+        return [Fact(tuple(Dim.sym(source, p) for p in perm))]
+    rank = len(data.dims)
     perm = list(attr.as_ints()) if attr is not None else list(reversed(range(rank)))
     if sorted(perm) != list(range(rank)):
         return [UNKNOWN]
@@ -245,23 +252,31 @@ def _concat(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _slice(node: ir.Node, ins: Inputs) -> list[Fact]:
+    """The data's sizes, each sliced axis' from constant starts and ends. With starts or
+    ends computed at run time, the axes they slice (constant ``axes``, or the first
+    ``len(starts)``) are unknown and every other axis keeps its size."""
     data = _fact(ins, 0)
     if data.dims is None:
         return [UNKNOWN]
+    rank = len(data.dims)
     if len(node.inputs) <= 1:  # Slice-1: attributes
         starts, ends = _ints(node, "starts", [], 0), _ints(node, "ends", [], 0)
         axes, steps = _ints(node, "axes", [], 0), None
+        count = len(starts) if isinstance(starts, list) and isinstance(ends, list) else None
     else:
         starts, ends = _fact(ins, 1).ints(), _fact(ins, 2).ints()
         axes, steps = _operand(ins, 3), _operand(ins, 4)
+        count = _length(_fact(ins, 1)) if _present(ins, 2) else None
+    if isinstance(steps, _Unknown) or isinstance(axes, _Unknown) or count is None:
+        return [Fact((None,) * rank)]
+    axes = list(range(count)) if axes is None else axes
+    steps = [1] * count if steps is None else steps  # absent: all 1
+    norm = semantics.normalize_axes(axes, rank)
+    if norm is None or not count == len(norm) == len(steps) or 0 in steps:
+        return [UNKNOWN]
     if not isinstance(starts, list) or not isinstance(ends, list):
-        return [Fact((None,) * len(data.dims))]
-    steps = [1] * len(starts) if steps is None else steps  # absent: all 1
-    if isinstance(steps, _Unknown) or isinstance(axes, _Unknown):
-        return [Fact((None,) * len(data.dims))]
-    axes = list(range(len(starts))) if axes is None else axes
-    norm = semantics.normalize_axes(axes, len(data.dims))
-    if norm is None or not len(starts) == len(ends) == len(norm) == len(steps) or 0 in steps:
+        return [Fact(tuple(None if a in norm else d for a, d in enumerate(data.dims)))]
+    if not len(starts) == len(ends) == count:
         return [UNKNOWN]
     dims = list(data.dims)
     for start, end, axis, step in zip(starts, ends, norm, steps, strict=True):
@@ -273,6 +288,13 @@ def _slice(node: ir.Node, ins: Inputs) -> list[Fact]:
         picks = semantics.slice_indices(n, starts[0], ends[0], steps[0])
         elements = tuple(data.elements[i] for i in picks)
     return [Fact(tuple(dims), elements)]
+
+
+def _length(fact: Fact) -> int | None:
+    """The constant length of a rank-1 value, else None."""
+    if fact.dims is None or len(fact.dims) != 1 or fact.dims[0] is None:
+        return None
+    return fact.dims[0].value
 
 
 def _gather(node: ir.Node, ins: Inputs) -> list[Fact]:

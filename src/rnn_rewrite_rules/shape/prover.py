@@ -79,6 +79,20 @@ class ShapeProver:
         """The content of a rank-0/1 int tensor when every element is a constant."""
         return self.fact(value).ints()
 
+    def branch_dims(self, value: ir.Value) -> list[tuple[Dim, ...] | None]:
+        """For an output of an ``If``: the sizes of that output in each branch (None where
+        a branch's rank is unknown); else ``[]``. Where the branches disagree on a size,
+        :meth:`dims` names it by the ``If``'s own axis; this says what each branch gives."""
+        node, index = value.producer(), value.index()
+        if node is None or index is None or (node.domain, node.op_type) != ("", "If"):
+            return []
+        found: list[tuple[Dim, ...] | None] = []
+        for name in ("then_branch", "else_branch"):
+            attr = node.attributes.get(name)
+            outputs = [] if attr is None else list(attr.as_graph().outputs)
+            found.append(self.dims(outputs[index]) if index < len(outputs) else None)
+        return found
+
     def narrowed_from(self, dim: Dim, min_bits: int = 32) -> Dim | None:
         """The size ``dim`` narrows when it is one narrowed symbol (:meth:`Sym.narrowing`,
         through narrowings of narrowings, each to a type of at least ``min_bits`` bits),

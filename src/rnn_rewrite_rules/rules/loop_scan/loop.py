@@ -156,8 +156,7 @@ def _trip_count(node: ir.Node, model: ir.Model, opset: int) -> int | Refusal | N
             reason = condition_refusal(node, model.graph)
             return reason or Refusal(
                 "the first condition is not a constant true (normalize.LoopConditionPass"
-                " makes it one: where the rewrite ran it, the Loop was kept for another"
-                " reason, and the condition's spelling put back)"
+                " makes it one: run it before the rules)"
             )
     return trips
 
@@ -286,7 +285,7 @@ def _recurrence(
         stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
         states = [parts.carried_in[j] for j in carried.state_of]
         batch = prover.dim(sequence, 1)
-        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model)
+        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model, prover)
         if zero is not None:
             return zero
     plan.step_input = x

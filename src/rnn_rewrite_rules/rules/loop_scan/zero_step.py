@@ -26,8 +26,11 @@ checks below prove that from the graph:
   from the declarations of the body's state inputs. So ``X``'s batch must be a graph
   input's size that is no number (the model runs at more than one batch: a number
   inferred for it would be wrong at another, and ONNX's inference propagates a symbol,
-  not a number), or the declared number itself; and each state input declared with rank
-  2 must declare on each axis nothing or the stack's own number.
+  not a number), or an ``If`` output's size that one branch gives as such (inference of
+  an ``If`` keeps a number for an axis only where both branches infer that number: a
+  second layer reading the first layer's guard), or the declared number itself; and each
+  state input declared with rank 2 must declare on each axis nothing or the stack's own
+  number.
 
 Where every check holds, the original gives ``(0, b, H)`` with ``b`` the declared batch
 number or 0, and so does the guard. A stack of no step read twice (two scan outputs both
@@ -40,10 +43,11 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.shape import Dim
+from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["ZERO_STEP_REASON", "zero_step_reason"]
+__all__ = ["ZERO_STEP_REASON", "is_zero_step_loop", "zero_step_reason"]
 
 #: The refusal's text; ``why`` names the declaration or size that leaves the shape open.
 ZERO_STEP_REASON = (
@@ -51,6 +55,10 @@ ZERO_STEP_REASON = (
     " stack of no step from its inference of the body where the body's scan output {stack}"
     " leaves it open: {why}"
 )
+
+
+#: ``If`` outputs followed back to a graph input's size (one per guarded layer below).
+_MAX_IF_DEPTH = 8
 
 
 def _spelling(value: ir.Value) -> str:
@@ -75,7 +83,27 @@ def _stack_reason(stack: ir.Value, hidden: int) -> str | None:
     return None
 
 
-def _batch_reason(batch: Dim | None, declared: int | None, model: ir.Model) -> str | None:
+def _input_size(dim: Dim | None, model: ir.Model, prover: ShapeProver, depth: int = 0) -> bool:
+    """``dim`` is a main-graph input's size that is no number, or an ``If`` output's size
+    that is such in one branch: ONNX's inference of an ``If`` keeps a number for an axis
+    only where both branches infer that number (the guard ``loop_scan`` writes around a
+    first layer gives the second layer's ``X`` such a batch)."""
+    symbol = None if dim is None else dim.symbol
+    if symbol is None or symbol.narrowed or depth > _MAX_IF_DEPTH:
+        return False
+    if symbol.value in model.graph.inputs:
+        return True
+    axis = symbol.axis
+    for branch in prover.branch_dims(symbol.value):
+        size = None if branch is None or axis >= len(branch) else branch[axis]
+        if _input_size(size, model, prover, depth + 1):
+            return True
+    return False
+
+
+def _batch_reason(
+    batch: Dim | None, declared: int | None, model: ir.Model, prover: ShapeProver
+) -> str | None:
     """Why ONNX Runtime's inference may know a number for X's batch other than
     ``declared`` (None: the declaration gives no number)."""
     if batch is not None and batch.value is not None:
@@ -84,8 +112,7 @@ def _batch_reason(batch: Dim | None, declared: int | None, model: ir.Model) -> s
         if declared is None:
             return f"X's batch is the number {batch.value}, which inference fills in"
         return f"X's batch is the number {batch.value}, not the declared {declared}"
-    symbol = None if batch is None else batch.symbol
-    if symbol is None or symbol.narrowed or symbol.value not in model.graph.inputs:
+    if not _input_size(batch, model, prover):
         return "X's batch is not a graph input's size, so inference may know it as a number"
     return None
 
@@ -114,11 +141,12 @@ def zero_step_reason(
     batch: Dim | None,
     hidden: int,
     model: ir.Model,
+    prover: ShapeProver,
 ) -> Refusal | None:
     """Why the lean guard of Loop ``node`` may not give its stack of no step as ONNX
     Runtime does (see the module docstring), or None: ``stacks`` are the body's read scan
     outputs that stack ``h_t``, ``states`` the body's ``h``/``c`` inputs, ``batch`` X's
-    batch as the graph proves it."""
+    batch as ``prover`` proves it."""
     loop = f"Loop {node.name or '(unnamed)'}"
     shapes: set[tuple[int | None, int]] = set()
     for stack in stacks:
@@ -126,7 +154,7 @@ def zero_step_reason(
         if why is None:
             assert stack.shape is not None
             declared = _number(stack.shape[0])
-            why = _batch_reason(batch, declared, model)
+            why = _batch_reason(batch, declared, model, prover)
             shapes.add((declared, hidden))
             for state in states:
                 why = why or _state_reason(state, (declared, hidden))
@@ -135,3 +163,17 @@ def zero_step_reason(
     if len(shapes) > 1:
         return Refusal(f"the {loop}'s scan outputs of h_t are declared with different shapes")
     return None
+
+
+def is_zero_step_loop(node: ir.Node) -> bool:
+    """``node`` is the ``Loop`` of a lean zero-step guard (``_common._empty_stack``): a
+    trip count of a constant 0 and a body of ``Identity`` nodes only. It runs no step
+    and holds no cell: it gives the stack of no step its shape, in the guard's branch
+    taken at length 0 only."""
+    if (node.domain, node.op_type) != ("", "Loop") or not node.inputs:
+        return False
+    trips = const_array(node.inputs[0])
+    body = node.attributes.get("body")
+    if trips is None or trips.size != 1 or int(trips.reshape(())) != 0 or body is None:
+        return False
+    return all((inner.domain, inner.op_type) == ("", "Identity") for inner in body.as_graph())

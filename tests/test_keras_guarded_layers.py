@@ -1,0 +1,110 @@
+"""tf2onnx's Keras GRU Loops behind loop_scan's zero-step guards: a second layer reads the
+first's guarded output (an ``If`` whose branches are a zero-trip ``Loop`` and the GRU),
+and the reports name the guard's ``Loop`` and each Loop's real refusal.
+
+The stacked layer's ``X`` is ``Transpose(Transpose(If(...)))``: its rank is proven by the
+``Transpose``'s ``perm`` (the op fails on another rank), its batch is a graph input's size
+in the ``If``'s GRU branch, which is all ONNX Runtime's inference can carry to it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from tools.exporters.survey import survey_file
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import RewriteOptions, diagnostics, runtime
+from rnn_rewrite_rules._report import format_report
+from rnn_rewrite_rules.rules.loop_scan._common import GUARD_COST_REASON
+from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
+from tests.exporter_files import DATA, exporter_files
+
+TF2ONNX = DATA / "tf2onnx"
+STACKED = ["stack_gru_gru.onnx"]
+LENGTHS = [0, 1, 3, 7]
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in _all_nodes(model.graph)]
+
+
+def _recurrent_loops(model: onnx.ModelProto) -> int:
+    ir_model = ir.serde.deserialize_model(model)
+    return sum(diagnostics.is_recurrent_loop(n) for n in ir_model.graph.all_nodes())
+
+
+def _feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    (x,) = model.graph.input
+    return {x.name: rng.standard_normal((batch, seq, 6)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("name", STACKED)
+def test_a_stacked_keras_gru_rewrites_every_layer(name: str) -> None:
+    """Both layers become GRUs (the second was kept: X not provably of rank 3); what is
+    left of the Loops are the guards' zero-trip ones; outputs equal at every length,
+    0 included, at both optimisation levels."""
+    original = onnx.load(TF2ONNX / name)
+    rewritten = rnn_rewrite_rules.rewrite(original)
+    onnx.checker.check_model(rewritten, full_check=True)
+    assert _ops(rewritten).count("GRU") == 2 and _recurrent_loops(rewritten) == 0
+    guards = [
+        n for n in ir.serde.deserialize_model(rewritten).graph.all_nodes() if n.op_type == "Loop"
+    ]
+    assert len(guards) == 2 and all(is_zero_step_loop(n) for n in guards)
+    assert len(_ops(rewritten)) < len(_ops(original))
+    for seed, (batch, seq) in enumerate((b, s) for b in (2, 3) for s in LENGTHS):
+        feeds = _feeds(original, batch, seq, seed)
+        for optimize in (True, False):
+            want = runtime.run(original, feeds, optimize=optimize)
+            got = runtime.run(rewritten, feeds, optimize=optimize)
+            assert [g.shape for g in got] == [w.shape for w in want], (batch, seq, optimize)
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def _reasons(path: Path) -> list[str]:
+    report = rnn_rewrite_rules.rewrite_file(path, None, RewriteOptions(hazards=True))
+    return [reason for item in report.unimproved for reason in item.reasons]
+
+
+def test_a_loop_kept_for_its_cell_reports_that_not_its_condition() -> None:
+    """The rules read the normalised round (the condition made constant true); the journal
+    then puts the exporter's condition back, and the report says why the normalised Loop
+    was kept: here the decoder's states come from another input's batch."""
+    reasons = _reasons(TF2ONNX / "encoder_decoder_gru.onnx")
+    assert any(GUARD_COST_REASON in r for r in reasons), reasons
+    assert not any("first condition is not a constant true" in r for r in reasons), reasons
+
+
+def test_the_survey_names_the_zero_step_guards_loops() -> None:
+    """A file whose only Loop left is its guard's says so, not "left as written"."""
+    (file,) = [f for f in exporter_files() if f.id == "tf2onnx/gru_sequences"]
+    row = survey_file(file)
+    assert row.recurrent[1] == {"GRU": 1, "Loop": 1}
+    assert row.reasons == [
+        "Loop 1 of zero-step guards (in the If branch taken at length zero): holds no cell,"
+        " runs no step"
+    ]
+    report = rnn_rewrite_rules.rewrite_file(file.path, None, RewriteOptions(hazards=True))
+    assert report.after.zero_step_loops == 1 and report.before.zero_step_loops == 0
+    lines = format_report(
+        report.before, report.after, report.fired, report.unimproved, rules_used=1
+    )
+    assert (
+        "zero-step guards: 1 Loop (in the If branch taken at length zero: holds no cell,"
+        " runs no step)"
+    ) in lines
