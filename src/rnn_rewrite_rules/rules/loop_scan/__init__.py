@@ -47,12 +47,20 @@ from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._forms import FormRule
-from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
+from rnn_rewrite_rules.rules.loop_scan._common import EXACT_BRANCH, MAX_OUTPUTS
 from rnn_rewrite_rules.rules.loop_scan.guards import MergeGuards
 from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
 from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
 
-__all__ = ["FAMILY", "LoopToRnn", "MergeGuards", "ScanToRnn", "make_rules", "widened_rules"]
+__all__ = [
+    "EXACT_BRANCH",
+    "FAMILY",
+    "LoopToRnn",
+    "MergeGuards",
+    "ScanToRnn",
+    "make_rules",
+    "widened_rules",
+]
 
 
 def _rules(float32: bool, target: str) -> list[RewriteRule]:
