@@ -8,8 +8,8 @@ length is symbolic: each must agree), and where, at length 0, the time it adds t
 (the ``If`` around a Loop that runs no step) is at most the time it saves on a call of
 length 1, the least it saves once a step runs: on every runtime of the target, at every
 batch and hidden size measured. Measured on jax2onnx's files (ONNX Runtime 1.32, one
-thread, hidden 8): 1.21x-1.33x of a 10-12 us call at length 0 (+2.5 us), 0.74x-0.82x at 1,
-0.19x-0.32x at 8, 0.05x-0.12x at 64.
+thread, hidden 8): 1.21x-1.33x of a 10-12 us call at length 0 (+2.3 to +3.2 us, against
+2.6-6.8 us saved at length 1), 0.74x-0.82x at 1, 0.19x-0.32x at 8, 0.05x-0.12x at 64.
 """
 
 from __future__ import annotations
