@@ -181,3 +181,23 @@ def test_initial_states_of_another_batch_keep_the_broadcast_refusal(tmp_path) ->
     )
     reasons = [r for item in report.unimproved for r in item.reasons]
     assert reasons == [f"loop_scan/LoopToRnn: {GUARD_COST_REASON}"]
+
+
+def test_a_carried_x_read_at_another_index_is_refused(tmp_path) -> None:
+    """Near miss: X carried unchanged over its length, but each step reads ``X[0]``, not
+    ``X[t]``: not one node's steps, so no guard."""
+    model = onnx.load(FOLDER / GRU_FILE)
+    body = next(n for n in model.graph.node if n.op_type == "Loop").attribute[0].g
+    iteration = body.input[0].name
+    (gather,) = [n for n in body.node if n.op_type == "Gather" and n.input[1] == iteration]
+    zero = onnx.helper.make_node(
+        "Constant", [], ["step_zero"], value=onnx.numpy_helper.from_array(np.array(0, np.int64))
+    )
+    body.node.insert(0, zero)
+    gather.input[1] = "step_zero"
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    report = rnn_rewrite_rules.rewrite_file(path, None, RewriteOptions(hazards=True))
+    reasons = [r for item in report.unimproved for r in item.reasons]
+    assert any(r.endswith("the index is not the iteration number") for r in reasons), reasons
+    assert op_counts(rnn_rewrite_rules.rewrite(model, target=TARGET)) == op_counts(model)

@@ -158,17 +158,20 @@ def _step_input(
     if gather is None or gather.attributes.get_int("axis", 0) != 0:
         return Refusal("the step input is not Gather(X, t, axis=0)")
     x, index = gather.inputs
+    start = None if index is None else _scalar_int(carried.counters.get(index))
+    not_t = Refusal("the step input is not X[t]: the index is not the iteration number")
     invariants = carried.invariants
     if trips is None and x in invariants:
         shapes = ShapeProver(model.graph)
         if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
             return Refusal("the trip count is neither a constant nor X's length")
+        if index is not parts.iteration and start != 0:
+            return not_t
         return invariants[x]  # X carried unchanged: the guard keeps the Loop (exact)
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
-    start = None if index is None else _scalar_int(carried.counters.get(index))
     if index is not parts.iteration and start != 0:
-        return Refusal("the step input is not X[t]: the index is not the iteration number")
+        return not_t
     return x
 
 
