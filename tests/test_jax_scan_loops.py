@@ -31,7 +31,7 @@ LOOPS = sorted(f for f, m in MODELS.items() if not m["config"].get("step"))
 #: for such a layer traced after the first was rewritten (the journal puts back the
 #: exporter's Casts no rule used), the cell proof's words on them.
 KEPT = (
-    "exact zero-step branch of If",
+    "exact zero-step branch:",
     "rten has no RNN op",
     "the initial states' batch is not proven X's",
     "neither a constant nor X's length",

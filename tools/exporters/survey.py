@@ -37,7 +37,7 @@ from tools.exporters import table
 #: Op types counted as recurrences (subgraphs included; domains kept in the name).
 RECURRENT = ("LSTM", "GRU", "RNN", "Loop", "Scan", "com.microsoft.DynamicQuantizeLSTM")
 #: What the reason of a Loop kept in an exact zero-step branch says (``loop_scan``).
-EXACT_BRANCH_TEXT = EXACT_BRANCH_REASON.partition("{")[0]
+EXACT_BRANCH_TEXT = EXACT_BRANCH_REASON.partition(":")[0]
 #: Hazard kinds worth naming in the survey though no rule targets them.
 NAMED_HAZARDS = ("frozen-axis", "exporter-bug", "declared-output-shape")
 

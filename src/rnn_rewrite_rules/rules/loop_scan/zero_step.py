@@ -57,9 +57,9 @@ EXACT_FORM = "exact_zero_step"
 #: Why a Loop in the zero-step branch of its own guard is kept (the survey counts it as a
 #: Loop left in an exact zero-step branch).
 EXACT_BRANCH_REASON = (
-    "exact zero-step branch of If {guard}: the Loop runs only where its trip count is 0 (the"
-    " If's condition), and is kept as written there: only it gives its stack of no step as"
-    " ONNX Runtime shapes it; the other branch runs the steps"
+    "exact zero-step branch: the Loop is the branch of an If that runs only where its trip"
+    " count is 0, kept as written there (only it gives its stack of no step as ONNX Runtime"
+    " shapes it); the If's other branch runs the steps"
 )
 
 #: The refusal's text; ``why`` names the declaration or size that leaves the shape open.
@@ -182,6 +182,5 @@ def exact_branch_reason(node: ir.Node, model: ir.Model) -> Refusal | None:
         return None
     for count, zero in (test.inputs, test.inputs[::-1]):
         if prover.ints(zero) == [0] and prover.elements(count) == trips:
-            name = f"'{guard.name}'" if guard.name else "(unnamed)"
-            return Refusal(EXACT_BRANCH_REASON.format(guard=name))
+            return Refusal(EXACT_BRANCH_REASON)
     return None
