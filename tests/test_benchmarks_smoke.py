@@ -175,3 +175,19 @@ def test_a_grid_of_several_runs_gives_each_point_their_median() -> None:
     assert "median of 3 independent runs" in data["methods"]["builder"]
     assert "methods" not in rewrite_costs.table(seq1_chain_costs.CASE, [median], header)
     assert seq1_chain_costs.CASE.runs == 3
+
+
+def test_the_exact_zero_step_grid_writes_a_table_the_rule_reads(tmp_path) -> None:
+    """``benchmarks.exact_zero_step_costs --quick``: the LSTM file at every length, both
+    ONNX Runtime levels, as a table of its form that ``costs`` loads."""
+    pytest.importorskip("onnxruntime", reason="the grid measures in ONNX Runtime")
+    from benchmarks import exact_zero_step_costs
+
+    from rnn_rewrite_rules import costs
+
+    out = tmp_path / "table.json"
+    assert exact_zero_step_costs.main(["--quick", "--table", str(out)]) == 0
+    table = costs.load(str(out))
+    assert table.lengths("LSTM", "exact_zero_step") == list(exact_zero_step_costs.SEQS)
+    assert table.runtimes() == set(exact_zero_step_costs.RUNTIMES)
+    assert all(p.original_us > 0 and p.repeats for p in table.points)

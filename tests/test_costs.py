@@ -418,24 +418,38 @@ def test_the_table_of_several_runs_is_their_per_point_median() -> None:
 def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() -> None:
     """Each form measured by a grid of its own (``costs.FORM_TABLES``) has its table beside
     the main one, written by the command named, on both timed runtimes of its grid."""
-    from benchmarks import batch_first_costs, one_step_costs, seq1_chain_costs
+    from benchmarks import (
+        batch_first_costs,
+        exact_zero_step_costs,
+        one_step_costs,
+        seq1_chain_costs,
+    )
 
+    cases = {
+        "batch_first": batch_first_costs.CASE,
+        "seq1_chain": seq1_chain_costs.CASE,
+        **one_step_costs.CASES,
+    }
+    grids = {
+        form: (case.ops, case.hiddens, case.seqs, case.batches) for form, case in cases.items()
+    }
+    exact = exact_zero_step_costs
+    grids["exact_zero_step"] = (tuple(exact.FILES), (exact.HIDDEN,), exact.SEQS, exact.BATCHES)
+    #: the exact guard's grid times both ONNX Runtime levels (its Loops' shapes differ by them)
+    timed = {"exact_zero_step": exact.RUNTIMES}
     for form, command in costs.FORM_TABLES.items():
         path = pathlib.Path(costs.__file__).with_name(f"{form}.json")
         data = json.loads(path.read_text())
         assert data["generated_by"] == command
         table = costs.load(str(path))
-        case = {
-            "batch_first": batch_first_costs.CASE,
-            "seq1_chain": seq1_chain_costs.CASE,
-            **one_step_costs.CASES,
-        }[form]
-        for op in case.ops:
-            for hidden in case.hiddens:
-                for seq in case.seqs:
-                    for batch in case.batches:
-                        key = ("ort", op, form, "forward", hidden, seq, batch)
-                        assert key in table._index, key
+        ops, hiddens, seqs, batches = grids[form]
+        for op in ops:
+            for hidden in hiddens:
+                for seq in seqs:
+                    for batch in batches:
+                        for key in timed.get(form, ("ort",)):
+                            found = (key, op, form, "forward", hidden, seq, batch)
+                            assert found in table._index, found
 
 
 def test_the_one_step_table_has_a_tract_column_over_its_grid() -> None:

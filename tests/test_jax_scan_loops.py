@@ -3,12 +3,10 @@ normalisation passes (the weights and X carried around the Loop through ``Identi
 ``LoopInvariantPass``; float-to-float Casts; ``Gemm(beta=0)``) and the cell proof.
 
 A Loop over a constant number of steps becomes one node. A Loop over X's length that
-carries X around needs the zero-step guard, and at length 0 ONNX Runtime shapes such a
-Loop's stack of no step by its own inference of the body, which its optimisation level
-changes (the premise is tested here): each such Loop is kept, and the report says which
-cell it runs and why (see ``loop_scan.loop.GUARD_INVARIANTS_REASON``); near misses (X
-changed in the body, a trip count other than X's length) are refused naming why. The
-outputs themselves are compared at every size by ``test_exporter_files``.
+carries X around gets the exact zero-step guard, the Loop kept as written where the
+length is 0 (``tests/test_loop_exact_zero_step.py``); each Loop left says why; near
+misses (X changed in the body, a trip count other than X's length) are refused naming
+why. The outputs themselves are compared at every size by ``test_exporter_files``.
 """
 
 from __future__ import annotations
@@ -20,17 +18,25 @@ import onnx
 import pytest
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import RewriteOptions, runtime
-from rnn_rewrite_rules.rules.loop_scan.loop import GUARD_INVARIANTS_REASON
+from rnn_rewrite_rules import RewriteOptions
 from tests.exporter_files import DATA
 from tests.support import op_counts
 
 FOLDER = DATA / "jax2onnx"
 MODELS = {m["file"]: m for m in json.loads((FOLDER / "manifest.json").read_text())["models"]}
 LOOPS = sorted(f for f, m in MODELS.items() if not m["config"].get("step"))
-#: What a kept Loop's reason must say: the cell it runs, or (a stacked layer reading the
-#: first Loop's output, whose length is not proven) that the trip count is not X's length.
-KEPT = ("the Loop runs a", "the Loop runs an", "neither a constant nor X's length")
+#: What a kept Loop's reason must say: it is the exact zero-step branch of its guard; an
+#: RNN cell on ``portable`` (rten has no RNN op); initial states whose batch is not proven
+#: X's; a stacked layer reading the first one's output, whose length is not proven; or,
+#: for such a layer traced after the first was rewritten (the journal puts back the
+#: exporter's Casts no rule used), the cell proof's words on them.
+KEPT = (
+    "exact zero-step branch:",
+    "rten has no RNN op",
+    "the initial states' batch is not proven X's",
+    "neither a constant nor X's length",
+    "h_t is",
+)
 
 
 def test_a_scan_over_a_constant_number_of_steps_becomes_one_lstm(tmp_path) -> None:
@@ -73,25 +79,6 @@ def _reasons(model: onnx.ModelProto, tmp_path) -> list[str]:
 def _kept(model: onnx.ModelProto) -> bool:
     after = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
     return op_counts(after) == op_counts(model)
-
-
-def test_onnxruntime_shapes_a_scan_of_no_step_by_its_optimisation_level() -> None:
-    """The premise of ``GUARD_INVARIANTS_REASON``: at X's length 0 the original Loop's
-    stack is ``(0, 0, 0)`` with ONNX Runtime's graph optimisations off and ``(0, 0, 8)``
-    on, so no form without the body itself gives the Loop's shape at every level."""
-    model = onnx.load(FOLDER / "hand_lstm_time_major.onnx")
-    feeds = {"x": np.zeros((0, 2, 6), np.float32)}
-    shapes = {opt: runtime.run(model, feeds, optimize=opt)[0].shape for opt in (False, True)}
-    assert shapes == {False: (0, 0, 0), True: (0, 0, 8)}
-
-
-def test_a_scan_that_carries_x_over_its_length_is_kept_with_the_measured_reason(
-    tmp_path,
-) -> None:
-    model = onnx.load(FOLDER / CARRIES_X)
-    expected = GUARD_INVARIANTS_REASON.format(cell="a GRU", count=4)
-    assert any(reason.endswith(expected) for reason in _reasons(model, tmp_path))
-    assert _kept(model)
 
 
 def test_a_scan_that_changes_the_x_it_carries_is_refused_naming_the_value(tmp_path) -> None:

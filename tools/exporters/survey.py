@@ -31,10 +31,13 @@ from tests.exporter_files import DATA, ExporterFile, exporter_files, load_manife
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import RewriteOptions
+from rnn_rewrite_rules.rules.loop_scan.zero_step import EXACT_BRANCH_REASON
 from tools.exporters import table
 
 #: Op types counted as recurrences (subgraphs included; domains kept in the name).
 RECURRENT = ("LSTM", "GRU", "RNN", "Loop", "Scan", "com.microsoft.DynamicQuantizeLSTM")
+#: What the reason of a Loop kept in an exact zero-step branch says (``loop_scan``).
+EXACT_BRANCH_TEXT = EXACT_BRANCH_REASON.partition(":")[0]
 #: Hazard kinds worth naming in the survey though no rule targets them.
 NAMED_HAZARDS = ("frozen-axis", "exporter-bug", "declared-output-shape")
 
@@ -52,6 +55,12 @@ class Row:
     @property
     def smaller(self) -> bool:
         return not self.error and self.nodes[1] < self.nodes[0]
+
+    @property
+    def exact(self) -> int:
+        """Loops left in exact zero-step branches (``loop_scan``: kept as written where they
+        run no step, a node beside them for the steps), by their reasons."""
+        return sum(EXACT_BRANCH_TEXT in reason for reason in self.reasons)
 
 
 def _recurrent(op_counts: collections.Counter[str]) -> dict[str, int]:
@@ -122,7 +131,9 @@ def format_exporter(name: str, header: dict, rows: Sequence[Row]) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in header.get("versions", {}).items())
     smaller = sum(r.smaller for r in rows)
     left = sum(sum(r.recurrent[1].values()) for r in rows)
-    lines = [f"== {name}: {len(rows)} files, {smaller} smaller, {left} recurrent ops left =="]
+    exact = sum(r.exact for r in rows)
+    kept = f" ({exact} of them Loops left in exact zero-step branches)" if exact else ""
+    lines = [f"== {name}: {len(rows)} files, {smaller} smaller, {left} recurrent ops left{kept} =="]
     lines.append(f"   {versions}")
     width = max([len("file"), *(len(r.file) for r in rows)])
     lines.append(f"{'file':<{width}}  {'nodes':>11}  recurrent ops before -> after")

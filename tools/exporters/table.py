@@ -182,11 +182,13 @@ def format_section(
         versions = ", ".join(f"{k} {v}" for k, v in headers[name].get("versions", {}).items())
         smaller = sum(r.smaller for r in rows)
         left = sum(sum(r.recurrent[1].values()) for r in rows)
+        exact = sum(r.exact for r in rows)
+        kept = f" ({exact} of them Loops left in exact zero-step branches)" if exact else ""
         lines.append(f"### {name}")
         lines.append("")
         lines.append(
-            f"{len(rows)} files, {smaller} smaller, {left} recurrent ops left. Exported with"
-            f" {versions}."
+            f"{len(rows)} files, {smaller} smaller, {left} recurrent ops left{kept}. Exported"
+            f" with {versions}."
         )
         lines.append("")
         lines += _table(rows, files[name], timings.get(name, {}))

@@ -97,6 +97,8 @@ _PATH = pathlib.Path(__file__).with_name("measured.json")
 #: Forms measured by a grid of their own, not by ``benchmarks.cost_grid``: form -> the
 #: command that writes ``<form>.json`` beside this module. ``batch_first``: the re-rolled
 #: node between the two ``Transpose``s a batch-first cell loop needs, against the steps.
+#: ``exact_zero_step``: jax2onnx's scan Loops against their exact zero-step guard (the
+#: committed files themselves, lengths 0 to 64: ``loop_scan.exact_cost``).
 #: Forms where parity within :data:`NOISE` counts as no slower, whatever the spread: one
 #: streaming step as one node (issue 42), where a call is mostly the runtime's per-call
 #: overhead and the gain is the node count, the other runtimes and int8.
@@ -106,6 +108,7 @@ FORM_TABLES: dict[str, str] = {
     "seq1_chain": "python -m benchmarks.seq1_chain_costs",
     "one_step": "python -m benchmarks.one_step_costs",
     "one_step_broadcast": "python -m benchmarks.one_step_costs",
+    "exact_zero_step": "python -m benchmarks.exact_zero_step_costs",
 }
 
 
@@ -259,6 +262,10 @@ class CostTable:
     def runtimes(self) -> set[str]:
         return {p.runtime for p in self.points}
 
+    def lengths(self, op: str, form: str, direction: str = "forward") -> list[int]:
+        """The sequence lengths measured for ``op`` in ``form``, ascending."""
+        return self._axis(op, form, direction, "seq")
+
     def _axis(self, op: str, form: str, direction: str, axis: str) -> list[int]:
         return sorted(
             {
@@ -411,6 +418,10 @@ class Context:
     ignore: bool = False
     declined: list[Declined] = dataclasses.field(default_factory=list)
 
+    def table_for(self, form: str) -> CostTable:
+        """The table decisions on ``form`` read: this context's, else the checked-in one."""
+        return self.table if self.table is not None else _checked_in(form)
+
     def no_slower(
         self,
         target: str,
@@ -473,5 +484,10 @@ def no_slower(
     :data:`FORM_TABLES`: on its own table); ``batch`` None is a symbolic batch (every
     measured batch must agree)."""
     if table is None:
-        table = load(str(_PATH.with_name(f"{form}.json"))) if form in FORM_TABLES else load()
+        table = _checked_in(form)
     return table.decide(target, op, hidden, seq, batch, direction, form)
+
+
+def _checked_in(form: str) -> CostTable:
+    """The checked-in table of ``form``: its own (:data:`FORM_TABLES`), else the main one."""
+    return load(str(_PATH.with_name(f"{form}.json"))) if form in FORM_TABLES else load()

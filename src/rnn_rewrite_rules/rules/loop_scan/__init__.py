@@ -32,9 +32,12 @@ the node sits in ``If(len(X) == 0)`` (over a count ``n`` of steps: the node read
 after no step (each read final state its initial value; the stack of no step from a
 zero-trip Loop whose body passes ``h`` through, declared as the original declares it:
 ONNX Runtime shapes that stack by the body's declaration and inference, ``(0,)``,
-``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do); a Loop that
-carries ``X`` itself around (jax2onnx's scan) is kept (``loop.GUARD_INVARIANTS_REASON``);
-two such guards
+``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do). A Loop that
+carries ``X`` itself around (jax2onnx's scan) gets the exact guard: its zero-step branch
+is the Loop as written (at length 0 ONNX Runtime shapes that stack by its own inference of
+the body, which its optimisation level changes: only the Loop gives it), where the
+measured table says no slower (``exact_cost``); the kept Loop is refused as such
+(``zero_step.EXACT_BRANCH_REASON``); two such guards
 concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.
 """
 
@@ -44,12 +47,20 @@ from onnxscript.rewriter import RewriteRule
 
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._forms import FormRule
-from rnn_rewrite_rules.rules.loop_scan._common import MAX_OUTPUTS
+from rnn_rewrite_rules.rules.loop_scan._common import EXACT_BRANCH, MAX_OUTPUTS
 from rnn_rewrite_rules.rules.loop_scan.guards import MergeGuards
 from rnn_rewrite_rules.rules.loop_scan.loop import LoopToRnn
 from rnn_rewrite_rules.rules.loop_scan.scan import ScanToRnn
 
-__all__ = ["FAMILY", "LoopToRnn", "MergeGuards", "ScanToRnn", "make_rules", "widened_rules"]
+__all__ = [
+    "EXACT_BRANCH",
+    "FAMILY",
+    "LoopToRnn",
+    "MergeGuards",
+    "ScanToRnn",
+    "make_rules",
+    "widened_rules",
+]
 
 
 def _rules(float32: bool, target: str) -> list[RewriteRule]:

@@ -10,7 +10,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, MatchResult, RewriteRuleClassBase
 
-from rnn_rewrite_rules._compat import Builder
+from rnn_rewrite_rules import costs
+from rnn_rewrite_rules._compat import Builder, emit_node
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
@@ -34,6 +35,7 @@ from rnn_rewrite_rules.rules.cell import (
     recurrent_node,
     through_identity,
 )
+from rnn_rewrite_rules.rules.loop_scan.exact_cost import EXACT_COST_REASON, exact_cost_reason
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.semantics import INT64_MAX, INT64_MIN
@@ -52,6 +54,8 @@ __all__ = [
     "states_fit",
 ]
 
+#: The name a guard's zero-step branch that keeps the Loop itself ends with, and its Loop.
+EXACT_BRANCH = "exact_no_step"
 #: Rules are made for nodes with up to this many outputs (one rule per count).
 MAX_OUTPUTS = 16
 _FLOAT16 = np.dtype(np.float16)
@@ -78,6 +82,16 @@ class Recurrence:
     where the declaration fixes that shape (``loop_scan.zero_step``: ``(0, 0, H)`` for
     ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``); ``onnx.reference`` cannot run a zero-trip
     Loop's stack.
+    ``exact``: the guard's zero-step branch is the Loop itself, as written
+    (:func:`_kept_loop`), for a Loop that carries ``x`` around unchanged (jax2onnx's scan,
+    ``loop._carries_x``), whose stack of no step no declaration fixes. Equal at every
+    length: at 0 the branch runs the original Loop on the same values, so gives what it
+    gives, shapes included; at ``T >= 1`` the trip count is ``x``'s length ``T`` and the
+    condition is passed through from a constant true, so the Loop runs ``T`` steps, step
+    ``t`` reading ``Gather(x, t) = x[t]`` (``x`` is carried unchanged: the same ``x`` at
+    every step) and computing the proven cell from ``h0`` (``c0``), which is what the node
+    computes: its ``Y[t]`` is the stacked ``h_t``, its ``Y_h`` (``Y_c``) the final states,
+    and the invariants are their initial values.
     ``steps``: a Loop's trip count when it is a count ``n`` of steps, not ``x``'s
     length (``loop._counted_steps``: never negative, and at most ``x``'s length wherever
     the Loop runs): the node reads ``x[0:n]`` and the guard tests ``n == 0``.
@@ -100,6 +114,7 @@ class Recurrence:
     guarded: bool = False
     step_input: ir.Value | None = None
     steps: ir.Value | None = None
+    exact: bool = False
 
 
 def initial_values(carried_init: Sequence[ir.Value | None]) -> list[ir.Value] | Refusal:
@@ -296,6 +311,19 @@ def dtype_reason(cell: Cell, float32: bool, target: str) -> Refusal | None:
     return missing_kernel("", cell.op_type, emitted, (target,))
 
 
+def _exact_cost(plan: Recurrence, model: ir.Model, target: str) -> Refusal | None:
+    """Why ``plan``'s exact zero-step guard is not no slower on ``target``
+    (``loop_scan.exact_cost``), or None."""
+    cell = plan.cell
+    batch = ShapeProver(model.graph).dim(plan.x, 1)
+    number = None if batch is None else batch.value
+    why = exact_cost_reason(costs.of(model), target, cell.op_type, cell.hidden_size, number)
+    if why is None:
+        return None
+    article = "an" if cell.op_type in ("LSTM", "RNN") else "a"
+    return Refusal(EXACT_COST_REASON.format(cell=f"{article} {cell.op_type}", why=why))
+
+
 def used(value: ir.Value) -> bool:
     return bool(value.uses()) or value.is_graph_output()
 
@@ -349,6 +377,9 @@ class RecurrenceRule(RewriteRuleClassBase):
             return MatchResult().fail(reason, node)
         if found.guarded and found.broadcast:
             return MatchResult().fail(GUARD_COST_REASON, node)
+        reason = _exact_cost(found, context.model, self.target) if found.exact else None
+        if reason is not None:
+            return MatchResult().fail(reason, node)
         reason = broadcast_opset_reason(opset) if found.broadcast else None
         if reason is not None:
             return MatchResult().fail(reason, node)
@@ -384,23 +415,29 @@ def emit(
 def _emit_guarded(
     op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None, model: ir.Model
 ) -> list[ir.Value]:
-    """``If(len(x) == 0)``: the Loop's read outputs after no step (:func:`_no_step_values`),
-    else the node's (built in a branch, so with ``Constant`` nodes: a subgraph holds no
-    initializers). Only read outputs pass the ``If``; a reversal undone after the Loop
-    reads an extra one, ``Y``."""
+    """``If(len(x) == 0)``: the Loop's read outputs after no step (:func:`_no_step_values`;
+    the Loop itself with ``plan.exact``: :func:`_kept_loop`), else the node's (built in a
+    branch, so with ``Constant`` nodes: a subgraph holds no initializers). Only read
+    outputs pass the ``If``; a reversal undone after the Loop reads an extra one, ``Y``."""
     # a builder of the rewriter's own kind (its class moved between onnxscript releases)
     branch = type(op)()
     taken_all, value_of = _emit_node(branch, plan, num_outputs, opset, None)
     read = [k for k in range(num_outputs) if plan.outputs[k] is not None]
     taken = [taken_all[k] for k in read]
     zero = type(op)()
-    skipped = _no_step_values(zero, plan, read, model)
-    if plan.replaced:  # the reversal of a stack of no step is that stack
+    if plan.exact:  # the Loop itself (its stack of no step read again for a reversal)
+        kept = _kept_loop(zero, plan, model)
+        extra = [_stack_index(plan)] if plan.replaced else []
+        skipped = [zero.Identity(kept[k]) for k in [*read, *extra]]
+    else:
+        skipped = _no_step_values(zero, plan, read, model)
+    if plan.replaced and not plan.exact:  # the reversal of a stack of no step is that stack
         stack = _no_step_values(zero, plan, [_stack_index(plan)], model)[0]
         taken.append(branch.Identity(value_of("y")))
         skipped.append(zero.Identity(stack))
     name = plan.node.name or plan.cell.op_type
     _name_values([*zero.nodes, *branch.nodes], model, f"{name}_branch")
+    tag = EXACT_BRANCH if plan.exact else "no_step"
     # a branch output's type and rank, which OpenVINO needs to compile an If (its value
     # is still only what the nodes compute)
     kinds = [*(plan.outputs[k] for k in read), *(["y"] if plan.replaced else [])]
@@ -416,7 +453,7 @@ def _emit_guarded(
         pair[0].type = kind_type
     graphs = [
         ir.Graph((), outputs, nodes=_live(builder.nodes, outputs), name=f"{name}_{tag}")
-        for builder, outputs, tag in ((zero, skipped, "no_step"), (branch, taken, "steps"))
+        for builder, outputs, tag in ((zero, skipped, tag), (branch, taken, "steps"))
     ]
     cache: dict[tuple[int, ...], ir.Value] = {}
 
@@ -521,6 +558,23 @@ def _empty_stack(op, plan: Recurrence, index: int, model: ir.Model) -> ir.Value:
     )
     trips = op.Constant(value=ir.tensor(np.array(0, np.int64)))
     return op.Loop(trips, None, plan.h0, body=graph, _outputs=2)[1]
+
+
+def _kept_loop(op, plan: Recurrence, model: ir.Model) -> list[ir.Value]:
+    """The Loop of ``plan`` as written (a copy of its body, its inputs, its name with
+    :data:`EXACT_BRANCH` after it, its doc string and metadata): its outputs."""
+    node = plan.node
+    body = node.attributes["body"].as_graph().clone(allow_outer_scope_values=True)
+    outputs = emit_node(
+        op, "Loop", node.inputs, {"body": body}, domain="", num_outputs=len(node.outputs)
+    )
+    kept = outputs[0].producer()
+    assert kept is not None
+    names = {n.name for n in model.graph.all_nodes() if n.name}
+    kept.name = free_name(names, f"{node.name or 'Loop'}_{EXACT_BRANCH}")
+    kept.doc_string = node.doc_string
+    kept.metadata_props.update(node.metadata_props)
+    return outputs
 
 
 def _name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:

@@ -13,7 +13,7 @@ from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.normalize.sequence_scan import stack_fails_without_steps
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
+from rnn_rewrite_rules.rules.cell import Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Carried,
     Recurrence,
@@ -27,33 +27,10 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
 )
 from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
-from rnn_rewrite_rules.rules.loop_scan.zero_step import zero_step_reason
+from rnn_rewrite_rules.rules.loop_scan.zero_step import exact_branch_reason, zero_step_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["GUARD_INVARIANTS_REASON", "LoopToRnn", "plan_loop"]
-
-#: Why a Loop over X's length that carries X itself around unchanged (jax2onnx's scan,
-#: X read by Gather(X, t)) is kept. At X's length 0 ONNX Runtime shapes the Loop's stack
-#: of no step from its own inference of the body, symbolic sizes as 0 (``loop.cc``); for
-#: these bodies that shape is neither the declaration's (what the lean guard's pass-through
-#: Loop reproduces) nor one the graph proves. Measured on jax2onnx 0.17.1's files in ONNX
-#: Runtime 1.32: the original itself gives ``(0, 0, 0)`` with graph optimisations off and
-#: ``(0, 0, 8)`` on (every ``hand_*`` file; ``(0, 0, 16)`` for the bidirectional one), and
-#: ``(0, 0, 0)`` at both for the nnx LSTM/Simple cells, whose ``h`` is declared
-#: ``[B, 8]``; onnx's shape inference of the same bodies gives other shapes again. The form
-#: that is equal at both levels keeps the Loop with its body in the guard's zero-step
-#: branch: +16 to +18 nodes a Loop (nnx_gru_batch_major 32 -> 48, hand_lstm_time_major
-#: 38 -> 56), which ``rewrite`` never does (fewer nodes or none), for 0.75x-0.89x of the
-#: Loop's time at seq 1, 0.22x-0.31x at seq 8 and 0.05x-0.13x at seq 64 (batch 2, best
-#: of interleaved rounds, range of 3 trials). ``tests/test_jax_scan_loops.py`` holds the
-#: premise.
-GUARD_INVARIANTS_REASON = (
-    "the Loop runs {cell} cell, but the trip count is X's length and X is carried around"
-    " it ({count} values unchanged): at X's length 0 ONNX Runtime shapes the Loop's stack"
-    " of no step from its own inference of this body, which its graph optimisation level"
-    " changes; only the Loop itself gives that shape, and keeping it in the guard adds"
-    " its body's nodes"
-)
+__all__ = ["LoopToRnn", "plan_loop"]
 
 #: A constant trip count above this is not unrolled to prove the condition.
 _MAX_TRIPS = 1 << 16
@@ -74,6 +51,9 @@ def plan_loop(node: ir.Node, model: ir.Model) -> Recurrence | Refusal:
     body_attr = node.attributes.get("body")
     if body_attr is None:
         return Refusal("the Loop has no body")
+    kept = exact_branch_reason(node, model)
+    if kept is not None:
+        return kept
     opset = opset_version(model, model.graph)
     assert isinstance(opset, int)
     carried_init = list(node.inputs[2:])
@@ -170,24 +150,27 @@ def _step_input(
     trips: int | None,
 ) -> ir.Value | Refusal:
     """``X``, where the step input is ``X[t]``: ``Gather(X, t, axis=0)`` of a sequence from
-    outside the body, ``t`` the iteration number or a counter from 0. ``X`` carried around
-    the Loop unchanged over its own length (jax2onnx's scan) is refused: see
-    :data:`GUARD_INVARIANTS_REASON`."""
+    outside the body, ``t`` the iteration number or a counter from 0; or of ``X`` carried
+    around the Loop unchanged (jax2onnx's scan, then over ``X``'s own length): the value it
+    is bound to, and :func:`_recurrence` makes the guard exact (:func:`_carries_x`)."""
     gather = producer(carried.cell.x, "Gather")
     if gather is None or gather.attributes.get_int("axis", 0) != 0:
         return Refusal("the step input is not Gather(X, t, axis=0)")
     x, index = gather.inputs
+    start = None if index is None else _scalar_int(carried.counters.get(index))
+    not_t = Refusal("the step input is not X[t]: the index is not the iteration number")
     invariants = carried.invariants
     if trips is None and x in invariants:
         shapes = ShapeProver(model.graph)
         if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
             return Refusal("the trip count is neither a constant nor X's length")
-        return _guard_reason(carried.cell, invariants)
+        if index is not parts.iteration and start != 0:
+            return not_t
+        return invariants[x]  # X carried unchanged: the guard keeps the Loop (exact)
     if x is None or x.graph is body or x in body.inputs:
         return Refusal("the step input is not read from a sequence outside the body")
-    start = None if index is None else _scalar_int(carried.counters.get(index))
     if index is not parts.iteration and start != 0:
-        return Refusal("the step input is not X[t]: the index is not the iteration number")
+        return not_t
     return x
 
 
@@ -195,8 +178,7 @@ def _changed_sequence_reason(body: ir.Graph, parts: _Body) -> Refusal | None:
     """Why the body's steps are not ``X[t]`` of one sequence: it reads ``Gather(v, t)`` of
     a carried value ``v`` the body changes (``v_out`` is not ``v_in`` through Identity),
     so step ``t`` reads a sequence the earlier steps rewrote. A carried ``X`` passed
-    through unchanged is ``X`` at every step (jax2onnx's scan; see
-    :data:`GUARD_INVARIANTS_REASON`)."""
+    through unchanged is ``X`` at every step (jax2onnx's scan)."""
     for inner in body:
         if inner.op_type != "Gather" or inner.domain != "" or len(inner.inputs) != 2:
             continue
@@ -279,9 +261,12 @@ def _recurrence(
     fails = stack_fails_without_steps(node)
     plan.guarded = trips is None and not (fails and cell.op_type != "GRU")
     plan.steps = steps
+    # X carried around the Loop: only the Loop gives its stack of no step (see
+    # zero_step.exact_reason), so the guard keeps it there
+    plan.exact = plan.guarded and not fails and _carries_x(carried)
     # where the original fails at 0 steps the guard only keeps the GRU from aborting:
     # its stack of no step need not equal anything
-    if plan.guarded and not fails:
+    if plan.guarded and not fails and not plan.exact:
         stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
         states = [parts.carried_in[j] for j in carried.state_of]
         batch = prover.dim(sequence, 1)
@@ -367,11 +352,19 @@ def _read_body(
     return body
 
 
-def _guard_reason(cell: Cell, invariants: dict[ir.Value, ir.Value]) -> Refusal:
-    article = "an" if cell.op_type in ("LSTM", "RNN") else "a"
-    return Refusal(
-        GUARD_INVARIANTS_REASON.format(cell=f"{article} {cell.op_type}", count=len(invariants))
-    )
+def _carries_x(carried: Carried) -> bool:
+    """The body's step is ``Gather(X, t)`` of an ``X`` carried around it unchanged
+    (jax2onnx's scan): the zero-step guard keeps the Loop itself (``Recurrence.exact``).
+
+    Why not the lean guard: at ``X``'s length 0 ONNX Runtime shapes the Loop's stack of no
+    step from its own inference of the body (``loop.cc``), and for these bodies that shape
+    is neither the declaration's nor one the graph proves; it changes with the graph
+    optimisation level (jax2onnx 0.17.1's ``hand_*`` files in ONNX Runtime 1.32: ``(0, 0,
+    0)`` with optimisations off, ``(0, 0, 8)`` on; ``tests/test_jax_scan_loops.py`` holds
+    the premise). Only the Loop itself gives it, so the guard's zero-step branch is the
+    Loop as written, which is the original wherever it runs (``_common._kept_loop``)."""
+    gather = producer(carried.cell.x, "Gather")
+    return gather is not None and gather.inputs[0] in carried.invariants
 
 
 def _condition_reason(

@@ -47,7 +47,25 @@ from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
-__all__ = ["ZERO_STEP_REASON", "is_zero_step_loop", "zero_step_reason"]
+__all__ = [
+    "EXACT_BRANCH_REASON",
+    "EXACT_FORM",
+    "ZERO_STEP_REASON",
+    "exact_branch_reason",
+    "is_zero_step_loop",
+    "zero_step_reason",
+]
+
+#: The cost table's form of the exact guard (``costs/exact_zero_step.json``).
+EXACT_FORM = "exact_zero_step"
+
+#: Why a Loop in the zero-step branch of its own guard is kept (the survey counts it as a
+#: Loop left in an exact zero-step branch).
+EXACT_BRANCH_REASON = (
+    "exact zero-step branch: the Loop is the branch of an If that runs only where its trip"
+    " count is 0, kept as written there (only it gives its stack of no step as ONNX Runtime"
+    " shapes it); the If's other branch runs the steps"
+)
 
 #: The refusal's text; ``why`` names the declaration or size that leaves the shape open.
 ZERO_STEP_REASON = (
@@ -177,3 +195,35 @@ def is_zero_step_loop(node: ir.Node) -> bool:
     if trips is None or trips.size != 1 or int(trips.reshape(())) != 0 or body is None:
         return False
     return all((inner.domain, inner.op_type) == ("", "Identity") for inner in body.as_graph())
+
+
+def _guard_of(graph: ir.Graph | None, model: ir.Model) -> ir.Node | None:
+    """The ``If`` whose ``then_branch`` is ``graph``, else None."""
+    for node in model.graph.all_nodes():
+        if node.op_type != "If" or node.domain != "":
+            continue
+        attr = node.attributes.get("then_branch")
+        if attr is not None and attr.type == ir.AttributeType.GRAPH and attr.as_graph() is graph:
+            return node
+    return None
+
+
+def exact_branch_reason(node: ir.Node, model: ir.Model) -> Refusal | None:
+    """Why Loop ``node`` is kept: it is the ``then_branch`` of an ``If(Equal(n, 0))`` whose
+    ``n`` the shape prover proves the Loop's trip count (its elements, as a scalar or
+    ``[n]``), so it runs only where it runs no step: as the exact zero-step guard writes
+    it (``_common._emit_guarded``), where only the Loop itself gives its output shapes.
+    Rewriting it again would nest guards without end."""
+    guard = _guard_of(node.graph, model)
+    equal = None if guard is None or not guard.inputs else guard.inputs[0]
+    test = None if equal is None else equal.producer()
+    if guard is None or test is None or test.op_type != "Equal" or test.domain != "":
+        return None
+    prover = ShapeProver(model.graph)
+    trips = prover.elements(node.inputs[0]) if node.inputs else None
+    if trips is None or None in trips:
+        return None
+    for count, zero in (test.inputs, test.inputs[::-1]):
+        if prover.ints(zero) == [0] and prover.elements(count) == trips:
+            return Refusal(EXACT_BRANCH_REASON)
+    return None
