@@ -68,6 +68,7 @@ from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
     Cell,
     Constants,
+    nodes_computing_every,
     prove_cell,
     recurrent_node,
     step_nodes,
@@ -328,19 +329,6 @@ def _inside_only(
     return None
 
 
-def _computing_every(
-    ends: list[ir.Value], stops: set[ir.Value], constants: Constants
-) -> set[ir.Node]:
-    """The step's nodes every one of ``ends`` is computed from: a run that computes any
-    value the rewrite replaces runs each of them (all are in the main graph, and a
-    runtime that prunes a node prunes every value computed from it)."""
-    common: set[ir.Node] | None = None
-    for end in ends:
-        nodes = step_nodes([end], stops, constants)
-        common = nodes if common is None else common & nodes
-    return common or set()
-
-
 def _shapes(
     prover: ShapeProver,
     cell: Cell,
@@ -449,7 +437,7 @@ class OneStepCell(ChainRule[_Plan]):
         ends = [h] if c is None else [h, c]
         stops = {cell.x, h_prev} | ({c_prev} if c_prev is not None else set())
         nodes = step_nodes(ends, stops, constants)
-        equal = required_equal(prover, _computing_every(ends, stops, constants))
+        equal = required_equal(prover, nodes_computing_every(ends, stops, constants))
         shapes = _shapes(prover, cell, h_prev, c_prev, equal)
         if isinstance(shapes, Refusal):
             return shapes
