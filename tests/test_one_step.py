@@ -173,7 +173,8 @@ def test_the_family_is_selectable_by_name() -> None:
 
 #: file -> the nodes it becomes (cost model ignored, target onnxruntime): torch declares a
 #: symbolic batch per input, so an LSTM or RNN step, whose broadcast would be larger than
-#: the step, stays; a GRU step becomes a node between the broadcast's Expands.
+#: the step, stays; a GRU step becomes a node between the broadcast's Expands; the VAD
+#: decoder's ``Concat(x, h)`` proves their batches equal, and only ``c``'s is broadcast.
 STEP_FILES = {
     "torch_dynamo/grucell_step.onnx": {"GRU": 1},
     "torch_dynamo/grucell_step_h64.onnx": {"GRU": 1},
@@ -183,8 +184,9 @@ STEP_FILES = {
     "torch_dynamo/lstmcell_step.onnx": {"LSTM": 0},
     "torch_dynamo/lstmcell_step_h64.onnx": {"LSTM": 0},
     "torch_dynamo/rnncell_step_h64.onnx": {"RNN": 0},
-    "torch_dynamo/vad_decoder_plain_lstm_step.onnx": {"LSTM": 0},
+    "torch_dynamo/vad_decoder_plain_lstm_step.onnx": {"LSTM": 1},
     "torch_script/lstmcell_step_h64.onnx": {"LSTM": 0},
+    "torch_script/vad_decoder_plain_lstm_step.onnx": {"LSTM": 1},
     "torch_script/rnncell_step_h64.onnx": {"RNN": 0},
 }
 

@@ -15,11 +15,15 @@ the step from the graph alone: weights, gate order, activations and
 ``linear_before_reset`` are read from what the ops do. ``x_t`` and the states are
 provably of rank 2, the states ``[batch, H]`` (``h``'s width implied where ``MatMul(h, R)``
 reads it), the batches proven equal or broadcast as the ops broadcast them
-(``rules._broadcast``); ``h_t`` does not feed another step as its state (an unrolled
+(``rules._broadcast``). A batch is proven ``x_t``'s by the shape prover or by a node of the
+step that every replaced value (``h_t``, ``c_t``) is computed from and that runs only when
+the two are equal (``shape.consumers``: ``Concat(x_t, h_(t-1))`` on the feature axis, as the
+VAD decoders write the gates); ``h_t`` does not feed another step as its state (an unrolled
 chain is ``reroll``'s); every value inside the step but ``h_t`` and ``c_t`` is read only
 inside it; a reader of ``c_t`` outside the step comes after the root; the replacement is
 no larger than the step (the broadcast of batches not proven equal adds 8 nodes, 12 with
-``c``: an LSTM step of 12-13 nodes stays). The node's element
+``c``, 6 when only ``c``'s is unproven (7 before opset 15): an LSTM step of 12-13 nodes
+reading ``x_t`` and ``h_(t-1)`` separately stays). The node's element
 type has a kernel on every runtime of the target (``portable``: no ``RNN``, rten has
 none), and the measured one-step table (``costs/one_step.json``) says the node is no
 slower per call there. A cell the prover refuses (peepholes, a clip, an activation with
@@ -32,13 +36,17 @@ Unsqueeze(c_(t-1), 0)])`` (activations written where not the op's default) with
 Equality: one step of the node computes the step's formula with the same weights, in the
 same element type; a batch of 0 gives empty outputs both ways (ONNX Runtime's LSTM/GRU
 abort on batch 0: the file tests run the original and the rewrite on batch 0 only where
-the runtime can).
+the runtime can). A batch proven by a node of the step holds on every run that computes a
+value the rewrite replaces: the step is in the main graph (not an ``If`` branch or a loop
+body), and a runtime that prunes the node prunes those values too. Where the batches
+differ the original fails, and the rewrite may do anything (ONNX Runtime's ``Concat`` runs
+with one input empty, its output's other columns uninitialised: not a defined output).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx_ir as ir
@@ -46,7 +54,12 @@ import onnx_ir as ir
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
-from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
+from rnn_rewrite_rules.rules._broadcast import (
+    broadcast_batches,
+    broadcast_cell_state,
+    broadcast_opset_reason,
+    broadcast_state_nodes,
+)
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._forms import FormRule
 from rnn_rewrite_rules.rules._graph import producer
@@ -55,6 +68,7 @@ from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
     Cell,
     Constants,
+    nodes_computing_every,
     prove_cell,
     recurrent_node,
     step_nodes,
@@ -62,6 +76,7 @@ from rnn_rewrite_rules.rules.cell import (
 )
 from rnn_rewrite_rules.rules.reroll._chain import ChainRule, KeptUnrolled, redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.consumers import SizeEquality, required_equal
 
 __all__ = ["FAMILY", "FORM", "FORM_BROADCAST", "OneStepCell", "make_rules"]
 
@@ -79,6 +94,9 @@ _DEPTH = 12
 _MAX_VALUES = 256
 #: How far below ``h_t`` a step reading it as its state is looked for.
 _DOWNSTREAM = 8
+#: Whose batch is not proven ``x_t``'s: None (all proven), ``"c"`` (``c_(t-1)``'s only:
+#: ``h_(t-1)``'s is) or ``"all"`` (``h_(t-1)``'s).
+Broadcast = Literal["c", "all"] | None
 
 
 class _Plan:
@@ -92,7 +110,7 @@ class _Plan:
         h: ir.Value,
         c: ir.Value | None,
         nodes: set[ir.Node],
-        broadcast: bool,
+        broadcast: Broadcast,
         batch: int | None,
     ) -> None:
         self.cell, self.h_prev, self.c_prev, self.h, self.c = cell, h_prev, c_prev, h, c
@@ -312,14 +330,19 @@ def _inside_only(
 
 
 def _shapes(
-    prover: ShapeProver, cell: Cell, h_prev: ir.Value, c_prev: ir.Value | None
-) -> tuple[bool, int | None] | Refusal:
-    """(broadcast, static batch) when ``x_t`` and the states fit the node, else why not."""
+    prover: ShapeProver,
+    cell: Cell,
+    h_prev: ir.Value,
+    c_prev: ir.Value | None,
+    equal: SizeEquality,
+) -> tuple[Broadcast, int | None] | Refusal:
+    """(the broadcast, static batch) when ``x_t`` and the states fit the node, else why
+    not. A batch is ``x_t``'s when the prover or a node of the step (``equal``) proves it."""
     hidden = cell.hidden_size
     if prover.rank(cell.x) != 2:
         return Refusal(f"the step input {cell.x.name} is not provably of rank 2")
     batch = prover.dim(cell.x, 0)
-    broadcast = False
+    unproven: list[str] = []
     for state, name in ((h_prev, "h"), (c_prev, "c")):
         if state is None:
             continue
@@ -328,18 +351,22 @@ def _shapes(
         width = prover.dim(state, 1) == Dim.const(hidden) or (cell.h_width_read and name == "h")
         if not width:
             return Refusal(f"cannot prove {name}_(t-1) ({state.name}) is [batch, {hidden}]")
-        if batch is None or prover.dim(state, 0) != batch:
-            broadcast = True
+        state_batch = prover.dim(state, 0)
+        if batch is None or not (state_batch == batch or equal.same(state_batch, batch)):
+            unproven.append(name)
+    broadcast: Broadcast = None if not unproven else "c" if unproven == ["c"] else "all"
     static = None if broadcast or batch is None else batch.value
     return broadcast, static
 
 
-def _emitted_nodes(plan: _Plan) -> int:
+def _emitted_nodes(plan: _Plan, opset: int) -> int:
     """The nodes :meth:`OneStepCell.rewrite` emits: Unsqueezes, the node, Squeezes, and
-    the broadcast (``rules._broadcast``: 8 nodes, 12 with ``c``)."""
+    the broadcast (``rules._broadcast``)."""
     lstm = plan.c_prev is not None
     count = (3 if lstm else 2) + 1 + (2 if lstm else 1)
-    if plan.broadcast:
+    if plan.broadcast == "c":
+        count += broadcast_state_nodes(opset)
+    elif plan.broadcast:
         count += 12 if lstm else 8
     return count
 
@@ -406,18 +433,18 @@ class OneStepCell(ChainRule[_Plan]):
         c: ir.Value | None,
     ) -> _Plan | Refusal:
         """The plan of a proven step, or why it is not rewritten."""
-        shapes = _shapes(prover, cell, h_prev, c_prev)
+        h, c = root.outputs[0], None if c is None else _named(c)
+        ends = [h] if c is None else [h, c]
+        stops = {cell.x, h_prev} | ({c_prev} if c_prev is not None else set())
+        nodes = step_nodes(ends, stops, constants)
+        equal = required_equal(prover, nodes_computing_every(ends, stops, constants))
+        shapes = _shapes(prover, cell, h_prev, c_prev, equal)
         if isinstance(shapes, Refusal):
             return shapes
-        h = root.outputs[0]
         if self.op_type == "RNN" and (larger := _larger_cell(root, graph, constants)):
             return Inapplicable(f"{root.name} is a gate of an {larger} step, not an RNN step")
         if _feeds_a_step(self.op_type, h, constants):
             return Refusal("h_t feeds another step as its state: an unrolled chain (reroll's)")
-        c = None if c is None else _named(c)
-        ends = [h] if c is None else [h, c]
-        stops = {cell.x, h_prev} | ({c_prev} if c_prev is not None else set())
-        nodes = step_nodes(ends, stops, constants)
         reason = _inside_only(nodes, ends, root, graph)
         if reason is not None:  # an RNN "step" inside a bigger cell is not one
             return Inapplicable(reason) if self.op_type == "RNN" else reason
@@ -445,11 +472,18 @@ class OneStepCell(ChainRule[_Plan]):
         missing = missing_kernel("", self.op_type, dtype, (self.target,))
         if missing is not None:
             return KeptUnrolled(f"{kept}{missing}")
-        emitted = _emitted_nodes(plan)
+        opset = opset_version(context.model, context.graph_or_function)
+        emitted = _emitted_nodes(plan, opset if isinstance(opset, int) else 0)
         if emitted > len(plan.nodes):
+            what = {
+                None: "its Unsqueezes and Squeezes",
+                "c": "the Expands broadcasting c_(t-1)'s batch to x_t's (not proven equal; "
+                "h_(t-1)'s is)",
+                "all": "the Expands broadcasting the batches of x_t and the states (not "
+                "proven equal)",
+            }[plan.broadcast]
             return KeptUnrolled(
-                f"{kept}the node with the Expands broadcasting the batches of x_t and the "
-                f"states (not proven equal) is {emitted} nodes, the step {len(plan.nodes)}"
+                f"{kept}the node with {what} is {emitted} nodes, the step {len(plan.nodes)}"
             )
         form = FORM_BROADCAST if plan.broadcast else FORM
         decision = costs.of(context.model).no_slower(
@@ -466,10 +500,12 @@ class OneStepCell(ChainRule[_Plan]):
         w = emit.constant(cell.w[np.newaxis], f"{prefix}_W")
         r = emit.constant(cell.r[np.newaxis], f"{prefix}_R")
         b = emit.constant(cell.b[np.newaxis], f"{prefix}_B")
-        x = emit.unsqueeze(cell.x, 0)
+        x_t, h0, c0 = cell.x, plan.h_prev, plan.c_prev
+        if plan.broadcast == "c" and c0 is not None:
+            x_t, h0, c0 = broadcast_cell_state(op, x_t, h0, c0, emit.opset, emit.ints)
+        x = emit.unsqueeze(x_t, 0)
         assert x is not None
-        h0, c0 = plan.h_prev, plan.c_prev
-        if plan.broadcast:
+        if plan.broadcast == "all":
             x, h0, c0 = broadcast_batches(op, x, h0, c0, emit.opset, emit.ints)
         inputs = [x, w, r, b, None, emit.unsqueeze(h0, 0)]
         if c0 is not None:

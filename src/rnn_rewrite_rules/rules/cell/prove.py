@@ -856,3 +856,19 @@ def step_nodes(outputs: list[ir.Value], stops: set[ir.Value], constants: Constan
         nodes.add(node)
         pending += [v for v in node.inputs if v is not None]
     return nodes
+
+
+def nodes_computing_every(
+    outputs: list[ir.Value], stops: set[ir.Value], constants: Constants
+) -> set[ir.Node]:
+    """The nodes of :func:`step_nodes` that every one of ``outputs`` is computed from.
+
+    Each runs on every run that computes any of ``outputs``, in the graph they are in (an
+    ``If`` branch or loop body computing them runs these too), and a runtime that prunes
+    one prunes them: what such a node requires to run (``shape.consumers``) holds
+    wherever the outputs are computed."""
+    common: set[ir.Node] | None = None
+    for output in outputs:
+        nodes = step_nodes([output], stops, constants)
+        common = nodes if common is None else common & nodes
+    return common or set()

@@ -25,7 +25,9 @@ chained ``h_{t-1} -> h_t`` (and ``c_{t-1} -> c_t``); step ``t`` reads index ``t`
 axis; every value of a step is read only inside the step, by the next step or by the one
 stacking ``Concat``, but ``x_t``, a function of ``X`` alone, which keeps any other reader
 (dynamo shares one ``x[t]`` Gather between a forward and a reversed loop over ``X``);
-``h_0`` (``c_0``) is provably ``[batch of X, H]`` (zeros built from ``Shape(X)``), or
+``h_0`` (``c_0``) is provably ``[batch of X, H]`` (zeros built from ``Shape(X)``, or a
+batch the first step's nodes prove, ``shape.consumers``: ``Concat(x_0, h_0)`` runs only
+at one batch, and every value the rewrite replaces is computed from it), or
 ``[b, H]`` for a batch ``b`` not proven ``X``'s (an encoder's final state, a graph input:
 the steps broadcast it), or the first step's hidden term is a folded constant equal to
 ``b_hh`` for a batch of 1 or ``X``'s static batch, or ``h_0`` (``c_0``) is zeros whose
@@ -60,6 +62,7 @@ from rnn_rewrite_rules.rules.cell import (
     Cell,
     Constants,
     gate_inputs,
+    nodes_computing_every,
     prove_cell,
     recurrent_node,
     step_nodes,
@@ -76,6 +79,7 @@ from rnn_rewrite_rules.rules.reroll._chain import (
     walk_back,
 )
 from rnn_rewrite_rules.shape import Dim, ShapeProver
+from rnn_rewrite_rules.shape.consumers import SizeEquality, required_equal
 from rnn_rewrite_rules.shape.values import is_all_zeros
 
 __all__ = ["RerollCell", "plan_cell_chain"]
@@ -457,11 +461,26 @@ class _States:
     rebuilt: tuple[bool, bool] = (False, False)
 
 
+def _first_step_facts(
+    steps: list[_CellStep], prover: ShapeProver, constants: Constants
+) -> SizeEquality:
+    """Sizes the first step's nodes prove equal by running (``shape.consumers``: a
+    ``Concat(x_0, h_0)``), from the nodes its ``h_1`` and ``c_1`` are both computed from:
+    every value the rewrite replaces is computed from those two, in the chain's graph."""
+    first = steps[0]
+    if first.cell is None:
+        return SizeEquality()
+    ends = [first.h] if first.c is None else [first.h, first.c]
+    stops = {v for v in (first.x, first.h_prev, first.c_prev) if v is not None}
+    return required_equal(prover, nodes_computing_every(ends, stops, constants))
+
+
 def _initial_states(
-    steps: list[_CellStep], cell: Cell, prover: ShapeProver, batch_axis: int
+    steps: list[_CellStep], cell: Cell, prover: ShapeProver, batch_axis: int, equal: SizeEquality
 ) -> _States | Refusal:
-    """``h_0`` and ``c_0`` the node reads (None: its own zeros), proven of X's batch or of a
-    batch the steps broadcast. Zero states stay: the initial_state family shares or drops
+    """``h_0`` and ``c_0`` the node reads (None: its own zeros), proven of X's batch (by the
+    prover, or ``equal``: the first step's nodes) or of a batch the steps broadcast. Zero
+    states stay: the initial_state family shares or drops
     them (by target); a folded first step has no h_0 here (LSTM: no hidden projection reads
     one; GRU: proven zeros)."""
     first, x, hidden = steps[0], steps[0].source, cell.hidden_size
@@ -474,19 +493,20 @@ def _initial_states(
         rows = first.folded_rows
         if rows != 1 and static_size(prover, x, batch_axis) != rows:
             return Refusal("the folded first step fixes a batch X does not provably have")
-    elif h0 is None or not (h_rebuilt or _state_ok(prover, h0, x, hidden, batch_axis)):
+    elif h0 is None or not (h_rebuilt or _state_ok(prover, h0, x, hidden, batch_axis, equal)):
         if h0 is None or not _broadcasts(prover, h0, hidden):
             return Refusal("cannot prove h_0 is [batch of X, H] or [batch, H]")
         broadcast = True
     if op_type == "GRU" and first.cell is None:
         # the update reads h_0 itself: it must be zeros of X's batch
-        proven = h0 is not None and _state_ok(prover, h0, x, hidden, batch_axis)
+        proven = h0 is not None and _state_ok(prover, h0, x, hidden, batch_axis, equal)
         if h0 is None or not (
             is_all_zeros(h0) and (proven or _folded_zero(prover, h0, x, batch_axis))
         ):
             return Refusal("the folded first step's h_0 is not provably zeros of X's batch")
         h0 = None
-    c0_proven = c0 is not None and (c_rebuilt or _state_ok(prover, c0, x, hidden, batch_axis))
+    c0_ok = c0 is not None and _state_ok(prover, c0, x, hidden, batch_axis, equal)
+    c0_proven = c0 is not None and (c_rebuilt or c0_ok)
     if (
         op_type == "LSTM"
         and not c0_proven
@@ -532,7 +552,8 @@ def plan_cell_chain(
     reason = _reader_refusal(steps, unsqueezes)
     if reason is not None:
         return reason
-    states = _initial_states(steps, cell, prover, 1 - time_axis)
+    equal = _first_step_facts(steps, prover, constants)
+    states = _initial_states(steps, cell, prover, 1 - time_axis, equal)
     if isinstance(states, Refusal):
         return states
     slice_x = static_size(prover, x, time_axis) != len(steps)
@@ -543,10 +564,19 @@ def plan_cell_chain(
 
 
 def _state_ok(
-    prover: ShapeProver, state: ir.Value, x: ir.Value, hidden: int, batch_axis: int
+    prover: ShapeProver,
+    state: ir.Value,
+    x: ir.Value,
+    hidden: int,
+    batch_axis: int,
+    equal: SizeEquality,
 ) -> bool:
-    """``state`` is provably ``[batch of X, H]`` (the batch: ``X``'s ``batch_axis``)."""
-    return prover.dims(state) == (prover.dim(x, batch_axis), Dim.const(hidden))
+    """``state`` is provably ``[batch of X, H]`` (the batch: ``X``'s ``batch_axis``, by the
+    prover or by what the first step's nodes prove, ``equal``)."""
+    dims, batch = prover.dims(state), prover.dim(x, batch_axis)
+    if dims is None or len(dims) != 2 or dims[1] != Dim.const(hidden):
+        return False
+    return dims[0] == batch or equal.same(dims[0], batch)
 
 
 def _narrowed_zeros(
