@@ -226,10 +226,7 @@ def _kept(
     if not path.exists():
         return [], [], {}
     data = json.loads(path.read_text())
-    when = data.get("runtimes") or {
-        key: f"{data['measured']}, commit {data['versions'].get('commit', '?')}"
-        for key in {r["runtime"] for r in data["points"]}
-    }
+    when = _when(data)
     rows = [
         {**r, "measured": r.get("measured") or when[r["runtime"]]}
         for r in data["points"]
@@ -238,9 +235,43 @@ def _kept(
     return [rewrite_costs.point_of_row(r) for r in rows], rows, when
 
 
-def _provenance(when: dict[str, str], rows: list[dict]) -> str:
+def _when(data: dict) -> dict[str, str]:
+    """When each runtime's column of a table was last measured."""
+    return data.get("runtimes") or {
+        key: f"{data['measured']}, commit {data['versions'].get('commit', '?')}"
+        for key in {r["runtime"] for r in data["points"]}
+    }
+
+
+def median_of(runs: list[dict], into: dict | None) -> dict:
+    """One table from independent runs of the grid (tables this module wrote): per row, the
+    run whose ratio is the median (the lower middle of an even count), every run's ratio in
+    ``ratios`` (a shared machine shifts a whole run now and then); ``into``'s rows the runs
+    did not measure are kept, each with when it was measured."""
+    found: dict[tuple, list[dict]] = {}
+    for run in runs:
+        for row in run["points"]:
+            found.setdefault(rewrite_costs.row_key(row), []).append(row)
+    rows = []
+    for same in found.values():
+        ordered = sorted(same, key=lambda r: r["ratio"])
+        rows.append({**ordered[(len(ordered) - 1) // 2], "ratios": [r["ratio"] for r in same]})
+    earlier = _when(into) if into else {}
+    when = {**earlier, **runs[-1]["runtimes"]}
+    kept = [
+        r if r.get("measured") or earlier[r["runtime"]] == when[r["runtime"]]
+        else {**r, "measured": earlier[r["runtime"]]}
+        for r in (into or {}).get("points", [])
+        if rewrite_costs.row_key(r) not in found
+    ]  # fmt: skip
+    return {**runs[-1], "runtimes": dict(sorted(when.items())), "runs": len(runs),
+            "points": kept + rows}  # fmt: skip
+
+
+def _provenance(when: dict[str, str], rows: list[dict], runs: int = 1) -> str:
     """The page's lines saying when each column was measured (and the ``rows`` of it
-    measured at another time, their ``measured``), and how tract's was."""
+    measured at another time, their ``measured``), how tract's was, and of how many
+    independent runs a cell is the median."""
     columns = []
     for key, value in sorted(when.items()):
         parts = rewrite_costs.earlier_parts([r for r in rows if r["runtime"] == key])
@@ -251,6 +282,11 @@ def _provenance(when: dict[str, str], rows: list[dict]) -> str:
             ". tract runs in a child process (``benchmarks/tract_worker.py``: a tract panic "
             "aborts its process), its outputs on the rewrite checked against ONNX Runtime's, "
             "timed in that process's CPU time with the same repeats, rounds and sample"
+        )
+    if runs > 1:
+        text += (
+            f". A cell measured on that date is the median of {runs} independent runs of the "
+            "grid (every run's ratio: the table's ``ratios``), shown with that run's spread"
         )
     return text + "."
 
@@ -276,8 +312,9 @@ def _write(
     for row in kept_rows:
         if row["measured"] == when[row["runtime"]]:
             del row["measured"]
+    runs = json.loads(path.read_text()).get("runs", 1) if not measuring and path.exists() else 1
     case = CASES[form]
-    description = f"{case.description} {_provenance(when, kept_rows)}"
+    description = f"{case.description} {_provenance(when, kept_rows, runs)}"
     case = dataclasses.replace(case, description=description)
     page = rewrite_costs.render(case, kept_points + points, header)
     if tables is not None and measuring:
@@ -311,7 +348,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="LSTM, hidden 8, batch 1")
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
     parser.add_argument("--tables", type=pathlib.Path, default=None, help="folder of the tables")
+    parser.add_argument(
+        "--median-of",
+        nargs="+",
+        type=pathlib.Path,
+        metavar="DIR",
+        help="measure nothing: the tables (--tables, default the checked-in ones) as the "
+        "per-cell median of independent runs' tables (each run's --tables DIR), then the page",
+    )
     args = parser.parse_args(argv)
+    if args.median_of:
+        folder = args.tables or COSTS
+        for form in CASES:
+            runs = [
+                json.loads(p.read_text())
+                for d in args.median_of
+                if (p := d / f"{form}.json").exists()
+            ]
+            path = folder / f"{form}.json"
+            if runs:
+                into = json.loads(path.read_text()) if path.exists() else None
+                path.write_text(json.dumps(median_of(runs, into), indent=1) + "\n")
+        args.tables, args.render = folder, True
     if args.render:
         args.keep, args.forms = True, []
     if args.quick:

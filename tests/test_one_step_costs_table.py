@@ -59,3 +59,27 @@ def test_a_run_measuring_every_row_of_a_column_leaves_no_earlier_part(
     data, page = _write(tmp_path, monkeypatch, [("GRU", 32), ("LSTM", 32)])
     assert not [r for r in data["points"] if "measured" in r]
     assert "Columns measured: onnxruntime 2026-12-07, commit b; tract 2026-12-06" in page
+
+
+def test_the_table_of_several_runs_is_their_per_cell_median(tmp_path) -> None:
+    """``--median-of``: per cell the median run's row with every run's ratio; the rows no
+    run measured stay, saying when; the page says a cell is a median."""
+    for number, ratio in enumerate((1.2, 1.0, 1.1)):
+        row = {**_row("GRU", 8, "ort"), "ratio": ratio}
+        run = {"points": [row], "runtimes": {"ort": f"2026-12-07, commit {number}"}}
+        (tmp_path / f"run{number}").mkdir()
+        (tmp_path / f"run{number}" / "one_step.json").write_text(json.dumps(run))
+    old = {"points": [_row("LSTM", 32, "ort")], "runtimes": {"ort": OLD}, "measured": "d"}
+    (tmp_path / "one_step.json").write_text(json.dumps(old))
+    page = tmp_path / "page.md"
+    runs = [str(tmp_path / f"run{n}") for n in range(3)]
+    argv = ["--tables", str(tmp_path), "--out", str(page), "--median-of", *runs]
+    assert one_step_costs.main(argv) == 0
+    data = json.loads((tmp_path / "one_step.json").read_text())
+    rows = {r["op"]: r for r in data["points"]}
+    assert rows["GRU"]["ratio"] == 1.1 and rows["GRU"]["ratios"] == [1.2, 1.0, 1.1]
+    assert rows["LSTM"]["measured"] == OLD and data["runtimes"] == {"ort": "2026-12-07, commit 2"}
+    assert costs.CostTable.from_json(data)._index[("ort", "GRU", "one_step", "forward", 8, 1, 1)]
+    text = page.read_text()
+    assert "onnxruntime 2026-12-07, commit 2 (LSTM hidden 32: 2026-12-06, commit a)" in text
+    assert "the median of 3 independent runs" in text
