@@ -213,7 +213,7 @@ def row_key(row: dict) -> tuple:
 
 
 def render(case: Case, points: list[Point], header: dict[str, str]) -> str:
-    names = sorted({p.runtime for p in points}, key=lambda n: n != "onnxruntime")
+    names = [name for name in _RUNTIME_KEYS if name in {p.runtime for p in points}]
     slower = [p for p in points if p.low > NOISE]
     lines = [
         f"# {case.title}",
