@@ -63,7 +63,8 @@ class Grid:
     """What is measured."""
 
     ops: tuple[str, ...] = ("RNN", "GRU", "LSTM")
-    hiddens: tuple[int, ...] = (64, 256, 512)
+    #: hidden 8: the size of many committed exporter files (tests/data)
+    hiddens: tuple[int, ...] = (8, 64, 256, 512)
     #: ``nn.RNN`` chains of one step are re-rolled; a single cell call is not.
     rnn_seqs: tuple[int, ...] = (1, 16, 128)
     cell_seqs: tuple[int, ...] = (2, 16, 128)
@@ -308,19 +309,61 @@ def methods(data: dict | None) -> dict[str, str]:
 
 
 def merge(old: dict | None, points: list[costs.Point], method_text: str) -> dict:
-    """The new table: ``old``'s points, replaced where measured again; ``method_text`` is how
-    the models of ``points`` were measured."""
-    merged = {point_key(p): p for p in (old or {}).get("points", [])}
-    merged.update({point_key(p): p for p in map(dataclasses.asdict, points)})
-    how = methods(old) | {p.model: method_text for p in points}
+    """The new table: ``old``'s points, replaced where measured again (the others keep the
+    date they were measured, :func:`stamped`); ``method_text`` is how the models of
+    ``points`` were measured."""
+    today = datetime.date.today().isoformat()
+    merged = {point_key(p): p for p in stamped(old)}
+    new = [{k: v for k, v in p.items() if v != ""} for p in map(dataclasses.asdict, points)]
+    merged.update({point_key(p): p for p in new})
+    how = methods(old)
+    for model in {p.model for p in points}:
+        how[_method_key(old, model, today, method_text)] = method_text
     return {
         "generated_by": "python -m benchmarks.cost_grid",
-        "measured": datetime.date.today().isoformat(),
+        "measured": today,
         "versions": versions(),
         "methods": dict(sorted(how.items())),
         "noise": costs.NOISE,
         "points": sorted(merged.values(), key=point_key),
     }
+
+
+def stamped(table: dict | None) -> list[dict]:
+    """``table``'s points, each carrying the date it was measured (``measured``: the
+    table's date where the point has none), so a table merged into keeps saying when."""
+    if not table:
+        return []
+    date = table.get("measured", "")
+    return [{**p, "measured": p.get("measured") or date} for p in table["points"]]
+
+
+def _method_key(old: dict | None, model: str, date: str, text: str) -> str:
+    """Where ``model``'s method ``text`` (measured ``date``) goes in the table's
+    ``methods``: the model itself, or ``model, date`` where the points ``old`` keeps of that
+    model were measured another way."""
+    earlier = methods(old).get(model)
+    kept = any(p.get("model", "builder") == model for p in (old or {}).get("points", []))
+    return model if earlier in (None, text) or not kept else f"{model}, {date}"
+
+
+def when(data: dict) -> str:
+    """When each part of the table was measured: ``2026-12-06: builder hidden 64/256/512;
+    2026-12-07: builder hidden 8`` (one date: that date)."""
+    parts: dict[str, dict[str, set[int]]] = {}
+    for p in data["points"]:
+        date = p.get("measured") or data["measured"]
+        parts.setdefault(date, {}).setdefault(p.get("model", "builder"), set()).add(p["hidden"])
+    if len(parts) == 1:
+        return next(iter(parts))
+    return "; ".join(
+        f"{date}: "
+        + ", ".join(
+            f"{model} hidden {'/'.join(map(str, sorted(hiddens)))}"
+            for model, hiddens in sorted(models.items())
+        )
+        for date, models in sorted(parts.items())
+    )
 
 
 # ---------------------------------------------------------------- docs
@@ -344,7 +387,7 @@ def render(data: dict) -> str:
         "\"hidden 512, seq 16, batch symbolic: ONNX Runtime's RNN kernel is slower at hidden "
         '512, seq 16, batch 1 (...)"). See `rnn_rewrite_rules.costs` for the rule.',
         "",
-        f"Measured {data['measured']} with {versions}. Method: {how}.",
+        f"Measured {when(data)}, with {versions}. Method: {how}.",
         "",
         "A cell is the ratio rewritten / original (the spread of its repeats' ratios, "
         "glitches dropped: a repeat whose modified z-score about the repeats' median is "
@@ -464,7 +507,9 @@ def median_of(runs: list[dict], into: dict | None = None) -> dict:
     """One table from independent runs of the grid: per point, the run whose ratio is the
     median (a slowdown one run measured alone does not decide; one that most runs measured
     does). ``ratios`` keeps every run's ratio; the versions and date are the last run's.
-    ``into``: a table whose points of models the runs did not measure are kept."""
+    ``into``: a table whose points the runs did not measure again are kept, with the date
+    they were measured (:func:`stamped`); a model's method that differs from ``into``'s is
+    recorded as ``model, date``."""
     by_key: dict[tuple, list[dict]] = {}
     for run in runs:
         for point in run["points"]:
@@ -474,17 +519,21 @@ def median_of(runs: list[dict], into: dict | None = None) -> dict:
         ordered = sorted(found, key=lambda p: p["ratio"])
         median = dict(ordered[(len(ordered) - 1) // 2])  # the lower middle of an even count
         median["ratios"] = [p["ratio"] for p in found]
+        median.pop("measured", None)  # the run's date: the table's
         points.append(median)
     last = runs[-1]
     measured = {p.get("model", "builder") for p in points}
     how = {
-        model: f"median of {len(runs)} independent runs, each: {text}"
-        for model, text in methods(last).items()
-        if model in measured
+        _method_key(into, model, last["measured"], text): text
+        for model, text in (
+            (model, f"median of {len(runs)} independent runs, each: {text}")
+            for model, text in methods(last).items()
+            if model in measured
+        )
     }
     if into is not None:
         how = methods(into) | how
-        points += [p for p in into["points"] if p.get("model", "builder") not in measured]
+        points += [p for p in stamped(into) if point_key(p) not in by_key]
     result = {**last, "methods": dict(sorted(how.items())), "points": sorted(points, key=point_key)}
     result.pop("method", None)
     return result

@@ -24,8 +24,9 @@ and judges the spread).
 
 tract (``--runtimes``; by default every runtime installed) runs in a child process
 (``benchmarks/tract_worker.py``), timed in that process's CPU time the same way; ``--keep``
-keeps a table's points on the runtimes not measured (``--runtimes tract --keep`` adds the
-tract column), and the page says when each column was measured.
+keeps a table's points not measured again (``--runtimes tract --keep`` adds the tract
+column, ``--hidden 8 --keep`` a row size), each with when it was measured, and the page
+says when each column (and each part of one measured at another time) was measured.
 
 For this form the issue counts parity within noise on a runtime as no slower: a call is
 dominated by the runtime's per-call overhead, and the gain is the node count, the other
@@ -57,7 +58,7 @@ from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.benchmark import best_per_repeat
 from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
 
-__all__ = ["CASES", "main"]
+__all__ = ["BROADCAST_OPS", "CASES", "main"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COSTS = ROOT / "src" / "rnn_rewrite_rules" / "costs"
@@ -94,7 +95,8 @@ def _case(form: str, description: str) -> rewrite_costs.Case:
         ops=("LSTM", "GRU", "RNN"),
         seqs=(1,),
         batches=(1, 4),
-        hiddens=(32, 64, 128, 256, 512),
+        # hidden 8: the size of many committed exporter files (tests/data)
+        hiddens=(8, 32, 64, 128, 256, 512),
         form=form,
     )
 
@@ -107,6 +109,9 @@ CASES = {
 }
 
 
+#: The ops whose builder step the rule rewrites in the ``one_step_broadcast`` form (its LSTM
+#: and RNN steps would grow); the table's other rows were measured before the rule counted.
+BROADCAST_OPS = ("GRU",)
 #: The harness's runtime names, in the tables' column order.
 RUNTIMES = ("onnxruntime", "OpenVINO", "tract")
 
@@ -183,7 +188,7 @@ def _measure(
     microseconds: ``--sample`` seconds of calls per timing steady it on a shared machine)."""
     points: list[rewrite_costs.Point] = []
     for op in args.ops:
-        if form == "one_step_broadcast" and op != "GRU":
+        if form == "one_step_broadcast" and op not in BROADCAST_OPS:
             print(f"{form} {op}: skipped (the node and its Expands outgrow the step)")
             continue
         for hidden in args.hidden:
@@ -209,48 +214,79 @@ def _measure(
     return points
 
 
-_NAMES = {key: name for name, key in rewrite_costs._RUNTIME_KEYS.items()}
+_NAMES = rewrite_costs.RUNTIME_NAMES
 
 
 def _kept(
-    path: pathlib.Path, measured: list[str]
+    path: pathlib.Path, measured: set[tuple]
 ) -> tuple[list[rewrite_costs.Point], list[dict], dict[str, str]]:
-    """The points of ``path``'s table on runtimes not ``measured`` this run (as the page's
-    points and as the table's rows) and when each runtime there was measured."""
+    """The points of ``path``'s table not ``measured`` this run (keys ``(op, hidden, batch,
+    runtime)``), as the page's points and as the table's rows, each row with when it was
+    measured (``measured``), and when each runtime's column was last measured."""
     if not path.exists():
         return [], [], {}
     data = json.loads(path.read_text())
-    rows = [r for r in data["points"] if _NAMES[r["runtime"]] not in measured]
-    points = [
-        rewrite_costs.Point(
-            r["op"],
-            r["hidden"],
-            r["seq"],
-            _NAMES[r["runtime"]],
-            r["ratio"],
-            r["low"],
-            r["high"],
-            r["batch"],
-        )
-        for r in rows
+    when = _when(data)
+    rows = [
+        {**r, "measured": r.get("measured") or when[r["runtime"]]}
+        for r in data["points"]
+        if (r["op"], r["hidden"], r["batch"], _NAMES[r["runtime"]]) not in measured
     ]
-    when = data.get("runtimes") or {
+    return [rewrite_costs.point_of_row(r) for r in rows], rows, when
+
+
+def _when(data: dict) -> dict[str, str]:
+    """When each runtime's column of a table was last measured."""
+    return data.get("runtimes") or {
         key: f"{data['measured']}, commit {data['versions'].get('commit', '?')}"
-        for key in {r["runtime"] for r in rows}
+        for key in {r["runtime"] for r in data["points"]}
     }
-    return points, rows, {k: v for k, v in when.items() if _NAMES[k] not in measured}
 
 
-def _provenance(when: dict[str, str]) -> str:
-    """The page's lines saying when each column was measured, and how tract's was."""
-    text = "Columns measured: " + "; ".join(
-        f"{_NAMES[key]} {value}" for key, value in sorted(when.items())
-    )
+def median_of(runs: list[dict], into: dict | None) -> dict:
+    """One table from independent runs of the grid (tables this module wrote): per row, the
+    run whose ratio is the median (the lower middle of an even count), every run's ratio in
+    ``ratios`` (a shared machine shifts a whole run now and then); ``into``'s rows the runs
+    did not measure are kept, each with when it was measured."""
+    found: dict[tuple, list[dict]] = {}
+    for run in runs:
+        for row in run["points"]:
+            found.setdefault(rewrite_costs.row_key(row), []).append(row)
+    rows = []
+    for same in found.values():
+        ordered = sorted(same, key=lambda r: r["ratio"])
+        rows.append({**ordered[(len(ordered) - 1) // 2], "ratios": [r["ratio"] for r in same]})
+    earlier = _when(into) if into else {}
+    when = {**earlier, **runs[-1]["runtimes"]}
+    kept = [
+        r if r.get("measured") or earlier[r["runtime"]] == when[r["runtime"]]
+        else {**r, "measured": earlier[r["runtime"]]}
+        for r in (into or {}).get("points", [])
+        if rewrite_costs.row_key(r) not in found
+    ]  # fmt: skip
+    return {**runs[-1], "runtimes": dict(sorted(when.items())), "runs": len(runs),
+            "points": kept + rows}  # fmt: skip
+
+
+def _provenance(when: dict[str, str], rows: list[dict], runs: int = 1) -> str:
+    """The page's lines saying when each column was measured (and the ``rows`` of it
+    measured at another time, their ``measured``), how tract's was, and of how many
+    independent runs a cell is the median."""
+    columns = []
+    for key, value in sorted(when.items()):
+        parts = rewrite_costs.earlier_parts([r for r in rows if r["runtime"] == key])
+        columns.append(f"{_NAMES[key]} {value}" + (f" ({parts})" if parts else ""))
+    text = "Columns measured: " + "; ".join(columns)
     if "tract" in when:
         text += (
             ". tract runs in a child process (``benchmarks/tract_worker.py``: a tract panic "
             "aborts its process), its outputs on the rewrite checked against ONNX Runtime's, "
             "timed in that process's CPU time with the same repeats, rounds and sample"
+        )
+    if runs > 1:
+        text += (
+            f". A cell measured on that date is the median of {runs} independent runs of the "
+            "grid (every run's ratio: the table's ``ratios``), shown with that run's spread"
         )
     return text + "."
 
@@ -262,18 +298,24 @@ def _write(
     tables: pathlib.Path | None,
 ) -> str:
     """Measure ``form`` on ``args.runtimes`` (a form not in ``args.forms``: nothing) and
-    write its table; the page's section. With ``--keep``, the table's points on the other
-    runtimes (every point, for a form not measured) stay and join the page."""
+    write its table; the page's section. With ``--keep``, the table's points not measured
+    again (every point, for a form not measured) stay and join the page; a row measured
+    before its column's latest date keeps its own (``measured``)."""
     measuring = form in args.forms
     repeats: dict[tuple, list[float]] = {}
     points = _measure(form, args, repeats) if measuring else []
     path = (tables or COSTS) / f"{form}.json"
-    runtimes = args.runtimes if measuring else []
-    kept_points, kept_rows, when = _kept(path, runtimes) if args.keep else ([], [], {})
+    done = {(p.op, p.hidden, p.batch, p.runtime) for p in points}
+    kept_points, kept_rows, when = _kept(path, done) if args.keep else ([], [], {})
     now = f"{header['date']}, commit {header['commit']}"
-    when.update({rewrite_costs._RUNTIME_KEYS[name]: now for name in runtimes})
+    when.update({rewrite_costs._RUNTIME_KEYS[p.runtime]: now for p in points})
+    for row in kept_rows:
+        if row["measured"] == when[row["runtime"]]:
+            del row["measured"]
+    runs = json.loads(path.read_text()).get("runs", 1) if not measuring and path.exists() else 1
     case = CASES[form]
-    case = dataclasses.replace(case, description=f"{case.description} {_provenance(when)}")
+    description = f"{case.description} {_provenance(when, kept_rows, runs)}"
+    case = dataclasses.replace(case, description=description)
     page = rewrite_costs.render(case, kept_points + points, header)
     if tables is not None and measuring:
         data = rewrite_costs.table(case, points, header)
@@ -295,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--forms", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--runtimes", nargs="+", default=available(), choices=RUNTIMES)
     parser.add_argument(
-        "--keep", action="store_true", help="keep the tables' points on the other runtimes"
+        "--keep", action="store_true", help="keep the tables' points not measured again"
     )
     parser.add_argument(
         "--render", action="store_true", help="measure nothing: the page from the tables"
@@ -306,7 +348,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="LSTM, hidden 8, batch 1")
     parser.add_argument("--out", type=pathlib.Path, default=case.out)
     parser.add_argument("--tables", type=pathlib.Path, default=None, help="folder of the tables")
+    parser.add_argument(
+        "--median-of",
+        nargs="+",
+        type=pathlib.Path,
+        metavar="DIR",
+        help="measure nothing: the tables (--tables, default the checked-in ones) as the "
+        "per-cell median of independent runs' tables (each run's --tables DIR), then the page",
+    )
     args = parser.parse_args(argv)
+    if args.median_of:
+        folder = args.tables or COSTS
+        for form in CASES:
+            runs = [
+                json.loads(p.read_text())
+                for d in args.median_of
+                if (p := d / f"{form}.json").exists()
+            ]
+            path = folder / f"{form}.json"
+            if runs:
+                into = json.loads(path.read_text()) if path.exists() else None
+                path.write_text(json.dumps(median_of(runs, into), indent=1) + "\n")
+        args.tables, args.render = folder, True
     if args.render:
         args.keep, args.forms = True, []
     if args.quick:

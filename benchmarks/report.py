@@ -683,11 +683,25 @@ def _int8_section(results: dict) -> list[str]:
         "`R` are initializers, which torchlib's export does not give and our weight "
         "folding does. `GRU` and `RNN` stay float (ONNX Runtime has no quantized GRU or "
         f"RNN). Tolerance for the int8 error: {tolerance:g} (**>** marks a row above it); "
-        "latency: ORT default optimizations, one thread, best of the interleaved rounds.",
+        "latency: ORT default optimizations, one thread, best of the interleaved rounds."
+        + _int8_when(results),
         "",
         *_table(header, rows),
         "",
     ]
+
+
+def _int8_when(results: dict) -> str:
+    """When the int8 rows were measured, where not with the rest (``run --int8-only``)."""
+    when = results.get("int8_measured")
+    if not when:
+        return ""
+    load = when.get("load_average")
+    load_text = "" if load is None else f", 1-minute load average at start {load:.1f}"
+    return (
+        f" Measured {when['date']} at commit {when['commit']}{load_text} "
+        "(`python -m benchmarks.run --int8-only`), after the rest of this page."
+    )
 
 
 def _measured(results: dict, runtime: str) -> bool:

@@ -177,8 +177,43 @@ def measure_grid(
     return points
 
 
+def earlier_parts(rows: Sequence[dict]) -> str:
+    """The ``rows`` measured at another time than their table (``measured``), by date:
+    ``LSTM hidden 32/64, RNN hidden 32: 2026-12-06, commit a`` (empty: none)."""
+    by_date: dict[str, dict[str, set[int]]] = {}
+    for row in rows:
+        if row.get("measured"):
+            ops = by_date.setdefault(row["measured"], {})
+            ops.setdefault(row["op"], set()).add(row["hidden"])
+    return "; ".join(
+        ", ".join(f"{op} hidden {'/'.join(map(str, sorted(h)))}" for op, h in sorted(ops.items()))
+        + f": {date}"
+        for date, ops in sorted(by_date.items())
+    )
+
+
+def kept_rows(table: dict | None, measured: set[tuple]) -> list[dict]:
+    """``table``'s rows not ``measured`` again (keys :func:`row_key`), each with when it was
+    measured (``measured``: the table's date where the row has none)."""
+    if not table:
+        return []
+    date = table.get("measured", "")
+    if "commit" in table.get("versions", {}):
+        date += f", commit {table['versions']['commit']}"
+    return [
+        {**r, "measured": r.get("measured") or date}
+        for r in table["points"]
+        if row_key(r) not in measured
+    ]
+
+
+def row_key(row: dict) -> tuple:
+    """A table row's cell and runtime: ``(op, hidden, seq, batch, runtime key)``."""
+    return (row["op"], row["hidden"], row["seq"], row["batch"], row["runtime"])
+
+
 def render(case: Case, points: list[Point], header: dict[str, str]) -> str:
-    names = sorted({p.runtime for p in points}, key=lambda n: n != "onnxruntime")
+    names = [name for name in _RUNTIME_KEYS if name in {p.runtime for p in points}]
     slower = [p for p in points if p.low > NOISE]
     lines = [
         f"# {case.title}",
@@ -236,6 +271,11 @@ def main(case: Case, argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--table", type=pathlib.Path, default=None, help="the cost table to write (a form's)"
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the table's points not measured again (each saying when it was measured)",
+    )
     args = parser.parse_args(argv)
     if case.form is not None and args.table is None and not args.quick:
         args.table = ROOT / "src" / "rnn_rewrite_rules" / "costs" / f"{case.form}.json"
@@ -248,11 +288,21 @@ def main(case: Case, argv: list[str] | None = None) -> int:
     today = datetime.date.today().isoformat()
     header = {"commit": report.git_commit(), "date": today, **versions()}
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
+    old = None
+    if args.keep and args.table is not None and args.table.exists():
+        old = json.loads(args.table.read_text())
+    data = table(case, points, header, runs) if case.form is not None else {"points": []}
+    kept = kept_rows(old, {row_key(r) for r in data["points"]})
+    if kept:
+        parts = earlier_parts(kept)
+        case = dataclasses.replace(
+            case, description=f"{case.description}\nRows kept from an earlier run: {parts}."
+        )
+        points = [*points, *map(point_of_row, kept)]
     args.out.write_text(render(case, points, header))
     print(f"wrote {args.out}")
     if args.table is not None:
-        assert case.form is not None
-        data = table(case, points, header, runs)
+        data["points"] = kept + data["points"]
         args.table.write_text(json.dumps(data, indent=1) + "\n")
         print(f"wrote {args.table}")
     return 0
@@ -260,6 +310,15 @@ def main(case: Case, argv: list[str] | None = None) -> int:
 
 #: The harness's runtime names -> the cost table's keys (``costs.RUNTIMES``).
 _RUNTIME_KEYS = {"onnxruntime": "ort", "OpenVINO": "openvino", "tract": "tract"}
+#: The cost table's keys -> the harness's runtime names.
+RUNTIME_NAMES = {key: name for name, key in _RUNTIME_KEYS.items()}
+
+
+def point_of_row(row: dict) -> Point:
+    """A cost table's row as the page's point."""
+    name = RUNTIME_NAMES[row["runtime"]]
+    return Point(row["op"], row["hidden"], row["seq"], name, row["ratio"], row["low"],
+                 row["high"], row["batch"])  # fmt: skip
 
 
 def median_of_runs(runs: list[list[Point]]) -> list[Point]:

@@ -4,6 +4,7 @@
     python -m benchmarks.run --quick         # two tiny models, seconds, into --out-dir
     python -m benchmarks.run --models seed gru3bi-h64 --variants ours onnxsim
     python -m benchmarks.run --from-json benchmarks/results.json   # re-render only
+    python -m benchmarks.run --int8-only     # the int8 section measured again, the rest kept
 
 For every model and variant: node count, runtime Shape chain, folded weights, dynamic axes
 (checked by running at other sizes), max abs diff vs PyTorch, ONNX Runtime latency at one
@@ -219,6 +220,26 @@ def _bench_int8(prepared, serialized, settings, log) -> dict:
     return result
 
 
+def remeasure_int8(results: dict, source: str, settings: Settings, log) -> None:
+    """The int8 section of ``results`` measured again in place (:func:`_bench_int8` on each
+    model's original and ``ours`` as this commit rewrites it), the rest kept;
+    ``results["int8_measured"]`` says when and at which commit."""
+    chosen = {m["model"] for m in results["models"] if m.get("int8")}
+    specs = [spec for spec in models.select(None) if spec.name in chosen]
+    by_name = {m["model"]: m for m in results["models"]}
+    for spec in specs:
+        log(f"{spec.name}: int8 ({source})")
+        prepared = models.prepare(spec, by_name[spec.name].get("source", source))
+        serialized = {}
+        for name in ("original", "ours"):
+            result = variants.apply_variant(name, prepared.model)
+            assert result.model is not None, f"{spec.name} {name}: {result.error}"
+            serialized[name] = result.model.SerializeToString()
+        by_name[spec.name]["int8"] = _bench_int8(prepared, serialized, settings, log)
+    environment = report.environment()
+    results["int8_measured"] = {k: environment[k] for k in ("date", "commit", "load_average")}
+
+
 def _bench_openvino(prepared, rows, serialized, settings, log) -> None:
     """OpenVINO: outputs vs PyTorch (and at other sizes), then compile time and latency of
     the variants whose outputs are right."""
@@ -339,6 +360,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-overhead", action="store_true", help="skip the optimize() overhead")
     parser.add_argument("--out-dir", type=pathlib.Path, help="write benchmarks.md/.png/.json here")
     parser.add_argument("--from-json", type=pathlib.Path, help="only re-render these results")
+    parser.add_argument(
+        "--int8-only",
+        action="store_true",
+        help="measure the int8 section of --from-json (default benchmarks/results.json) again, "
+        "keep the rest, write both back",
+    )
     return parser.parse_args(argv)
 
 
@@ -353,15 +380,22 @@ def main(argv: list[str] | None = None) -> int:
     if out_dir is None:
         raise SystemExit("--quick writes nowhere by default: pass --out-dir")
     out_dir.mkdir(parents=True, exist_ok=True)
-    if args.from_json:
-        results = json.loads(args.from_json.read_text())
-        report.write(results, out_dir)
-        return 0
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     settings = Settings.quick() if args.quick else Settings()
+    if args.int8_only:
+        path = args.from_json or ROOT / "benchmarks" / "results.json"
+        results = json.loads(path.read_text())
+        remeasure_int8(results, args.source, settings, log)
+        path.write_text(json.dumps(results, indent=1))
+        report.write(results, out_dir)
+        return 0
+    if args.from_json:
+        results = json.loads(args.from_json.read_text())
+        report.write(results, out_dir)
+        return 0
     names = variants.parse_variants(args.variants)
     specs = models.select(args.models, quick=args.quick)
     use_tract = not args.no_tract and measure.tract_available()

@@ -415,6 +415,37 @@ def test_the_table_of_several_runs_is_their_per_point_median() -> None:
     assert set(data["methods"]) == {"builder", "x"}
 
 
+def test_runs_of_new_sizes_merged_into_a_table_keep_its_points_and_say_when() -> None:
+    """Runs measuring hidden 8 alone, merged into a table of hidden 64 measured earlier
+    another way: the hidden 64 points stay with their date, the page names both dates and
+    both methods."""
+
+    def table(hidden: int, ratio: float, date: str, method: str) -> dict:
+        point = dataclasses.asdict(_point("ort", hidden, 1, 1, ratio))
+        del point["measured"]
+        return {"points": [point], "versions": {}, "measured": date, "noise": 0.05,
+                "methods": {"builder": method}}  # fmt: skip
+
+    into = table(64, 0.5, "2026-12-06", "old way")
+    runs = [table(8, r, "2026-12-07", "new way") for r in (0.7, 0.6, 0.8)]
+    data = cost_grid.median_of(runs, into)
+    points = {p.hidden: p for p in costs.CostTable.from_json(data).points}
+    assert points[64].ratio == 0.5 and points[64].measured == "2026-12-06"
+    assert points[8].ratio == 0.7 and points[8].measured == ""
+    assert data["measured"] == "2026-12-07"
+    assert data["methods"] == {
+        "builder": "old way",
+        "builder, 2026-12-07": "median of 3 independent runs, each: new way",
+    }
+    page = cost_grid.render(data)
+    assert "Measured 2026-12-06: builder hidden 64; 2026-12-07: builder hidden 8, with" in page
+    assert "`builder, 2026-12-07`: median of 3 independent runs, each: new way" in page
+    # hidden 64 measured again: each part its own date
+    again = cost_grid.median_of([table(64, 0.4, "2026-12-08", "new way")] * 3, data)
+    assert cost_grid.when(again) == "2026-12-07: builder hidden 8; 2026-12-08: builder hidden 64"
+    assert cost_grid.when(cost_grid.median_of(runs)) == "2026-12-07"
+
+
 def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() -> None:
     """Each form measured by a grid of its own (``costs.FORM_TABLES``) has its table beside
     the main one, written by the command named, on both timed runtimes of its grid."""
@@ -433,6 +464,8 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
     grids = {
         form: (case.ops, case.hiddens, case.seqs, case.batches) for form, case in cases.items()
     }
+    broadcast = grids["one_step_broadcast"]
+    grids["one_step_broadcast"] = (one_step_costs.BROADCAST_OPS, *broadcast[1:])
     exact = exact_zero_step_costs
     grids["exact_zero_step"] = (tuple(exact.FILES), (exact.HIDDEN,), exact.SEQS, exact.BATCHES)
     #: the exact guard's grid times both ONNX Runtime levels (its Loops' shapes differ by them)

@@ -80,21 +80,34 @@ def test_an_unrolled_keras_lstm_stays_unrolled_where_the_table_says_slower() -> 
     assert op_counts(rnn_rewrite_rules.rewrite(original))["LSTM"] == 0
 
 
-@pytest.mark.parametrize(
-    ("target", "reason"),
-    [
-        ("portable", "re-roll kept unrolled: rten has no RNN op (target 'portable')"),
-        ("onnxruntime", "re-roll kept unrolled: hidden 8, seq 5, batch symbolic: ONNX Runtime's"),
-    ],
-)
-def test_an_unrolled_keras_simplernn_is_found_and_kept_by_the_cost_table(
-    target: str, reason: str
-) -> None:
-    """SimpleRNN: the chain is proven (the report says why it stays), and kept."""
+def test_an_unrolled_keras_simplernn_is_found_and_kept_on_portable() -> None:
+    """SimpleRNN on portable: the chain is proven (the report says why it stays), and kept."""
     original = _load("simplernn")
-    found = refusal_reasons([RerollCell.rule("RNN", target)], original)
-    assert any(r.startswith(reason) for r in found), found
-    assert op_counts(rnn_rewrite_rules.rewrite(original, target=target))["RNN"] == 0
+    found = refusal_reasons([RerollCell.rule("RNN", "portable")], original)
+    reason = "re-roll kept unrolled: rten has no RNN op (target 'portable')"
+    assert reason in found, found
+    assert op_counts(rnn_rewrite_rules.rewrite(original))["RNN"] == 0
+
+
+def test_an_unrolled_keras_simplernn_becomes_one_rnn_on_onnxruntime_by_the_table() -> None:
+    """Hidden 8, seq 5, symbolic batch: ONNX Runtime's RNN kernel measured no slower at
+    hidden 8, seq 1 and 16, batch 1 and 5 (costs/measured.json), so the table lets it fire."""
+    original = _load("simplernn")
+    rewritten = rnn_rewrite_rules.rewrite(original, target="onnxruntime")
+    assert op_counts(rewritten)["RNN"] == 1 and len(rewritten.graph.node) == 4
+    _assert_same_outputs(original, rewritten)
+
+
+def test_an_unrolled_keras_simplernn_is_kept_where_the_table_has_no_hidden_8() -> None:
+    """The table without its hidden-8 points: hidden 64 stands in, where ONNX Runtime's RNN
+    kernel is slower at seq 128 batch 5 next to hidden 256's slowdown, and the chain stays."""
+    table = costs.load()
+    context = costs.Context(table=costs.CostTable([p for p in table.points if p.hidden != 8], {}))
+    rewritten = rnn_rewrite_rules.rewrite(_load("simplernn"), target="onnxruntime", context=context)
+    assert op_counts(rewritten)["RNN"] == 0
+    reasons = [d.reason for d in context.declined]
+    prefix = "re-roll kept unrolled: hidden 8, seq 5, batch symbolic: ONNX Runtime's RNN kernel"
+    assert any(r.startswith(prefix) and "measured hidden 64" in r for r in reasons), reasons
 
 
 def test_an_unrolled_keras_simplernn_becomes_one_rnn_where_the_cost_allows() -> None:

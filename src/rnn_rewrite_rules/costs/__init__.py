@@ -142,6 +142,8 @@ class Point:
     repeats: tuple[float, ...] = ()
     #: the original's best seconds per call, in microseconds (0: not recorded)
     original_us: float = 0.0
+    #: the date it was measured, where not the table's (a point merged in later)
+    measured: str = ""
 
     @property
     def kept(self) -> tuple[float, ...]:
