@@ -19,6 +19,7 @@ from rnn_rewrite_rules._rnn_ops import is_rule_made
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell, cell_inputs
+from tests.support import direction, recurrent_nodes
 
 _GO_BACKWARDS = [
     LoopSpec(direction="reverse", outputs=("y", "h", "c")),
@@ -36,12 +37,8 @@ def _rewrite(model: onnx.ModelProto, target: str | None = None) -> onnx.ModelPro
     return rnn_rewrite_rules.rewrite(model, target=target, context=costs.Context(ignore=True))
 
 
-def _direction(node: onnx.NodeProto) -> bytes:
-    return next((a.s for a in node.attribute if a.name == "direction"), b"forward")
-
-
 def _directions(model: onnx.ModelProto) -> list[bytes]:
-    return [_direction(n) for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+    return [direction(n) for n in recurrent_nodes(model)]
 
 
 def _assert_same(before: onnx.ModelProto, after: onnx.ModelProto, feeds: dict) -> None:
@@ -183,7 +180,7 @@ def test_a_models_own_unnamed_reverse_node_re_emitted_by_weight_folding_stays_re
     model = _unnamed_reverse_gru_with_reordered_weights()
     after = _rewrite(model)
     (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
-    assert _direction(node) == b"reverse"
+    assert direction(node) == b"reverse"
     assert len(after.graph.node) == 1, "weight_folding re-emitted the node"
     assert set(node.input[1:3]).isdisjoint({"W", "R", "W_reordered", "R_reordered"})
     # no size 0: ONNX Runtime aborts on a GRU there, and onnx.reference fails on the original
@@ -227,7 +224,7 @@ def test_a_reverse_node_in_a_guard_branch_is_made_forward() -> None:
     onnx.checker.check_model(after, full_check=True)
     branches = [a.g for n in after.graph.node for a in n.attribute if a.g.node]
     recurrent = [n for g in branches for n in g.node if n.op_type == "LSTM"]
-    assert [_direction(n) for n in recurrent] == [b"forward"]
+    assert [direction(n) for n in recurrent] == [b"forward"]
     for seed, (batch, seq) in enumerate([(1, spec.steps), (3, spec.steps + 2)]):
         _assert_same(model, after, loop_inputs(spec, batch, seq, seed=seed))
 
