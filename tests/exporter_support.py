@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
+import functools
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -11,8 +15,9 @@ import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
-from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules import RewriteOptions, runtime
 from rnn_rewrite_rules.rules.initial_state import explicit_zero_form
+from rnn_rewrite_rules.rules.loop_scan import EXACT_BRANCH
 from rnn_rewrite_rules.shape import ShapeProver
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, exporter_inputs
 from tests.support import apply
@@ -23,25 +28,60 @@ SIZES: tuple[tuple[int, int], ...] = ((1, 1), (3, 5), (7, 2))
 RNN_OP_TYPES = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
 
 
-def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and of its subgraphs, depth first."""
+def all_nodes(graph: onnx.GraphProto, exact: bool = True) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs, depth first; ``exact=False``: not
+    those of an exact zero-step branch (``loop_scan``: a Loop kept as written where it
+    runs no step)."""
     for node in graph.node:
         yield node
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                yield from all_nodes(attr.g)
+                if exact or not attr.g.name.endswith(EXACT_BRANCH):
+                    yield from all_nodes(attr.g, exact)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
-                    yield from all_nodes(g)
+                    yield from all_nodes(g, exact)
 
 
 def rnn_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [n for n in all_nodes(model.graph) if n.op_type in RNN_OP_TYPES]
 
 
-def all_op_counts(model: onnx.ModelProto) -> collections.Counter[str]:
-    """Op counts over the main graph and every subgraph."""
-    return collections.Counter(n.op_type for n in all_nodes(model.graph))
+def all_op_counts(model: onnx.ModelProto, exact: bool = True) -> collections.Counter[str]:
+    """Op counts over the main graph and every subgraph (``exact``: see ``all_nodes``)."""
+    return collections.Counter(n.op_type for n in all_nodes(model.graph, exact))
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRewrite:
+    """What ``rewrite_file(path, out)`` did: its ``report`` (a NoRecurrence's too), the
+    model it wrote (None: none), and ``error``, what it raised other than NoRecurrence."""
+
+    report: rnn_rewrite_rules.Report | None
+    written: onnx.ModelProto | None
+    error: Exception | None = None
+
+    @property
+    def refused(self) -> bool:
+        """NoRecurrence: the model has no recurrence to rewrite."""
+        return self.report is not None and self.report.found_no_recurrence
+
+
+@functools.cache
+def rewrite_file_once(path: Path, target: str | None = None) -> FileRewrite:
+    """``rewrite_file(path, out, RewriteOptions(target=target, hazards=False))``, once per
+    file and target in a process (an xdist worker): tests/test_exporter_files.py checks
+    the model written, tests/test_exporter_table.py docs/exporters.md's row of the report."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch, "out.onnx")
+        options = RewriteOptions(target=target, hazards=False)
+        try:
+            report = rnn_rewrite_rules.rewrite_file(path, out, options)
+        except rnn_rewrite_rules.NoRecurrence as nothing:
+            report = nothing.report
+        except Exception as error:  # the tests say what it means for the file
+            return FileRewrite(None, None, error)
+        return FileRewrite(report, onnx.load(out) if out.exists() else None)
 
 
 def has_layout1(model: onnx.ModelProto) -> bool:

@@ -1,6 +1,6 @@
 """Builders: hand-built bidirectional stacks (and a lone reversed half) of a streaming model,
 each direction's state a graph input and its new state a graph output (the per-call state in
-and out).
+and out); and the checks their tests share (:func:`rewrite_checked`, :func:`assert_same`).
 
 ``x [T, F]`` is made ``[T, 1, F]`` by ``Unsqueeze(x, [1])``; each layer's forward half
 reads it, the backward half a negative-step ``Slice`` of it (time reversed), whose ``Y`` is
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+
+import rnn_rewrite_rules
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 NEAR_MISSES = ("cycle", "one_peephole", "y_read")
@@ -245,3 +248,34 @@ def lone_reversed_half(
     model.ir_version = 10
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+#: The lengths :func:`assert_same` runs at (and 0).
+STEPS = (1, 3, 7)
+
+
+def rewrite_checked(model: onnx.ModelProto, target: str | None = None) -> onnx.ModelProto:
+    """``rewrite(model, target=target)``, checked, and equal to rewriting it again."""
+    after = rnn_rewrite_rules.rewrite(model, target=target)
+    onnx.checker.check_model(after, full_check=True)
+    again = rnn_rewrite_rules.rewrite(after, target=target)
+    assert again.graph == after.graph, "rewriting twice differs from once"
+    return after
+
+
+def run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return ort.InferenceSession(model.SerializeToString()).run(None, inputs)
+
+
+def assert_same(before: onnx.ModelProto, after: onnx.ModelProto, op_type: str) -> None:
+    """Equal outputs in ONNX Runtime at each of :data:`STEPS`; at length 0 (not a GRU:
+    ONNX Runtime aborts on it) ``y``'s shape only, ``[0, ...]`` (ONNX Runtime leaves
+    ``Y_h``/``Y_c`` uninitialised there, the original's too)."""
+    for seed, steps in enumerate(STEPS):
+        inputs = feeds(before, steps, seed)
+        for a, b in zip(run(before, inputs), run(after, inputs), strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    if op_type != "GRU":
+        inputs = feeds(before, 0)
+        shape = run(before, inputs)[0].shape
+        assert run(after, inputs)[0].shape == shape and shape[0] == 0

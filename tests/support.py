@@ -1,5 +1,6 @@
-"""Test helpers: equivalence in ONNX Runtime at several sizes, op counts, rule application,
-and running the ``rnn-rewrite`` command in a subprocess."""
+"""Test helpers: equivalence in ONNX Runtime at several sizes, op counts, recurrent nodes
+and their directions, rule application, and running the ``rnn-rewrite`` command in a
+subprocess."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
 from onnxscript.rewriter import RewriteRuleSet
 from tools.mutation.order import mutant_under_test
 
@@ -50,6 +52,40 @@ def without_a_runtime(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.output.append(onnx.helper.make_tensor_value_info("opaque", onnx.TensorProto.FLOAT, ["n"]))
     result.opset_import.append(onnx.helper.make_opsetid(NO_RUNTIME_DOMAIN, 1))
     return result
+
+
+def layout1_model() -> onnx.ModelProto:
+    """A batch-first LSTM that ONNX Runtime's CPU kernels reject."""
+    rng = np.random.default_rng(0)
+    hidden, size = 4, 3
+    w = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, size)).astype(np.float32), "W")
+    r = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, hidden)).astype(np.float32), "R")
+    node = helper.make_node(
+        "LSTM", ["x", "W", "R"], ["y", "y_h"], hidden_size=hidden, layout=1, name="lstm_bf"
+    )
+    graph = helper.make_graph(
+        [node],
+        "batch_first",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", size])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1, hidden]),
+            helper.make_tensor_value_info("y_h", TensorProto.FLOAT, ["batch", 1, hidden]),
+        ],
+        [w, r],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    return model
+
+
+def recurrent_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The main graph's ``LSTM``, ``GRU`` and ``RNN`` nodes, in graph order."""
+    return [n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+
+
+def direction(node: onnx.NodeProto) -> bytes:
+    """A recurrent node's ``direction`` attribute (``b"forward"`` where absent)."""
+    return next((a.s for a in node.attribute if a.name == "direction"), b"forward")
 
 
 def op_counts(model: onnx.ModelProto | ir.Model) -> collections.Counter[str]:

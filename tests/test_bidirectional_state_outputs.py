@@ -5,51 +5,16 @@ from __future__ import annotations
 
 import collections
 
-import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 
-import rnn_rewrite_rules
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules import rules as select_rules
 from rnn_rewrite_rules._api import _RefusalTracer
-from tests.hand_built_stacks import feeds, hand_built_stack
+from tests.hand_built_stacks import assert_same, hand_built_stack, rewrite_checked
 from tests.reasons import refusal_reasons
-
-STEPS = (1, 3, 7)
-
-
-def _rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
-    after = rnn_rewrite_rules.rewrite(model)
-    onnx.checker.check_model(after, full_check=True)
-    again = rnn_rewrite_rules.rewrite(after)
-    assert again.graph == after.graph, "rewriting twice differs from once"
-    return after
-
-
-def _run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ort.InferenceSession(model.SerializeToString()).run(None, inputs)
-
-
-def _assert_equal(before: onnx.ModelProto, after: onnx.ModelProto, op_type: str) -> None:
-    for seed, steps in enumerate(STEPS):
-        inputs = feeds(before, steps, seed)
-        for a, b in zip(_run(before, inputs), _run(after, inputs), strict=True):
-            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-    if op_type != "GRU":  # ORT aborts on a GRU at seq 0
-        # at seq 0 ORT leaves Y_h/Y_c uninitialised (the original's too): y only
-        inputs = feeds(before, 0)
-        assert _run(after, inputs)[0].shape == _run(before, inputs)[0].shape == (0, 6)
-
-
-def _rnn_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
-
-
-def _direction(node: onnx.NodeProto) -> bytes:
-    return next((a.s for a in node.attribute if a.name == "direction"), b"forward")
+from tests.support import direction, recurrent_nodes
 
 
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
@@ -57,34 +22,34 @@ def _direction(node: onnx.NodeProto) -> bytes:
 @pytest.mark.parametrize("state_out", ["squeezed", "raw"])
 def test_stack_is_one_bidirectional_node_per_layer(op_type, y_form, state_out) -> None:
     before = hand_built_stack(op_type, y_form=y_form, state_out=state_out)
-    after = _rewrite(before)
-    nodes = _rnn_nodes(after)
-    assert [_direction(n) for n in nodes] == [b"bidirectional"] * 3
+    after = rewrite_checked(before)
+    nodes = recurrent_nodes(after)
+    assert [direction(n) for n in nodes] == [b"bidirectional"] * 3
     assert [n.name for n in nodes] == [f"l{i}_f_{op_type.lower()}" for i in range(3)]
     counts = collections.Counter(n.op_type for n in after.graph.node)
     assert counts["Slice"] == 0 and counts["Split"] == 3 * (2 if op_type == "LSTM" else 1)
     assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
     assert [o.type for o in after.graph.output] == [o.type for o in before.graph.output]
     assert len(after.graph.node) < len(before.graph.node)
-    _assert_equal(before, after, op_type)
+    assert_same(before, after, op_type)
 
 
 def test_peepholes_are_stacked_per_direction() -> None:
     before = hand_built_stack("LSTM")
-    after = _rewrite(before)
+    after = rewrite_checked(before)
     initializers = {t.name: t for t in after.graph.initializer}
-    for node in _rnn_nodes(after):
+    for node in recurrent_nodes(after):
         p = onnx.numpy_helper.to_array(initializers[node.input[7]])
         assert p.shape == (2, 9)
-    _assert_equal(before, after, "LSTM")
+    assert_same(before, after, "LSTM")
 
 
 def test_unread_states_need_no_split() -> None:
     before = hand_built_stack("LSTM", state_out="none")
-    after = _rewrite(before)
+    after = rewrite_checked(before)
     counts = collections.Counter(n.op_type for n in after.graph.node)
     assert counts["LSTM"] == 3 and counts["Split"] == 0
-    _assert_equal(before, after, "LSTM")
+    assert_same(before, after, "LSTM")
 
 
 @pytest.mark.parametrize(
@@ -99,11 +64,11 @@ def test_near_misses_keep_layer_0(near_miss: str, reason: str) -> None:
     before = hand_built_stack("LSTM", near_miss=near_miss)
     found = refusal_reasons(select_rules(["bidirectional"]).rules, before)
     assert any(reason in r for r in found), found
-    after = _rewrite(before)
-    directions = [_direction(n) for n in _rnn_nodes(after)]
+    after = rewrite_checked(before)
+    directions = [direction(n) for n in recurrent_nodes(after)]
     # layer 0 stays two forward halves; layers 1 and 2 merge
     assert directions == [b"forward", b"forward", b"bidirectional", b"bidirectional"]
-    _assert_equal(before, after, "LSTM")
+    assert_same(before, after, "LSTM")
 
 
 def test_a_dry_run_changes_nothing() -> None:

@@ -33,6 +33,7 @@ from tests.support import (
     BASE_ENV,
     assert_equivalent,
     assert_one_line_error,
+    layout1_model,
     leftovers,
     op_counts,
     run,
@@ -47,30 +48,6 @@ def in_process(code: int, capsys) -> subprocess.CompletedProcess:
     """main()'s result in the shape of a subprocess'."""
     captured = capsys.readouterr()
     return subprocess.CompletedProcess([], code, captured.out, captured.err)
-
-
-def layout1_model() -> onnx.ModelProto:
-    """A batch-first LSTM that ONNX Runtime's CPU kernels reject."""
-    rng = np.random.default_rng(0)
-    hidden, size = 4, 3
-    w = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, size)).astype(np.float32), "W")
-    r = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, hidden)).astype(np.float32), "R")
-    node = helper.make_node(
-        "LSTM", ["x", "W", "R"], ["y", "y_h"], hidden_size=hidden, layout=1, name="lstm_bf"
-    )
-    graph = helper.make_graph(
-        [node],
-        "batch_first",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", size])],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1, hidden]),
-            helper.make_tensor_value_info("y_h", TensorProto.FLOAT, ["batch", 1, hidden]),
-        ],
-        [w, r],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    return model
 
 
 def frozen_model() -> onnx.ModelProto:

@@ -16,12 +16,10 @@ still fail on the original.
 
 from __future__ import annotations
 
-import collections
 import functools
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +29,9 @@ from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
-from rnn_rewrite_rules.rules.loop_scan import EXACT_BRANCH
 from tests.exporter_files import DATA, ExporterFile, exporter_files, load_manifests, make_feeds
 from tests.exporter_files import size_plans as plans_of
+from tests.exporter_support import all_op_counts, rewrite_file_once
 
 FILES = exporter_files()
 RUNNABLE = [f for f in FILES if f.expect != "invalid"]
@@ -46,23 +44,6 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def _ids(files: list[ExporterFile]) -> list[str]:
     return [f.id for f in files]
-
-
-def _nodes(graph: onnx.GraphProto, exact: bool = True) -> Iterator[onnx.NodeProto]:
-    """Every node of ``graph`` and its subgraphs; ``exact=False``: not those of an exact
-    zero-step branch (``loop_scan``: a Loop kept as written where it runs no step)."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            kept = attr.type == onnx.AttributeProto.GRAPH and attr.g.name.endswith(EXACT_BRANCH)
-            if attr.type == onnx.AttributeProto.GRAPH and (exact or not kept):
-                yield from _nodes(attr.g, exact)
-            for g in attr.graphs:
-                yield from _nodes(g, exact)
-
-
-def _op_counts(model: onnx.ModelProto, exact: bool = True) -> collections.Counter[str]:
-    return collections.Counter(n.op_type for n in _nodes(model.graph, exact))
 
 
 @functools.cache
@@ -124,7 +105,7 @@ class _Runner:
 
     def __init__(self, model: onnx.ModelProto) -> None:
         self.model = model
-        self.aborts_at_zero = any(op in _op_counts(model) for op in ABORTS_AT_ZERO)
+        self.aborts_at_zero = any(op in all_op_counts(model) for op in ABORTS_AT_ZERO)
         self._session = None
 
     def reference(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -213,8 +194,8 @@ def test_rewrite_keeps_outputs_at_every_size(file: ExporterFile) -> None:
     onnx.checker.check_model(original)
     rewritten = _rewritten(file.path)
     onnx.checker.check_model(rewritten)
-    before, after = _op_counts(original), _op_counts(rewritten)
-    outside = _op_counts(rewritten, exact=False).total()
+    before, after = all_op_counts(original), all_op_counts(rewritten)
+    outside = all_op_counts(rewritten, exact=False).total()
     assert outside <= before.total(), f"{before.total()} -> {outside} nodes (exact branches aside)"
     if file.expect.startswith("refuse"):
         kept = {op: (before[op], after[op]) for op in RECURRENT if before[op] or after[op]}
@@ -264,15 +245,17 @@ def test_rewrite_keeps_outputs_at_every_size(file: ExporterFile) -> None:
     assert ran >= 2 if set(file.roles()) - file.frozen else ran >= 1
 
 
-@pytest.mark.parametrize("file", RUNNABLE, ids=str)
-def test_rewrite_file_writes_a_valid_model_or_refuses(file: ExporterFile, tmp_path: Path) -> None:
+@pytest.mark.parametrize("file", RUNNABLE, ids=_ids(RUNNABLE))
+def test_rewrite_file_writes_a_valid_model_or_refuses(file: ExporterFile) -> None:
     """The file path (normalisation, rules, the journal's undo, cleanup, the checker) on
-    each file: a checked model written, or NoRecurrence; never InvalidResult (a jax2onnx
-    one-step LSTM lost its Gemm bias initializer when the undone Gemm came back)."""
-    out = tmp_path / "out.onnx"
-    try:
-        rnn_rewrite_rules.rewrite_file(file.path, out)
-    except rnn_rewrite_rules.NoRecurrence:
-        assert not out.exists()
+    each file: a checked model written, or NoRecurrence and nothing written; never
+    InvalidResult (a jax2onnx one-step LSTM lost its Gemm bias initializer when the undone
+    Gemm came back). The rewrite is shared with tests/test_exporter_table.py."""
+    done = rewrite_file_once(file.path)
+    if done.error is not None:
+        raise done.error
+    if done.refused:
+        assert done.written is None
         return
-    onnx.checker.check_model(onnx.load(out), full_check=True)
+    assert done.written is not None
+    onnx.checker.check_model(done.written, full_check=True)

@@ -25,6 +25,7 @@ from rnn_rewrite_rules.testing.fuzz.oracles import check_case, plans
 from rnn_rewrite_rules.testing.fuzz.surroundings import convert_element_type
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from tests.reasons import refusal_reasons
+from tests.support import recurrent_nodes
 
 pytestmark = pytest.mark.fuzz
 
@@ -33,10 +34,6 @@ F32 = TensorProto.FLOAT
 
 def _failures(model: onnx.ModelProto, fixed: dict[str, np.ndarray] | None = None) -> list[str]:
     return [str(f) for f in check_case(Case(model, fixed=fixed or {})).failures]
-
-
-def _rnn_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
 
 
 def _bidirectional(op_type: str = "LSTM", **kwargs) -> onnx.ModelProto:
@@ -64,7 +61,9 @@ def test_float64_rnn_chain_runs_where_the_original_runs() -> None:
 @pytest.mark.parametrize("reverse_node", [False, True], ids=["reversed_input", "reverse_node"])
 def test_merged_halves_keep_each_activation_alpha(reverse_node: bool) -> None:
     model = _bidirectional("LSTM", reverse_node=reverse_node)
-    for alphas, node in zip(([0.3, 1.5, 2.0], [2.0, 1.5, 0.3]), _rnn_nodes(model), strict=True):
+    for alphas, node in zip(
+        ([0.3, 1.5, 2.0], [2.0, 1.5, 0.3]), recurrent_nodes(model), strict=True
+    ):
         # one alpha per activation: ONNX Runtime gives LeakyRelu the first, the rest go unused
         node.attribute.append(
             helper.make_attribute("activations", ["Sigmoid", "LeakyRelu", "Tanh"])
@@ -78,7 +77,7 @@ def test_merged_halves_keep_each_activation_alpha(reverse_node: bool) -> None:
 
 def test_missing_bias_next_to_an_infinite_bias_input() -> None:
     model = _bidirectional("GRU", reverse_node=True)
-    forward, backward = sorted(_rnn_nodes(model), key=lambda n: "reverse" in str(n.attribute))
+    forward, backward = sorted(recurrent_nodes(model), key=lambda n: "reverse" in str(n.attribute))
     del forward.input[3:]
     bias = next(t for t in model.graph.initializer if t.name == backward.input[3])
     array = numpy_helper.to_array(bias).copy()

@@ -8,79 +8,47 @@ import collections
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import rules as select_rules
-from tests.hand_built_stacks import feeds, lone_reversed_half
+from tests.hand_built_stacks import assert_same, feeds, lone_reversed_half, rewrite_checked, run
 from tests.reasons import refusal_reasons
+from tests.support import direction, recurrent_nodes
 
-STEPS = (1, 3, 7)
-
-
-def _rewrite(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Target ``onnxruntime``: ``portable`` emits no reverse node (tract runs it forward)."""
-    after = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
-    onnx.checker.check_model(after, full_check=True)
-    again = rnn_rewrite_rules.rewrite(after, target="onnxruntime")
-    assert again.graph == after.graph, "rewriting twice differs from once"
-    return after
-
-
-def _run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return ort.InferenceSession(model.SerializeToString()).run(None, inputs)
-
-
-def _assert_equal(before: onnx.ModelProto, after: onnx.ModelProto, op_type: str) -> None:
-    for seed, steps in enumerate(STEPS):
-        inputs = feeds(before, steps, seed)
-        for a, b in zip(_run(before, inputs), _run(after, inputs), strict=True):
-            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
-    if op_type != "GRU":  # ORT aborts on a GRU at seq 0
-        # at seq 0 ORT leaves Y_h/Y_c uninitialised (the original's too): y only
-        inputs = feeds(before, 0)
-        shape = _run(before, inputs)[0].shape
-        assert _run(after, inputs)[0].shape == shape and shape[0] == 0
-
-
-def _rnn_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
-
-
-def _direction(node: onnx.NodeProto) -> bytes:
-    return next((a.s for a in node.attribute if a.name == "direction"), b"forward")
+#: ``portable`` emits no reverse node (tract runs it forward).
+TARGET = "onnxruntime"
 
 
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("state_out", ["squeezed", "raw"])
 def test_lone_half_is_one_reverse_node_with_its_states(op_type: str, state_out: str) -> None:
     before = lone_reversed_half(op_type, state_out=state_out)
-    after = _rewrite(before)
-    (node,) = _rnn_nodes(after)
-    assert _direction(node) == b"reverse" and node.name == f"b_{op_type.lower()}"
+    after = rewrite_checked(before, TARGET)
+    (node,) = recurrent_nodes(after)
+    assert direction(node) == b"reverse" and node.name == f"b_{op_type.lower()}"
     assert node.input[0] == "x3"  # the unreversed input
     counts = collections.Counter(n.op_type for n in after.graph.node)
     assert counts["Slice"] == 0 and counts["Split"] == 0
     assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
     assert [o.type for o in after.graph.output] == [o.type for o in before.graph.output]
     assert len(after.graph.node) == len(before.graph.node) - 2
-    _assert_equal(before, after, op_type)
+    assert_same(before, after, op_type)
 
 
 def test_lone_half_keeps_its_peepholes() -> None:
     before = lone_reversed_half("LSTM")
-    after = _rewrite(before)
-    (node,) = _rnn_nodes(after)
+    after = rewrite_checked(before, TARGET)
+    (node,) = recurrent_nodes(after)
     assert node.input[7] == "P"
-    _assert_equal(before, after, "LSTM")
+    assert_same(before, after, "LSTM")
 
 
 def test_unread_states_still_merge() -> None:
     before = lone_reversed_half("GRU", state_out="none")
-    after = _rewrite(before)
-    assert [_direction(n) for n in _rnn_nodes(after)] == [b"reverse"]
-    _assert_equal(before, after, "GRU")
+    after = rewrite_checked(before, TARGET)
+    assert [direction(n) for n in recurrent_nodes(after)] == [b"reverse"]
+    assert_same(before, after, "GRU")
 
 
 @pytest.mark.parametrize(
@@ -95,10 +63,10 @@ def test_near_misses_stay_forward(near_miss: str, reason: str) -> None:
     before = lone_reversed_half("LSTM", near_miss=near_miss)
     found = refusal_reasons(select_rules(["bidirectional"], target="onnxruntime").rules, before)
     assert any(reason in r for r in found), found
-    after = _rewrite(before)
-    assert [_direction(n) for n in _rnn_nodes(after)] == [b"forward"]
+    after = rewrite_checked(before, TARGET)
+    assert [direction(n) for n in recurrent_nodes(after)] == [b"forward"]
     if near_miss != "sequence_lens":  # seq 0 with sequence_lens: ORT refuses a length 0
-        _assert_equal(before, after, "LSTM")
+        assert_same(before, after, "LSTM")
 
 
 def test_portable_keeps_the_half_tract_runs_reverse_nodes_forward() -> None:
@@ -108,7 +76,7 @@ def test_portable_keeps_the_half_tract_runs_reverse_nodes_forward() -> None:
     found = refusal_reasons(select_rules(["bidirectional"]).rules, before)
     assert "tract runs direction='reverse' as 'forward' (target 'portable')" in found, found
     after = rnn_rewrite_rules.rewrite(before)
-    assert [_direction(n) for n in _rnn_nodes(after)] == [b"forward"]
+    assert [direction(n) for n in recurrent_nodes(after)] == [b"forward"]
 
 
 def test_tract_runs_a_reverse_node_forward_and_the_half_right() -> None:
@@ -126,12 +94,12 @@ def test_tract_runs_a_reverse_node_forward_and_the_half_right() -> None:
     after = rnn_rewrite_rules.rewrite(before, target="onnxruntime")
     forward = onnx.ModelProto()
     forward.CopyFrom(after)
-    (node,) = _rnn_nodes(forward)
+    (node,) = recurrent_nodes(forward)
     next(a for a in node.attribute if a.name == "direction").s = b"forward"
     inputs = feeds(before, 3, 1)
     half, node_run = in_tract([before, after], [inputs])
-    for actual, expected in zip(half.outputs[0], _run(before, inputs), strict=True):
+    for actual, expected in zip(half.outputs[0], run(before, inputs), strict=True):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-    for actual, expected in zip(node_run.outputs[0], _run(forward, inputs), strict=True):
+    for actual, expected in zip(node_run.outputs[0], run(forward, inputs), strict=True):
         np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(node_run.outputs[0][0], _run(after, inputs)[0], atol=1e-3)
+    assert not np.allclose(node_run.outputs[0][0], run(after, inputs)[0], atol=1e-3)

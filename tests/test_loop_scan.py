@@ -18,7 +18,7 @@ from rnn_rewrite_rules.rules import families, loop_scan
 from rnn_rewrite_rules.rules.loop_scan._common import FLOAT16_REASON
 from rnn_rewrite_rules.testing.loops import NEAR_MISSES, LoopSpec, build_loop_model, loop_inputs
 from tests.reasons import refusal_reasons
-from tests.support import apply, op_counts
+from tests.support import apply, op_counts, recurrent_nodes
 
 RNN_OPS = ("LSTM", "GRU", "RNN")
 RECURRENCES = ("Loop", "Scan")
@@ -65,10 +65,6 @@ def assert_same(
         assert [a.shape for a in expected] == [a.shape for a in actual]
 
 
-def _recurrent_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for n in model.graph.node if n.op_type in RNN_OPS]
-
-
 ALL_FORMS = ("keras", "tf1", "torch", "scan")
 FORMS = list(itertools.product(RNN_OPS, ALL_FORMS, ("forward", "reverse")))
 
@@ -83,7 +79,7 @@ def test_every_form_becomes_one_node(cell: str, form: str, direction: str) -> No
     assert not any(counts[op] for op in RECURRENCES)
     # the reversals of a backwards layer (ReverseSequence, tf2onnx's Transpose pair) go
     assert not counts["ReverseSequence"] and not counts["Transpose"]
-    (node,) = _recurrent_nodes(after)
+    (node,) = recurrent_nodes(after)
     assert node.op_type == cell
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attributes["direction"] == direction.encode()
@@ -124,7 +120,7 @@ def test_keras_relu_activation(cell: str, form: str) -> None:
     model = build_loop_model(spec)
     after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1
-    (node,) = _recurrent_nodes(after)
+    (node,) = recurrent_nodes(after)
     (activations,) = [a.strings for a in node.attribute if a.name == "activations"]
     expected = [b"Sigmoid", b"Relu", b"Relu"] if cell == "LSTM" else [b"Sigmoid", b"Relu"]
     assert list(activations) == expected
@@ -135,7 +131,7 @@ def test_gru_linear_before_reset_read_from_the_body() -> None:
     for reset_after in (0, 1):
         model = build_loop_model(_spec(cell="GRU", linear_before_reset=reset_after))
         after, _ = apply(loop_scan.make_rules(TARGET), model)
-        (node,) = _recurrent_nodes(after)
+        (node,) = recurrent_nodes(after)
         attributes = {a.name: a.i for a in node.attribute if a.name == "linear_before_reset"}
         assert attributes == {"linear_before_reset": reset_after}
 
@@ -164,7 +160,7 @@ def test_bidirectional_layers(form: str, static_seq: bool, nodes: int) -> None:
     model = build_loop_model(spec)
     after = rnn_rewrite_rules.rewrite(model)
     assert not any(op_counts(after)[op] for op in RECURRENCES)
-    assert len(_recurrent_nodes(after)) == nodes
+    assert len(recurrent_nodes(after)) == nodes
     sizes = [(1, spec.steps), (3, spec.steps)] if static_seq else _sizes(spec)
     for seed, (batch, seq) in enumerate(sizes):
         feeds = loop_inputs(spec, batch, seq, seed=seed)
@@ -185,7 +181,7 @@ def test_float16_cells_in_float32_between_casts(cell: str, form: str) -> None:
     model = build_loop_model(spec)
     after, count = apply(loop_scan.widened_rules(TARGET), model)
     assert count == 1
-    (node,) = _recurrent_nodes(after)
+    (node,) = recurrent_nodes(after)
     weights = {i.name: i for i in after.graph.initializer}
     assert weights[node.input[1]].data_type == onnx.TensorProto.FLOAT
     assert op_counts(after)["Cast"] >= 2  # X to float32, Y back to float16
@@ -260,6 +256,24 @@ def _run_at_zero_steps(model: onnx.ModelProto, spec: LoopSpec, tmp_path) -> list
         return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
+def _assert_same_down_to_zero_steps(
+    model: onnx.ModelProto, after: onnx.ModelProto, spec: LoopSpec, tmp_path
+) -> list[np.ndarray]:
+    """Same outputs and shapes in ONNX Runtime at :func:`_sizes` and one step, and at 0
+    steps (in a child process) the same outputs exactly (the initial states); the
+    original's outputs at 0 steps."""
+    for seed, (batch, seq) in enumerate([*_sizes(spec), (2, 1)]):
+        feeds = loop_inputs(spec, batch, seq, seed=seed)
+        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
+        assert [a.shape for a in expected] == [a.shape for a in actual]
+        assert runtime.max_abs_diff(expected, actual) <= 1e-5
+    expected = _run_at_zero_steps(model, spec, tmp_path)
+    actual = _run_at_zero_steps(after, spec, tmp_path)
+    assert [a.shape for a in expected] == [a.shape for a in actual]
+    assert runtime.max_abs_diff(expected, actual) == 0
+    return expected
+
+
 @pytest.mark.parametrize("cell", RNN_OPS)
 @pytest.mark.parametrize("direction", ["forward", "reverse"])
 def test_a_trip_count_of_x_s_length_is_guarded_at_zero_steps(cell, direction, tmp_path) -> None:
@@ -276,16 +290,8 @@ def test_a_trip_count_of_x_s_length_is_guarded_at_zero_steps(cell, direction, tm
     (guard,) = [n for n in after.graph.node if n.op_type == "If"]
     branches = {a.name: [n.op_type for n in a.g.node] for a in guard.attribute}
     assert cell in branches["else_branch"] and cell not in branches["then_branch"]
-    for seed, (batch, seq) in enumerate([*_sizes(spec), (2, 1)]):
-        feeds = loop_inputs(spec, batch, seq, seed=seed)
-        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
-        assert [a.shape for a in expected] == [a.shape for a in actual]
-        assert runtime.max_abs_diff(expected, actual) <= 1e-5
-    expected = _run_at_zero_steps(model, spec, tmp_path)
-    actual = _run_at_zero_steps(after, spec, tmp_path)
-    assert [a.shape for a in expected] == [a.shape for a in actual]
+    expected = _assert_same_down_to_zero_steps(model, after, spec, tmp_path)
     assert expected[0].shape == (0, 0, spec.hidden_size)  # the stack of no step
-    assert runtime.max_abs_diff(expected, actual) == 0  # the initial states (zeros)
     again, count = apply(loop_scan.make_rules(TARGET), after)
     assert count == 0 and again == after  # twice is once
 
@@ -661,7 +667,7 @@ def test_mk8dx_loops() -> None:
     assert counts["Loop"] == 0 and counts["LSTM"] == 2 and counts["ReverseSequence"] == 0
     directions = sorted(
         onnx.helper.get_attribute_value(a)
-        for n in _recurrent_nodes(after)
+        for n in recurrent_nodes(after)
         for a in n.attribute
         if a.name == "direction"
     )
@@ -675,7 +681,7 @@ def test_mk8dx_loops() -> None:
         assert (expected[0].argmax(-1) == actual[0].argmax(-1)).all()
     merged = rnn_rewrite_rules.rewrite(after)
     assert op_counts(merged)["LSTM"] == 1 and op_counts(merged)["Cast"] < counts["Cast"]
-    (node,) = _recurrent_nodes(merged)
+    (node,) = recurrent_nodes(merged)
     assert {a.name: a.s for a in node.attribute}["direction"] == b"bidirectional"
     for batch in (1, 3):
         feeds = {"image": rng.random((batch, 40, 30, 1), dtype=np.float32)}
@@ -804,15 +810,7 @@ def test_a_trip_count_round_tripped_through_int32_is_x_s_length(tmp_path) -> Non
     model = _trip_count_round_trip(build_loop_model(spec), onnx.TensorProto.INT32)
     after, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 1 and not op_counts(after)["Loop"]
-    for seed, (batch, seq) in enumerate([*_sizes(spec), (2, 1)]):
-        feeds = loop_inputs(spec, batch, seq, seed=seed)
-        expected, actual = runtime.run(model, feeds), runtime.run(after, feeds)
-        assert [a.shape for a in expected] == [a.shape for a in actual]
-        assert runtime.max_abs_diff(expected, actual) <= 1e-5
-    expected = _run_at_zero_steps(model, spec, tmp_path)
-    actual = _run_at_zero_steps(after, spec, tmp_path)
-    assert [a.shape for a in expected] == [a.shape for a in actual]
-    assert runtime.max_abs_diff(expected, actual) == 0
+    _assert_same_down_to_zero_steps(model, after, spec, tmp_path)
 
 
 def test_a_trip_count_round_tripped_through_int16_is_refused() -> None:

@@ -4,16 +4,22 @@ on targets with tract (``passes.ForwardReverseNodesPass``): tract 0.23.9 runs
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import onnx
 import onnx.helper as oh
+import onnx_ir as ir
 import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs, runtime
+from rnn_rewrite_rules._api import apply_rounds
+from rnn_rewrite_rules._rnn_ops import is_rule_made
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell, cell_inputs
+from tests.support import direction, recurrent_nodes
 
 _GO_BACKWARDS = [
     LoopSpec(direction="reverse", outputs=("y", "h", "c")),
@@ -31,12 +37,8 @@ def _rewrite(model: onnx.ModelProto, target: str | None = None) -> onnx.ModelPro
     return rnn_rewrite_rules.rewrite(model, target=target, context=costs.Context(ignore=True))
 
 
-def _direction(node: onnx.NodeProto) -> bytes:
-    return next((a.s for a in node.attribute if a.name == "direction"), b"forward")
-
-
 def _directions(model: onnx.ModelProto) -> list[bytes]:
-    return [_direction(n) for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+    return [direction(n) for n in recurrent_nodes(model)]
 
 
 def _assert_same(before: onnx.ModelProto, after: onnx.ModelProto, feeds: dict) -> None:
@@ -65,6 +67,19 @@ def test_reversed_unrolled_chain_is_a_forward_node_on_reversed_x(cfg: UnrolledCe
     assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
     for seed, batch in enumerate([1, 3, 7]):
         _assert_same(model, after, cell_inputs(cfg, batch, rng=seed))
+
+
+def test_the_mark_survives_a_rule_re_emitting_the_node() -> None:
+    """loop_scan builds the reverse node (marked ``RULE_MADE``); initial_state re-emits it
+    with a shared zero state (``keep_identity`` carries the mark): cleanup converts it."""
+    model = ir.serde.deserialize_model(build_loop_model(_GO_BACKWARDS[1]))
+    counts: collections.Counter[str] = collections.Counter()
+    rule_set = rnn_rewrite_rules.rules()
+    apply_rounds(model, rule_set, counts=counts, context=costs.Context(ignore=True))
+    assert counts["LoopToRnn"] == 1 and counts["ShareZeroInitialState[GRU]"] == 1, counts
+    (node,) = [n for n in model.graph if n.op_type == "GRU"]
+    assert node.attributes.get_string("direction") == "forward"
+    assert is_rule_made(node)
 
 
 def test_rewriting_twice_equals_once() -> None:
@@ -119,6 +134,61 @@ def _reverse_gru_model() -> onnx.ModelProto:
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
 
 
+def _reordered(name: str, hidden: int) -> tuple[list[onnx.NodeProto], str]:
+    """``Concat(Slice(w, [H:2H]), Slice(w, [0:H]), Slice(w, [2H:3H]), axis=1)``: gate
+    reordering as torchlib writes it, which ``weight_folding`` folds."""
+    bounds = [(hidden, 2 * hidden), (0, hidden), (2 * hidden, 3 * hidden)]
+    nodes, parts = [], []
+    for index, (start, end) in enumerate(bounds):
+        consts = [f"{name}_{index}_{k}" for k in ("starts", "ends", "axes")]
+        for const, value in zip(consts, (start, end, 1), strict=True):
+            tensor = onnx.numpy_helper.from_array(np.array([value], np.int64), const)
+            nodes.append(oh.make_node("Constant", [], [const], value=tensor))
+        parts.append(f"{name}_{index}")
+        nodes.append(oh.make_node("Slice", [name, *consts], [parts[-1]]))
+    nodes.append(oh.make_node("Concat", parts, [f"{name}_reordered"], axis=1))
+    return nodes, f"{name}_reordered"
+
+
+def _unnamed_reverse_gru_with_reordered_weights() -> onnx.ModelProto:
+    """A model's own unnamed reverse GRU whose ``W`` and ``R`` are computed (both folded,
+    so the rewrite re-emits it with neither value it read)."""
+    rng = np.random.default_rng(1)
+    weights = {"W": (1, 12, 5), "R": (1, 12, 4)}
+    initializers = [
+        onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in weights.items()
+    ]
+    (w_nodes, w), (r_nodes, r) = (_reordered(name, 4) for name in weights)
+    node = oh.make_node("GRU", ["x", w, r], ["y", "y_h"], direction="reverse", hidden_size=4)
+    graph = oh.make_graph(
+        [*w_nodes, *r_nodes, node],
+        "own_reverse_folded",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["T", "B", 5])],
+        [
+            oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None),
+            oh.make_tensor_value_info("y_h", onnx.TensorProto.FLOAT, None),
+        ],
+        initializers,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=10)
+
+
+def test_a_models_own_unnamed_reverse_node_re_emitted_by_weight_folding_stays_reverse() -> None:
+    """``weight_folding`` re-emits the node with new ``W`` and ``R``: no name nor weight
+    ties it to the original, but it carries no rule-made mark, so it stays reverse."""
+    model = _unnamed_reverse_gru_with_reordered_weights()
+    after = _rewrite(model)
+    (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    assert direction(node) == b"reverse"
+    assert len(after.graph.node) == 1, "weight_folding re-emitted the node"
+    assert set(node.input[1:3]).isdisjoint({"W", "R", "W_reordered", "R_reordered"})
+    # no size 0: ONNX Runtime aborts on a GRU there, and onnx.reference fails on the original
+    for seed, (seq, batch) in enumerate([(1, 1), (4, 3), (7, 2)]):
+        feeds = {"x": np.random.default_rng(seed).standard_normal((seq, batch, 5), np.float32)}
+        _assert_same(model, after, feeds)
+
+
 def test_a_models_own_reverse_node_is_left() -> None:
     model = _reverse_gru_model()
     after = _rewrite(model)
@@ -154,7 +224,7 @@ def test_a_reverse_node_in_a_guard_branch_is_made_forward() -> None:
     onnx.checker.check_model(after, full_check=True)
     branches = [a.g for n in after.graph.node for a in n.attribute if a.g.node]
     recurrent = [n for g in branches for n in g.node if n.op_type == "LSTM"]
-    assert [_direction(n) for n in recurrent] == [b"forward"]
+    assert [direction(n) for n in recurrent] == [b"forward"]
     for seed, (batch, seq) in enumerate([(1, spec.steps), (3, spec.steps + 2)]):
         _assert_same(model, after, loop_inputs(spec, batch, seq, seed=seed))
 

@@ -22,6 +22,7 @@ from rnn_rewrite_rules.testing import thirdparty as tp
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from tests.exporter_support import all_nodes, all_op_counts, assert_target_form, rnn_nodes
 from tests.reasons import refusal_reasons
+from tests.support import direction
 
 #: (batch, seq), pairwise different and different from nothing the builders fix.
 SIZES = ((1, 1), (3, 5), (6, 2))
@@ -455,10 +456,6 @@ def test_forward_and_reverse_node_pair_is_one_node(op_type: str, sequence_lens: 
 # ---------------------------------------------------------------- pairs with read states
 
 
-def _direction(node: onnx.NodeProto) -> bytes:
-    return {a.name: a.s for a in node.attribute}.get("direction", b"forward")
-
-
 @pytest.mark.parametrize("op_type", ["LSTM", "GRU", "RNN"])
 @pytest.mark.parametrize("concat", ["sequence", "directions"])
 @pytest.mark.parametrize("states", [False, True])
@@ -471,7 +468,7 @@ def test_pair_with_concatenated_states_is_one_node(op_type, concat, states) -> N
     for families in (["bidirectional"], None):
         after = rewrite(before, families)
         (node,) = rnn_nodes(after)
-        assert _direction(node) == b"bidirectional"
+        assert direction(node) == b"bidirectional"
         counts = _counts(after)
         stacked = (2 if op_type == "LSTM" else 1) if states else 0  # initial states
         assert not counts["Split"] and counts["Concat"] == stacked, counts
@@ -514,10 +511,10 @@ def test_pair_with_concatenated_states_near_misses(op_type: str, near_miss: str,
     assert reason in found, found
     after = rewrite(before)
     if near_miss == "y_sequence_axis":
-        assert [_direction(n) for n in rnn_nodes(after)] == [b"reverse", b"forward"]
+        assert [direction(n) for n in rnn_nodes(after)] == [b"reverse", b"forward"]
         assert not _counts(after)["Split"]
     else:
-        assert [_direction(n) for n in rnn_nodes(after)] == [b"bidirectional"]
+        assert [direction(n) for n in rnn_nodes(after)] == [b"bidirectional"]
     assert_equivalent(before, after, seq_zero=op_type != "LSTM")
 
 
@@ -593,7 +590,7 @@ def test_pair_on_provably_equal_expands_is_one_node() -> None:
     before = _expanded_pair(same_source=True)
     after = rewrite(before, ["bidirectional"])
     (node,) = rnn_nodes(after)
-    assert _direction(node) == b"bidirectional"
+    assert direction(node) == b"bidirectional"
     assert _counts(after)["Expand"] == 1
     assert_equivalent(before, after, seq_zero=False)
 

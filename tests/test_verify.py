@@ -21,7 +21,13 @@ from rnn_rewrite_rules._size_plan import SizePlan, input_specs
 from rnn_rewrite_rules.cli import ExitCode
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
 from rnn_rewrite_rules.testing.exporters import quantized_lstm_model
-from tests.support import assert_one_line_error, leftovers, run, without_a_runtime
+from tests.support import (
+    assert_one_line_error,
+    layout1_model,
+    leftovers,
+    run,
+    without_a_runtime,
+)
 
 SMALL = RnnConfig(input_size=8, hidden_size=16, num_layers=2, batch_first=True)
 
@@ -70,29 +76,6 @@ def noisy_model() -> onnx.ModelProto:
     model = build_torchlib_model(SMALL)
     model.graph.node.append(helper.make_node("RandomUniformLike", ["input"], ["noise"]))
     model.graph.output.append(helper.make_tensor_value_info("noise", TensorProto.FLOAT, None))
-    return model
-
-
-def layout1_model() -> onnx.ModelProto:
-    rng = np.random.default_rng(0)
-    hidden, size = 4, 3
-    w = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, size)).astype(np.float32), "W")
-    r = numpy_helper.from_array(rng.uniform(-1, 1, (1, 4 * hidden, hidden)).astype(np.float32), "R")
-    node = helper.make_node(
-        "LSTM", ["x", "W", "R"], ["y", "y_h"], hidden_size=hidden, layout=1, name="lstm_bf"
-    )
-    graph = helper.make_graph(
-        [node],
-        "batch_first",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", size])],
-        [
-            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1, hidden]),
-            helper.make_tensor_value_info("y_h", TensorProto.FLOAT, ["batch", 1, hidden]),
-        ],
-        [w, r],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
     return model
 
 

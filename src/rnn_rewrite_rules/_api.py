@@ -28,7 +28,6 @@ from rnn_rewrite_rules.passes import (
     EmptyUnusedRnnOutputsPass,
     ForwardReverseNodesPass,
     InitializerInfoFromTensorPass,
-    OwnReverse,
     RemoveDeadNodesPass,
     RemoveUnusedSubgraphInitializersPass,
     UniqueRewrittenNodeNamesPass,
@@ -225,7 +224,6 @@ def apply_rounds(
         # a _CountingRule stands in for its rule by delegation, not by subclassing
         rule_set = RewriteRuleSet(wrapped)  # type: ignore[arg-type]
     original = weakref.WeakSet(model_nodes(model))  # weakly: removed nodes are freed
-    own_reverse = OwnReverse.of(model)
     journal = Journal()
     if rule_set.rules:
         normalize(model, journal)  # one spelling for every family (rnn_rewrite_rules.normalize)
@@ -240,7 +238,7 @@ def apply_rounds(
             _rounds(model, rule_set, on_round, tracer)
     if refusals is not None and tracer is not None:
         refusals[:] = _real_refusals(normalised, tracer.failures)
-    cleanup(model, original, target=target, own_reverse=own_reverse)
+    cleanup(model, original, target=target)
     return fired
 
 
@@ -342,21 +340,20 @@ def cleanup(
     original: Iterable[ir.Node] | None = None,
     *,
     target: str | None = None,
-    own_reverse: OwnReverse | None = None,
 ) -> None:
     """The passes :func:`rewrite` runs after the rules (the CLI runs them too).
 
     ``original``: the model's nodes before the rules ran, to tell those a rule emitted
-    (:class:`~rnn_rewrite_rules.passes.UniqueRewrittenNodeNamesPass`,
-    :class:`~rnn_rewrite_rules.passes.ForwardReverseNodesPass`). ``target``: what the
-    result must run on (None: the default), and ``own_reverse`` the model's own reverse
-    nodes (``passes.OwnReverse.of`` before the rules), for the latter."""
+    (:class:`~rnn_rewrite_rules.passes.UniqueRewrittenNodeNamesPass`). ``target``: what
+    the result must run on (None: the default), for
+    :class:`~rnn_rewrite_rules.passes.ForwardReverseNodesPass` (the rule-built reverse
+    nodes it converts carry ``_rnn_ops.RULE_MADE``)."""
     original = None if original is None else weakref.WeakSet(original)
     ir.passes.PassManager(
         [
             RemoveDeadNodesPass(),
             # emitted reverse nodes a runtime of the target runs wrongly, made forward
-            ForwardReverseNodesPass((target or DEFAULT_TARGET,), original, own_reverse),
+            ForwardReverseNodesPass((target or DEFAULT_TARGET,)),
             RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),

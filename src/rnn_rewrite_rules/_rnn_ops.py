@@ -13,7 +13,18 @@ from types import MappingProxyType
 
 import onnx_ir as ir
 
-__all__ = ["DIRECTIONS", "RNN_OPS", "RnnOp", "describe_node", "is_rnn", "rnn_op", "rnn_op_of_type"]
+__all__ = [
+    "DIRECTIONS",
+    "RNN_OPS",
+    "RULE_MADE",
+    "RnnOp",
+    "describe_node",
+    "is_rnn",
+    "is_rule_made",
+    "mark_rule_made",
+    "rnn_op",
+    "rnn_op_of_type",
+]
 
 #: direction attribute -> number of directions.
 DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
@@ -111,6 +122,24 @@ def rnn_op_of_type(op_type: str) -> RnnOp | None:
 
 def is_rnn(node: ir.Node) -> bool:
     return rnn_op(node) is not None
+
+
+#: The ``node.meta`` key (in memory, never serialized) on each recurrent node a rule built
+#: (``rules.cell.recurrent_node``, a merged reversed half), not on a model's own node a rule
+#: re-emits; ``rules._rnn_node.keep_identity`` carries it to a node re-emitted in its place.
+#: ``passes.ForwardReverseNodesPass`` converts only marked nodes.
+RULE_MADE = "rnn_rewrite_rules.rule_made"
+
+
+def mark_rule_made(y: ir.Value) -> None:
+    """Mark the node producing ``y`` (an output a rule's builder returned) as rule-made."""
+    node = y.producer()
+    if node is not None:
+        node.meta[RULE_MADE] = True
+
+
+def is_rule_made(node: ir.Node) -> bool:
+    return bool(node.meta.get(RULE_MADE, False))
 
 
 def describe_node(node: ir.Node) -> str:

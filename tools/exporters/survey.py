@@ -71,14 +71,25 @@ def survey_file(file: ExporterFile, out: Path | None = None, hazards: bool = Tru
     """What the default rewrite does to ``file`` (written to ``out`` when given; nothing
     is written where the model has no recurrence); ``hazards=False`` leaves out the
     reasons ``--check`` gives (the node and op counts are the same)."""
-    row = Row(file.path.name, file.expect)
     try:
         report = rnn_rewrite_rules.rewrite_file(file.path, out, RewriteOptions(hazards=hazards))
     except rnn_rewrite_rules.NoRecurrence as nothing:  # nothing written: the report says why
         report = nothing.report
     except Exception as error:  # the survey reports, it does not stop
-        row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
-        return row
+        return error_row(file, error)
+    return report_row(file, report)
+
+
+def error_row(file: ExporterFile, error: Exception) -> Row:
+    """The row of a file ``rewrite_file`` raised ``error`` on (not NoRecurrence)."""
+    row = Row(file.path.name, file.expect)
+    row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    return row
+
+
+def report_row(file: ExporterFile, report: rnn_rewrite_rules.Report) -> Row:
+    """The row of ``rewrite_file``'s ``report`` on ``file`` (a NoRecurrence's included)."""
+    row = Row(file.path.name, file.expect)
     row.nodes = (report.before.nodes, report.after.nodes)
     row.recurrent = (_recurrent(report.before.op_counts), _recurrent(report.after.op_counts))
     for item in report.unimproved:

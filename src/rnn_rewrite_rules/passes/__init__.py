@@ -8,10 +8,7 @@ from rnn_rewrite_rules.passes.empty_unused_rnn_outputs import (
     EmptyUnusedRnnOutputsPass,
     empty_unused_rnn_outputs,
 )
-from rnn_rewrite_rules.passes.forward_reverse_nodes import (
-    ForwardReverseNodesPass,
-    OwnReverse,
-)
+from rnn_rewrite_rules.passes.forward_reverse_nodes import ForwardReverseNodesPass
 from rnn_rewrite_rules.passes.initializer_info_from_tensor import InitializerInfoFromTensorPass
 from rnn_rewrite_rules.passes.remove_dead_nodes import RemoveDeadNodesPass
 from rnn_rewrite_rules.passes.remove_unused_subgraph_initializers import (
@@ -24,7 +21,6 @@ __all__ = [
     "EmptyUnusedRnnOutputsPass",
     "ForwardReverseNodesPass",
     "InitializerInfoFromTensorPass",
-    "OwnReverse",
     "RemoveDeadNodesPass",
     "RemoveUnusedSubgraphInitializersPass",
     "UniqueRewrittenNodeNamesPass",

@@ -8,11 +8,13 @@ them: a forward + reverse pair is merged into one bidirectional node afterwards.
 reverse node left alone at the end is wrong there, so this pass runs after the rules
 (:func:`rnn_rewrite_rules._api.cleanup`).
 
-Pattern: an LSTM/GRU/RNN node a rule emitted (not in ``original``) that is not a model's
-own reverse node re-emitted (one with the name or the ``W`` or ``R`` value of such a node:
-:class:`OwnReverse`, taken before the rules), in any graph, subgraph or function, with
-``direction="reverse"``, no ``sequence_lens`` input, in a graph importing opset 10 or
-later of the ONNX domain (a negative-step ``Slice``).
+Pattern: an LSTM/GRU/RNN node a rule built (marked ``_rnn_ops.RULE_MADE`` in memory by
+the builder, and carried to a node re-emitted in its place; a model's own node a rule
+re-emits is not marked: the original runs it so in tract too), in any graph, subgraph or
+function, with ``direction="reverse"``, no ``sequence_lens`` input, in a graph importing
+opset 10 or later of the ONNX domain (a negative-step ``Slice``). The mark lives in the
+``ir`` model of one rewrite: a model read back from a file has none, so a second rewrite
+converts nothing more.
 
 Condition: ``wrong_direction("reverse", targets)`` names a runtime.
 
@@ -31,52 +33,27 @@ A node with ``sequence_lens`` reverses each batch row within its own length, whi
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterable
-
 import onnx_ir as ir
 
-from rnn_rewrite_rules._rnn_ops import is_rnn
+from rnn_rewrite_rules._rnn_ops import is_rnn, is_rule_made
 from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 from rnn_rewrite_rules.rules._initializers import int64_constant
 from rnn_rewrite_rules.rules._kernels import wrong_direction
 from rnn_rewrite_rules.shape.semantics import INT64_MIN
 
-__all__ = ["ForwardReverseNodesPass", "OwnReverse"]
-
-#: The metadata key onnxscript's rewriter (0.6.0 and later) puts on every node a rule emitted.
-_RULE_NAME_TAG = "pkg.onnxscript.rewriter.rule_name"
+__all__ = ["ForwardReverseNodesPass"]
 
 #: The lowest opset whose ``Slice`` takes ``steps`` (a negative step reverses).
 _NEGATIVE_STEP_SLICE = 10
 
 
 class ForwardReverseNodesPass(ir.passes.InPlacePass):
-    """Emitted reverse recurrent nodes made forward over the reversed sequence, for
-    ``targets`` on which a runtime runs ``direction="reverse"`` wrongly (see module docs).
+    """Rule-built reverse recurrent nodes made forward over the reversed sequence, for
+    ``targets`` on which a runtime runs ``direction="reverse"`` wrongly (see module docs)."""
 
-    ``original``: the model's nodes before the rules ran; None: the nodes carrying
-    onnxscript's rule-name tag are the emitted ones. ``own_reverse``: the model's own
-    reverse nodes (:meth:`OwnReverse.of` before the rules), left reverse when a rule
-    re-emits them (the original runs them so in tract too)."""
-
-    def __init__(
-        self,
-        targets: tuple[str, ...],
-        original: Iterable[ir.Node] | None = None,
-        own_reverse: OwnReverse | None = None,
-    ):
+    def __init__(self, targets: tuple[str, ...]):
         super().__init__()
         self._targets = targets
-        self._original = None if original is None else weakref.WeakSet(original)
-        self._own_reverse = own_reverse
-
-    def _emitted(self, node: ir.Node) -> bool:
-        if self._own_reverse is not None and self._own_reverse.holds(node):
-            return False
-        if self._original is None:
-            return _RULE_NAME_TAG in node.metadata_props
-        return node not in self._original
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if wrong_direction("reverse", self._targets) is None:
@@ -84,7 +61,7 @@ class ForwardReverseNodesPass(ir.passes.InPlacePass):
         functions = {id(g): f for f in model.functions.values() for g in _graphs(f)}
         modified = False
         for node in model_nodes(model):
-            if not (self._emitted(node) and _lone_reverse(node)) or node.graph is None:
+            if not (is_rule_made(node) and _lone_reverse(node)) or node.graph is None:
                 continue
             owner = functions.get(id(node.graph))
             imports = model.opset_imports if owner is None else owner.opset_imports
@@ -93,29 +70,6 @@ class ForwardReverseNodesPass(ir.passes.InPlacePass):
             _run_forward(node, node.graph, node.graph is model.graph)
             modified = True
         return ir.passes.PassResult(model, modified=modified)
-
-
-class OwnReverse:
-    """A model's own reverse recurrent nodes, as a rewrite re-emits them: under the same
-    name (a rewrite keeps it) or reading the same ``W`` or ``R`` value (the exporters'
-    nodes are often unnamed). Weights are held weakly: a folded one is freed."""
-
-    def __init__(self, names: Iterable[str], weights: Iterable[ir.Value]) -> None:
-        self._names = frozenset(names)
-        self._weights: weakref.WeakSet[ir.Value] = weakref.WeakSet(weights)
-
-    @classmethod
-    def of(cls, model: ir.Model) -> OwnReverse:
-        """``model``'s reverse LSTM/GRU/RNN nodes without ``sequence_lens``."""
-        nodes = [n for n in model_nodes(model) if _lone_reverse(n)]
-        weights = [v for n in nodes for v in n.inputs[1:3] if v is not None]
-        return cls((n.name for n in nodes if n.name), weights)
-
-    def holds(self, node: ir.Node) -> bool:
-        """``node`` is one of them, re-emitted or not."""
-        if node.name and node.name in self._names:
-            return True
-        return any(v is not None and v in self._weights for v in node.inputs[1:3])
 
 
 def _graphs(function: ir.Function) -> list[ir.Graph]:

@@ -16,7 +16,7 @@ from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule, RewriteR
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Inapplicable
-from rnn_rewrite_rules._rnn_ops import RNN_OPS
+from rnn_rewrite_rules._rnn_ops import RNN_OPS, RULE_MADE, is_rule_made
 from rnn_rewrite_rules.rules._forms import FormRule
 
 __all__ = ["RnnNodeRule", "copy_rnn_node", "keep_identity", "rnn_node_rules"]
@@ -81,7 +81,8 @@ def copy_rnn_node(
 
 
 def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
-    """Give the node a rewrite emits in place of ``old`` its name, doc string and metadata.
+    """Give the node a rewrite emits in place of ``old`` its name, doc string and metadata
+    (and ``old``'s mark as rule-made, :data:`~rnn_rewrite_rules._rnn_ops.RULE_MADE`).
 
     Set before the rewriter inserts the node, so the graph's name authority keeps the name
     (it names only unnamed nodes); ``--check`` and the report then show the original name.
@@ -94,6 +95,8 @@ def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
         new.doc_string = old.doc_string
     for key, value in old.metadata_props.items():
         new.metadata_props.setdefault(key, value)
+    if is_rule_made(old):
+        new.meta[RULE_MADE] = True
 
 
 def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._rnn_ops import mark_rule_made
+
 __all__ = ["recurrent_node"]
 
 #: Outputs of each op: ``Y``, ``Y_h`` (and ``Y_c``).
@@ -27,9 +29,9 @@ def recurrent_node(
     activations: Sequence[str] | None = None,
     linear_before_reset: int | None = None,
 ) -> Sequence[ir.Value]:
-    """``op_type(*inputs)`` built with ``op`` (trailing absent inputs dropped), its
-    outputs ``Y, Y_h[, Y_c]``. ``activations`` and ``linear_before_reset`` are written
-    when given (None: the op's default, not written)."""
+    """``op_type(*inputs)`` built with ``op`` (trailing absent inputs dropped, the node
+    marked ``_rnn_ops.RULE_MADE``), its outputs ``Y, Y_h[, Y_c]``. ``activations`` and
+    ``linear_before_reset`` are written when given (None: the op's default, not written)."""
     trimmed = list(inputs)
     while trimmed and trimmed[-1] is None:
         trimmed.pop()
@@ -41,4 +43,6 @@ def recurrent_node(
         attributes["activations"] = list(activations)
     if linear_before_reset is not None:
         attributes["linear_before_reset"] = linear_before_reset
-    return getattr(op, op_type)(*trimmed, _outputs=_OUTPUTS[op_type], **attributes)
+    outputs = getattr(op, op_type)(*trimmed, _outputs=_OUTPUTS[op_type], **attributes)
+    mark_rule_made(outputs[0])
+    return outputs
