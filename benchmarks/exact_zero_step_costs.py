@@ -4,7 +4,7 @@
     python -m benchmarks.exact_zero_step_costs --quick --table /tmp/t.json   # a smoke run
 
 ``loop_scan`` rewrites a ``Loop`` over ``X``'s length that carries ``X`` around it
-(jax2onnx's ``lax.scan``) into ``If(len(X) == 0, the Loop as written, the node)``: at
+(jax2onnx's ``lax.scan``) into ``If(Size(X) == 0, the Loop as written, the node)``: at
 length 0 only the Loop itself gives its stack of no step as ONNX Runtime shapes it. This
 times that form side by side with the original file, per committed jax2onnx file (one a
 cell: ``hand_lstm_time_major``, ``nnx_gru_batch_major``, ``hand_rnn_time_major``, hidden

@@ -3,9 +3,11 @@
 
 Positive: each committed jax2onnx scan over X's length that the rules rewrite gives the
 original's outputs, shapes included, at lengths 0, 1, 3, 7 and the export's, batches 1 and
-3, in ONNX Runtime with its graph optimisations off (``ORT_DISABLE_ALL``) and on, where
-the original's stack of no step differs between the two; the kept Loop is reported as
-such, and a second rewrite changes nothing. Near misses: a cost table that says the guard
+3, and at batch 0 (lengths 0, 1, 3: ONNX Runtime aborts on its LSTM and GRU there, so an
+LSTM or GRU guard runs the Loop at batch 0 too; in a child process), in ONNX Runtime with
+its graph optimisations off (``ORT_DISABLE_ALL``) and on, where the original's stack of no
+step differs between the two; the kept Loop is reported as such, and a second rewrite
+changes nothing. Near misses: a cost table that says the guard
 is slower at a length, or that it adds more at length 0 than it saves at length 1, keeps
 the Loop naming why; a Loop in the then-branch of an ``If`` that does not test its trip
 count against 0 is not an exact branch; initial states of a batch not proven X's keep the
@@ -16,9 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 
 import rnn_rewrite_rules
@@ -31,7 +36,7 @@ from rnn_rewrite_rules.rules.loop_scan.zero_step import (
     exact_branch_reason,
 )
 from tests.exporter_files import DATA
-from tests.support import op_counts
+from tests.support import child_env, op_counts
 
 FOLDER = DATA / "jax2onnx"
 MODELS = {m["file"]: m for m in json.loads((FOLDER / "manifest.json").read_text())["models"]}
@@ -86,6 +91,66 @@ def test_the_guard_gives_the_loops_outputs_at_every_length_and_both_levels(name:
                     where = f"seq {seq}, batch {batch}, optimize {optimize}"
                     assert got.shape == want.shape, where
                     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=where)
+
+
+#: Runs a model (argv 1) in ONNX Runtime on each feed of an .npz (argv 2, keys
+#: ``<case>/<input>``) at both optimisation levels; saves ``<optimize>/<case>/<output>``.
+_BATCH0_CHILD = """
+import collections, sys, numpy as np
+from rnn_rewrite_rules import runtime
+cases = collections.defaultdict(dict)
+with np.load(sys.argv[2]) as data:
+    for key in data.files:
+        case, name = key.split("/")
+        cases[case][name] = data[key]
+out = {}
+for optimize in (False, True):
+    session = runtime.session(sys.argv[1], optimize=optimize)
+    for case, feeds in cases.items():
+        for k, value in enumerate(session.run(None, feeds)):
+            out[f"{optimize}/{case}/{k}"] = value
+np.savez(sys.argv[3], **out)
+"""
+BATCH0_LENGTHS = (0, 1, 3)
+
+
+def _run_at_batch_0(model: onnx.ModelProto, name: str, tmp_path) -> dict[str, np.ndarray]:
+    """``model``'s outputs at batch 0 and :data:`BATCH0_LENGTHS`, both levels, run in a
+    child process (ONNX Runtime aborts the process on an LSTM or GRU node at batch 0)."""
+    paths = [tmp_path / f"{name}.{ext}" for ext in ("onnx", "in.npz", "out.npz")]
+    onnx.save(model, paths[0])
+    feeds = {
+        f"{seq}/{key}": value
+        for seq in BATCH0_LENGTHS
+        for key, value in _feeds(name, seq, 0).items()
+    }
+    np.savez(paths[1], **feeds)
+    child = subprocess.run(
+        [sys.executable, "-c", _BATCH0_CHILD, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+    assert child.returncode == 0, f"exit {child.returncode}: {child.stderr.strip()[-300:]}"
+    with np.load(paths[2]) as out:
+        return {key: out[key] for key in out.files}
+
+
+@pytest.mark.parametrize("name", REWRITTEN)
+def test_the_guard_gives_the_loops_outputs_at_batch_0(name: str, tmp_path) -> None:
+    """At batch 0 and lengths 0, 1, 3 the rewrite runs in ONNX Runtime (both levels) and
+    gives the original's outputs: the guard tests ``Size(X) == 0``, so runs the Loop at
+    batch 0 (where a guard testing the length only runs the node, an LSTM or GRU node
+    aborts the child process)."""
+    original = onnx.load(FOLDER / name)
+    rewritten = rnn_rewrite_rules.rewrite(original, target=TARGET)
+    expected = _run_at_batch_0(original, name, tmp_path)
+    actual = _run_at_batch_0(rewritten, name, tmp_path)
+    assert sorted(actual) == sorted(expected)
+    for key, want in expected.items():
+        assert actual[key].shape == want.shape, key
+        np.testing.assert_allclose(actual[key], want, rtol=1e-4, atol=1e-5, err_msg=key)
 
 
 def test_the_premise_the_original_shapes_its_stack_of_no_step_by_optimisation_level() -> None:
@@ -153,21 +218,39 @@ def test_a_table_where_length_0_costs_more_than_length_1_saves_keeps_the_loop(
     assert any("at length 0 it adds" in r and "it saves at length 1" in r for r in reasons), reasons
 
 
-def test_a_then_branch_that_does_not_test_the_trip_count_against_0_is_no_exact_branch() -> None:
-    """Near miss: the guard's condition ``len(X) == 1``: the Loop there runs a step, so it
-    is not kept as an exact branch (the rule may rewrite it)."""
-    import onnx_ir as ir
-
-    rewritten = rnn_rewrite_rules.rewrite(onnx.load(FOLDER / GRU_FILE), target=TARGET)
+def _guard_and_loop(rewritten: onnx.ModelProto) -> tuple[ir.Model, ir.Node, ir.Node]:
+    """The rewritten GRU scan's model (onnx_ir), its guard and the Loop the guard keeps,
+    which is reported as an exact branch as written."""
     model = ir.serde.deserialize_model(rewritten)
     (guard,) = [n for n in model.graph if n.op_type == "If"]
     loop = next(iter(guard.attributes["then_branch"].as_graph()))
     assert loop.op_type == "Loop"
     assert exact_branch_reason(loop, model) is not None
+    return model, guard, loop
+
+
+def test_a_then_branch_that_does_not_test_the_trip_count_against_0_is_no_exact_branch() -> None:
+    """Near miss: the guard's condition ``Size(X) == 1``: the Loop there runs a step, so
+    it is not kept as an exact branch (the rule may rewrite it)."""
+    rewritten = rnn_rewrite_rules.rewrite(onnx.load(FOLDER / GRU_FILE), target=TARGET)
+    model, guard, loop = _guard_and_loop(rewritten)
     equal = guard.inputs[0].producer()
+    assert [v.producer().op_type for v in equal.inputs if v.producer()] == ["Size"]
     one = ir.Value(name="one", const_value=ir.tensor(np.array([1], np.int64)))
     model.graph.initializers["one"] = one
     equal.replace_input_with(1, one)
+    assert exact_branch_reason(loop, model) is None
+
+
+def test_a_then_branch_testing_the_size_of_a_value_the_loop_does_not_read_is_no_exact_branch():
+    """Near miss: ``Size(v) == 0`` for a ``v`` the Loop does not read (the graph input
+    before its Transpose): not proven to run only where the Loop's X is empty."""
+    rewritten = rnn_rewrite_rules.rewrite(onnx.load(FOLDER / GRU_FILE), target=TARGET)
+    model, guard, loop = _guard_and_loop(rewritten)
+    size = guard.inputs[0].producer().inputs[0].producer()
+    assert size.op_type == "Size" and size.inputs[0] in loop.inputs
+    size.replace_input_with(0, model.graph.inputs[0])
+    assert model.graph.inputs[0] not in loop.inputs
     assert exact_branch_reason(loop, model) is None
 
 

@@ -33,9 +33,10 @@ after no step (each read final state its initial value; the stack of no step fro
 zero-trip Loop whose body passes ``h`` through, declared as the original declares it:
 ONNX Runtime shapes that stack by the body's declaration and inference, ``(0,)``,
 ``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do). A Loop that
-carries ``X`` itself around (jax2onnx's scan) gets the exact guard: its zero-step branch
-is the Loop as written (at length 0 ONNX Runtime shapes that stack by its own inference of
-the body, which its optimisation level changes: only the Loop gives it), where the
+carries ``X`` itself around (jax2onnx's scan) gets the exact guard, ``If(Size(X) == 0)``:
+its zero-step branch is the Loop as written (at length 0 ONNX Runtime shapes that stack
+by its own inference of the body, which its optimisation level changes: only the Loop
+gives it; at batch 0 ONNX Runtime aborts on an LSTM or GRU node), where the
 measured table says no slower (``exact_cost``); the kept Loop is refused as such
 (``zero_step.EXACT_BRANCH_REASON``); two such guards
 concatenated become one (``guards.MergeGuards``), where ``bidirectional`` merges the pair.

@@ -84,9 +84,13 @@ class Recurrence:
     Loop's stack.
     ``exact``: the guard's zero-step branch is the Loop itself, as written
     (:func:`_kept_loop`), for a Loop that carries ``x`` around unchanged (jax2onnx's scan,
-    ``loop._carries_x``), whose stack of no step no declaration fixes. Equal at every
-    length: at 0 the branch runs the original Loop on the same values, so gives what it
-    gives, shapes included; at ``T >= 1`` the trip count is ``x``'s length ``T`` and the
+    ``loop._carries_x``), whose stack of no step no declaration fixes; the branch runs
+    wherever ``x`` is empty (``If(Size(x) == 0)``): at batch 0 too, where ONNX Runtime
+    1.32 aborts on its LSTM and GRU nodes at any length (its RNN runs there, as OpenVINO
+    runs all three; tract fails on the original Loop there). Equal at every length and
+    batch: where the branch runs, it runs the original Loop on the same values, so gives
+    what it gives, shapes included; elsewhere (``T >= 1``, a batch of at least 1) the
+    trip count is ``x``'s length ``T`` and the
     condition is passed through from a constant true, so the Loop runs ``T`` steps, step
     ``t`` reading ``Gather(x, t) = x[t]`` (``x`` is carried unchanged: the same ``x`` at
     every step) and computing the proven cell from ``h0`` (``c0``), which is what the node
@@ -460,16 +464,8 @@ def _emit_guarded(
     def ints(values: list[int]) -> ir.Value:
         return cached_ints(op, main, cache, values, as_node=main is None)
 
-    # x's length, not the trip count's own value: that may be read from a reversal of x
-    # that dies with the Loop; a count of steps is read by the node's Slice of x anyway
-    if plan.steps is not None:
-        length = plan.steps
-    elif opset >= 15:
-        length = op.Shape(plan.x, start=0, end=1)
-    else:
-        length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
-    no_steps = op.Equal(length, ints([0]))
-    made = op.If(no_steps, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
+    condition = _guard_condition(op, plan, opset, ints)
+    made = op.If(condition, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
     outputs = [made] if isinstance(made, ir.Value) else list(made)
     for old in plan.replaced:
         redirect(old, outputs[-1])
@@ -481,6 +477,29 @@ def _emit_guarded(
         else:  # an unread output: a dead stand-in
             result.append(op.Identity(outputs[0]))
     return result
+
+
+def _guard_condition(
+    op, plan: Recurrence, opset: int, ints: Callable[[list[int]], ir.Value]
+) -> ir.Value:
+    """The guard's test: ``len(x) == 0``; with ``plan.exact``, ``Size(x) == 0`` (``x`` is
+    empty: its length or batch is 0, or its input size, where the Loop's body fails at
+    ``T >= 1``; ONNX Runtime 1.32 aborts the process on its LSTM and GRU nodes at batch 0
+    whatever the length, which the Loop runs), ``Or``-ed with ``n == 0`` for a count of
+    steps ``n``. It costs what ``len(x) == 0`` does (two nodes)."""
+    zero = ints([0])
+    if plan.exact:
+        empty = op.Equal(op.Size(plan.x), zero)
+        return empty if plan.steps is None else op.Or(op.Equal(plan.steps, zero), empty)
+    # x's length, not the trip count's own value: that may be read from a reversal of x
+    # that dies with the Loop; a count of steps is read by the node's Slice of x anyway
+    if plan.steps is not None:
+        length = plan.steps
+    elif opset >= 15:
+        length = op.Shape(plan.x, start=0, end=1)
+    else:
+        length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
+    return op.Equal(length, zero)
 
 
 def _stack_index(plan: Recurrence) -> int:

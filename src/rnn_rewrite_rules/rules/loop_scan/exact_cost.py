@@ -1,15 +1,16 @@
 """Whether the exact zero-step guard of a Loop over ``X``'s length is no slower, from its
 measured table (``costs/exact_zero_step.json``, ``python -m benchmarks.exact_zero_step_costs``).
 
-The guard ``If(len(X) == 0, the Loop as written, the node)`` runs the node wherever the
-length is 1 or more, and the Loop, behind an ``If``, at 0. So it fires where the table
-says it is no slower (:meth:`costs.CostTable.decide`) at every measured length from 1 (the
-length is symbolic: each must agree), and where, at length 0, the time it adds to a call
-(the ``If`` around a Loop that runs no step) is at most the time it saves on a call of
-length 1, the least it saves once a step runs: on every runtime of the target, at every
-batch and hidden size measured. Measured on jax2onnx's files (ONNX Runtime 1.32, one
-thread, hidden 8): 1.21x-1.33x of a 10-12 us call at length 0 (+2.3 to +3.2 us, against
-2.6-6.8 us saved at length 1), 0.74x-0.82x at 1, 0.19x-0.32x at 8, 0.05x-0.12x at 64.
+The guard ``If(Size(X) == 0, the Loop as written, the node)`` runs the node wherever
+``X`` is not empty, and the Loop, behind an ``If``, where it is (length or batch 0). So
+it fires where the table says it is no slower (:meth:`costs.CostTable.decide`) at every
+measured length from 1 (the length is symbolic: each must agree), and where, at length
+0, the time it adds to a call (the ``If`` around a Loop that runs no step) is at most
+the time it saves on a call of length 1, the least it saves once a step runs: on every
+runtime of the target, at every batch and hidden size measured. Measured on jax2onnx's
+files (ONNX Runtime 1.32, one thread, hidden 8): 1.16x-1.30x of a 9-12 us call at
+length 0 (+2.0 to +3.3 us, against 3.0-5.4 us saved at length 1), 0.74x-0.82x at 1,
+0.22x-0.35x at 8, 0.05x-0.12x at 64.
 """
 
 from __future__ import annotations

@@ -63,8 +63,9 @@ EXACT_FORM = "exact_zero_step"
 #: Loop left in an exact zero-step branch).
 EXACT_BRANCH_REASON = (
     "exact zero-step branch: the Loop is the branch of an If that runs only where its trip"
-    " count is 0, kept as written there (only it gives its stack of no step as ONNX Runtime"
-    " shapes it); the If's other branch runs the steps"
+    " count is 0 or X is empty, kept as written there (only it gives its stack of no step"
+    " as ONNX Runtime shapes it, and it runs at batch 0 where ONNX Runtime's LSTM and GRU"
+    " abort); the If's other branch runs the steps"
 )
 
 #: The refusal's text; ``why`` names the declaration or size that leaves the shape open.
@@ -208,22 +209,61 @@ def _guard_of(graph: ir.Graph | None, model: ir.Model) -> ir.Node | None:
     return None
 
 
+def _zero_test(test: ir.Value | None, prover: ShapeProver) -> ir.Value | None:
+    """``n`` where ``test`` is ``Equal(n, 0)`` (either order), else None."""
+    node = None if test is None else test.producer()
+    if node is None or (node.domain, node.op_type) != ("", "Equal") or len(node.inputs) != 2:
+        return None
+    for count, zero in (node.inputs, node.inputs[::-1]):
+        if prover.ints(zero) == [0]:
+            return count
+    return None
+
+
+def _sizes_tested(loop: ir.Node, condition: ir.Value, prover: ShapeProver) -> list[str | None]:
+    """What each ``Equal(n, 0)`` of ``condition`` (one, or an ``Or`` of two) tests:
+    ``"steps"`` where ``n`` is the Loop's trip count, ``"empty"`` where ``n`` is
+    ``Size(v)`` of a value the Loop reads whose length is its trip count, else None."""
+    node = condition.producer()
+    tests: list[ir.Value | None] = [condition]
+    if node is not None and (node.domain, node.op_type) == ("", "Or") and len(node.inputs) == 2:
+        tests = list(node.inputs)
+    trips = prover.elements(loop.inputs[0])
+    found: list[str | None] = []
+    for test in tests:
+        count = _zero_test(test, prover)
+        size = None if count is None else count.producer()
+        if count is not None and prover.elements(count) == trips:
+            found.append("steps")
+        elif (
+            size is not None
+            and (size.domain, size.op_type) == ("", "Size")
+            and size.inputs[0] in loop.inputs[1:]
+            and (prover.dim(size.inputs[0], 0),) == trips
+        ):
+            found.append("empty")
+        else:
+            found.append(None)
+    return found
+
+
 def exact_branch_reason(node: ir.Node, model: ir.Model) -> Refusal | None:
-    """Why Loop ``node`` is kept: it is the ``then_branch`` of an ``If(Equal(n, 0))`` whose
-    ``n`` the shape prover proves the Loop's trip count (its elements, as a scalar or
-    ``[n]``), so it runs only where it runs no step: as the exact zero-step guard writes
-    it (``_common._emit_guarded``), where only the Loop itself gives its output shapes.
-    Rewriting it again would nest guards without end."""
+    """Why Loop ``node`` is kept: it is the ``then_branch`` of an ``If`` whose condition
+    is ``Equal(n, 0)``, ``n`` the Loop's trip count (its elements, as the shape prover
+    proves them, a scalar or ``[n]``) or ``Size(v)`` of a value ``v`` the Loop reads whose
+    length is its trip count, or an ``Or`` of two such: so it runs only where it runs no
+    step or reads an empty value, as the exact zero-step guard writes it
+    (``_common._guard_condition``), where only the Loop itself gives its outputs (or
+    runs at all: ONNX Runtime's LSTM and GRU abort at batch 0). Rewriting it again would
+    nest guards without end."""
     guard = _guard_of(node.graph, model)
-    equal = None if guard is None or not guard.inputs else guard.inputs[0]
-    test = None if equal is None else equal.producer()
-    if guard is None or test is None or test.op_type != "Equal" or test.domain != "":
+    if guard is None or not guard.inputs or guard.inputs[0] is None or not node.inputs:
         return None
     prover = ShapeProver(model.graph)
-    trips = prover.elements(node.inputs[0]) if node.inputs else None
+    trips = prover.elements(node.inputs[0])
     if trips is None or None in trips:
         return None
-    for count, zero in (test.inputs, test.inputs[::-1]):
-        if prover.ints(zero) == [0] and prover.elements(count) == trips:
-            return Refusal(EXACT_BRANCH_REASON)
-    return None
+    tested = _sizes_tested(node, guard.inputs[0], prover)
+    if None in tested:
+        return None
+    return Refusal(EXACT_BRANCH_REASON)
