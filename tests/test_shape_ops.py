@@ -87,13 +87,10 @@ def test_dynamic_quantize_outputs_two_scalars() -> None:
 
 
 def test_transpose() -> None:
-    # an input of unknown rank: perm gives the rank (the op fails on another), sizes by the
-    # input's axes
+    # an input of unknown rank: perm proves none (ONNX Runtime cancels Transpose pairs
+    # unchecked: tests/test_hostile_shape_proofs.py)
     x_value = ir.Value(name="x")
     node = ir.Node("", "Transpose", [x_value], [ir.AttrInt64s("perm", [1, 0, 2])])
-    (fact,) = TRANSFER[("", "Transpose")](node, [UNKNOWN])
-    assert fact == dims(Dim.sym(x_value, 1), Dim.sym(x_value, 0), Dim.sym(x_value, 2))
-    node = ir.Node("", "Transpose", [x_value], [ir.AttrInt64s("perm", [1, 1, 2])])
     assert TRANSFER[("", "Transpose")](node, [UNKNOWN]) == [UNKNOWN]
     data = dims(S, 3, T)
     assert one("Transpose", data, perm=[1, 0, 2]) == dims(3, S, T)
