@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator
 
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.normalize import Journal, ProvenSliceBoundsPass
-from rnn_rewrite_rules.shape import ShapeProver
+from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 #: name -> (bound element type, the ops computing ``end`` from ``w`` (x's width, 8), in
 #: that type, as (op, inputs, constant operand)); the last one's output is ``end``.
@@ -26,6 +26,8 @@ CASES = {
     "int32_mul_wraps": (np.int32, [("Mul", 2**28), ("Div", 2**28)]),
     # 100 + 100 is -56 in int8
     "int8_add_wraps": (np.int8, [("Add", 92)]),
+    # INT64_MAX + 8 is negative: the Slice reads nothing, not the whole row
+    "int64_max_plus": (np.int64, [("Add", 2**63 - 1)]),
     # wraps and unwraps: the ring's arithmetic, 8 either way
     "int64_add_sub": (np.int64, [("Add", 2**63 - 4), ("Sub", 2**63 - 4)]),
     # no wrap: proven (the pass writes 8 // 2 * 2 - 1 = 7)
@@ -103,6 +105,7 @@ def test_the_pass_keeps_what_the_slice_reads(name: str, batch: int) -> None:
         ("int64_mul_wraps", None),
         ("int32_mul_wraps", None),
         ("int8_add_wraps", None),
+        ("int64_max_plus", None),
         ("int64_add_sub", None),
         ("int64_exact", [7]),
     ],
@@ -112,3 +115,73 @@ def test_wrapping_arithmetic_is_not_proven(name: str, proven: list[int] | None) 
     row where the original reads none, or all but the last 8)."""
     dtype, steps = CASES[name]
     assert _end(_model(dtype, steps)) == proven
+
+
+@pytest.mark.parametrize("name", ["int64_mul_wraps", "int32_mul_wraps", "int64_max_plus"])
+def test_the_slice_of_a_wrapping_bound_is_not_proven_whole(name: str) -> None:
+    """The prover's size of the sliced axis: not 8 (the original's is 0 there)."""
+    dtype, steps = CASES[name]
+    graph = ir.serde.deserialize_model(_model(dtype, steps)).graph
+    (y,) = graph.outputs
+    assert ShapeProver(graph).dim(y, 1) != Dim.const(8)
+
+
+def _width(*nodes: onnx.NodeProto) -> list[onnx.NodeProto]:
+    """``w = Shape(x)[1:2]`` (8), then ``nodes`` computing ``end``."""
+    shape = helper.make_node("Shape", ["x"], ["shape"])
+    return [
+        shape,
+        _constant("i1", [1], np.int64),
+        helper.make_node("Gather", ["shape", "i1"], ["w"]),
+        *nodes,
+    ]
+
+
+_H = helper.make_node
+#: Bound computations the pass proves or leaves, each against ONNX Runtime (``end`` 1-D).
+BOUNDS = {
+    "shape_start_end": [_H("Shape", ["x"], ["end"], start=-1)],  # opset 15's Shape slice
+    "gather_negative": _width(
+        _constant("im1", [-1], np.int64), _H("Gather", ["shape", "im1"], ["end"])
+    ),
+    "empty": [_H("Shape", ["scalar"], ["end"])],
+    "div_truncates": _width(
+        _H("Neg", ["w"], ["n"]), _constant("k", [3], np.int64), _H("Div", ["n", "k"], ["end"])
+    ),
+    "sub_then_div": _width(
+        _constant("k", [10], np.int64),
+        _H("Sub", ["w", "k"], ["n"]),
+        _constant("k3", [3], np.int64),
+        _H("Div", ["n", "k3"], ["end"]),
+    ),
+    "max_negative": _width(_constant("k", [-4], np.int64), _H("Max", ["w", "k"], ["end"])),
+    "neg": _width(_H("Neg", ["w"], ["end"])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_computed_bounds_against_onnx_runtime(name: str) -> None:
+    nodes = [*BOUNDS[name], _constant("start", [0], np.int64), _constant("axis", [1], np.int64)]
+    operands = ["end", "end"] if name == "empty" else ["start", "end", "axis"]  # no axis
+    nodes.append(_H("Slice", ["x", *operands], ["y"]))
+    graph = helper.make_graph(
+        nodes,
+        "bounds",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8]),
+            helper.make_tensor_value_info("scalar", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    after = _passed(model)
+    for batch in (0, 1, 3):
+        feeds = {
+            "x": np.arange(batch * 8, dtype=np.float32).reshape(batch, 8),
+            "scalar": np.array(1, np.float32),
+        }
+        for optimize in (False, True):
+            (want,) = runtime.run(model, feeds, optimize=optimize)
+            (got,) = runtime.run(after, feeds, optimize=optimize)
+            np.testing.assert_array_equal(got, want)
