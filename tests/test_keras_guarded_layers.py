@@ -2,9 +2,10 @@
 first's guarded output (an ``If`` whose branches are a zero-trip ``Loop`` and the GRU),
 and the reports name the guard's ``Loop`` and each Loop's real refusal.
 
-The stacked layer's ``X`` is ``Transpose(Transpose(If(...)))``: its rank is proven by the
-``Transpose``'s ``perm`` (the op fails on another rank), its batch is a graph input's size
-in the ``If``'s GRU branch, which is all ONNX Runtime's inference can carry to it.
+The stacked layer's ``X`` is ``Transpose(Transpose(If(...)))``: no rank is proven for it
+(the prover reads none from the guard's zero-trip ``Loop``, and ONNX Runtime cancels the
+two ``Transpose``s unchecked, so their ``perm`` proves none:
+``tests/test_hostile_shape_proofs.py``), so that layer stays a Loop.
 """
 
 from __future__ import annotations
@@ -53,18 +54,19 @@ def _feeds(model: onnx.ModelProto, batch: int, seq: int, seed: int) -> dict[str,
 
 
 @pytest.mark.parametrize("name", STACKED)
-def test_a_stacked_keras_gru_rewrites_every_layer(name: str) -> None:
-    """Both layers become GRUs (the second was kept: X not provably of rank 3); what is
-    left of the Loops are the guards' zero-trip ones; outputs equal at every length,
-    0 included, at both optimisation levels."""
+def test_a_stacked_keras_gru_rewrites_its_first_layer(name: str) -> None:
+    """The first layer becomes a GRU behind its guard; the second stays a Loop (X not
+    provably of rank 3, see the module docstring); outputs equal at every length, 0
+    included, at both optimisation levels."""
     original = onnx.load(TF2ONNX / name)
     rewritten = rnn_rewrite_rules.rewrite(original)
     onnx.checker.check_model(rewritten, full_check=True)
-    assert _ops(rewritten).count("GRU") == 2 and _recurrent_loops(rewritten) == 0
+    assert _ops(rewritten).count("GRU") == 1 and _recurrent_loops(rewritten) == 1
     guards = [
         n for n in ir.serde.deserialize_model(rewritten).graph.all_nodes() if n.op_type == "Loop"
     ]
-    assert len(guards) == 2 and all(is_zero_step_loop(n) for n in guards)
+    assert sum(is_zero_step_loop(n) for n in guards) == 1
+    assert _reasons(TF2ONNX / name) == ["loop_scan/LoopToRnn: X is not provably of rank 3"]
     assert len(_ops(rewritten)) < len(_ops(original))
     for seed, (batch, seq) in enumerate((b, s) for b in (2, 3) for s in LENGTHS):
         feeds = _feeds(original, batch, seq, seed)

@@ -68,11 +68,13 @@ def test_only_an_integer_cast_keeps_elements() -> None:
     assert one("Cast", vec(3, S), to=ir.DataType.INT64) == vec(3, S)
     for to in (ir.DataType.INT32, ir.DataType.UINT8):
         narrowed = one("Cast", vec(3, S), to=to)
-        assert narrowed.elements is not None and narrowed.elements[0] == Dim.const(3)
+        assert narrowed.elements is not None
+        # a constant is kept in int32 only: arithmetic in int8 or uint8 wraps elsewhere
+        assert narrowed.elements[0] == (Dim.const(3) if to == ir.DataType.INT32 else None)
         element = narrowed.elements[1]
         assert element is not None and element != S and element.narrowed
     assert one("Cast", vec(-1, 256), to=ir.DataType.UINT8) == vec(None, None)
-    assert one("Cast", vec(-128, 127), to=ir.DataType.INT8) == vec(-128, 127)
+    assert one("Cast", vec(-128, 127), to=ir.DataType.INT8) == vec(None, None)
     assert one("Cast", vec(5 * 2**32), to=ir.DataType.INT32) == vec(None)
     assert one("Cast", vec(3, S), to=ir.DataType.FLOAT) == dims(2)
     assert one("Cast", vec(3, S), to=ir.DataType.BOOL) == dims(2)
@@ -85,13 +87,10 @@ def test_dynamic_quantize_outputs_two_scalars() -> None:
 
 
 def test_transpose() -> None:
-    # an input of unknown rank: perm gives the rank (the op fails on another), sizes by the
-    # input's axes
+    # an input of unknown rank: perm proves none (ONNX Runtime cancels Transpose pairs
+    # unchecked: tests/test_hostile_shape_proofs.py)
     x_value = ir.Value(name="x")
     node = ir.Node("", "Transpose", [x_value], [ir.AttrInt64s("perm", [1, 0, 2])])
-    (fact,) = TRANSFER[("", "Transpose")](node, [UNKNOWN])
-    assert fact == dims(Dim.sym(x_value, 1), Dim.sym(x_value, 0), Dim.sym(x_value, 2))
-    node = ir.Node("", "Transpose", [x_value], [ir.AttrInt64s("perm", [1, 1, 2])])
     assert TRANSFER[("", "Transpose")](node, [UNKNOWN]) == [UNKNOWN]
     data = dims(S, 3, T)
     assert one("Transpose", data, perm=[1, 0, 2]) == dims(3, S, T)

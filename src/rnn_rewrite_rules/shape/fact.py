@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 
+import onnx_ir as ir
+
 from rnn_rewrite_rules.shape.dim import Dim
 
-__all__ = ["MAX_ELEMENTS", "UNKNOWN", "Fact"]
+__all__ = ["MAX_ELEMENTS", "TRACKED_ELEMENT_TYPES", "UNKNOWN", "Fact"]
 
 #: Content is tracked for int/bool tensors of rank <= 1 with at most this many elements.
 MAX_ELEMENTS = 64
+
+#: The integer types whose content is tracked: shape arithmetic's. Arithmetic in a
+#: narrower or unsigned type wraps at other bounds (``100 + 100`` is -56 in int8, ``0 -
+#: 1`` is ``2**64 - 1`` in uint64), which the prover's integers do not.
+TRACKED_ELEMENT_TYPES = frozenset({ir.DataType.INT32, ir.DataType.INT64, ir.DataType.BOOL})
 
 
 @dataclasses.dataclass(frozen=True)

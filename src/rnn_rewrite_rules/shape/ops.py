@@ -18,7 +18,7 @@ from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn_ops import DIRECTIONS, RNN_OPS
 from rnn_rewrite_rules.shape import semantics
 from rnn_rewrite_rules.shape.dim import ONE, Dim, Sym, known, product
-from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
+from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, TRACKED_ELEMENT_TYPES, UNKNOWN, Fact
 
 __all__ = ["TRANSFER", "rnn_output_facts", "rnn_sizes"]
 
@@ -39,6 +39,11 @@ _INT_TYPES = frozenset(
         ir.DataType.UINT8,
     }
 )
+
+
+#: The integer types whose constant elements are tracked (:data:`TRACKED_ELEMENT_TYPES`).
+_TRACKED_TYPES = TRACKED_ELEMENT_TYPES
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 def _fact(ins: Inputs, index: int) -> Fact:
@@ -132,6 +137,8 @@ def _cast(node: ir.Node, ins: Inputs) -> list[Fact]:
             if to == ir.DataType.INT64:
                 return element
             return Dim((((Sym.narrowing(node.outputs[0], index),), 1),))
+        if to not in _TRACKED_TYPES:  # arithmetic in it wraps at other bounds
+            return None
         return element if info.min <= element.value <= info.max else None
 
     return [Fact(data.dims, tuple(kept(i, e) for i, e in enumerate(data.elements)))]
@@ -146,17 +153,14 @@ def _dynamic_quantize(node: ir.Node, ins: Inputs) -> list[Fact]:
 
 
 def _transpose(node: ir.Node, ins: Inputs) -> list[Fact]:
-    """The input's sizes permuted. Of an input of unknown rank, a ``perm`` of length
-    ``n`` proves rank ``n`` where the node runs (it fails on another rank, as the
-    ``RNN`` ops do on an ``X`` not of rank 3): its sizes are named by the input's axes."""
+    """The input's sizes permuted. Of an input of unknown rank nothing: ``perm`` would
+    prove its rank only where the node runs, and ONNX Runtime's optimiser removes a
+    Transpose it cancels against another without checking it (``perm=[1, 0, 2]`` twice
+    then runs at rank 2: ``tests/test_hostile_shape_proofs.py``)."""
     data = _fact(ins, 0)
     attr = node.attributes.get("perm")
     if data.dims is None:
-        source = node.inputs[0] if node.inputs else None
-        perm = [] if attr is None else list(attr.as_ints())
-        if source is None or not perm or sorted(perm) != list(range(len(perm))):
-            return [UNKNOWN]
-        return [Fact(tuple(Dim.sym(source, p) for p in perm))]
+        return [UNKNOWN]
     rank = len(data.dims)
     perm = list(attr.as_ints()) if attr is not None else list(reversed(range(rank)))
     if sorted(perm) != list(range(rank)):
@@ -445,15 +449,21 @@ def _reduce(node: ir.Node, ins: Inputs) -> list[Fact]:
 # ---------------------------------------------------------------- arithmetic
 
 
+def _exact(*dims: Dim) -> bool:
+    """Every coefficient of ``dims`` fits int32: integer arithmetic computes ``Add``,
+    ``Sub`` and ``Mul`` of such values exactly in int32 and int64 (the only types whose
+    elements are tracked) where the sizes are below ``2**31``, so its result is the
+    polynomial's; beyond, it wraps (``8 * 2**61`` is 0 in int64, and a ``Div`` or a
+    ``Slice`` bound reading it sees 0, not ``2**64``)."""
+    return all(abs(c) <= _INT32_MAX for dim in dims for _, c in dim.terms)
+
+
 def _element_op(name: str, a: Dim, b: Dim) -> Dim | None:
     if a.narrowed or b.narrowed:  # computed in a narrow type: may wrap
         return ONE if name == "Equal" and a == b else None
-    if name == "Add":
-        return a + b
-    if name == "Sub":
-        return a - b
-    if name == "Mul":
-        return a * b
+    if name in ("Add", "Sub", "Mul"):
+        result = a + b if name == "Add" else a - b if name == "Sub" else a * b
+        return result if _exact(a, b, result) else None
     if name == "Div":
         if a.value is not None and b.value is not None:
             if b.value == 0 or a.value < 0 or b.value < 0:

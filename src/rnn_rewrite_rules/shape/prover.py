@@ -17,7 +17,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules._ir import const_array, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.shape.dim import Dim, known
-from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, UNKNOWN, Fact
+from rnn_rewrite_rules.shape.fact import MAX_ELEMENTS, TRACKED_ELEMENT_TYPES, UNKNOWN, Fact
 from rnn_rewrite_rules.shape.ops import TRANSFER, rnn_sizes
 from rnn_rewrite_rules.shape.schema import infer
 
@@ -244,7 +244,7 @@ class ShapeProver:
         dims = tuple(Dim.const(int(d)) for d in shape)
         elements = None
         dtype = tensor.dtype
-        if len(dims) <= 1 and (dtype.is_integer() or dtype == ir.DataType.BOOL):
+        if len(dims) <= 1 and dtype in TRACKED_ELEMENT_TYPES:
             size = int(np.prod(shape)) if dims else 1
             if size <= MAX_ELEMENTS:
                 array = const_array(value)
