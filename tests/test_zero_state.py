@@ -592,7 +592,9 @@ def test_a_computed_x_is_typed_by_its_producer_not_its_value_info() -> None:
 
 
 def test_a_state_read_by_gathering_another_op_is_rewritten() -> None:
-    """Gather(Mul(Shape(x), 1), [1]) is the batch, but not the explicit form: rewritten."""
+    """Gather(Mul(Shape(x), 1), [1]) is the batch, but not the explicit form: rewritten.
+    The zeros are read by the GRU alone (not a graph output, unlike the decoys): where
+    they stay read elsewhere the rule declines, since a new state would remove nothing."""
     model = _stack((H,))
     model.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "k1"))
     nodes = [
@@ -601,10 +603,12 @@ def test_a_state_read_by_gathering_another_op_is_rewritten() -> None:
         helper.make_node("Gather", ["sx1", "k1"], ["b1"], axis=0),
     ]
     _with_decoys(model, {"state": (3, _decoy_dims("state", nodes, "b1"))})
+    model.graph.output.pop()  # the decoy's output: the GRU is the zeros' only reader
     gru = next(n for n in model.graph.node if n.op_type == "GRU")
     gru.input[5] = "state"
     after, count = apply(RULES, model)
     assert count == 1 and _state_of(after) != "state"
+    assert "state" not in {o for n in after.graph.node for o in n.output}
 
 
 def test_zeros_whose_type_reads_back_to_a_graph_input_are_refused() -> None:

@@ -635,26 +635,79 @@ class Constants:
         return Constants(self._opset, {**self._bound, **bound})
 
     def __call__(self, value: ir.Value | None) -> np.ndarray | None:
+        """Evaluated depth first with an explicit stack: a chain of thousands of steps
+        (an unrolled recurrence) is walked without recursion."""
         if value is None:
             return None
-        if value not in self._memo:
-            self._memo[value] = None  # a cycle (there is none in a valid graph) is unknown
-            self._memo[value] = self._compute(value)
+        stack = [value]
+        entered: set[ir.Value] = set()
+        while stack:
+            current = stack[-1]
+            if current in self._memo:
+                stack.pop()
+                continue
+            needed = self._first_unevaluated(current)
+            if needed is None:
+                stack.pop()
+                self._memo[current] = self._compute(current)
+            elif needed in entered:  # a cycle (there is none in a valid graph) is unknown
+                self._memo[needed] = None
+            else:
+                entered.add(current)
+                stack.append(needed)
         return self._memo[value]
 
-    def _compute(self, value: ir.Value) -> np.ndarray | None:
+    def _first_unevaluated(self, value: ir.Value) -> ir.Value | None:
+        """The value :meth:`_compute` reads next that is not evaluated yet, if any."""
         if value in self._bound:
             bound = self._bound[value]
-            return self(bound) if isinstance(bound, ir.Value) else np.asarray(bound)
+            return bound if isinstance(bound, ir.Value) and bound not in self._memo else None
+        node = value.producer()
+        if (
+            node is None
+            or value.const_value is not None
+            or node.domain != ""
+            or node.op_type not in _EVALUATED
+        ):
+            return None
+        if any(self._opaque(operand) for operand in node.inputs):
+            return None
+        for operand in node.inputs:  # the first operand not constant ends _compute
+            if operand is None:
+                continue
+            if operand not in self._memo:
+                return operand
+            array = self._memo[operand]
+            if array is None or array.size > _MAX_ELEMENTS:
+                return None
+        return None
+
+    def _opaque(self, value: ir.Value | None) -> bool:
+        """``value`` is not a constant, seen from its producer alone (a graph or body
+        input, or an op not evaluated): its readers are unknown without walking further."""
+        if value is None or value in self._bound or value.const_value is not None:
+            return False
+        node = value.producer()
+        if node is None:
+            return True
+        return node.domain != "" or (node.op_type not in _EVALUATED and node.op_type != "Constant")
+
+    def _compute(self, value: ir.Value) -> np.ndarray | None:
+        """``value`` from its operands, each evaluated already (:meth:`__call__`)."""
+        if value in self._bound:
+            bound = self._bound[value]
+            return self._memo.get(bound) if isinstance(bound, ir.Value) else np.asarray(bound)
         array = _constant(value)
         if array is not None:
             return array
         node = value.producer()
         if node is None or node.domain != "" or node.op_type not in _EVALUATED:
             return None
+        if any(self._opaque(operand) for operand in node.inputs):
+            return None
         operands: list[np.ndarray | None] = []
         for operand in node.inputs:  # the first operand not constant ends it
-            array = None if operand is None else self(operand)
+            array = None if operand is None else self._memo.get(operand)
             if operand is not None and (array is None or array.size > _MAX_ELEMENTS):
                 return None
             operands.append(array)

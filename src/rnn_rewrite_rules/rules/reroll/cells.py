@@ -666,18 +666,25 @@ class RerollCell(ChainRule[_CellPlan]):
         return op.Mul(a, b) if self.op_type == "LSTM" else op.Add(a, b)
 
     def plan_chain(self, root: ir.Node, main_graph: ir.Graph) -> _CellPlan | Refusal:
+        """Refuses a step whose ``h`` feeds another step before walking back: every step
+        of a chain is a candidate root, and walking back from each is quadratic."""
+        constants = Constants(_graph_opset(root, main_graph))
+        last = _parse_step(root, self.op_type, constants)
+        if not isinstance(last, Refusal) and self._feeds_a_step(last.h, constants):
+            return Refusal("h_T feeds another step: not the last step")
         return plan_cell_chain(root, self.op_type, main_graph)
 
-    def refuse(self, context, plan: _CellPlan) -> Refusal | None:
-        h = plan.steps[-1].h
-        constants = Constants(_graph_opset(context.root, context.model.graph))
+    def _feeds_a_step(self, h: ir.Value, constants: Constants) -> bool:
         for user, _ in h.uses():
             for candidate in _downstream(user, 6):
                 if candidate.op_type != _ROOT_OP[self.op_type]:
                     continue
                 step = _parse_step(candidate, self.op_type, constants)
                 if not isinstance(step, Refusal) and step.h_prev is h:
-                    return Refusal("h_T feeds another step: not the last step")
+                    return True
+        return False
+
+    def refuse(self, context, plan: _CellPlan) -> Refusal | None:
         c = plan.steps[-1].c
         if c is not None and not _readers_after(context.graph_or_function, c, context.root, plan):
             return Refusal("a reader of c_T comes before h_T")
