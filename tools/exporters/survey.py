@@ -83,7 +83,9 @@ def survey_file(file: ExporterFile, out: Path | None = None, hazards: bool = Tru
 def error_row(file: ExporterFile, error: Exception) -> Row:
     """The row of a file ``rewrite_file`` raised ``error`` on (not NoRecurrence)."""
     row = Row(file.path.name, file.expect)
-    row.error = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    # the message names the file by the path it was read from: the table names it alone
+    message = " ".join(str(error).replace(str(file.path), file.path.name).split())
+    row.error = f"{type(error).__name__}: {message[:300]}"
     return row
 
 
