@@ -11,6 +11,8 @@ symbol "axis k of this value", equal only to itself; an unknown rank is None.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import onnx_ir as ir
 
@@ -36,10 +38,17 @@ class ShapeProver:
     Without it no graph input has a fact.
     """
 
-    def __init__(self, main_graph: ir.Graph | None = None) -> None:
+    def __init__(
+        self, main_graph: ir.Graph | None = None, else_taken: Collection[ir.Node] = ()
+    ) -> None:
+        """``else_taken``: ``If`` nodes read as their ``else`` branch. Every fact this
+        prover gives downstream of one holds only where that branch runs: the caller
+        proves it runs wherever what it builds on those facts runs
+        (``rules.loop_scan.guarded_input``)."""
         self._facts: dict[ir.Value, Fact] = {}
         self._main_graph = main_graph
         self._owners: dict[ir.Graph, ir.Node] | None = None
+        self._else_taken = frozenset(else_taken)
 
     # ------------------------------------------------------------ queries
 
@@ -178,6 +187,8 @@ class ShapeProver:
         cond = UNKNOWN if condition is None else self._facts.get(condition, UNKNOWN)
         then_facts = [self._facts.get(v, UNKNOWN) for v in then_graph.outputs]
         else_facts = [self._facts.get(v, UNKNOWN) for v in else_graph.outputs]
+        if node in self._else_taken:
+            return else_facts
         taken = cond.ints()
         if taken is not None and len(taken) == 1:
             return then_facts if taken[0] else else_facts

@@ -36,6 +36,7 @@ from rnn_rewrite_rules.rules.cell import (
     through_identity,
 )
 from rnn_rewrite_rules.rules.loop_scan.exact_cost import EXACT_COST_REASON, exact_cost_reason
+from rnn_rewrite_rules.rules.loop_scan.guarded_input import mark_guard
 from rnn_rewrite_rules.rules.reroll._chain import redirect
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.semantics import INT64_MAX, INT64_MIN
@@ -467,6 +468,7 @@ def _emit_guarded(
     condition = _guard_condition(op, plan, opset, ints)
     made = op.If(condition, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
     outputs = [made] if isinstance(made, ir.Value) else list(made)
+    mark_guard(outputs[0])  # a later layer reads its else branch (guarded_input)
     for old in plan.replaced:
         redirect(old, outputs[-1])
     _detach_body(plan.node)

@@ -26,6 +26,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
     used,
 )
 from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
+from rnn_rewrite_rules.rules.loop_scan.guarded_input import guard_read_by_else
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
 from rnn_rewrite_rules.rules.loop_scan.zero_step import exact_branch_reason, zero_step_reason
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -161,7 +162,7 @@ def _step_input(
     not_t = Refusal("the step input is not X[t]: the index is not the iteration number")
     invariants = carried.invariants
     if trips is None and x in invariants:
-        shapes = ShapeProver(model.graph)
+        shapes = _plan_prover(model, invariants[x], _is_exact(node, carried))
         if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
             return Refusal("the trip count is neither a constant nor X's length")
         if index is not parts.iteration and start != 0:
@@ -232,9 +233,10 @@ def _recurrence(
     once the initial states fit and a computed trip count is proven ``X``'s length."""
     cell = carried.cell
     count = len(parts.carried_in)
-    prover = ShapeProver(model.graph)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
     steps = _counted_steps(node.inputs[0]) if trips is None else None
+    exact = trips is None and _is_exact(node, carried)
+    prover = ShapeProver(model.graph) if trips is not None else _plan_prover(model, x, exact)
     opset = opset_version(model, model.graph)
     if steps is not None and (isinstance(opset, Refusal) or opset < 10):
         return Refusal(f"opset {opset}'s Slice cannot read a count of steps of X")
@@ -263,14 +265,16 @@ def _recurrence(
     plan.steps = steps
     # X carried around the Loop: only the Loop gives its stack of no step (see
     # zero_step.exact_reason), so the guard keeps it there
-    plan.exact = plan.guarded and not fails and _carries_x(carried)
+    plan.exact = exact
     # where the original fails at 0 steps the guard only keeps the GRU from aborting:
     # its stack of no step need not equal anything
     if plan.guarded and not fails and not plan.exact:
         stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
         states = [parts.carried_in[j] for j in carried.state_of]
-        batch = prover.dim(sequence, 1)
-        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model, prover)
+        # at length 0, where the facts of a guard read by its else branch do not hold
+        plain = ShapeProver(model.graph)
+        batch = plain.dim(sequence, 1)
+        zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model, plain)
         if zero is not None:
             return zero
     plan.step_input = x
@@ -350,6 +354,21 @@ def _read_body(
     if not isinstance(carried, Refusal):
         split_projections(body, Constants(opset, carried[0]))
     return body
+
+
+def _is_exact(node: ir.Node, carried: Carried) -> bool:
+    """A Loop over ``X``'s length gets the exact guard (``Recurrence.exact``): it carries
+    ``X`` and its original runs at 0 steps."""
+    return _carries_x(carried) and not stack_fails_without_steps(node)
+
+
+def _plan_prover(model: ir.Model, x: ir.Value, exact: bool) -> ShapeProver:
+    """The prover of a Loop over ``x``'s length, whose node runs only where ``x`` is not
+    empty (``exact``) or not of length 0: it reads a guard of the layer before by its
+    ``else`` branch where that branch gave ``x`` wherever the node runs
+    (:mod:`.guarded_input`)."""
+    guard = guard_read_by_else(x, size_guarded=exact)
+    return ShapeProver(model.graph, () if guard is None else (guard,))
 
 
 def _carries_x(carried: Carried) -> bool:

@@ -223,7 +223,9 @@ def _zero_test(test: ir.Value | None, prover: ShapeProver) -> ir.Value | None:
 def _sizes_tested(loop: ir.Node, condition: ir.Value, prover: ShapeProver) -> list[str | None]:
     """What each ``Equal(n, 0)`` of ``condition`` (one, or an ``Or`` of two) tests:
     ``"steps"`` where ``n`` is the Loop's trip count, ``"empty"`` where ``n`` is
-    ``Size(v)`` of a value the Loop reads whose length is its trip count, else None."""
+    ``Size(v)`` of a value the Loop reads whose length is its trip count, or not proven
+    another (a second layer's ``X`` from the guard before it has no rank the prover
+    proves for every run), else None."""
     node = condition.producer()
     tests: list[ir.Value | None] = [condition]
     if node is not None and (node.domain, node.op_type) == ("", "Or") and len(node.inputs) == 2:
@@ -233,15 +235,16 @@ def _sizes_tested(loop: ir.Node, condition: ir.Value, prover: ShapeProver) -> li
     for test in tests:
         count = _zero_test(test, prover)
         size = None if count is None else count.producer()
-        if count is not None and prover.elements(count) == trips:
+        if count is not None and trips is not None and prover.elements(count) == trips:
             found.append("steps")
         elif (
             size is not None
             and (size.domain, size.op_type) == ("", "Size")
             and size.inputs[0] in loop.inputs[1:]
-            and (prover.dim(size.inputs[0], 0),) == trips
         ):
-            found.append("empty")
+            length = prover.dim(size.inputs[0], 0)
+            unknown = trips is None or None in trips or length is None
+            found.append("empty" if unknown or (length,) == trips else None)
         else:
             found.append(None)
     return found
@@ -260,9 +263,6 @@ def exact_branch_reason(node: ir.Node, model: ir.Model) -> Refusal | None:
     if guard is None or not guard.inputs or guard.inputs[0] is None or not node.inputs:
         return None
     prover = ShapeProver(model.graph)
-    trips = prover.elements(node.inputs[0])
-    if trips is None or None in trips:
-        return None
     tested = _sizes_tested(node, guard.inputs[0], prover)
     if None in tested:
         return None

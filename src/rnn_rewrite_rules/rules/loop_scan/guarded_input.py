@@ -1,0 +1,71 @@
+"""The sequence a Loop reads from the zero-step guard of the layer before it.
+
+A second layer's ``X`` is an output of the ``If`` that guards the first layer's node
+(``_common._emit_guarded``): the node's ``Y`` in its ``else`` branch, and in its ``then``
+branch the first layer's stack of no step (the lean guard's pass-through ``Loop`` with a
+trip count of 0, ``zero_step.is_zero_step_loop``) or the first Loop as written (the
+exact guard, ``_common._kept_loop``). Neither branch alone proves ``X``'s rank, so
+nothing is proven of the ``If``'s output for every run.
+
+But the second layer's node runs only where ``X`` is not empty: behind its own guard
+(``len(X) == 0``, or ``Size(X) == 0`` when exact), or where the original fails at 0 steps.
+A lean ``then`` branch gives a stack of length 0: wherever ``len(X) != 0`` the ``else``
+branch ran. An exact ``then`` branch gives the first Loop's stack of ``h_t``, whose
+``h_t`` has ``X0``'s batch (the cell the rule proved broadcasts ``x_t``'s rows): where
+the first guard took it ``X0`` is empty (its length or batch 0, or its input size, where
+the first Loop's body fails), so the stack has no element; wherever ``Size(X) != 0``
+the ``else`` branch ran. So the second layer's plan reads ``X`` by the ``else`` branch's
+facts (``ShapeProver(else_taken=...)``), which hold wherever its node runs.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
+
+__all__ = ["guard_read_by_else", "mark_guard"]
+
+#: ``node.meta`` key of a guard ``If`` the rules wrote (a file cannot forge it).
+_GUARD = "rnn_rewrite_rules.zero_step_guard"
+
+
+def mark_guard(output: ir.Value) -> None:
+    """Mark the ``If`` producing ``output`` as a zero-step guard the rules wrote."""
+    node = output.producer()
+    if node is not None:
+        node.meta[_GUARD] = True
+
+
+def _through_identity(value: ir.Value) -> ir.Value:
+    node = value.producer()
+    while node is not None and (node.domain, node.op_type) == ("", "Identity") and node.inputs:
+        source = node.inputs[0]
+        if source is None:
+            break
+        value, node = source, source.producer()
+    return value
+
+
+def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
+    """The rule-made guard ``If`` producing ``x`` whose ``else`` branch gave ``x`` wherever
+    ``x`` is not empty (``size_guarded``: the reader's node runs only where
+    ``Size(x) != 0``) or has a length other than 0 (else), or None."""
+    node = x.producer()
+    index = x.index()
+    if node is None or index is None or (node.domain, node.op_type) != ("", "If"):
+        return None
+    if not node.meta.get(_GUARD, False):
+        return None
+    then = node.attributes.get("then_branch")
+    if then is None or index >= len(then.as_graph().outputs):
+        return None
+    stack = _through_identity(then.as_graph().outputs[index])
+    loop, position = stack.producer(), stack.index()
+    if loop is None or position is None or (loop.domain, loop.op_type) != ("", "Loop"):
+        return None
+    if position < len(loop.inputs) - 2:  # a carried value: no stack
+        return None
+    if is_zero_step_loop(loop):  # a stack of length 0
+        return node
+    return node if size_guarded and loop.graph is then.as_graph() else None
