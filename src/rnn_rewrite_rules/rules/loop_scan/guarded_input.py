@@ -12,16 +12,18 @@ But the second layer's node runs only where ``X`` is not empty: behind its own g
 A lean ``then`` branch gives a stack of length 0: wherever ``len(X) != 0`` the ``else``
 branch ran. An exact ``then`` branch gives the first Loop's stack of ``h_t``, whose
 ``h_t`` has ``X0``'s batch (the cell the rule proved broadcasts ``x_t``'s rows): where
-the first guard took it ``X0`` is empty (its length or batch 0, or its input size, where
-the first Loop's body fails), so the stack has no element; wherever ``Size(X) != 0``
-the ``else`` branch ran. So the second layer's plan reads ``X`` by the ``else`` branch's
-facts (``ShapeProver(else_taken=...)``), which hold wherever its node runs.
+the first guard took it ``X0`` is empty. At length or batch 0 the stack has no element;
+at input size 0 the body's ``x_t @ W`` fails unless ``W`` has no row, and then the stack
+is ``[T, batch, H]`` as the node's ``Y`` is. So wherever ``Size(X) != 0`` the ``else``
+branch's facts hold, and the second layer's plan reads ``X`` by them
+(``ShapeProver(else_taken=...)``): they hold wherever its node runs.
 """
 
 from __future__ import annotations
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules.rules.cell import through_identity
 from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
 
 __all__ = ["guard_read_by_else", "mark_guard"]
@@ -37,16 +39,6 @@ def mark_guard(output: ir.Value) -> None:
         node.meta[_GUARD] = True
 
 
-def _through_identity(value: ir.Value) -> ir.Value:
-    node = value.producer()
-    while node is not None and (node.domain, node.op_type) == ("", "Identity") and node.inputs:
-        source = node.inputs[0]
-        if source is None:
-            break
-        value, node = source, source.producer()
-    return value
-
-
 def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
     """The rule-made guard ``If`` producing ``x`` whose ``else`` branch gave ``x`` wherever
     ``x`` is not empty (``size_guarded``: the reader's node runs only where
@@ -60,7 +52,7 @@ def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
     then = node.attributes.get("then_branch")
     if then is None or index >= len(then.as_graph().outputs):
         return None
-    stack = _through_identity(then.as_graph().outputs[index])
+    stack = through_identity(then.as_graph().outputs[index])
     loop, position = stack.producer(), stack.index()
     if loop is None or position is None or (loop.domain, loop.op_type) != ("", "Loop"):
         return None
