@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array, input_at
+from rnn_rewrite_rules._ir import input_at
 from rnn_rewrite_rules._rnn_ops import describe_node, is_rnn, rnn_op
 from rnn_rewrite_rules._unrolled_axes import describe_readers, fixed_windows, unrolled_axes
 from rnn_rewrite_rules.exporter_bugs import onnxscript_gru_bug
@@ -607,19 +607,10 @@ def _rank_checks(rnn: ir.Node) -> Iterator[Hazard]:
 def _emptiness_test(node: ir.Node) -> bool:
     """``node`` (an ``If``) tests ``Equal(n, 0)``, or an ``Or`` of two such: whether a
     length, a count or a size is 0 (a zero-step guard ``loop_scan`` writes), not a rank."""
+    from rnn_rewrite_rules.rules.loop_scan.zero_step import zero_tests  # rules import us
+
     condition = node.inputs[0] if node.inputs else None
-    test = None if condition is None else condition.producer()
-    tests = [condition]
-    if test is not None and (test.domain, test.op_type) == ("", "Or"):
-        tests = list(test.inputs)
-    for value in tests:
-        equal = None if value is None else value.producer()
-        if equal is None or (equal.domain, equal.op_type) != ("", "Equal"):
-            return False
-        zero = [const_array(v) for v in equal.inputs if v is not None]
-        if not any(a is not None and a.size == 1 and int(a.reshape(())) == 0 for a in zero):
-            return False
-    return True
+    return None not in zero_tests(condition, ShapeProver())
 
 
 def _shape_readers(shape: ir.Node) -> Iterator[ir.Node]:

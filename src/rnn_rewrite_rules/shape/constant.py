@@ -703,10 +703,10 @@ class Constants:
         node = value.producer()
         if node is None or node.domain != "" or node.op_type not in _EVALUATED:
             return None
-        if any(self._opaque(operand) for operand in node.inputs):
-            return None
         operands: list[np.ndarray | None] = []
-        for operand in node.inputs:  # the first operand not constant ends it
+        # the first operand not constant ends it (one not evaluated is opaque: see
+        # _first_unevaluated)
+        for operand in node.inputs:
             array = None if operand is None else self._memo.get(operand)
             if operand is not None and (array is None or array.size > _MAX_ELEMENTS):
                 return None

@@ -49,10 +49,11 @@ def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
         return None
     if not node.meta.get(_GUARD, False):
         return None
-    then = node.attributes.get("then_branch")
-    if then is None or index >= len(then.as_graph().outputs):
+    attr = node.attributes.get("then_branch")
+    then = None if attr is None else attr.as_graph()
+    if then is None or index >= len(then.outputs):
         return None
-    stack = through_identity(then.as_graph().outputs[index])
+    stack = through_identity(then.outputs[index])
     loop, position = stack.producer(), stack.index()
     if loop is None or position is None or (loop.domain, loop.op_type) != ("", "Loop"):
         return None
@@ -60,4 +61,4 @@ def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
         return None
     if is_zero_step_loop(loop):  # a stack of length 0
         return node
-    return node if size_guarded and loop.graph is then.as_graph() else None
+    return node if size_guarded and loop.graph is then else None

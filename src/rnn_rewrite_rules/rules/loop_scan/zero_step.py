@@ -54,6 +54,7 @@ __all__ = [
     "exact_branch_reason",
     "is_zero_step_loop",
     "zero_step_reason",
+    "zero_tests",
 ]
 
 #: The cost table's form of the exact guard (``costs/exact_zero_step.json``).
@@ -220,20 +221,25 @@ def _zero_test(test: ir.Value | None, prover: ShapeProver) -> ir.Value | None:
     return None
 
 
+def zero_tests(condition: ir.Value | None, prover: ShapeProver) -> list[ir.Value | None]:
+    """``n`` for each ``Equal(n, 0)`` of ``condition`` (one, or an ``Or`` of two; None
+    for a test of another form): what a zero-step guard tests against 0."""
+    node = None if condition is None else condition.producer()
+    tests: list[ir.Value | None] = [condition]
+    if node is not None and (node.domain, node.op_type) == ("", "Or") and len(node.inputs) == 2:
+        tests = list(node.inputs)
+    return [_zero_test(test, prover) for test in tests]
+
+
 def _sizes_tested(loop: ir.Node, condition: ir.Value, prover: ShapeProver) -> list[str | None]:
     """What each ``Equal(n, 0)`` of ``condition`` (one, or an ``Or`` of two) tests:
     ``"steps"`` where ``n`` is the Loop's trip count, ``"empty"`` where ``n`` is
     ``Size(v)`` of a value the Loop reads whose length is its trip count, or not proven
     another (a second layer's ``X`` from the guard before it has no rank the prover
     proves for every run), else None."""
-    node = condition.producer()
-    tests: list[ir.Value | None] = [condition]
-    if node is not None and (node.domain, node.op_type) == ("", "Or") and len(node.inputs) == 2:
-        tests = list(node.inputs)
     trips = prover.elements(loop.inputs[0])
     found: list[str | None] = []
-    for test in tests:
-        count = _zero_test(test, prover)
+    for count in zero_tests(condition, prover):
         size = None if count is None else count.producer()
         if count is not None and trips is not None and prover.elements(count) == trips:
             found.append("steps")
