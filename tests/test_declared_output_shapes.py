@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import warnings
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -109,32 +108,57 @@ def test_check_reports_and_the_rewrite_fixes(tmp_path, capsys) -> None:
     assert "after the rewrite: 0 remain" in out
 
 
+#: Run in a child process: torch 2.13 specialises the sequence axis of a later export of a
+#: GRU once one GRU with a static sequence axis was exported in the same process, and the
+#: test's premise (the input keeps ``seq``, the output declares 17) is a fresh process's.
+_DYNAMO_EXPORT = """
+import contextlib, io, sys, warnings
+import numpy as np, torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(8, 16, batch_first=True)
+        self.out = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        y, h = self.gru(x)
+        return self.out(y), h
+
+torch.manual_seed(0)
+net = Net().eval()
+dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    warnings.simplefilter("ignore")
+    program = torch.onnx.export(
+        net, (torch.randn(3, 17, 8),), dynamo=True, dynamic_shapes=(dims,), input_names=["x"]
+    )
+with open(sys.argv[1] + "/model.onnx", "wb") as f:
+    f.write(program.model_proto.SerializeToString())
+expected = {}
+for batch, seq in ((2, 5), (1, 30), (4, 17)):
+    x = np.random.default_rng(seq).standard_normal((batch, seq, 8)).astype(np.float32)
+    with torch.no_grad():
+        y, h = net(torch.from_numpy(x))
+    expected.update({f"x{seq}": x, f"y{seq}": y.numpy(), f"h{seq}": h.numpy()})
+np.savez(sys.argv[1] + "/expected.npz", **expected)
+"""
+
+
 @pytest.mark.torch
-def test_torch_dynamo_export_declares_the_traced_length_and_the_rewrite_fixes_it() -> None:
+def test_torch_dynamo_export_declares_the_traced_length_and_the_rewrite_fixes_it(
+    tmp_path,
+) -> None:
     """``torch.onnx.export(dynamo=True)`` declares the GRU's output after a Linear with
     the traced sequence length; after the rewrite every output's declared sizes agree
     with what ONNX Runtime returns at other sizes, and the values with PyTorch's."""
-    torch = pytest.importorskip("torch")
-
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.gru = torch.nn.GRU(8, 16, batch_first=True)
-            self.out = torch.nn.Linear(16, 4)
-
-        def forward(self, x):
-            y, h = self.gru(x)
-            return self.out(y), h
-
-    torch.manual_seed(0)
-    net = Net().eval()
-    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        program = torch.onnx.export(
-            net, (torch.randn(3, 17, 8),), dynamo=True, dynamic_shapes=(dims,), input_names=["x"]
-        )
-    model = program.model_proto
+    pytest.importorskip("torch")
+    subprocess.run(
+        [sys.executable, "-c", _DYNAMO_EXPORT, str(tmp_path)], check=True, capture_output=True
+    )
+    model = onnx.load(tmp_path / "model.onnx")
+    expected = np.load(tmp_path / "expected.npz")
+    assert _declared(model.graph.input[0]) == ["batch", "seq", 8]
     assert 17 in _declared(model.graph.output[0])  # the traced length, declared
     assert [h.kind for h in diagnostics.find_hazards(ir.serde.deserialize_model(model))].count(
         "declared-output-shape"
@@ -143,14 +167,13 @@ def test_torch_dynamo_export_declares_the_traced_length_and_the_rewrite_fixes_it
     after = rnn_rewrite_rules.rewrite(model)
     declared = [_declared(v) for v in after.graph.output]
     assert declared[0] == ["batch", "seq", 4]
-    for batch, seq in ((2, 5), (1, 30), (4, 17)):
-        x = np.random.default_rng(seq).standard_normal((batch, seq, 8)).astype(np.float32)
-        names = {"batch": batch, "seq": seq}
-        with torch.no_grad():
-            expected = [t.numpy() for t in net(torch.from_numpy(x))]
+    for seq in (5, 30, 17):
+        x = expected[f"x{seq}"]
+        names = {"batch": x.shape[0], "seq": seq}
         got = runtime.run(after, {"x": x})
-        for shape, array, want in zip(declared, got, expected, strict=True):
+        want = [expected[f"y{seq}"], expected[f"h{seq}"]]
+        for shape, array, value in zip(declared, got, want, strict=True):
             assert [names.get(d, d) if isinstance(d, str) else d for d in shape] == list(
                 array.shape
             )
-            np.testing.assert_allclose(array, want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(array, value, rtol=1e-4, atol=1e-5)
