@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx.reference import ReferenceEvaluator
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules.testing.fuzz.oracles import reference_evaluator
 from tests.exporter_files import DATA, ExporterFile, exporter_files, load_manifests, make_feeds
 from tests.exporter_files import size_plans as plans_of
 from tests.exporter_support import all_op_counts, rewrite_file_once
@@ -110,7 +110,7 @@ class _Runner:
 
     def reference(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
-            return [np.asarray(v) for v in ReferenceEvaluator(self.model).run(None, feeds)]
+            return [np.asarray(v) for v in reference_evaluator(self.model).run(None, feeds)]
         except Exception as error:
             raise Fails(f"onnx.reference: {' '.join(str(error).split())[:300]}") from None
 
@@ -173,10 +173,10 @@ def _reference_unless_shared_defect(
 ) -> list[np.ndarray] | None:
     """The rewritten model's outputs in ``onnx.reference`` (ORT aborted on it at a 0);
     None when the reference is no oracle of the original here: it fails on it (which ORT
-    ran), or shapes its outputs otherwise than ORT does (``expected``), as it does a Loop
-    left as written whose stack of batch-0 steps it concatenates instead of stacking
-    (jax2onnx's scans, one of which the rewrite may keep, feeding the next layer): no
-    engine runs the rewrite at this size then. Else it must run the rewrite."""
+    ran), or shapes its outputs otherwise than ORT does (``expected``): no engine runs
+    the rewrite at this size then. Else it must run the rewrite. The reference's Loop
+    stacks its scan outputs (``testing.fuzz.oracles.reference_evaluator``: onnx 1.23's
+    concatenates steps of rank 2 on their first axis)."""
     try:
         reference = runners[0].reference(feeds)
     except Fails:
@@ -237,8 +237,8 @@ def test_rewrite_keeps_outputs_at_every_size(file: ExporterFile) -> None:
                 reference = runners[0].reference(feeds)
             except Fails:
                 reference = None
-            # an oracle only where it shapes the original as ORT does (its Loop concatenates
-            # a stack of [batch, H] steps instead of stacking them: jax2onnx's scans)
+            # an oracle only where it shapes the original as ORT does (its Loop of no step
+            # fails, whatever the declaration)
             if reference is not None and _shapes(reference) == _shapes(expected):
                 _assert_equal(reference, runners[1].reference(feeds), sizes, values=True)
         ran += 1

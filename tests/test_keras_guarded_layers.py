@@ -98,8 +98,8 @@ def test_the_survey_names_the_zero_step_guards_loops() -> None:
     row = survey_file(file)
     assert row.recurrent[1] == {"GRU": 1, "Loop": 1}
     assert row.reasons == [
-        "Loop 1 of zero-step guards (in the If branch taken at length zero): holds no cell,"
-        " runs no step"
+        "Loop 1 of zero-step guards (in the If branch taken where X is empty): holds no cell,"
+        " passes the initial state through"
     ]
     report = rnn_rewrite_rules.rewrite_file(file.path, None, RewriteOptions(hazards=True))
     assert report.after.zero_step_loops == 1 and report.before.zero_step_loops == 0
@@ -107,6 +107,6 @@ def test_the_survey_names_the_zero_step_guards_loops() -> None:
         report.before, report.after, report.fired, report.unimproved, rules_used=1
     )
     assert (
-        "zero-step guards: 1 Loop (in the If branch taken at length zero: holds no cell,"
-        " runs no step)"
+        "zero-step guards: 1 Loop (in the If branch taken where X is empty: holds no cell,"
+        " passes the initial state through)"
     ) in lines

@@ -313,8 +313,8 @@ def format_report(
     )
     if after.zero_step_loops:
         lines.append(
-            f"zero-step guards: {after.zero_step_loops} Loop (in the If branch taken at length"
-            " zero: holds no cell, runs no step)"
+            f"zero-step guards: {after.zero_step_loops} Loop (in the If branch taken where X"
+            " is empty: holds no cell, passes the initial state through)"
         )
     loops = [item for item in unimproved if item.node.startswith(("Loop", "Scan"))]
     rnns = [item for item in unimproved if item not in loops]

@@ -118,8 +118,8 @@ def report_row(file: ExporterFile, report: rnn_rewrite_rules.Report) -> Row:
         )
     if guards:
         row.reasons.append(
-            f"Loop {guards} of zero-step guards (in the If branch taken at length zero):"
-            " holds no cell, runs no step"
+            f"Loop {guards} of zero-step guards (in the If branch taken where X is empty):"
+            " holds no cell, passes the initial state through"
         )
     return row
 

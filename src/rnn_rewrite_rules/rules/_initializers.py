@@ -120,7 +120,7 @@ def array_constant(
     """``array`` as an initializer named ``name`` (or the first free ``name_1``...), reusing
     an equal one an earlier rewrite made; a ``Constant`` in a function."""
     if not isinstance(graph, ir.Graph):
-        return op.Constant(value=ir.tensor(np.ascontiguousarray(array)))
+        return op.Constant(value=ir.tensor(np.asarray(array, order="C")))
     return _initializer(op, graph, array, name)
 
 
@@ -135,6 +135,6 @@ def _initializer(op: Builder, graph: ir.Graph, array: np.ndarray, base: str) -> 
             return existing
         index += 1
         name = f"{base}_{index}"
-    value = op.initializer(ir.tensor(np.ascontiguousarray(array)), fresh_name(graph, name))
+    value = op.initializer(ir.tensor(np.asarray(array, order="C")), fresh_name(graph, name))
     tag(value, array_digest)
     return value

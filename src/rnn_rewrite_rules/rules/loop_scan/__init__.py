@@ -27,12 +27,14 @@ Replacement: one ``RNN``/``LSTM``/``GRU`` node (``W``, ``R``, ``B`` folded into 
 gate order, ``direction="reverse"`` when ``X`` is a full-length ``ReverseSequence`` or
 backwards ``Slice`` of another sequence), ``Squeeze``-d outputs; a reversal of the
 stacked output back in time becomes ``Y`` itself. With ``X``'s length as the trip count,
-the node sits in ``If(len(X) == 0)`` (over a count ``n`` of steps: the node reads
-``X[0:n]`` and the guard is ``If(n == 0)``) whose other branch gives the Loop's outputs
-after no step (each read final state its initial value; the stack of no step from a
-zero-trip Loop whose body passes ``h`` through, declared as the original declares it:
-ONNX Runtime shapes that stack by the body's declaration and inference, ``(0,)``,
-``(0, 0, 0)``, ``(0, 0, H)`` or ``(0, 1, H)``, so no one constant would do). A Loop that
+the node sits in ``If(Size(X) == 0)`` (over a count ``n`` of steps: the node reads
+``X[0:n]`` and the guard also tests ``n == 0``): ``X`` is empty where its length or
+batch is 0, and at batch 0 ONNX Runtime aborts on an LSTM or GRU node where the Loop runs.
+The other branch gives the Loop's outputs there (each read final state its initial value;
+the stack from a Loop over ``X``'s length, or ``n``, whose body passes ``h`` through,
+declared as the original declares it: at length 0 ONNX Runtime shapes that stack of no
+step by the body's declaration and inference, ``(0,)``, ``(0, 0, 0)``, ``(0, 0, H)`` or
+``(0, 1, H)``, so no one constant would do; at batch 0 it is ``[T, 0, H]``). A Loop that
 carries ``X`` itself around (jax2onnx's scan) gets the exact guard, ``If(Size(X) == 0)``:
 its zero-step branch is the Loop as written (at length 0 ONNX Runtime shapes that stack
 by its own inference of the body, which its optimisation level changes: only the Loop

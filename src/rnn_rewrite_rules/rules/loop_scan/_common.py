@@ -42,6 +42,7 @@ from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.semantics import INT64_MAX, INT64_MIN
 
 __all__ = [
+    "EMPTY_INPUT_REASON",
     "FLOAT16_REASON",
     "GUARD_COST_REASON",
     "MAX_OUTPUTS",
@@ -76,13 +77,15 @@ class Recurrence:
     batch they broadcast to, as the body's arithmetic does.
     ``guarded``: a Loop's trip count is ``x``'s length, which can be 0: then the Loop runs
     no step where the node would not run (ONNX Runtime's GRU aborts on 0 steps, its LSTM
-    and RNN give zero states), so the node sits in ``If(len(x) == 0)`` whose other
-    branch gives the Loop's read outputs after no step: the initial states, and a stack of
-    no step whose shape ONNX Runtime takes from the body's scan output as it declares and
-    infers it, from a zero-trip Loop declared as the original (``_empty_stack``), only
-    where the declaration fixes that shape (``loop_scan.zero_step``: ``(0, 0, H)`` for
-    ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``); ``onnx.reference`` cannot run a zero-trip
-    Loop's stack.
+    and RNN give zero states; at batch 0 its LSTM and GRU abort at any length), so the
+    node sits in ``If(Size(x) == 0)`` (:func:`_guard_condition`) whose other branch gives
+    the Loop's read outputs where ``x`` is empty: the initial states, and a stack from a
+    pass-through Loop over ``x``'s length declared as the original (``_empty_stack``): at
+    length 0 a stack of no step, whose shape ONNX Runtime takes from the body's scan
+    output as it declares and infers it, only where the declaration fixes that shape
+    (``loop_scan.zero_step``: ``(0, 0, H)`` for ``[?, H]``, ``(0, 1, H)`` for ``[1, H]``);
+    at batch 0 ``[T, 0, H]``. ``onnx.reference``'s Loop cannot stack no step or empty
+    steps.
     ``exact``: the guard's zero-step branch is the Loop itself, as written
     (:func:`_kept_loop`), for a Loop that carries ``x`` around unchanged (jax2onnx's scan,
     ``loop._carries_x``), whose stack of no step no declaration fixes; the branch runs
@@ -288,6 +291,14 @@ def states_fit(
     return fits
 
 
+#: Why a cell that reads no input (``W`` has no column) stays a Loop: ``X`` is empty at
+#: every size, and ONNX Runtime 1.32 aborts the process on a GRU node reading an empty
+#: input and on an LSTM node at batch 0 (its RNN runs on both).
+EMPTY_INPUT_REASON = (
+    "the cell's input size is 0: its {op} node would read an empty X at every size, where"
+    " ONNX Runtime aborts the process (a GRU always, an LSTM at batch 0)"
+)
+
 #: Why a guarded Loop beside states of another batch is refused: measured with ONNX
 #: Runtime 1.32 (LSTM, hidden 64, one thread, batch 1, seq 1), the guard and the
 #: broadcast (8 small nodes) made a call 1.15x the one-step Loop's.
@@ -382,6 +393,8 @@ class RecurrenceRule(RewriteRuleClassBase):
             return MatchResult().fail(reason, node)
         if found.guarded and found.broadcast:
             return MatchResult().fail(GUARD_COST_REASON, node)
+        if found.cell.w.shape[1] == 0 and found.cell.op_type != "RNN":
+            return MatchResult().fail(EMPTY_INPUT_REASON.format(op=found.cell.op_type), node)
         reason = _exact_cost(found, context.model, self.target) if found.exact else None
         if reason is not None:
             return MatchResult().fail(reason, node)
@@ -420,7 +433,7 @@ def emit(
 def _emit_guarded(
     op, plan: Recurrence, num_outputs: int, opset: int, main: ir.Graph | None, model: ir.Model
 ) -> list[ir.Value]:
-    """``If(len(x) == 0)``: the Loop's read outputs after no step (:func:`_no_step_values`;
+    """``If(Size(x) == 0)``: the Loop's read outputs where ``x`` is empty (:func:`_no_step_values`;
     the Loop itself with ``plan.exact``: :func:`_kept_loop`), else the node's (built in a
     branch, so with ``Constant`` nodes: a subgraph holds no initializers). Only read
     outputs pass the ``If``; a reversal undone after the Loop reads an extra one, ``Y``."""
@@ -430,14 +443,22 @@ def _emit_guarded(
     read = [k for k in range(num_outputs) if plan.outputs[k] is not None]
     taken = [taken_all[k] for k in read]
     zero = type(op)()
+    cache: dict[tuple[int, ...], ir.Value] = {}
+
+    def ints(values: list[int]) -> ir.Value:
+        return cached_ints(op, main, cache, values, as_node=main is None)
+
+    condition = _guard_condition(op, plan, opset, ints)
     if plan.exact:  # the Loop itself (its stack of no step read again for a reversal)
         kept = _kept_loop(zero, plan, model)
         extra = [_stack_index(plan)] if plan.replaced else []
         skipped = [zero.Identity(kept[k]) for k in [*read, *extra]]
     else:
-        skipped = _no_step_values(zero, plan, read, model)
+        trips = _pass_through_trips(zero, plan, opset, ints)
+        true = _true(op, main) if _size_tested(plan) else None
+        skipped = _no_step_values(zero, plan, read, model, (trips, true))
     if plan.replaced and not plan.exact:  # the reversal of a stack of no step is that stack
-        stack = _no_step_values(zero, plan, [_stack_index(plan)], model)[0]
+        stack = _no_step_values(zero, plan, [_stack_index(plan)], model, (trips, true))[0]
         taken.append(branch.Identity(value_of("y")))
         skipped.append(zero.Identity(stack))
     name = plan.node.name or plan.cell.op_type
@@ -460,12 +481,6 @@ def _emit_guarded(
         ir.Graph((), outputs, nodes=_live(builder.nodes, outputs), name=f"{name}_{tag}")
         for builder, outputs, tag in ((zero, skipped, tag), (branch, taken, "steps"))
     ]
-    cache: dict[tuple[int, ...], ir.Value] = {}
-
-    def ints(values: list[int]) -> ir.Value:
-        return cached_ints(op, main, cache, values, as_node=main is None)
-
-    condition = _guard_condition(op, plan, opset, ints)
     made = op.If(condition, then_branch=graphs[0], else_branch=graphs[1], _outputs=len(skipped))
     outputs = [made] if isinstance(made, ir.Value) else list(made)
     mark_guard(outputs[0])  # a later layer reads its else branch (guarded_input)
@@ -484,24 +499,56 @@ def _emit_guarded(
 def _guard_condition(
     op, plan: Recurrence, opset: int, ints: Callable[[list[int]], ir.Value]
 ) -> ir.Value:
-    """The guard's test: ``len(x) == 0``; with ``plan.exact``, ``Size(x) == 0`` (``x`` is
-    empty: its length or batch is 0, or its input size, where the Loop's body fails at
-    ``T >= 1``; ONNX Runtime 1.32 aborts the process on its LSTM and GRU nodes at batch 0
-    whatever the length, which the Loop runs), ``Or``-ed with ``n == 0`` for a count of
-    steps ``n``. It costs what ``len(x) == 0`` does (two nodes)."""
+    """The guard's test: ``Size(x) == 0`` (``x`` is empty: its length or its batch is 0;
+    ONNX Runtime 1.32 aborts the process on its LSTM and GRU nodes at batch 0 whatever the
+    length, where the Loop runs), ``Or``-ed with ``n == 0`` for a count of steps ``n``.
+    Where the cell's input size is 0 (``x`` is empty at every size) the lean guard tests
+    ``len(x) == 0`` instead; the exact guard's Loop gives the outputs wherever it runs.
+    It costs what ``len(x) == 0`` does (two nodes)."""
     zero = ints([0])
-    if plan.exact:
+    if _size_tested(plan):
         empty = op.Equal(op.Size(plan.x), zero)
         return empty if plan.steps is None else op.Or(op.Equal(plan.steps, zero), empty)
     # x's length, not the trip count's own value: that may be read from a reversal of x
     # that dies with the Loop; a count of steps is read by the node's Slice of x anyway
     if plan.steps is not None:
-        length = plan.steps
-    elif opset >= 15:
-        length = op.Shape(plan.x, start=0, end=1)
-    else:
-        length = slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
-    return op.Equal(length, zero)
+        return op.Equal(plan.steps, zero)
+    return op.Equal(_length(op, plan, opset, ints), zero)
+
+
+def _true(op, main: ir.Graph | None) -> ir.Value:
+    """A scalar ``True``: an initializer of the main graph (no node), else a ``Constant``."""
+    array = np.array(True)
+    if main is None:
+        return op.Constant(value=ir.tensor(array))
+    return array_constant(op, main, array, "rnn_rewrite_rules_true")
+
+
+def _size_tested(plan: Recurrence) -> bool:
+    """The guard tests ``Size(x) == 0``: exact, or a cell that reads ``x_t`` (input size
+    at least 1, so ``x`` is empty exactly where its length or batch is 0; a cell reading
+    none is an ``RNN``'s, :data:`EMPTY_INPUT_REASON`, whose node runs at batch 0)."""
+    return plan.exact or plan.cell.w.shape[1] >= 1
+
+
+def _length(op, plan: Recurrence, opset: int, ints: Callable[[list[int]], ir.Value]) -> ir.Value:
+    """``[len(x)]``."""
+    if opset >= 15:
+        return op.Shape(plan.x, start=0, end=1)
+    return slice_(op, op.Shape(plan.x), [0], [1], [0], opset, ints)
+
+
+def _pass_through_trips(
+    op, plan: Recurrence, opset: int, ints: Callable[[list[int]], ir.Value]
+) -> ir.Value:
+    """The trip count of the lean guard's pass-through Loop (:func:`_empty_stack`): the
+    Loop's own count of steps ``n`` or ``x``'s length (0 where the guard tests the length
+    only). Its branch runs where ``x`` is empty: at length (or ``n``) 0 it runs no step; at
+    batch 0 it stacks the initial ``h`` (``[0, H]``, ``x``'s batch) ``T`` (``n``) times,
+    ``[T, 0, H]`` as the Loop's steps stack their ``h_t``."""
+    if not _size_tested(plan):
+        return op.Constant(value=ir.tensor(np.array(0, np.int64)))
+    return plan.steps if plan.steps is not None else _length(op, plan, opset, ints)
 
 
 def _stack_index(plan: Recurrence) -> int:
@@ -520,7 +567,13 @@ def _live(nodes: Sequence[ir.Node], outputs: Sequence[ir.Value]) -> list[ir.Node
     return kept[::-1]
 
 
-def _no_step_values(op, plan: Recurrence, read: Sequence[int], model: ir.Model) -> list[ir.Value]:
+def _no_step_values(
+    op,
+    plan: Recurrence,
+    read: Sequence[int],
+    model: ir.Model,
+    loop: tuple[ir.Value, ir.Value | None],
+) -> list[ir.Value]:
     """The Loop's outputs ``read`` after no step, as the Loop gives them: a carried value
     is its initial value (through an ``Identity``: a branch output of an outer value);
     a stack of no step comes from :func:`_empty_stack`, made once."""
@@ -535,21 +588,24 @@ def _no_step_values(op, plan: Recurrence, read: Sequence[int], model: ir.Model) 
             values.append(op.Identity(initial))
             continue
         if stack is None:
-            stack = _empty_stack(op, plan, k - carried, model)
+            stack = _empty_stack(op, plan, k - carried, model, *loop)
             values.append(stack)
         else:
             values.append(op.Identity(stack))
     return values
 
 
-def _empty_stack(op, plan: Recurrence, index: int, model: ir.Model) -> ir.Value:
-    """Scan output ``index`` of ``plan.node`` after no step: a Loop with a trip count of
-    0 whose body passes one state through and stacks it, the stack declared as the
-    original body declares that output and the state with no shape. ONNX Runtime shapes a
-    stack of no step by that declaration merged with what it infers, which adds nothing
-    here; ``loop_scan.zero_step`` proves the original's inference adds nothing either, so
-    the same as the Loop's without its body (``tests/test_loop_zero_steps.py`` checks
-    each declaration)."""
+def _empty_stack(
+    op, plan: Recurrence, index: int, model: ir.Model, trips: ir.Value, true: ir.Value | None
+) -> ir.Value:
+    """Scan output ``index`` of ``plan.node`` where ``x`` is empty: a Loop of ``trips``
+    (:func:`_pass_through_trips`) whose body passes one state through and stacks it, the
+    stack declared as the original body declares that output and the state with no shape.
+    At batch 0 it stacks the empty initial state as the Loop's steps stack theirs. At 0
+    steps ONNX Runtime shapes a stack of no step by that declaration merged with what it
+    infers, which adds nothing here; ``loop_scan.zero_step`` proves the original's
+    inference adds nothing either, so the same as the Loop's without its body
+    (``tests/test_loop_zero_steps.py`` checks each declaration)."""
     node = plan.node
     body = node.attributes["body"].as_graph()
     declared = body.outputs[1 + len(node.inputs) - 2 + index]
@@ -577,8 +633,9 @@ def _empty_stack(op, plan: Recurrence, index: int, model: ir.Model) -> ir.Value:
         nodes=nodes,
         name=f"{base}_body",
     )
-    trips = op.Constant(value=ir.tensor(np.array(0, np.int64)))
-    return op.Loop(trips, None, plan.h0, body=graph, _outputs=2)[1]
+    # an explicit true condition where the Loop may run steps: ONNX's Loop runs on an absent
+    # condition as on a true one, but onnx.reference's runs no step then
+    return op.Loop(trips, true, plan.h0, body=graph, _outputs=2)[1]
 
 
 def _kept_loop(op, plan: Recurrence, model: ir.Model) -> list[ir.Value]:

@@ -86,7 +86,7 @@ def _declared_rank_2(value: ir.Value, body: ir.Graph) -> bool:
 
 
 def _constant(array: np.ndarray) -> ir.Node:
-    return ir.node("Constant", [], attributes={"value": ir.tensor(np.ascontiguousarray(array))})
+    return ir.node("Constant", [], attributes={"value": ir.tensor(np.asarray(array, order="C"))})
 
 
 def _gate_nodes(

@@ -2,7 +2,8 @@
 
 Pattern: ``Concat(a, b)`` where ``a`` and ``b`` are outputs (through ``Identity``) of two
 ``If`` nodes on one condition, as ``loop_scan`` writes a forward and a backward Loop over
-``X``'s length (``If(len(X) == 0)``: the Loop's outputs after no step, else the node's).
+``X``'s length (``If(Size(X) == 0)``: the Loop's outputs where ``X`` is empty, else the
+node's).
 
 Condition: the two conditions are one value or one computation written twice
 (``rules._graph.same_value``); both ``If``s are in the ``Concat``'s graph; each ``If``'s

@@ -13,7 +13,7 @@ from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.normalize.sequence_scan import stack_fails_without_steps
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell import Constants, through_identity
+from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Carried,
     Recurrence,
@@ -162,7 +162,7 @@ def _step_input(
     not_t = Refusal("the step input is not X[t]: the index is not the iteration number")
     invariants = carried.invariants
     if trips is None and x in invariants:
-        shapes = _plan_prover(model, invariants[x], _is_exact(node, carried))
+        shapes = _plan_prover(model, invariants[x], _size_guarded(node, carried))
         if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
             return Refusal("the trip count is neither a constant nor X's length")
         if index is not parts.iteration and start != 0:
@@ -236,7 +236,8 @@ def _recurrence(
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
     steps = _counted_steps(node.inputs[0]) if trips is None else None
     exact = trips is None and _is_exact(node, carried)
-    prover = ShapeProver(model.graph) if trips is not None else _plan_prover(model, x, exact)
+    size_guarded = trips is None and _size_guarded(node, carried)
+    prover = ShapeProver(model.graph) if trips is not None else _plan_prover(model, x, size_guarded)
     opset = opset_version(model, model.graph)
     if steps is not None and (isinstance(opset, Refusal) or opset < 10):
         return Refusal(f"opset {opset}'s Slice cannot read a count of steps of X")
@@ -261,7 +262,7 @@ def _recurrence(
     # X's length or a count, which can be 0 (see Recurrence), unless the original then
     # fails; ONNX Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
     fails = stack_fails_without_steps(node)
-    plan.guarded = trips is None and not (fails and cell.op_type != "GRU")
+    plan.guarded = trips is None and _guarded(node, cell)
     plan.steps = steps
     # X carried around the Loop: only the Loop gives its stack of no step (see
     # zero_step.exact_reason), so the guard keeps it there
@@ -362,12 +363,27 @@ def _is_exact(node: ir.Node, carried: Carried) -> bool:
     return _carries_x(carried) and not stack_fails_without_steps(node)
 
 
-def _plan_prover(model: ir.Model, x: ir.Value, exact: bool) -> ShapeProver:
+def _guarded(node: ir.Node, cell: Cell) -> bool:
+    """A Loop over ``X``'s length (or a count of steps) gets a zero-step guard: unless its
+    original fails at 0 steps, where only a GRU needs one (ONNX Runtime's GRU aborts on 0
+    steps; the guard's test of an empty ``X`` also keeps it from batch 0)."""
+    return not (stack_fails_without_steps(node) and cell.op_type != "GRU")
+
+
+def _size_guarded(node: ir.Node, carried: Carried) -> bool:
+    """The guard of a Loop over ``X``'s length tests ``Size(X) == 0``
+    (``_common._guard_condition``): exact, or a cell reading ``x_t`` (input size >= 1)."""
+    if _is_exact(node, carried):
+        return True
+    return _guarded(node, carried.cell) and carried.cell.w.shape[1] >= 1
+
+
+def _plan_prover(model: ir.Model, x: ir.Value, size_guarded: bool) -> ShapeProver:
     """The prover of a Loop over ``x``'s length, whose node runs only where ``x`` is not
-    empty (``exact``) or not of length 0: it reads a guard of the layer before by its
-    ``else`` branch where that branch gave ``x`` wherever the node runs
+    empty (``size_guarded``) or not of length 0: it reads a guard of the layer before by
+    its ``else`` branch where that branch gave ``x`` wherever the node runs
     (:mod:`.guarded_input`)."""
-    guard = guard_read_by_else(x, size_guarded=exact)
+    guard = guard_read_by_else(x, size_guarded=size_guarded)
     return ShapeProver(model.graph, () if guard is None else (guard,))
 
 

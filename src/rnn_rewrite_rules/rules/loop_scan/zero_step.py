@@ -43,8 +43,8 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules.rules.cell import through_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = [
@@ -187,16 +187,23 @@ def zero_step_reason(
 
 def is_zero_step_loop(node: ir.Node) -> bool:
     """``node`` is the ``Loop`` of a lean zero-step guard (``_common._empty_stack``): a
-    trip count of a constant 0 and a body of ``Identity`` nodes only. It runs no step
-    and holds no cell: it gives the stack of no step its shape, in the guard's branch
-    taken at length 0 only."""
-    if (node.domain, node.op_type) != ("", "Loop") or not node.inputs:
+    body of three ``Identity`` nodes passing one state through and stacking it. It holds
+    no cell: it gives the stack of no step its shape, in the guard's branch taken where
+    ``X`` is empty (at length 0 it runs no step; at batch 0 it stacks the empty state)."""
+    if (node.domain, node.op_type) != ("", "Loop") or len(node.inputs) != 3:
         return False
-    trips = const_array(node.inputs[0])
     body = node.attributes.get("body")
-    if trips is None or trips.size != 1 or int(trips.reshape(())) != 0 or body is None:
+    if body is None or body.type != ir.AttributeType.GRAPH:
         return False
-    return all((inner.domain, inner.op_type) == ("", "Identity") for inner in body.as_graph())
+    graph = body.as_graph()
+    nodes = list(graph)
+    if len(nodes) != 3 or len(graph.inputs) != 3 or len(graph.outputs) != 3:
+        return False
+    if any((inner.domain, inner.op_type) != ("", "Identity") for inner in nodes):
+        return False
+    _, cond, state = graph.inputs
+    sources = [through_identity(v) for v in graph.outputs]
+    return sources == [cond, state, state]
 
 
 def _guard_of(graph: ir.Graph | None, model: ir.Model) -> ir.Node | None:

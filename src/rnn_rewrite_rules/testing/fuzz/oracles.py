@@ -38,7 +38,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules.testing.fuzz.case import Case, fresh_names
 from rnn_rewrite_rules.testing.fuzz.walk import all_nodes, has_recurrent_op
 
-__all__ = ["RUNTIMES", "Failure", "Outcome", "blame", "check_case", "plans"]
+__all__ = ["RUNTIMES", "Failure", "Outcome", "blame", "check_case", "plans", "reference_evaluator"]
 
 #: Where the result must run when the original does, and give its outputs.
 RUNTIMES = ("onnxruntime", "reference")
@@ -181,9 +181,7 @@ class _Runner:
                 None, {k: v for k, v in feeds.items() if k in inputs}
             )
         else:
-            from onnx.reference import ReferenceEvaluator
-
-            evaluator = ReferenceEvaluator(_name_skipped_outputs(model), new_ops=[_StackingLoop])
+            evaluator = reference_evaluator(model)
             self._run = lambda feeds: evaluator.run(None, feeds)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -216,6 +214,15 @@ class _StackingLoop(_ReferenceLoop):
 
 
 _StackingLoop.__name__ = "Loop"  # new_ops replaces the op its class is named for
+
+
+def reference_evaluator(model: onnx.ModelProto):
+    """``onnx.reference`` on ``model`` with its Loop's scan outputs stacked (one leading
+    axis per step, as ONNX Runtime and ONNX's shape inference have them) and each
+    skipped node output named (see :func:`_name_skipped_outputs`)."""
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(_name_skipped_outputs(model), new_ops=[_StackingLoop])
 
 
 def _name_skipped_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
