@@ -19,7 +19,8 @@ from onnx import TensorProto, helper
 import rnn_rewrite_rules
 from rnn_rewrite_rules import RewriteOptions, runtime
 from rnn_rewrite_rules.rules.loop_scan.guarded_input import guard_read_by_else, mark_guard
-from rnn_rewrite_rules.shape import ShapeProver
+from rnn_rewrite_rules.rules.loop_scan.zero_step import batch_dim
+from rnn_rewrite_rules.shape import Dim, ShapeProver
 from tests.exporter_files import DATA
 from tests.exporter_support import all_op_counts
 
@@ -126,6 +127,37 @@ def test_a_carried_value_or_a_stack_of_steps_is_not_read_by_the_else_branch() ->
     mark_guard(steps)
     assert guard_read_by_else(steps, size_guarded=False) is None
     assert guard_read_by_else(steps, size_guarded=True) is steps.producer()
+
+
+def _transposed(value: ir.Value, main: ir.Graph, perm: list[int] | None) -> ir.Value:
+    """``Transpose(value, perm)`` appended to ``main`` (no ``perm``: reversed axes)."""
+    attributes = {} if perm is None else {"perm": perm}
+    node = ir.node("Transpose", [value], attributes)
+    main.append(node)
+    return node.outputs[0]
+
+
+def test_a_stack_read_through_transposes_is_read_by_the_else_branch_behind_a_size_guard() -> None:
+    """tf2onnx's pair of Transposes between Keras layers keeps the number of elements: a
+    reader behind a size guard reads the guard through them; a reader behind a length
+    test does not (a Transpose moves the length to another axis)."""
+    stack, main = _guard(None, 1)
+    mark_guard(stack)
+    twice = _transposed(_transposed(stack, main, [1, 0, 2]), main, [1, 0, 2])
+    assert guard_read_by_else(twice, size_guarded=True) is stack.producer()
+    assert guard_read_by_else(twice, size_guarded=False) is None
+    assert batch_dim(twice, ShapeProver(main)) == Dim.sym(stack, 1)
+    swapped = _transposed(stack, main, [1, 0, 2])
+    assert batch_dim(swapped, ShapeProver(main)) == Dim.sym(stack, 0)
+
+
+def test_the_batch_through_a_transpose_without_perm_or_of_no_if_is_not_read() -> None:
+    stack, main = _guard(None, 1)
+    assert batch_dim(_transposed(stack, main, None), ShapeProver(main)) is None
+    x = main.inputs[0]
+    assert batch_dim(_transposed(x, main, [1, 0, 2]), ShapeProver(main)) == ShapeProver(main).dim(
+        x, 0
+    )
 
 
 def test_the_stacked_rewrite_runs_at_sizes_other_than_the_exports() -> None:

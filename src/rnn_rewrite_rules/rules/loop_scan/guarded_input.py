@@ -45,7 +45,10 @@ def mark_guard(output: ir.Value) -> None:
 def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
     """The rule-made guard ``If`` producing ``x`` whose ``else`` branch gave ``x`` wherever
     ``x`` is not empty (``size_guarded``: the reader's node runs only where
-    ``Size(x) != 0``) or has a length other than 0 (else), or None."""
+    ``Size(x) != 0``; ``x`` may then be read through ``Transpose``s and ``Identity``s,
+    which keep the number of elements) or has a length other than 0 (else), or None."""
+    if size_guarded:
+        x = _through_transposes(x)
     node = x.producer()
     index = x.index()
     if node is None or index is None or (node.domain, node.op_type) != ("", "If"):
@@ -71,3 +74,21 @@ def _runs_no_step(loop: ir.Node) -> bool:
     """The pass-through Loop's trip count is a constant 0 (a cell that reads no ``x_t``)."""
     trips = const_array(loop.inputs[0]) if loop.inputs else None
     return trips is not None and trips.size == 1 and int(trips.reshape(())) == 0
+
+
+#: ``Transpose``s (tf2onnx's pair between Keras layers) and ``Identity``s followed back.
+_MAX_TRANSPOSES = 8
+
+
+def _through_transposes(value: ir.Value) -> ir.Value:
+    """``value`` followed back through ``Transpose`` and ``Identity`` nodes: each gives as
+    many elements as it reads, so ``value`` is empty exactly where the value reached is."""
+    for _ in range(_MAX_TRANSPOSES):
+        node = value.producer()
+        if node is None or node.domain != "" or node.op_type not in ("Transpose", "Identity"):
+            break
+        source = node.inputs[0] if node.inputs else None
+        if source is None:
+            break
+        value = source
+    return value

@@ -28,7 +28,11 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
 from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
 from rnn_rewrite_rules.rules.loop_scan.guarded_input import guard_read_by_else
 from rnn_rewrite_rules.rules.loop_scan.reversal import reversed_source, undone_reversal
-from rnn_rewrite_rules.rules.loop_scan.zero_step import exact_branch_reason, zero_step_reason
+from rnn_rewrite_rules.rules.loop_scan.zero_step import (
+    batch_dim,
+    exact_branch_reason,
+    zero_step_reason,
+)
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 
 __all__ = ["LoopToRnn", "plan_loop"]
@@ -274,7 +278,7 @@ def _recurrence(
         states = [parts.carried_in[j] for j in carried.state_of]
         # at length 0, where the facts of a guard read by its else branch do not hold
         plain = ShapeProver(model.graph)
-        batch = plain.dim(sequence, 1)
+        batch = batch_dim(sequence, plain)
         zero = zero_step_reason(node, stacks, states, batch, cell.hidden_size, model, plain)
         if zero is not None:
             return zero

@@ -51,6 +51,7 @@ __all__ = [
     "EXACT_BRANCH_REASON",
     "EXACT_FORM",
     "ZERO_STEP_REASON",
+    "batch_dim",
     "exact_branch_reason",
     "is_zero_step_loop",
     "zero_step_reason",
@@ -135,6 +136,34 @@ def _batch_reason(
     if not _input_size(batch, model, prover):
         return "X's batch is not a graph input's size, so inference may know it as a number"
     return None
+
+
+def batch_dim(x: ir.Value, prover: ShapeProver) -> Dim | None:
+    """``x``'s batch (axis 1) as the prover proves it, else, for ``x`` a ``Transpose`` (or
+    ``Identity``) chain of an ``If`` output (tf2onnx's pair between two Keras layers), that
+    output's axis the chain moves there: ONNX's inference permutes an axis it knows, so
+    it knows ``x``'s batch as a number only where it knows that axis as one, which
+    :func:`_input_size` reads from the ``If``'s branches."""
+    dim = prover.dim(x, 1)
+    if dim is not None:
+        return dim
+    value, axis = x, 1
+    for _ in range(_MAX_IF_DEPTH):
+        node = value.producer()
+        if node is None or node.domain != "" or node.op_type not in ("Transpose", "Identity"):
+            break
+        if node.op_type == "Transpose":
+            perm = node.attributes.get_ints("perm", None)
+            if perm is None or axis >= len(perm):
+                return None
+            axis = perm[axis]
+        source = node.inputs[0] if node.inputs else None
+        if source is None:
+            return None
+        value = source
+    if value is x or not prover.branch_dims(value):
+        return None
+    return Dim.sym(value, axis)
 
 
 def _state_reason(state: ir.Value, stack: tuple[int | None, int]) -> str | None:
