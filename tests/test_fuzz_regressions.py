@@ -439,3 +439,22 @@ def test_runtime_faults_are_excused_output_by_output() -> None:
     # (ONNX Runtime 1.32's fault on the If shows in outcome.runtime_faults; older
     # releases, which CI's lowest-versions part runs, may not have it)
     assert [str(f) for f in outcome.failures] == []
+
+
+def test_a_fixed_feed_follows_a_later_element_type_conversion() -> None:
+    """Oracle defect (seed 5150): ``bias`` fixed a float32 graph-input bias, then
+    ``element_type(DOUBLE)`` made that input float64; onnx.reference ran the float32 feed
+    in both models, whose float64 arithmetic then differed by 1e-9 (not a rewrite's
+    defect). A fixed feed is given in its input's declared type."""
+    model = _bidirectional()
+    node = next(n for n in model.graph.node if n.op_type == "LSTM" and len(n.input) > 3)
+    bias = next(t for t in model.graph.initializer if t.name == node.input[3])
+    array = numpy_helper.to_array(bias).copy()
+    node.input[3] = "bias_in"
+    model.graph.input.append(helper.make_tensor_value_info("bias_in", F32, list(array.shape)))
+    convert_element_type(model, TensorProto.DOUBLE)
+    case = Case(model, fixed={"bias_in": array})
+    feeds = oracles._feeds(case, plans(case)[0], 0)
+    assert feeds["bias_in"].dtype == np.float64
+    np.testing.assert_array_equal(feeds["bias_in"], array)
+    assert [str(f) for f in check_case(case).failures] == []

@@ -134,10 +134,13 @@ def _feeds(case: Case, plan: dict[str, int], index: int) -> dict[str, np.ndarray
     graph = case.model.graph
     feeds = {}
     for value in graph.input:
-        if value.name in case.fixed:
-            feeds[value.name] = case.fixed[value.name]
-            continue
         tensor = value.type.tensor_type
+        if value.name in case.fixed:
+            # in the declared type: a mutator that converts the model's element type after
+            # a value was fixed (element_type after bias) would feed float32 to float64
+            fixed = case.fixed[value.name]
+            feeds[value.name] = fixed.astype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+            continue
         dims = [
             d.dim_value if d.HasField("dim_value") else plan.get(d.dim_param, 2)
             for d in tensor.shape.dim
