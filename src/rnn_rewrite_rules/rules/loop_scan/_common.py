@@ -572,11 +572,12 @@ def _no_step_values(
     plan: Recurrence,
     read: Sequence[int],
     model: ir.Model,
-    loop: tuple[ir.Value, ir.Value | None],
+    pass_through: tuple[ir.Value, ir.Value | None],
 ) -> list[ir.Value]:
-    """The Loop's outputs ``read`` after no step, as the Loop gives them: a carried value
-    is its initial value (through an ``Identity``: a branch output of an outer value);
-    a stack of no step comes from :func:`_empty_stack`, made once."""
+    """The Loop's outputs ``read`` where ``x`` is empty, as the Loop gives them: a carried
+    value is its initial value (through an ``Identity``: a branch output of an outer
+    value); a stack comes from :func:`_empty_stack` (``pass_through``: its trip count and
+    condition), made once."""
     node = plan.node
     carried = len(node.inputs) - 2
     stack: ir.Value | None = None
@@ -588,7 +589,7 @@ def _no_step_values(
             values.append(op.Identity(initial))
             continue
         if stack is None:
-            stack = _empty_stack(op, plan, k - carried, model, *loop)
+            stack = _empty_stack(op, plan, k - carried, model, *pass_through)
             values.append(stack)
         else:
             values.append(op.Identity(stack))
