@@ -9,8 +9,6 @@ Each model runs in a child process: an abort ends only the child.
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from tools.corpus import runtimes
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import RewriteOptions
@@ -25,30 +24,14 @@ from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model
 from tests.exporter_files import ExporterFile, exporter_files, make_feeds
 
-_CHILD = """
-import sys
-import numpy as np
-import onnxruntime as ort
-session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-with np.load(sys.argv[2]) as feeds:
-    outputs = session.run(None, dict(feeds))
-np.savez(sys.argv[3], *outputs)
-"""
-
 
 def _run_in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | str:
-    """The outputs, or why there are none (the exit status and the end of stderr)."""
+    """The outputs in ONNX Runtime in a child process, or why there are none (an error
+    text, or ``runtimes.Aborted`` where the process died)."""
     with tempfile.TemporaryDirectory() as tmp:
-        paths = [Path(tmp, name) for name in ("m.onnx", "in.npz", "out.npz")]
-        paths[0].write_bytes(model.SerializeToString())
-        np.savez(paths[1], **feeds)
-        child = subprocess.run(
-            [sys.executable, "-c", _CHILD, *map(str, paths)], capture_output=True, text=True
-        )
-        if child.returncode != 0:
-            return f"exit {child.returncode}: {child.stderr.strip()[-200:]}"
-        with np.load(paths[2]) as out:
-            return [out[f"arr_{i}"] for i in range(len(out.files))]
+        path = Path(tmp, "m.onnx")
+        onnx.save(model, path)
+        return runtimes.onnxruntime_child(path, feeds)
 
 
 def _lean_guards(model: onnx.ModelProto) -> list[ir.Node]:
