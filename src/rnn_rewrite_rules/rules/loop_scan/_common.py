@@ -54,6 +54,7 @@ __all__ = [
     "prove_carried",
     "shape_elements",
     "states_fit",
+    "tests_size",
 ]
 
 #: The name a guard's zero-step branch that keeps the Loop itself ends with, and its Loop.
@@ -455,7 +456,7 @@ def _emit_guarded(
         skipped = [zero.Identity(kept[k]) for k in [*read, *extra]]
     else:
         trips = _pass_through_trips(zero, plan, opset, ints)
-        true = _true(op, main) if _size_tested(plan) else None
+        true = _true(op, main) if tests_size(plan.exact, plan.cell) else None
         skipped = _no_step_values(zero, plan, read, model, (trips, true))
     if plan.replaced and not plan.exact:  # the reversal of a stack of no step is that stack
         stack = _no_step_values(zero, plan, [_stack_index(plan)], model, (trips, true))[0]
@@ -506,7 +507,7 @@ def _guard_condition(
     ``len(x) == 0`` instead; the exact guard's Loop gives the outputs wherever it runs.
     It costs what ``len(x) == 0`` does (two nodes)."""
     zero = ints([0])
-    if _size_tested(plan):
+    if tests_size(plan.exact, plan.cell):
         empty = op.Equal(op.Size(plan.x), zero)
         return empty if plan.steps is None else op.Or(op.Equal(plan.steps, zero), empty)
     # x's length, not the trip count's own value: that may be read from a reversal of x
@@ -524,11 +525,11 @@ def _true(op, main: ir.Graph | None) -> ir.Value:
     return array_constant(op, main, array, "rnn_rewrite_rules_true")
 
 
-def _size_tested(plan: Recurrence) -> bool:
-    """The guard tests ``Size(x) == 0``: exact, or a cell that reads ``x_t`` (input size
-    at least 1, so ``x`` is empty exactly where its length or batch is 0; a cell reading
-    none is an ``RNN``'s, :data:`EMPTY_INPUT_REASON`, whose node runs at batch 0)."""
-    return plan.exact or plan.cell.w.shape[1] >= 1
+def tests_size(exact: bool, cell: Cell) -> bool:
+    """A guard tests ``Size(x) == 0``: exact, or a cell that reads ``x_t`` (input size at
+    least 1, so ``x`` is empty exactly where its length or batch is 0; a cell reading none
+    is an ``RNN``'s, :data:`EMPTY_INPUT_REASON`, whose node runs at batch 0)."""
+    return exact or cell.w.shape[1] >= 1
 
 
 def _length(op, plan: Recurrence, opset: int, ints: Callable[[list[int]], ir.Value]) -> ir.Value:
@@ -546,7 +547,7 @@ def _pass_through_trips(
     only). Its branch runs where ``x`` is empty: at length (or ``n``) 0 it runs no step; at
     batch 0 it stacks the initial ``h`` (``[0, H]``, ``x``'s batch) ``T`` (``n``) times,
     ``[T, 0, H]`` as the Loop's steps stack their ``h_t``."""
-    if not _size_tested(plan):
+    if not tests_size(plan.exact, plan.cell):
         return op.Constant(value=ir.tensor(np.array(0, np.int64)))
     return plan.steps if plan.steps is not None else _length(op, plan, opset, ints)
 

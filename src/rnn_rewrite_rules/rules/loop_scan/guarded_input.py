@@ -27,7 +27,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules.rules.cell import through_identity
-from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
+from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop, through_transposes
 
 __all__ = ["guard_read_by_else", "mark_guard"]
 
@@ -48,7 +48,7 @@ def guard_read_by_else(x: ir.Value, size_guarded: bool) -> ir.Node | None:
     ``Size(x) != 0``; ``x`` may then be read through ``Transpose``s and ``Identity``s,
     which keep the number of elements) or has a length other than 0 (else), or None."""
     if size_guarded:
-        x = _through_transposes(x)
+        x, _ = through_transposes(x)
     node = x.producer()
     index = x.index()
     if node is None or index is None or (node.domain, node.op_type) != ("", "If"):
@@ -74,21 +74,3 @@ def _runs_no_step(loop: ir.Node) -> bool:
     """The pass-through Loop's trip count is a constant 0 (a cell that reads no ``x_t``)."""
     trips = const_array(loop.inputs[0]) if loop.inputs else None
     return trips is not None and trips.size == 1 and int(trips.reshape(())) == 0
-
-
-#: ``Transpose``s (tf2onnx's pair between Keras layers) and ``Identity``s followed back.
-_MAX_TRANSPOSES = 8
-
-
-def _through_transposes(value: ir.Value) -> ir.Value:
-    """``value`` followed back through ``Transpose`` and ``Identity`` nodes: each gives as
-    many elements as it reads, so ``value`` is empty exactly where the value reached is."""
-    for _ in range(_MAX_TRANSPOSES):
-        node = value.producer()
-        if node is None or node.domain != "" or node.op_type not in ("Transpose", "Identity"):
-            break
-        source = node.inputs[0] if node.inputs else None
-        if source is None:
-            break
-        value = source
-    return value

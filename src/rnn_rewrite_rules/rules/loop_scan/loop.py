@@ -13,7 +13,7 @@ from rnn_rewrite_rules.normalize._values import ElementTypes
 from rnn_rewrite_rules.normalize.loop_condition import condition_refusal
 from rnn_rewrite_rules.normalize.sequence_scan import stack_fails_without_steps
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules.cell import Cell, Constants, through_identity
+from rnn_rewrite_rules.rules.cell import Constants, through_identity
 from rnn_rewrite_rules.rules.loop_scan._common import (
     Carried,
     Recurrence,
@@ -23,6 +23,7 @@ from rnn_rewrite_rules.rules.loop_scan._common import (
     prove_carried,
     shape_elements,
     states_fit,
+    tests_size,
     used,
 )
 from rnn_rewrite_rules.rules.loop_scan.fused_projection import split_projections
@@ -166,7 +167,7 @@ def _step_input(
     not_t = Refusal("the step input is not X[t]: the index is not the iteration number")
     invariants = carried.invariants
     if trips is None and x in invariants:
-        shapes = _plan_prover(model, invariants[x], _size_guarded(node, carried))
+        shapes = _plan_prover(model, invariants[x], _guard_form(node, carried).size_tested)
         if shapes.elements(node.inputs[0]) != (shapes.dim(invariants[x], 0),):
             return Refusal("the trip count is neither a constant nor X's length")
         if index is not parts.iteration and start != 0:
@@ -239,9 +240,10 @@ def _recurrence(
     count = len(parts.carried_in)
     narrowed: list[ir.Node] = []  # integer Casts read as the identity (see _narrowing)
     steps = _counted_steps(node.inputs[0]) if trips is None else None
-    exact = trips is None and _is_exact(node, carried)
-    size_guarded = trips is None and _size_guarded(node, carried)
-    prover = ShapeProver(model.graph) if trips is not None else _plan_prover(model, x, size_guarded)
+    form = _guard_form(node, carried)
+    prover = (
+        ShapeProver(model.graph) if trips is not None else _plan_prover(model, x, form.size_tested)
+    )
     opset = opset_version(model, model.graph)
     if steps is not None and (isinstance(opset, Refusal) or opset < 10):
         return Refusal(f"opset {opset}'s Slice cannot read a count of steps of X")
@@ -263,17 +265,12 @@ def _recurrence(
     whole = trips is None or prover.dim(x, 0) == Dim.const(trips)
     plan = Recurrence(node, cell, x, False, h0, c0, outputs, None if whole else trips)
     plan.broadcast = not fits
-    # X's length or a count, which can be 0 (see Recurrence), unless the original then
-    # fails; ONNX Runtime's GRU aborts the process on 0 steps, so a GRU keeps the guard
-    fails = stack_fails_without_steps(node)
-    plan.guarded = trips is None and _guarded(node, cell)
+    plan.guarded = trips is None and form.guarded
     plan.steps = steps
-    # X carried around the Loop: only the Loop gives its stack of no step (see
-    # zero_step.exact_reason), so the guard keeps it there
-    plan.exact = exact
+    plan.exact = trips is None and form.exact
     # where the original fails at 0 steps the guard only keeps the GRU from aborting:
     # its stack of no step need not equal anything
-    if plan.guarded and not fails and not plan.exact:
+    if plan.guarded and not form.fails and not plan.exact:
         stacks = [parts.scans[k - count] for k, kind in enumerate(outputs) if kind == "y"]
         states = [parts.carried_in[j] for j in carried.state_of]
         # at length 0, where the facts of a guard read by its else branch do not hold
@@ -361,25 +358,29 @@ def _read_body(
     return body
 
 
-def _is_exact(node: ir.Node, carried: Carried) -> bool:
-    """A Loop over ``X``'s length gets the exact guard (``Recurrence.exact``): it carries
-    ``X`` and its original runs at 0 steps."""
-    return _carries_x(carried) and not stack_fails_without_steps(node)
+@dataclasses.dataclass(frozen=True)
+class _GuardForm:
+    """The zero-step guard a Loop over ``X``'s length (or a count of steps) gets.
 
-
-def _guarded(node: ir.Node, cell: Cell) -> bool:
-    """A Loop over ``X``'s length (or a count of steps) gets a zero-step guard: unless its
+    ``fails``: the original fails at 0 steps. ``guarded``: there is a guard, unless the
     original fails at 0 steps, where only a GRU needs one (ONNX Runtime's GRU aborts on 0
-    steps; the guard's test of an empty ``X`` also keeps it from batch 0)."""
-    return not (stack_fails_without_steps(node) and cell.op_type != "GRU")
+    steps; the guard's test of an empty ``X`` also keeps it from batch 0). ``exact``: the
+    guard keeps the Loop itself (it carries ``X``, :func:`_carries_x`, and runs at 0
+    steps). ``size_tested``: the guard tests ``Size(X) == 0``
+    (``_common.tests_size``), so the node runs only where ``X`` is not empty."""
+
+    fails: bool
+    guarded: bool
+    exact: bool
+    size_tested: bool
 
 
-def _size_guarded(node: ir.Node, carried: Carried) -> bool:
-    """The guard of a Loop over ``X``'s length tests ``Size(X) == 0``
-    (``_common._guard_condition``): exact, or a cell reading ``x_t`` (input size >= 1)."""
-    if _is_exact(node, carried):
-        return True
-    return _guarded(node, carried.cell) and carried.cell.w.shape[1] >= 1
+def _guard_form(node: ir.Node, carried: Carried) -> _GuardForm:
+    fails = stack_fails_without_steps(node)
+    guarded = not (fails and carried.cell.op_type != "GRU")
+    exact = _carries_x(carried) and not fails
+    size_tested = guarded and tests_size(exact, carried.cell)
+    return _GuardForm(fails, guarded, exact, size_tested)
 
 
 def _plan_prover(model: ir.Model, x: ir.Value, size_guarded: bool) -> ShapeProver:

@@ -54,6 +54,7 @@ __all__ = [
     "batch_dim",
     "exact_branch_reason",
     "is_zero_step_loop",
+    "through_transposes",
     "zero_step_reason",
     "zero_tests",
 ]
@@ -147,23 +148,33 @@ def batch_dim(x: ir.Value, prover: ShapeProver) -> Dim | None:
     dim = prover.dim(x, 1)
     if dim is not None:
         return dim
-    value, axis = x, 1
-    for _ in range(_MAX_IF_DEPTH):
+    value, axis = through_transposes(x, 1)
+    if value is x or axis is None or not prover.branch_dims(value):
+        return None
+    return Dim.sym(value, axis)
+
+
+#: ``Transpose``s (tf2onnx's pair between Keras layers) and ``Identity``s followed back.
+_MAX_TRANSPOSES = 8
+
+
+def through_transposes(value: ir.Value, axis: int | None = None) -> tuple[ir.Value, int | None]:
+    """``value`` followed back through ``Transpose`` and ``Identity`` nodes (each gives as
+    many elements as it reads, so ``value`` is empty exactly where the value reached is),
+    and ``axis`` of ``value`` as an axis of the value reached (None where a ``Transpose``
+    has no ``perm`` or ``axis`` is outside it, or none was asked)."""
+    for _ in range(_MAX_TRANSPOSES):
         node = value.producer()
         if node is None or node.domain != "" or node.op_type not in ("Transpose", "Identity"):
             break
-        if node.op_type == "Transpose":
-            perm = node.attributes.get_ints("perm", None)
-            if perm is None or axis >= len(perm):
-                return None
-            axis = perm[axis]
         source = node.inputs[0] if node.inputs else None
         if source is None:
-            return None
+            break
+        if node.op_type == "Transpose" and axis is not None:
+            perm = node.attributes.get_ints("perm", None)
+            axis = None if perm is None or axis >= len(perm) else perm[axis]
         value = source
-    if value is x or not prover.branch_dims(value):
-        return None
-    return Dim.sym(value, axis)
+    return value, axis
 
 
 def _state_reason(state: ir.Value, stack: tuple[int | None, int]) -> str | None:
