@@ -127,46 +127,77 @@ def cases(grid: Grid) -> list[Case]:
 
 def with_zero_states(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with an explicit ``ConstantOfShape([D, batch of X, H])`` zero state for every
-    RNN/LSTM/GRU node that has none (layout 0): the form ``portable`` keeps."""
+    RNN/LSTM/GRU node that has none (layout 0), in the graph or ``If`` branch that holds
+    it: the form ``portable`` keeps."""
     result = onnx.ModelProto()
     result.CopyFrom(model)
-    graph = result.graph
+    _add_zero_states(result.graph, result.graph, [0])
+    return result
+
+
+def _add_zero_states(graph: onnx.GraphProto, main: onnx.GraphProto, count: list[int]) -> None:
+    """:func:`with_zero_states` on ``graph`` and its ``If`` branches (new constants go to
+    ``main``'s initializers, which every branch reads)."""
     nodes = []
-    for number, node in enumerate(graph.node):
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                _add_zero_states(attribute.g, main, count)
         if node.op_type in ("RNN", "GRU", "LSTM"):
-            hidden = next(a.i for a in node.attribute if a.name == "hidden_size")
-            direction = next((a.s for a in node.attribute if a.name == "direction"), b"forward")
-            d = 2 if direction == b"bidirectional" else 1
-            name = f"zero_state_{number}"
-            shape = helper.make_tensor(f"{name}_dh", TensorProto.INT64, [1], [d])
-            graph.initializer.extend(
-                [shape, helper.make_tensor(f"{name}_h", TensorProto.INT64, [1], [hidden])]
-            )
-            nodes += [
-                helper.make_node("Shape", [node.input[0]], [f"{name}_b"], start=1, end=2),
-                helper.make_node(
-                    "Concat", [f"{name}_dh", f"{name}_b", f"{name}_h"], [f"{name}_s"], axis=0
-                ),
-                helper.make_node("ConstantOfShape", [f"{name}_s"], [name]),
-            ]
-            inputs = list(node.input) + [""] * (7 - len(node.input))
-            slots = (5, 6) if node.op_type == "LSTM" else (5,)
-            for slot in slots:
-                if not inputs[slot]:
-                    inputs[slot] = name
-            del node.input[:]
-            node.input.extend(inputs[: max(slots) + 1])
+            nodes += _zero_state_nodes(node, main, count)
         nodes.append(node)
     del graph.node[:]
     graph.node.extend(nodes)
-    return result
+
+
+def _zero_state_nodes(
+    node: onnx.NodeProto, main: onnx.GraphProto, count: list[int]
+) -> list[onnx.NodeProto]:
+    """The nodes building ``node``'s zero states, which it now reads."""
+    hidden = next(a.i for a in node.attribute if a.name == "hidden_size")
+    direction = next((a.s for a in node.attribute if a.name == "direction"), b"forward")
+    d = 2 if direction == b"bidirectional" else 1
+    name = f"zero_state_{count[0]}"
+    count[0] += 1
+    main.initializer.extend(
+        [
+            helper.make_tensor(f"{name}_dh", TensorProto.INT64, [1], [d]),
+            helper.make_tensor(f"{name}_h", TensorProto.INT64, [1], [hidden]),
+        ]
+    )
+    nodes = [
+        helper.make_node("Shape", [node.input[0]], [f"{name}_b"], start=1, end=2),
+        helper.make_node("Concat", [f"{name}_dh", f"{name}_b", f"{name}_h"], [f"{name}_s"], axis=0),
+        helper.make_node("ConstantOfShape", [f"{name}_s"], [name]),
+    ]
+    inputs = list(node.input) + [""] * (7 - len(node.input))
+    slots = (5, 6) if node.op_type == "LSTM" else (5,)
+    for slot in slots:
+        if not inputs[slot]:
+            inputs[slot] = name
+    del node.input[:]
+    node.input.extend(inputs[: max(slots) + 1])
+    return nodes
+
+
+def recurrent_ops(graph: onnx.GraphProto) -> list[str]:
+    """The RNN/LSTM/GRU nodes of ``graph`` and its subgraphs (a node may sit in the
+    ``If`` that keeps it from batch 0)."""
+    found = []
+    for node in graph.node:
+        if node.op_type in ("RNN", "GRU", "LSTM"):
+            found.append(node.op_type)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                found += recurrent_ops(attribute.g)
+    return found
 
 
 def forms(model: onnx.ModelProto, op: str) -> dict[str, onnx.ModelProto]:
     """``original``, ``none`` and ``zeros``: the model and its two re-rolled forms."""
     ignored = costs.Context(ignore=True)
     rolled = rnn_rewrite_rules.rewrite(model, target="onnxruntime", context=ignored)
-    kinds = [n.op_type for n in rolled.graph.node if n.op_type in ("RNN", "GRU", "LSTM")]
+    kinds = recurrent_ops(rolled.graph)
     if kinds != [op]:
         raise RuntimeError(f"re-rolling gave {kinds or 'no RNN node'}, not one {op}")
     return {"original": model, "none": rolled, "zeros": with_zero_states(rolled)}

@@ -22,6 +22,7 @@ from tools.mutation.order import mutant_under_test
 
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules._verify import child_pythonpath
+from rnn_rewrite_rules.passes.batch_zero_guard import GUARD_BRANCHES
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
 
 SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
@@ -79,8 +80,8 @@ def layout1_model() -> onnx.ModelProto:
 
 
 def recurrent_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """The main graph's ``LSTM``, ``GRU`` and ``RNN`` nodes, in graph order."""
-    return [n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN")]
+    """The ``LSTM``, ``GRU`` and ``RNN`` nodes of :func:`running_nodes`, in graph order."""
+    return [n for n in running_nodes(model) if n.op_type in ("LSTM", "GRU", "RNN")]
 
 
 def direction(node: onnx.NodeProto) -> bytes:
@@ -89,9 +90,28 @@ def direction(node: onnx.NodeProto) -> bytes:
 
 
 def op_counts(model: onnx.ModelProto | ir.Model) -> collections.Counter[str]:
+    """The ops of :func:`running_nodes`."""
     if isinstance(model, ir.Model):
         model = ir.serde.serialize_model(model)
-    return collections.Counter(node.op_type for node in model.graph.node)
+    return collections.Counter(node.op_type for node in running_nodes(model))
+
+
+def running_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The main graph's nodes in order, a batch-0 guard (``passes.BatchZeroGuardPass``)
+    replaced by the nodes of its ``else`` branch: what runs at every batch but 0."""
+    found = []
+    for node in model.graph.node:
+        guarded = _guarded_branch(node)
+        found += list(guarded.node) if guarded is not None else [node]
+    return found
+
+
+def _guarded_branch(node: onnx.NodeProto) -> onnx.GraphProto | None:
+    if node.op_type != "If":
+        return None
+    branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    other = branches.get("else_branch")
+    return other if other is not None and other.name.endswith(GUARD_BRANCHES[1]) else None
 
 
 def apply(

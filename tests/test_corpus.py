@@ -131,12 +131,7 @@ def test_check_reports_on_the_file(entry: manifest.Entry, tmp_path: Path) -> Non
 
 
 #: Known failures (strict: the test says when one is fixed).
-KNOWN_ZERO_ABORTS = {
-    ("captcha-crnn", "batch"): (
-        "reroll makes LSTM nodes of the unrolled cells, and ONNX Runtime aborts the process "
-        "on an LSTM at batch 0, where the unrolled original runs"
-    ),
-}
+KNOWN_ZERO_ABORTS: dict[tuple[str, str], str] = {}
 ZERO_CASES = [
     pytest.param(
         e,

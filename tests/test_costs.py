@@ -19,6 +19,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     cell_inputs,
     rnn_inputs,
 )
+from tests.support import running_nodes
 
 
 def _point(runtime_key: str, hidden: int, seq: int, batch: int, ratio: float, **kw) -> costs.Point:
@@ -351,9 +352,9 @@ def test_the_grids_forms_compute_the_original(op: str) -> None:
     expected = runtime.run(model, feeds)
     for form in ("none", "zeros"):
         np.testing.assert_allclose(runtime.run(forms[form], feeds)[0], expected[0], atol=1e-5)
-    (node,) = [n for n in forms["zeros"].graph.node if n.op_type == op]
+    (node,) = [n for n in running_nodes(forms["zeros"]) if n.op_type == op]
     assert node.input[5] and (op != "LSTM" or node.input[6])
-    (node,) = [n for n in forms["none"].graph.node if n.op_type == op]
+    (node,) = [n for n in running_nodes(forms["none"]) if n.op_type == op]
     assert len(node.input) < 6 or not node.input[5]
 
 

@@ -22,7 +22,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     cell_reference,
 )
 from tests.reasons import refusal_reasons
-from tests.support import as_function, op_counts, without_output
+from tests.support import as_function, op_counts, running_nodes, without_output
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +78,7 @@ def test_loop_becomes_one_node_with_the_same_outputs(cfg: UnrolledCellConfig) ->
     assert counts["Slice"] == (2 if cfg.reverse else 0)
     states = 1 + (cfg.op_type == "LSTM") if cfg.initial_state == "first_frame" else 0
     assert counts["MatMul"] == states  # x[0] @ P for each initial state
-    (node,) = [n for n in result.graph.node if n.op_type == cfg.op_type]
+    (node,) = [n for n in running_nodes(result) if n.op_type == cfg.op_type]
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attributes["direction"] == b"forward"
     if cfg.op_type == "GRU":
@@ -205,7 +205,7 @@ def test_a_folded_batch_1_first_step_serves_every_batch(op_type: str) -> None:
 def test_gate_order_of_the_weights_is_onnx_order() -> None:
     cfg = UnrolledCellConfig(input_size=2, hidden_size=1)
     result = rnn_rewrite_rules.rewrite(build_unrolled_cell(cfg))
-    (node,) = [n for n in result.graph.node if n.op_type == "LSTM"]
+    (node,) = [n for n in running_nodes(result) if n.op_type == "LSTM"]
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in result.graph.initializer}
     source = build_unrolled_cell(cfg)
     pytorch = {t.name: onnx.numpy_helper.to_array(t) for t in source.graph.initializer}
@@ -403,7 +403,7 @@ def test_a_zero_state_that_broadcasts_over_the_hidden_axis_is_the_nodes_zeros(op
     model = build_unrolled_cell(cfg)
     _replace_initializer(model, "zeros", np.zeros((3, 1), np.float32))
     result = rnn_rewrite_rules.rewrite(model, ["reroll"])
-    (node,) = [n for n in result.graph.node if n.op_type == op_type]
+    (node,) = [n for n in running_nodes(result) if n.op_type == op_type]
     assert list(node.input[5:]) == []  # no initial_h, initial_c: the node's own zeros
     feeds = cell_inputs(cfg, 3)
     assert runtime.max_abs_diff(runtime.run(model, feeds), runtime.run(result, feeds)) <= 1e-5
@@ -485,7 +485,7 @@ def test_new_weights_are_initializers_named_after_h_t(op_type: str, named: bool)
     if not named:
         h_value.name = None
     rnn_rewrite_rules.rewrite(model, ["reroll"])
-    (node,) = [n for n in model.graph if n.op_type == op_type]
+    (node,) = [n for n in model.graph.all_nodes() if n.op_type == op_type]
     prefix = f"reroll_{h if named else 'cell'}"
     assert [v.name for v in node.inputs[1:4]] == [f"{prefix}_W", f"{prefix}_R", f"{prefix}_B"]
     assert all(v.is_initializer() for v in node.inputs[1:4])
@@ -837,7 +837,7 @@ def test_a_non_zero_c_0_beside_a_folded_zero_h_0_is_kept() -> None:
     model = build_unrolled_cell(cfg)
     _replace_initializer(model, "zeros", np.full((2, cfg.hidden_size), 0.5, np.float32))
     _assert_rerolled(model, cfg)
-    (node,) = [n for n in rnn_rewrite_rules.rewrite(model).graph.node if n.op_type == "LSTM"]
+    (node,) = [n for n in running_nodes(rnn_rewrite_rules.rewrite(model)) if n.op_type == "LSTM"]
     assert node.input[5] == "" and node.input[6]  # no initial_h, an initial_c
 
 
@@ -950,7 +950,7 @@ def test_x_is_sliced_in_the_form_of_the_opset(opset: int, initial_state: str, ba
     result = rnn_rewrite_rules.rewrite(model)
     onnx.checker.check_model(result, full_check=True)
     assert op_counts(result)["LSTM"] == 1
-    (slice_node,) = [n for n in result.graph.node if n.op_type == "Slice"]
+    (slice_node,) = [n for n in running_nodes(result) if n.op_type == "Slice"]
     assert len(slice_node.input) == 1
     for seq in (cfg.seq, cfg.seq + 2):  # the original reads the first steps of a longer x
         for seed, size in enumerate(_batches(cfg)):

@@ -18,7 +18,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     rnn_inputs,
 )
 from tests.reasons import refusal_reasons
-from tests.support import op_counts
+from tests.support import op_counts, running_nodes
 
 RUNTIMES = ("ort", "ort_noopt", "openvino")
 #: Why portable keeps nn.RNN unrolled (rules._kernels: rten has no RNN op).
@@ -118,7 +118,7 @@ def test_portable_weighs_the_zero_state_a_symbolic_batch_forces(op: str) -> None
     ) in " ".join(reasons)
     rolled = rnn_rewrite_rules.rewrite(model, context=costs.Context(_table(op, {})))
     assert _ops(rolled, op) == 1
-    (node,) = [n for n in rolled.graph.node if n.op_type == op]
+    (node,) = [n for n in running_nodes(rolled) if n.op_type == op]
     assert node.input[5]  # the shared explicit zero state
     feeds = cell_inputs(cfg, 3)
     np.testing.assert_allclose(
@@ -132,7 +132,7 @@ def test_portable_drops_the_zero_state_of_a_static_batch(op: str) -> None:
     model = build_unrolled_cell(cfg)
     zeros_slow = _table(op, {("ort", "zeros", 5): 1.3})  # never read: the state is dropped
     rolled = rnn_rewrite_rules.rewrite(model, context=costs.Context(zeros_slow))
-    (node,) = [n for n in rolled.graph.node if n.op_type == op]
+    (node,) = [n for n in running_nodes(rolled) if n.op_type == op]
     assert len(node.input) <= 5 or not node.input[5]
     assert _ops(rolled, "ConstantOfShape") == 0
     feeds = cell_inputs(cfg, 3)

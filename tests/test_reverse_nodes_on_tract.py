@@ -19,7 +19,7 @@ from rnn_rewrite_rules._rnn_ops import is_rule_made
 from rnn_rewrite_rules.testing.exporters import ExporterSpec, build_exporter_model
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell, cell_inputs
-from tests.support import direction, recurrent_nodes
+from tests.support import direction, recurrent_nodes, running_nodes
 
 _GO_BACKWARDS = [
     LoopSpec(direction="reverse", outputs=("y", "h", "c")),
@@ -77,7 +77,7 @@ def test_the_mark_survives_a_rule_re_emitting_the_node() -> None:
     rule_set = rnn_rewrite_rules.rules()
     apply_rounds(model, rule_set, counts=counts, context=costs.Context(ignore=True))
     assert counts["LoopToRnn"] == 1 and counts["ShareZeroInitialState[GRU]"] == 1, counts
-    (node,) = [n for n in model.graph if n.op_type == "GRU"]
+    (node,) = [n for n in model.graph.all_nodes() if n.op_type == "GRU"]
     assert node.attributes.get_string("direction") == "forward"
     assert is_rule_made(node)
 
@@ -179,7 +179,7 @@ def test_a_models_own_unnamed_reverse_node_re_emitted_by_weight_folding_stays_re
     ties it to the original, but it carries no rule-made mark, so it stays reverse."""
     model = _unnamed_reverse_gru_with_reordered_weights()
     after = _rewrite(model)
-    (node,) = [n for n in after.graph.node if n.op_type == "GRU"]
+    (node,) = [n for n in running_nodes(after) if n.op_type == "GRU"]
     assert direction(node) == b"reverse"
     assert len(after.graph.node) == 1, "weight_folding re-emitted the node"
     assert set(node.input[1:3]).isdisjoint({"W", "R", "W_reordered", "R_reordered"})

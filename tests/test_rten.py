@@ -14,6 +14,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     build_unrolled_cell,
     build_unrolled_rnn,
 )
+from tests.support import running_nodes
 
 pytest.importorskip("rten_convert", reason="rten-convert (part of the test extra) is not installed")
 from tests.test_portability import CASES
@@ -45,5 +46,5 @@ def test_portable_re_rolls_cell_loops_into_what_rten_converts(op: str) -> None:
     model = build_unrolled_cell(UnrolledCellConfig(op_type=op, hidden_size=8, seq=4))
     # what is emitted, wherever the cost table lets it fire
     rolled = rnn_rewrite_rules.rewrite(model, context=costs.Context(ignore=True))
-    assert [n.op_type for n in rolled.graph.node if n.op_type == op] == [op]
+    assert [n.op_type for n in running_nodes(rolled) if n.op_type == op] == [op]
     assert rten.convert(rolled).ok

@@ -24,6 +24,7 @@ from rnn_rewrite_rules._compat import check_onnxscript
 from rnn_rewrite_rules.errors import BadOptions, UnknownRule
 from rnn_rewrite_rules.normalize import Journal, normalize
 from rnn_rewrite_rules.passes import (
+    BatchZeroGuardPass,
     DeclaredOutputShapesPass,
     EmptyUnusedRnnOutputsPass,
     ForwardReverseNodesPass,
@@ -354,6 +355,8 @@ def cleanup(
             RemoveDeadNodesPass(),
             # emitted reverse nodes a runtime of the target runs wrongly, made forward
             ForwardReverseNodesPass((target or DEFAULT_TARGET,)),
+            # emitted LSTM/GRU nodes kept from batch 0, where ONNX Runtime aborts on them
+            BatchZeroGuardPass(),
             RemoveUnusedSubgraphInitializersPass(),  # the main graph's go in the pass above
             common_passes.RemoveUnusedFunctionsPass(),
             common_passes.RemoveUnusedOpsetsPass(),

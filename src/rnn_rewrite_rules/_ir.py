@@ -154,6 +154,19 @@ def free_name(taken: set[str], base: str) -> str:
     return name
 
 
+def name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:
+    """Name the unnamed outputs of ``nodes``, new in a subgraph, with names no value of
+    ``model`` has (the rewriter names the values of the graph it rewrites only)."""
+    taken = taken_names(model)
+    index = 0
+    for node in nodes:
+        for value in node.outputs:
+            while value.name is None or value.name in taken:
+                value.name = f"{base}_{index}"
+                index += 1
+            taken.add(value.name)
+
+
 def replace_node(node: ir.Node, result: ir.Value) -> None:
     """Remove ``node`` (in a graph, one output) and let every reader of its output (graph
     outputs too) read ``result`` (computed in the same graph, equal to it), which takes the

@@ -15,13 +15,16 @@ import onnx_ir as ir
 
 __all__ = [
     "DIRECTIONS",
+    "REPLACES_BATCH_0_RUN",
     "RNN_OPS",
     "RULE_MADE",
     "RnnOp",
     "describe_node",
     "is_rnn",
     "is_rule_made",
+    "mark_replaces_batch_0_run",
     "mark_rule_made",
+    "replaces_batch_0_run",
     "rnn_op",
     "rnn_op_of_type",
 ]
@@ -140,6 +143,25 @@ def mark_rule_made(y: ir.Value) -> None:
 
 def is_rule_made(node: ir.Node) -> bool:
     return bool(node.meta.get(RULE_MADE, False))
+
+
+#: The ``node.meta`` key (in memory, never serialized) on each LSTM/GRU node a rule built
+#: in place of ops that run at batch 0 (unrolled steps, a Loop with no zero-step
+#: guard), where ONNX Runtime aborts the process on the node;
+#: ``rules._rnn_node.keep_identity`` carries it to a node re-emitted in its place, a merge
+#: to the merged node. ``passes.BatchZeroGuardPass`` guards the marked nodes.
+REPLACES_BATCH_0_RUN = "rnn_rewrite_rules.replaces_batch_0_run"
+
+
+def mark_replaces_batch_0_run(y: ir.Value) -> None:
+    """Mark the node producing ``y`` as replacing ops that run at batch 0."""
+    node = y.producer()
+    if node is not None:
+        node.meta[REPLACES_BATCH_0_RUN] = True
+
+
+def replaces_batch_0_run(node: ir.Node) -> bool:
+    return bool(node.meta.get(REPLACES_BATCH_0_RUN, False))
 
 
 def describe_node(node: ir.Node) -> str:

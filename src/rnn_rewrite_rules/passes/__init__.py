@@ -3,6 +3,7 @@
 One module per pass, as in ``onnx_ir.passes.common``.
 """
 
+from rnn_rewrite_rules.passes.batch_zero_guard import BatchZeroGuardPass
 from rnn_rewrite_rules.passes.declared_output_shapes import DeclaredOutputShapesPass
 from rnn_rewrite_rules.passes.empty_unused_rnn_outputs import (
     EmptyUnusedRnnOutputsPass,
@@ -17,6 +18,7 @@ from rnn_rewrite_rules.passes.remove_unused_subgraph_initializers import (
 from rnn_rewrite_rules.passes.unique_rewritten_node_names import UniqueRewrittenNodeNamesPass
 
 __all__ = [
+    "BatchZeroGuardPass",
     "DeclaredOutputShapesPass",
     "EmptyUnusedRnnOutputsPass",
     "ForwardReverseNodesPass",

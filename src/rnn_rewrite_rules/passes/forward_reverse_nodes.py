@@ -36,6 +36,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import is_rnn, is_rule_made
+from rnn_rewrite_rules.passes._placer import Placer
 from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 from rnn_rewrite_rules.rules._initializers import int64_constant
 from rnn_rewrite_rules.rules._kernels import wrong_direction
@@ -94,7 +95,7 @@ def _run_forward(node: ir.Node, graph: ir.Graph, in_main_graph: bool) -> None:
     """``node`` made forward over its reversed ``X``; ``Y``'s readers read it reversed."""
     axis = 1 if node.attributes.get_int("layout", 0) else 0
     name = node.name or node.op_type
-    placer = _Placer(graph, node, name)
+    placer = Placer(graph, node, f"{name}/reverse_constant")
     operands = [
         int64_constant(placer, graph, [value], as_node=not in_main_graph)
         for value in (-1, INT64_MIN, axis, -1)
@@ -123,27 +124,3 @@ def _run_forward(node: ir.Node, graph: ir.Graph, in_main_graph: bool) -> None:
     y_name = y.name
     y.name = f"{y_name}_forward" if y_name else None
     reversed_y.name = y_name
-
-
-class _Placer:
-    """The two calls of a rewrite's builder :func:`int64_constant` makes, outside the
-    rewriter: a ``Constant`` node before ``node``, or an initializer of the main graph."""
-
-    def __init__(self, graph: ir.Graph, node: ir.Node, name: str) -> None:
-        self._graph, self._node, self._name, self._count = graph, node, name, 0
-
-    def Constant(self, value: ir.TensorProtocol) -> ir.Value:
-        self._count += 1
-        name = f"{self._name}/reverse_constant_{self._count}"
-        constant = ir.node("Constant", [], {"value": value}, name=name)
-        constant.outputs[0].name = name
-        constant.outputs[0].dtype = value.dtype
-        constant.outputs[0].shape = ir.Shape(value.shape.numpy())
-        self._graph.insert_before(self._node, constant)
-        return constant.outputs[0]
-
-    def initializer(self, tensor: ir.TensorProtocol, name: str) -> ir.Value:
-        value = ir.Value(name=name, const_value=tensor, shape=ir.Shape(tensor.shape.numpy()))
-        value.dtype = tensor.dtype
-        self._graph.register_initializer(value)
-        return value

@@ -16,7 +16,13 @@ from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule, RewriteR
 
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._refusal import Inapplicable
-from rnn_rewrite_rules._rnn_ops import RNN_OPS, RULE_MADE, is_rule_made
+from rnn_rewrite_rules._rnn_ops import (
+    REPLACES_BATCH_0_RUN,
+    RNN_OPS,
+    RULE_MADE,
+    is_rule_made,
+    replaces_batch_0_run,
+)
 from rnn_rewrite_rules.rules._forms import FormRule
 
 __all__ = ["RnnNodeRule", "copy_rnn_node", "keep_identity", "rnn_node_rules"]
@@ -82,7 +88,8 @@ def copy_rnn_node(
 
 def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
     """Give the node a rewrite emits in place of ``old`` its name, doc string and metadata
-    (and ``old``'s mark as rule-made, :data:`~rnn_rewrite_rules._rnn_ops.RULE_MADE`).
+    (and ``old``'s marks, :data:`~rnn_rewrite_rules._rnn_ops.RULE_MADE` and
+    :data:`~rnn_rewrite_rules._rnn_ops.REPLACES_BATCH_0_RUN`).
 
     Set before the rewriter inserts the node, so the graph's name authority keeps the name
     (it names only unnamed nodes); ``--check`` and the report then show the original name.
@@ -97,6 +104,8 @@ def keep_identity(new: ir.Node | None, old: ir.Node) -> None:
         new.metadata_props.setdefault(key, value)
     if is_rule_made(old):
         new.meta[RULE_MADE] = True
+    if replaces_batch_0_run(old):
+        new.meta[REPLACES_BATCH_0_RUN] = True
 
 
 def rnn_node_rules(rule_class: type[RnnNodeRule]) -> list[RewriteRule]:

@@ -66,6 +66,7 @@ from rnn_rewrite_rules.rules._graph import producer
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
+    EMPTY_INPUT_REASON,
     Cell,
     Constants,
     nodes_computing_every,
@@ -441,6 +442,8 @@ class OneStepCell(ChainRule[_Plan]):
         shapes = _shapes(prover, cell, h_prev, c_prev, equal)
         if isinstance(shapes, Refusal):
             return shapes
+        if self.op_type != "RNN" and cell.w.shape[1] == 0:
+            return Refusal(EMPTY_INPUT_REASON.format(op=self.op_type))
         if self.op_type == "RNN" and (larger := _larger_cell(root, graph, constants)):
             return Inapplicable(f"{root.name} is a gate of an {larger} step, not an RNN step")
         if _feeds_a_step(self.op_type, h, constants):

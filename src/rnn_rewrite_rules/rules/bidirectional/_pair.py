@@ -14,7 +14,12 @@ from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._ir import const_array, input_at
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules._rnn import rnn_facts
-from rnn_rewrite_rules._rnn_ops import mark_rule_made, rnn_op
+from rnn_rewrite_rules._rnn_ops import (
+    mark_replaces_batch_0_run,
+    mark_rule_made,
+    replaces_batch_0_run,
+    rnn_op,
+)
 from rnn_rewrite_rules.rules._graph import fresh_name, same_attribute
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.shape import ShapeProver
@@ -233,6 +238,8 @@ def emit_merged(
     keep_identity(outputs[0].producer(), forward)
     if backward is None:  # the reverse node is the rule's, not the model's forward one
         mark_rule_made(outputs[0])
+    elif replaces_batch_0_run(backward):  # the forward half's mark: keep_identity
+        mark_replaces_batch_0_run(outputs[0])
     return outputs
 
 

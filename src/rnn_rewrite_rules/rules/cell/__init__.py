@@ -11,7 +11,7 @@
 - :func:`recurrent_node` (:mod:`.emit`): the ``RNN``/``LSTM``/``GRU`` node itself.
 """
 
-from rnn_rewrite_rules.rules.cell.emit import recurrent_node
+from rnn_rewrite_rules.rules.cell.emit import EMPTY_INPUT_REASON, recurrent_node
 from rnn_rewrite_rules.rules.cell.prove import (
     DEFAULT_ACTIVATIONS,
     ONNX_GATES,
@@ -27,6 +27,7 @@ from rnn_rewrite_rules.shape.constant import Constants
 
 __all__ = [
     "DEFAULT_ACTIVATIONS",
+    "EMPTY_INPUT_REASON",
     "ONNX_GATES",
     "Cell",
     "Constants",

@@ -13,7 +13,16 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._rnn_ops import mark_rule_made
 
-__all__ = ["recurrent_node"]
+__all__ = ["EMPTY_INPUT_REASON", "recurrent_node"]
+
+#: Why a cell that reads no input (``W`` has no column) is not an LSTM or GRU node: ``X``
+#: is empty at every size, and ONNX Runtime 1.32 aborts the process on a GRU node reading
+#: an empty input and on an LSTM node at batch 0 (its RNN runs on both), where the cell's
+#: ops run; and a guard testing ``Size(X) == 0`` would skip every step.
+EMPTY_INPUT_REASON = (
+    "the cell's input size is 0: its {op} node would read an empty X at every size, where"
+    " ONNX Runtime aborts the process (a GRU always, an LSTM at batch 0)"
+)
 
 #: Outputs of each op: ``Y``, ``Y_h`` (and ``Y_c``).
 _OUTPUTS = {"RNN": 2, "GRU": 2, "LSTM": 3}

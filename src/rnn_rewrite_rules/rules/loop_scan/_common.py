@@ -12,8 +12,9 @@ from onnxscript.rewriter import MatchContext, MatchResult, RewriteRuleClassBase
 
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._compat import Builder, emit_node
-from rnn_rewrite_rules._ir import opset_version
+from rnn_rewrite_rules._ir import name_values, opset_version
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
+from rnn_rewrite_rules._rnn_ops import mark_replaces_batch_0_run
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import (
     array_constant,
@@ -29,6 +30,7 @@ from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
+    EMPTY_INPUT_REASON,
     Cell,
     Constants,
     prove_cell,
@@ -292,14 +294,6 @@ def states_fit(
     return fits
 
 
-#: Why a cell that reads no input (``W`` has no column) stays a Loop: ``X`` is empty at
-#: every size, and ONNX Runtime 1.32 aborts the process on a GRU node reading an empty
-#: input and on an LSTM node at batch 0 (its RNN runs on both).
-EMPTY_INPUT_REASON = (
-    "the cell's input size is 0: its {op} node would read an empty X at every size, where"
-    " ONNX Runtime aborts the process (a GRU always, an LSTM at batch 0)"
-)
-
 #: Why a guarded Loop beside states of another batch is refused: measured with ONNX
 #: Runtime 1.32 (LSTM, hidden 64, one thread, batch 1, seq 1), the guard and the
 #: broadcast (8 small nodes) made a call 1.15x the one-step Loop's.
@@ -463,7 +457,7 @@ def _emit_guarded(
         taken.append(branch.Identity(value_of("y")))
         skipped.append(zero.Identity(stack))
     name = plan.node.name or plan.cell.op_type
-    _name_values([*zero.nodes, *branch.nodes], model, f"{name}_branch")
+    name_values([*zero.nodes, *branch.nodes], model, f"{name}_branch")
     tag = EXACT_BRANCH if plan.exact else "no_step"
     # a branch output's type and rank, which OpenVINO needs to compile an If (its value
     # is still only what the nodes compute)
@@ -657,19 +651,6 @@ def _kept_loop(op, plan: Recurrence, model: ir.Model) -> list[ir.Value]:
     return outputs
 
 
-def _name_values(nodes: list[ir.Node], model: ir.Model, base: str) -> None:
-    """Name the unnamed outputs of ``nodes``, new in a subgraph, with names no value of
-    ``model`` has (the rewriter names the values of the graph it rewrites only)."""
-    taken = taken_names(model)
-    index = 0
-    for node in nodes:
-        for value in node.outputs:
-            while value.name is None or value.name in taken:
-                value.name = f"{base}_{index}"
-                index += 1
-            taken.add(value.name)
-
-
 @dataclasses.dataclass
 class _Builder:
     """What the values of one emitted node are built with: the rewriter's builder, the
@@ -761,6 +742,8 @@ def _emit_node(
         linear_before_reset=cell.linear_before_reset if cell.op_type == "GRU" else None,
     )
     keep_identity(outputs[0].producer(), plan.node)
+    if not plan.guarded:  # the Loop runs at batch 0 (passes.BatchZeroGuardPass)
+        mark_replaces_batch_0_run(outputs[0])
     value_of = _output_values(build, outputs)
     result: list[ir.Value] = []
     for index in range(num_outputs):

@@ -54,11 +54,13 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import const_array, opset_version, same_bits, subgraph_owners
 from rnn_rewrite_rules._refusal import Refusal
+from rnn_rewrite_rules._rnn_ops import mark_replaces_batch_0_run
 from rnn_rewrite_rules.rules._broadcast import broadcast_batches, broadcast_opset_reason
 from rnn_rewrite_rules.rules._graph import producer, read_axes
 from rnn_rewrite_rules.rules._kernels import missing_kernel
 from rnn_rewrite_rules.rules.cell import (
     DEFAULT_ACTIVATIONS,
+    EMPTY_INPUT_REASON,
     Cell,
     Constants,
     gate_inputs,
@@ -541,6 +543,8 @@ def plan_cell_chain(
     cell = _one_cell(steps, op_type)
     if isinstance(cell, Refusal):
         return cell
+    if op_type != "RNN" and cell.w.shape[1] == 0:
+        return Refusal(EMPTY_INPUT_REASON.format(op=op_type))
     x = steps[-1].source
     prover = ShapeProver(root.graph if main_graph is None else main_graph)
     if prover.rank(x) != 3:
@@ -745,6 +749,7 @@ class RerollCell(ChainRule[_CellPlan]):
             reverse=plan.reverse,
             linear_before_reset=1 if self.op_type == "GRU" else None,
         )
+        mark_replaces_batch_0_run(outputs[0])  # the steps run at batch 0
         y, y_h = outputs[:2]
         y_c = outputs[2] if self.op_type == "LSTM" else None
         last = plan.steps[-1]

@@ -52,6 +52,7 @@ from onnxscript.rewriter import MatchContext, MatchResult, RewriteRule
 from rnn_rewrite_rules._compat import emit_node
 from rnn_rewrite_rules._ir import input_at, opset_version, same_bits
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
+from rnn_rewrite_rules._rnn_ops import mark_replaces_batch_0_run, replaces_batch_0_run
 from rnn_rewrite_rules.rules._forms import FormRule
 from rnn_rewrite_rules.rules._graph import const_ints, producer, read_axes, slice_params
 from rnn_rewrite_rules.rules._rnn_node import RnnNodeRule, keep_identity
@@ -445,6 +446,8 @@ class MergeSeq1Chain(RnnNodeRule):
             num_outputs=_OUTPUTS[first.op_type],
         )
         keep_identity(outputs[0].producer(), last)
+        if any(replaces_batch_0_run(step) for step in steps):
+            mark_replaces_batch_0_run(outputs[0])
         y = outputs[0]
         if plan.stack is not None:
             stack = emit.squeeze(y, 1) if plan.squeezed else y

@@ -1,0 +1,136 @@
+"""``passes.BatchZeroGuardPass``: an LSTM/GRU node a rule built in place of ops that run at
+batch 0 (re-rolled steps, a Loop of a constant trip count) sits in ``If(Size(X) == 0)``
+where its batch is not proven >= 1: ONNX Runtime 1.32 aborts the process on an LSTM or
+GRU node at batch 0, where those ops run.
+
+Each batch-0 model runs in a child process: an abort ends only the child.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from tools.corpus import runtimes
+
+import rnn_rewrite_rules
+from rnn_rewrite_rules import costs
+from rnn_rewrite_rules.passes.batch_zero_guard import GUARD_BRANCHES
+from rnn_rewrite_rules.rules.reroll.cells import RerollCell
+from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
+from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
+from rnn_rewrite_rules.testing.unrolled import (
+    UnrolledCellConfig,
+    UnrolledRnnConfig,
+    build_unrolled_cell,
+    build_unrolled_rnn,
+    cell_inputs,
+)
+from tests.reasons import refusal_reasons
+from tests.support import op_counts
+
+
+def _rewrite(model: onnx.ModelProto, target: str = "onnxruntime") -> onnx.ModelProto:
+    return rnn_rewrite_rules.rewrite(model, target=target, context=costs.Context(ignore=True))
+
+
+def _guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The main graph's batch-0 guards."""
+    return [
+        n
+        for n in model.graph.node
+        if n.op_type == "If"
+        and any(
+            a.g.name.endswith(GUARD_BRANCHES[1]) for a in n.attribute if a.name == "else_branch"
+        )
+    ]
+
+
+def _in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "m.onnx")
+        onnx.save(model, path)
+        return runtimes.onnxruntime_child(path, feeds)
+
+
+def _agree(original: list[np.ndarray] | str, rewritten: list[np.ndarray] | str) -> None:
+    assert not isinstance(original, str), original
+    assert not isinstance(rewritten, str), f"the original runs, the rewrite: {rewritten}"
+    assert [a.shape for a in rewritten] == [a.shape for a in original]
+    for want, got in zip(original, rewritten, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["GRU", "LSTM"])
+@pytest.mark.parametrize("initial_state", ["zeros", "inputs"])
+def test_a_rerolled_node_runs_at_batch_0_where_the_steps_do(op_type: str, initial_state: str):
+    cfg = UnrolledCellConfig(op_type=op_type, hidden_size=8, seq=4, initial_state=initial_state)
+    model = build_unrolled_cell(cfg)
+    after = _rewrite(model)
+    assert len(_guards(after)) == 1 and op_counts(after)[op_type] == 1
+    onnx.checker.check_model(after, full_check=True)
+    for batch in (0, 1, 3):
+        feeds = cell_inputs(cfg, batch, rng=batch)
+        _agree(_in_child(model, feeds), _in_child(after, feeds))
+
+
+def test_a_static_batch_of_at_least_1_needs_no_guard() -> None:
+    """The batch is declared 2: the node never sees batch 0."""
+    cfg = UnrolledCellConfig(op_type="GRU", hidden_size=8, seq=4, batch=2)
+    after = _rewrite(build_unrolled_cell(cfg))
+    assert op_counts(after)["GRU"] == 1 and not _guards(after)
+
+
+def test_an_rnn_node_needs_no_guard() -> None:
+    """ONNX Runtime's RNN runs at batch 0."""
+    model = build_unrolled_rnn(UnrolledRnnConfig(input_size=4, hidden_size=8, seq=4))
+    after = _rewrite(model)
+    assert op_counts(after)["RNN"] == 1 and not _guards(after)
+
+
+@pytest.mark.parametrize("cell", ["GRU", "LSTM"])
+def test_a_constant_trip_loop_node_runs_at_batch_0_where_the_loop_does(cell: str) -> None:
+    spec = LoopSpec(cell=cell, form="torch", trip_count="constant", outputs=("y", "h"))
+    model = build_loop_model(spec)
+    after = _rewrite(model)
+    assert len(_guards(after)) == 1 and op_counts(after)[cell] == 1
+    for batch in (0, 2):
+        feeds = loop_inputs(spec, batch=batch)
+        _agree(_in_child(model, feeds), _in_child(after, feeds))
+
+
+def test_rewriting_twice_equals_once() -> None:
+    model = build_unrolled_cell(UnrolledCellConfig(op_type="LSTM", hidden_size=8, seq=3))
+    once = _rewrite(model)
+    assert _rewrite(once).SerializeToString() == once.SerializeToString()
+
+
+def test_the_guard_keeps_output_names_and_a_graph_output_stays_one() -> None:
+    model = build_unrolled_cell(UnrolledCellConfig(op_type="GRU", hidden_size=8, seq=3))
+    after = _rewrite(model)
+    assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
+
+
+def test_a_streaming_step_is_not_guarded() -> None:
+    """one_step's node stays bare (its docs say so): the guard's If per frame costs what
+    the node saves at small sizes."""
+    cfg = StepConfig(op_type="GRU", input_size=64, hidden_size=64)
+    model = build_step(cfg)
+    after = _rewrite(model)
+    assert op_counts(after)["GRU"] == 1 and not _guards(after)
+    feeds = step_feeds(model, 2)
+    _agree(_in_child(model, feeds), _in_child(after, feeds))
+
+
+@pytest.mark.parametrize("op_type", ["GRU", "LSTM"])
+def test_a_cell_reading_no_input_is_not_rerolled(op_type: str) -> None:
+    """Input size 0: ``X`` is empty at every size, so a size test would skip every step,
+    and ONNX Runtime aborts on such a GRU node at every batch."""
+    cfg = UnrolledCellConfig(op_type=op_type, input_size=0, hidden_size=8, seq=3)
+    model = build_unrolled_cell(cfg)
+    found = refusal_reasons([RerollCell.rule(op_type, "onnxruntime")], model)
+    assert any("input size is 0" in reason for reason in found), found
+    assert op_counts(_rewrite(model))[op_type] == 0
