@@ -437,7 +437,9 @@ def render(data: dict) -> str:
         "2.13 `dynamo=True` exports (one `nn.RNN` layer, input size = hidden, or a loop over "
         "`GRUCell` / `LSTMCell`), symbolic batch, torchlib's runtime zero state. Forms: "
         "`none`, the initial state dropped (target `onnxruntime`); `zeros`, one explicit "
-        "zero state (target `portable` with a symbolic batch). `torch_dynamo NL [bf]` "
+        "zero state (target `portable` with a symbolic batch); a `GRU`/`LSTM` node in "
+        "both sits in its batch-0 guard (`passes.BatchZeroGuardPass`, measured from "
+        "2026-12-07 on). `torch_dynamo NL [bf]` "
         "models: `torch.onnx.export(dynamo=True)` of `nn.RNN(h, h, N[, batch_first=True])` "
         "itself, batch dynamic (`static batch B`: exported at that batch), every layer "
         "re-rolled (`python -m benchmarks.export_costs`).",

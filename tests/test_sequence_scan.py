@@ -163,7 +163,7 @@ def _all_ops(model: onnx.ModelProto) -> collections.Counter[str]:
     [
         # the LSTM needs no zero-step guard (the original fails at 0 steps) but is kept
         # from batch 0 (passes.BatchZeroGuardPass: ONNX Runtime aborts on it there)
-        ("lstmcell_scripted_loop", (93, 19), {"LSTM": 1}),
+        ("lstmcell_scripted_loop", (93, 16), {"LSTM": 1}),
         # the GRU keeps its zero-step guard, ONNX Runtime's GRU aborting the process on
         # 0 steps: an If whose no-step branch is a Loop of no step and no cell, which
         # reads the exporter's zeros (so they are not made an explicit state as well)

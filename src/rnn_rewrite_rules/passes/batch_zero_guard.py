@@ -57,8 +57,9 @@ __all__ = ["GUARD_BRANCHES", "BatchZeroGuardPass"]
 #: The suffixes of the guard's branch names: ``then`` (batch 0), ``else`` (the node).
 GUARD_BRANCHES = ("batch_0", "batch_not_0")
 _GUARDED_OPS = ("LSTM", "GRU")
-#: The first opset with ``ConstantOfShape``.
+#: The first opset with ``ConstantOfShape``, and with ``Shape``'s ``start`` and ``end``.
 _CONSTANT_OF_SHAPE = 9
+_SHAPE_SLICE = 15
 
 
 class BatchZeroGuardPass(ir.passes.InPlacePass):
@@ -84,7 +85,7 @@ class BatchZeroGuardPass(ir.passes.InPlacePass):
             imports = model.opset_imports if owner is None else owner.opset_imports
             opset = imports.get("", imports.get("ai.onnx", 0))
             if opset >= _CONSTANT_OF_SHAPE:
-                modified |= _guard(node, graph, in_main, taken)
+                modified |= _guard(node, graph, in_main, opset, taken)
         return ir.passes.PassResult(model, modified=modified)
 
 
@@ -108,7 +109,7 @@ def _batch_at_least_1(prover: ShapeProver, node: ir.Node) -> bool:
     return batch is not None and batch.value is not None and batch.value >= 1
 
 
-def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, taken: set[str]) -> bool:
+def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, opset: int, taken: set[str]) -> bool:
     """Put ``node`` in the guard's ``else`` branch; False where no output is read."""
     read = [v for v in node.outputs if v.uses() or v.is_graph_output()]
     if not read:
@@ -121,7 +122,7 @@ def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, taken: set[str]) -> bo
     )
     size = ir.node("Size", [x], name=f"{name}/batch_0_size")
     test = ir.node("Equal", [size.outputs[0], zero], name=f"{name}/batch_0_test")
-    empty_nodes, empty = _empty_outputs(node, read)
+    empty_nodes, empty = _empty_outputs(node, read, opset)
     for value in (size.outputs[0], test.outputs[0], *(v for n in empty_nodes for v in n.outputs)):
         value.name = _fresh(taken, f"{name}/batch_0")
     graph.insert_before(node, [size, test])
@@ -143,7 +144,9 @@ def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, taken: set[str]) -> bo
     return True
 
 
-def _empty_outputs(node: ir.Node, read: list[ir.Value]) -> tuple[list[ir.Node], list[ir.Value]]:
+def _empty_outputs(
+    node: ir.Node, read: list[ir.Value], opset: int
+) -> tuple[list[ir.Node], list[ir.Value]]:
     """The nodes of the ``then`` branch and its outputs: each of ``read`` at batch 0, a
     state the node's initial state (``[D, 0, H]`` there), else zeros of its shape at
     ``X``'s length and batch."""
@@ -163,10 +166,15 @@ def _empty_outputs(node: ir.Node, read: list[ir.Value]) -> tuple[list[ir.Node], 
         return last(ir.node("Constant", [], {"value": ir.tensor(np.array(values, np.int64))}))
 
     def axis(index: int) -> ir.Value:  # [size of X's axis]
+        if str(index) in made:
+            return made[str(index)]
+        if opset >= _SHAPE_SLICE:
+            bounds = {"start": index, "end": index + 1}
+            made[str(index)] = last(ir.node("Shape", [x], bounds))
+            return made[str(index)]
         if "shape" not in made:
             made["shape"] = last(ir.node("Shape", [x]))
-        if str(index) not in made:
-            made[str(index)] = last(ir.node("Gather", [made["shape"], ints([index])], {"axis": 0}))
+        made[str(index)] = last(ir.node("Gather", [made["shape"], ints([index])], {"axis": 0}))
         return made[str(index)]
 
     outputs = []
