@@ -18,6 +18,7 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 from onnxscript.rewriter import RewriteRuleSet
+from tools.corpus import runtimes
 from tools.mutation.order import mutant_under_test
 
 from rnn_rewrite_rules import runtime
@@ -438,3 +439,24 @@ def read_only(folder: Path) -> Iterator[Callable[..., subprocess.CompletedProces
     finally:
         for path in sorted(paths, key=lambda p: len(p.parts)):
             path.chmod(modes[path])
+
+
+def onnxruntime_in_child(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> list[np.ndarray] | str:
+    """``model``'s outputs in ONNX Runtime in a child process, or why there are none (an
+    error text, or ``runtimes.Aborted`` where the process died: ONNX Runtime aborts the
+    process on an LSTM or GRU node at batch 0)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "m.onnx")
+        onnx.save(model, path)
+        return runtimes.onnxruntime_child(path, feeds)
+
+
+def assert_agree(original: list[np.ndarray] | str, rewritten: list[np.ndarray] | str) -> None:
+    """Two :func:`onnxruntime_in_child` results: both ran, with equal shapes and values."""
+    assert not isinstance(original, str), original
+    assert not isinstance(rewritten, str), f"the original runs, the rewrite: {rewritten}"
+    assert [a.shape for a in rewritten] == [a.shape for a in original]
+    for want, got in zip(original, rewritten, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

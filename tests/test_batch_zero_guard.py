@@ -8,13 +8,8 @@ Each batch-0 model runs in a child process: an abort ends only the child.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
-import numpy as np
 import onnx
 import pytest
-from tools.corpus import runtimes
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs
@@ -30,7 +25,7 @@ from rnn_rewrite_rules.testing.unrolled import (
     cell_inputs,
 )
 from tests.reasons import refusal_reasons
-from tests.support import op_counts
+from tests.support import assert_agree, onnxruntime_in_child, op_counts
 
 
 def _rewrite(model: onnx.ModelProto, target: str = "onnxruntime") -> onnx.ModelProto:
@@ -49,21 +44,6 @@ def _guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     ]
 
 
-def _in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | str:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp, "m.onnx")
-        onnx.save(model, path)
-        return runtimes.onnxruntime_child(path, feeds)
-
-
-def _agree(original: list[np.ndarray] | str, rewritten: list[np.ndarray] | str) -> None:
-    assert not isinstance(original, str), original
-    assert not isinstance(rewritten, str), f"the original runs, the rewrite: {rewritten}"
-    assert [a.shape for a in rewritten] == [a.shape for a in original]
-    for want, got in zip(original, rewritten, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-
-
 @pytest.mark.parametrize("op_type", ["GRU", "LSTM"])
 @pytest.mark.parametrize("initial_state", ["zeros", "inputs"])
 def test_a_rerolled_node_runs_at_batch_0_where_the_steps_do(op_type: str, initial_state: str):
@@ -74,7 +54,7 @@ def test_a_rerolled_node_runs_at_batch_0_where_the_steps_do(op_type: str, initia
     onnx.checker.check_model(after, full_check=True)
     for batch in (0, 1, 3):
         feeds = cell_inputs(cfg, batch, rng=batch)
-        _agree(_in_child(model, feeds), _in_child(after, feeds))
+        assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
 
 
 def test_a_static_batch_of_at_least_1_needs_no_guard() -> None:
@@ -99,7 +79,7 @@ def test_a_constant_trip_loop_node_runs_at_batch_0_where_the_loop_does(cell: str
     assert len(_guards(after)) == 1 and op_counts(after)[cell] == 1
     for batch in (0, 2):
         feeds = loop_inputs(spec, batch=batch)
-        _agree(_in_child(model, feeds), _in_child(after, feeds))
+        assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
 
 
 def test_rewriting_twice_equals_once() -> None:
@@ -122,7 +102,7 @@ def test_a_streaming_step_is_not_guarded() -> None:
     after = _rewrite(model)
     assert op_counts(after)["GRU"] == 1 and not _guards(after)
     feeds = step_feeds(model, 2)
-    _agree(_in_child(model, feeds), _in_child(after, feeds))
+    assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
 
 
 @pytest.mark.parametrize("op_type", ["GRU", "LSTM"])

@@ -9,29 +9,19 @@ Each model runs in a child process: an abort ends only the child.
 from __future__ import annotations
 
 import functools
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from tools.corpus import runtimes
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import RewriteOptions
 from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model
 from tests.exporter_files import ExporterFile, exporter_files, make_feeds
-
-
-def _run_in_child(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | str:
-    """The outputs in ONNX Runtime in a child process, or why there are none (an error
-    text, or ``runtimes.Aborted`` where the process died)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp, "m.onnx")
-        onnx.save(model, path)
-        return runtimes.onnxruntime_child(path, feeds)
+from tests.support import assert_agree, onnxruntime_in_child
 
 
 def _lean_guards(model: onnx.ModelProto) -> list[ir.Node]:
@@ -56,14 +46,6 @@ def _condition_op(guard: ir.Node) -> str:
     return source.producer().op_type  # type: ignore[union-attr]
 
 
-def _agree(original: list[np.ndarray] | str, rewritten: list[np.ndarray] | str) -> None:
-    assert not isinstance(original, str), original
-    assert not isinstance(rewritten, str), f"the original runs, the rewrite: {rewritten}"
-    assert [a.shape for a in rewritten] == [a.shape for a in original]
-    for want, got in zip(original, rewritten, strict=True):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-
-
 @pytest.mark.parametrize("cell", ["GRU", "LSTM"])
 def test_the_guard_tests_size_and_the_rewrite_runs_at_batch_0(cell: str) -> None:
     model = build_loop_model(
@@ -75,7 +57,7 @@ def test_the_guard_tests_size_and_the_rewrite_runs_at_batch_0(cell: str) -> None
     rng = np.random.default_rng(0)
     for seq, batch in ((3, 0), (0, 2), (0, 0), (4, 2)):
         x = rng.standard_normal((seq, batch, 5)).astype(np.float32)
-        _agree(_run_in_child(model, {"x": x}), _run_in_child(after, {"x": x}))
+        assert_agree(onnxruntime_in_child(model, {"x": x}), onnxruntime_in_child(after, {"x": x}))
 
 
 @pytest.mark.parametrize("cell", ["GRU", "LSTM"])
@@ -106,7 +88,7 @@ def test_an_rnn_cell_reading_no_input_keeps_the_length_test() -> None:
     assert len(guards) == 1 and _condition_op(guards[0]) != "Size"
     for seq, batch in ((0, 2), (3, 2), (3, 0)):
         x = np.zeros((seq, batch, 0), np.float32)
-        _agree(_run_in_child(model, {"x": x}), _run_in_child(after, {"x": x}))
+        assert_agree(onnxruntime_in_child(model, {"x": x}), onnxruntime_in_child(after, {"x": x}))
 
 
 @functools.cache
@@ -147,7 +129,7 @@ def test_an_exporter_file_runs_at_batch_0_where_its_original_does(file: Exporter
         for i in original.graph.input
     }
     feeds = make_feeds(file, {**file.export_sizes, "batch": 0}, dtypes, np.random.default_rng(0))
-    expected = _run_in_child(original, feeds)
+    expected = onnxruntime_in_child(original, feeds)
     if isinstance(expected, str):
         pytest.skip(f"the original does not run at batch 0 either: {expected}")
-    _agree(expected, _run_in_child(after, feeds))
+    assert_agree(expected, onnxruntime_in_child(after, feeds))

@@ -136,9 +136,13 @@ RULE_MADE = "rnn_rewrite_rules.rule_made"
 
 def mark_rule_made(y: ir.Value) -> None:
     """Mark the node producing ``y`` (an output a rule's builder returned) as rule-made."""
+    _mark(y, RULE_MADE)
+
+
+def _mark(y: ir.Value, key: str) -> None:
     node = y.producer()
     if node is not None:
-        node.meta[RULE_MADE] = True
+        node.meta[key] = True
 
 
 def is_rule_made(node: ir.Node) -> bool:
@@ -155,9 +159,7 @@ REPLACES_BATCH_0_RUN = "rnn_rewrite_rules.replaces_batch_0_run"
 
 def mark_replaces_batch_0_run(y: ir.Value) -> None:
     """Mark the node producing ``y`` as replacing ops that run at batch 0."""
-    node = y.producer()
-    if node is not None:
-        node.meta[REPLACES_BATCH_0_RUN] = True
+    _mark(y, REPLACES_BATCH_0_RUN)
 
 
 def replaces_batch_0_run(node: ir.Node) -> bool:
