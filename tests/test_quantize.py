@@ -10,6 +10,8 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import _report
 from rnn_rewrite_rules.quantize import INT8_TOLERANCE, quantization_error, quantize_int8
 from rnn_rewrite_rules.testing import RnnConfig, build_torchlib_model
+from rnn_rewrite_rules.testing.unrolled import UnrolledCellConfig, build_unrolled_cell, cell_inputs
+from tests.support import assert_agree, onnxruntime_in_child, running_nodes
 
 pytest.importorskip("onnxruntime.quantization")
 
@@ -60,3 +62,23 @@ def test_gru_stays_float_and_the_summary_says_so() -> None:
     assert [n.op_type for n in result.model.graph.node if n.op_type == "GRU"] == ["GRU"]
     assert result.left_float["GRU"] == (1, "ONNX Runtime has no quantized GRU")
     assert any("1 GRU stay float" in line for line in _report.quantize_lines(result))
+
+
+def test_a_guarded_rerolled_lstm_is_quantized_and_stays_guarded() -> None:
+    """A re-rolled LSTM of a symbolic batch sits in its batch-0 guard
+    (``passes.BatchZeroGuardPass``); ONNX Runtime's quantizer does not reach a node in an
+    ``If`` branch, so the guard is lifted for it and put back around its
+    ``DynamicQuantizeLSTM``, which ONNX Runtime aborts on at batch 0 too (child process)."""
+    cfg = UnrolledCellConfig(op_type="LSTM", input_size=16, hidden_size=16, seq=4)
+    model = build_unrolled_cell(cfg)
+    rewritten = rnn_rewrite_rules.rewrite(model, target="onnxruntime")
+    result = quantize_int8(rewritten)
+    assert result.quantized == {"DynamicQuantizeLSTM": 1}
+    assert result.model is not None
+    onnx.checker.check_model(result.model, full_check=True)
+    assert [n.op_type for n in running_nodes(result.model)].count("DynamicQuantizeLSTM") == 1
+    assert [n.op_type for n in result.model.graph.node].count("If") == 1
+    check = quantization_error(rewritten, result.model)
+    assert check.ok, _report.verify_lines(check)
+    feeds = cell_inputs(cfg, 0)
+    assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(result.model, feeds))

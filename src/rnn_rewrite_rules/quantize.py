@@ -93,7 +93,12 @@ class QuantizeResult:
 
 
 def _ops(model: onnx.ModelProto) -> Counter[str]:
-    return Counter(node.op_type for node in model.graph.node)
+    """The ops of the main graph, a batch-0 guard's node counted as the node."""
+    ops: Counter[str] = Counter()
+    for node in model.graph.node:
+        inner = _guarded_node(node, ("LSTM", "GRU", "DynamicQuantizeLSTM"))
+        ops[(inner or node).op_type] += 1
+    return ops
 
 
 @contextlib.contextmanager
@@ -128,6 +133,73 @@ def _left_float(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
     return left
 
 
+def _lifted(source: Path, large: bool) -> tuple[Path, set[str]]:
+    """What the quantizer reads: ``source``, or where it holds batch-0 guards
+    (``passes.BatchZeroGuardPass``) a copy beside it with each guarded node in its guard's
+    place, and the names of those nodes' outputs.
+
+    Why: ONNX Runtime's quantizer does not reach a node in an ``If`` branch whose weights
+    are the main graph's initializers (with ``EnableSubgraph`` it fails on them), so a
+    guarded LSTM would stay float; :func:`_guard_again` puts the node it makes back in a
+    guard (``DynamicQuantizeLSTM`` aborts at batch 0 too)."""
+    model = onnx.load(source, load_external_data=False)
+    if not any(_guarded_node(node) is not None for node in model.graph.node):
+        return source, set()
+    model = onnx.load(source)
+    outputs: set[str] = set()
+    nodes = []
+    for node in model.graph.node:
+        inner = _guarded_node(node)
+        if inner is None:
+            nodes.append(node)
+            continue
+        branch = next(a.g for a in node.attribute if a.name == "else_branch")
+        names = dict(zip((o.name for o in branch.output), node.output, strict=True))
+        renamed = [names.get(name, "") for name in inner.output]
+        del inner.output[:]
+        inner.output.extend(renamed)
+        outputs.update(name for name in renamed if name)
+        nodes.append(inner)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    lifted = source.with_name(f"{source.stem}.unguarded.onnx")
+    onnx.save(model, lifted, save_as_external_data=large, location=f"{lifted.name}.data")
+    return lifted, outputs
+
+
+def _guarded_node(node: onnx.NodeProto, ops: tuple[str, ...] = ("LSTM",)) -> onnx.NodeProto | None:
+    """The node of ``ops`` alone in ``node``'s ``else`` branch where ``node`` is a batch-0
+    guard."""
+    from rnn_rewrite_rules.passes.batch_zero_guard import GUARD_BRANCHES
+
+    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+        return None
+    branch = next((a.g for a in node.attribute if a.name == "else_branch"), None)
+    if branch is None or not branch.name.endswith(GUARD_BRANCHES[1]) or len(branch.node) != 1:
+        return None
+    inner = branch.node[0]
+    return inner if inner.op_type in ops else None
+
+
+def _guard_again(target: Path, outputs: set[str], large: bool) -> None:
+    """The quantized model at ``target`` with each node writing one of ``outputs`` (the
+    lifted LSTMs, now ``DynamicQuantizeLSTM`` or still ``LSTM``) back in a batch-0 guard,
+    the lifted guards' dead conditions removed."""
+    import onnx_ir as ir
+
+    from rnn_rewrite_rules._rnn_ops import REPLACES_BATCH_0_RUN
+    from rnn_rewrite_rules.passes import BatchZeroGuardPass, RemoveDeadNodesPass
+
+    model = ir.from_proto(onnx.load(target))
+    for node in model.graph:
+        if any(v.name in outputs for v in node.outputs):
+            node.meta[REPLACES_BATCH_0_RUN] = True
+    RemoveDeadNodesPass()(model)
+    BatchZeroGuardPass()(model)
+    proto = ir.to_proto(model)
+    onnx.save(proto, target, save_as_external_data=large, location=f"{target.name}.data")
+
+
 def _bytes_on_disk(path: Path) -> int:
     """The model file's size and that of each external data file it references."""
     from rnn_rewrite_rules._load import referenced_data_files
@@ -156,13 +228,17 @@ def quantize_file(source: str | Path, target: str | Path) -> QuantizeResult:
     source, target = Path(source), Path(target)
     left = _left_float(onnx.load(source, load_external_data=False))
     bytes_before = _bytes_on_disk(source)
+    large = bytes_before > EMBED_LIMIT_BYTES
+    read, guarded = _lifted(source, large)
     with _quiet():
         quantize_dynamic(
-            source,
+            read,
             target,
             reduce_range=True,  # 7-bit weights: no int16 overflow without VNNI (module doc)
-            use_external_data_format=bytes_before > EMBED_LIMIT_BYTES,
+            use_external_data_format=large,
         )
+    if guarded:
+        _guard_again(target, guarded, large)
     after = _ops(onnx.load(target, load_external_data=False))
     return QuantizeResult(
         model=None,

@@ -7,9 +7,11 @@ without states and ``sequence_lens`` (its RNN runs). The unrolled steps, the str
 step and the Loop without a zero-step guard that the rules replace run there and give
 empty outputs: unguarded, the rewrite kills a process the original served.
 
-Pattern: an LSTM/GRU node of the ONNX domain marked ``_rnn_ops.REPLACES_BATCH_0_RUN`` (in
-memory by the rule that built it: ``reroll``, a ``loop_scan`` node without
-its own guard; carried to a node re-emitted or merged in its place), in any graph,
+Pattern: an LSTM/GRU node of the ONNX domain (or ``com.microsoft.DynamicQuantizeLSTM``,
+what ``quantize`` makes of a guarded LSTM: it aborts there too) marked
+``_rnn_ops.REPLACES_BATCH_0_RUN`` (in memory by the rule that built it: ``reroll``, a
+``loop_scan`` node without its own guard; carried to a node re-emitted or merged in its
+place; by ``quantize`` on the node it re-guards), in any graph,
 subgraph or function, ``layout`` 0, with an input size of at least 1 (the rules refuse a
 cell reading no input: ``rules.cell.EMPTY_INPUT_REASON``), after the rules
 (:func:`rnn_rewrite_rules._api.cleanup`, after ``ForwardReverseNodesPass``).
@@ -56,7 +58,9 @@ __all__ = ["GUARD_BRANCHES", "BatchZeroGuardPass"]
 
 #: The suffixes of the guard's branch names: ``then`` (batch 0), ``else`` (the node).
 GUARD_BRANCHES = ("batch_0", "batch_not_0")
-_GUARDED_OPS = ("LSTM", "GRU")
+#: The ops guarded (ONNX Runtime aborts on each at batch 0) -> the axis of ``W`` that is
+#: the input size (``DynamicQuantizeLSTM``'s ``W`` is ``[D, I, 4H]``: ``quantize``).
+_GUARDED_OPS = {("", "LSTM"): 2, ("", "GRU"): 2, ("com.microsoft", "DynamicQuantizeLSTM"): 1}
 #: The first opset with ``ConstantOfShape``, and with ``Shape``'s ``start`` and ``end``.
 _CONSTANT_OF_SHAPE = 9
 _SHAPE_SLICE = 15
@@ -92,14 +96,17 @@ class BatchZeroGuardPass(ir.passes.InPlacePass):
 def _marked(node: ir.Node) -> bool:
     """A marked LSTM/GRU node of the ONNX domain, ``layout`` 0, reading ``X`` and a ``W``
     of input size >= 1."""
-    if not replaces_batch_0_run(node) or node.op_type not in _GUARDED_OPS:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    input_axis = _GUARDED_OPS.get((domain, node.op_type))
+    if not replaces_batch_0_run(node) or input_axis is None:
         return False
-    if node.domain not in ("", "ai.onnx") or node.attributes.get_int("layout", 0) != 0:
+    if node.attributes.get_int("layout", 0) != 0:
         return False
     if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
         return False
     w = node.inputs[1].shape
-    return w is not None and len(w) == 3 and isinstance(w[2], int) and w[2] >= 1
+    size = None if w is None or len(w) != 3 else w[input_axis]
+    return isinstance(size, int) and size >= 1
 
 
 def _batch_at_least_1(prover: ShapeProver, node: ir.Node) -> bool:
