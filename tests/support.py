@@ -23,7 +23,7 @@ from tools.mutation.order import mutant_under_test
 
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules._verify import child_pythonpath
-from rnn_rewrite_rules.passes.batch_zero_guard import GUARD_BRANCHES
+from rnn_rewrite_rules.passes.batch_zero_guard import guarded_branch
 from rnn_rewrite_rules.testing import RnnConfig, random_inputs
 
 SCRIPT = Path(sys.executable).with_name("rnn-rewrite")
@@ -102,17 +102,9 @@ def running_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     replaced by the nodes of its ``else`` branch: what runs at every batch but 0."""
     found = []
     for node in model.graph.node:
-        guarded = _guarded_branch(node)
-        found += list(guarded.node) if guarded is not None else [node]
+        branch = guarded_branch(node)
+        found += list(branch.node) if branch is not None else [node]
     return found
-
-
-def _guarded_branch(node: onnx.NodeProto) -> onnx.GraphProto | None:
-    if node.op_type != "If":
-        return None
-    branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
-    other = branches.get("else_branch")
-    return other if other is not None and other.name.endswith(GUARD_BRANCHES[1]) else None
 
 
 def apply(

@@ -13,7 +13,7 @@ import pytest
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs
-from rnn_rewrite_rules.passes.batch_zero_guard import GUARD_BRANCHES
+from rnn_rewrite_rules.passes.batch_zero_guard import guarded_branch
 from rnn_rewrite_rules.rules.reroll.cells import RerollCell
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
@@ -34,14 +34,7 @@ def _rewrite(model: onnx.ModelProto, target: str = "onnxruntime") -> onnx.ModelP
 
 def _guards(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     """The main graph's batch-0 guards."""
-    return [
-        n
-        for n in model.graph.node
-        if n.op_type == "If"
-        and any(
-            a.g.name.endswith(GUARD_BRANCHES[1]) for a in n.attribute if a.name == "else_branch"
-        )
-    ]
+    return [node for node in model.graph.node if guarded_branch(node) is not None]
 
 
 @pytest.mark.parametrize("op_type", ["GRU", "LSTM"])

@@ -94,10 +94,12 @@ class QuantizeResult:
 
 def _ops(model: onnx.ModelProto) -> Counter[str]:
     """The ops of the main graph, a batch-0 guard's node counted as the node."""
+    from rnn_rewrite_rules.passes.batch_zero_guard import guarded_branch
+
     ops: Counter[str] = Counter()
     for node in model.graph.node:
-        inner = _guarded_node(node, ("LSTM", "GRU", "DynamicQuantizeLSTM"))
-        ops[(inner or node).op_type] += 1
+        branch = guarded_branch(node)
+        ops.update(n.op_type for n in (branch.node if branch is not None else [node]))
     return ops
 
 
@@ -143,13 +145,13 @@ def _lifted(source: Path, large: bool) -> tuple[Path, set[str]]:
     guarded LSTM would stay float; :func:`_guard_again` puts the node it makes back in a
     guard (``DynamicQuantizeLSTM`` aborts at batch 0 too)."""
     model = onnx.load(source, load_external_data=False)
-    if not any(_guarded_node(node) is not None for node in model.graph.node):
+    if not any(_guarded_lstm(node) is not None for node in model.graph.node):
         return source, set()
     model = onnx.load(source)
     outputs: set[str] = set()
     nodes = []
     for node in model.graph.node:
-        inner = _guarded_node(node)
+        inner = _guarded_lstm(node)
         if inner is None:
             nodes.append(node)
             continue
@@ -167,18 +169,14 @@ def _lifted(source: Path, large: bool) -> tuple[Path, set[str]]:
     return lifted, outputs
 
 
-def _guarded_node(node: onnx.NodeProto, ops: tuple[str, ...] = ("LSTM",)) -> onnx.NodeProto | None:
-    """The node of ``ops`` alone in ``node``'s ``else`` branch where ``node`` is a batch-0
-    guard."""
-    from rnn_rewrite_rules.passes.batch_zero_guard import GUARD_BRANCHES
+def _guarded_lstm(node: onnx.NodeProto) -> onnx.NodeProto | None:
+    """The LSTM in ``node`` where ``node`` is a batch-0 guard holding it alone."""
+    from rnn_rewrite_rules.passes.batch_zero_guard import guarded_branch
 
-    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+    branch = guarded_branch(node)
+    if branch is None or len(branch.node) != 1 or branch.node[0].op_type != "LSTM":
         return None
-    branch = next((a.g for a in node.attribute if a.name == "else_branch"), None)
-    if branch is None or not branch.name.endswith(GUARD_BRANCHES[1]) or len(branch.node) != 1:
-        return None
-    inner = branch.node[0]
-    return inner if inner.op_type in ops else None
+    return branch.node[0]
 
 
 def _guard_again(target: Path, outputs: set[str], large: bool) -> None:

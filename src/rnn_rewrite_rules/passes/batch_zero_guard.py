@@ -45,16 +45,17 @@ does not mark its node: a streaming step is one call per frame, where the guard'
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
-from rnn_rewrite_rules._ir import free_name, taken_names
+from rnn_rewrite_rules._ir import free_name, opset_version, taken_names
 from rnn_rewrite_rules._rnn_ops import REPLACES_BATCH_0_RUN, replaces_batch_0_run
 from rnn_rewrite_rules.passes._placer import Placer
 from rnn_rewrite_rules.passes.unique_rewritten_node_names import model_nodes
 from rnn_rewrite_rules.rules._initializers import int64_constant
 from rnn_rewrite_rules.shape import ShapeProver
 
-__all__ = ["GUARD_BRANCHES", "BatchZeroGuardPass"]
+__all__ = ["GUARD_BRANCHES", "BatchZeroGuardPass", "guarded_branch"]
 
 #: The suffixes of the guard's branch names: ``then`` (batch 0), ``else`` (the node).
 GUARD_BRANCHES = ("batch_0", "batch_not_0")
@@ -75,7 +76,6 @@ class BatchZeroGuardPass(ir.passes.InPlacePass):
         if not marked:
             return ir.passes.PassResult(model, modified=False)
         prover = ShapeProver(model.graph)
-        functions = {id(f.graph): f for f in model.functions.values()}
         taken = taken_names(model)
         modified = False
         for node in marked:
@@ -85,12 +85,19 @@ class BatchZeroGuardPass(ir.passes.InPlacePass):
             in_main = graph is model.graph
             if in_main and _batch_at_least_1(prover, node):
                 continue
-            owner = functions.get(id(graph))
-            imports = model.opset_imports if owner is None else owner.opset_imports
-            opset = imports.get("", imports.get("ai.onnx", 0))
-            if opset >= _CONSTANT_OF_SHAPE:
+            opset = opset_version(model, graph)
+            if isinstance(opset, int) and opset >= _CONSTANT_OF_SHAPE:
                 modified |= _guard(node, graph, in_main, opset, taken)
         return ir.passes.PassResult(model, modified=modified)
+
+
+def guarded_branch(node: onnx.NodeProto) -> onnx.GraphProto | None:
+    """``node``'s ``else`` branch (the guarded node's) where ``node`` is a guard this pass
+    wrote (in a serialized model), else None."""
+    if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+        return None
+    branch = next((a.g for a in node.attribute if a.name == "else_branch"), None)
+    return branch if branch is not None and branch.name.endswith(GUARD_BRANCHES[1]) else None
 
 
 def _marked(node: ir.Node) -> bool:
