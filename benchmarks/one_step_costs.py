@@ -14,13 +14,18 @@ which the load of other processes on a shared machine does not inflate as it doe
 time; each point keeps its per-repeat ratios (``repeats``: the cost model drops glitches
 and judges the spread).
 
-* ``one_step`` (``costs/one_step.json``): the batches of ``x`` and the states proven equal
-  (a static batch): the node between ``Unsqueeze`` and ``Squeeze``;
+* ``one_step`` (``costs/one_step.json``): a static batch: the node between ``Unsqueeze``
+  and ``Squeeze``;
+* ``one_step_guarded`` (``costs/one_step_guarded.json``): one symbolic batch the step's own
+  ops prove equal (a VAD decoder's ``Concat(x, h)``): the node behind its batch-0 guard
+  (``passes.BatchZeroGuardPass``: ONNX Runtime aborts on an LSTM/GRU node at batch 0),
+  built from the static step given the symbolic batch (:func:`guarded_step`); LSTM and GRU;
 * ``one_step_broadcast`` (``costs/one_step_broadcast.json``): a symbolic batch per input,
   what torch exports declare: the ``Expand``s that broadcast ``x`` and the states as the
-  original's ops do, then the node. Since the rule counts the nodes it emits, only the GRU
-  step of the builder is rewritten in this form (its LSTM and RNN steps would grow): the
-  grid skips the others, saying so.
+  original's ops do, then the node behind its guard. The rule counts the nodes it emits, so
+  only a GRU step of 16 nodes or more is rewritten in this form: the grid times the
+  builder's GRU step with ``MatMul`` + ``Add`` projections (16 nodes, as jax2onnx writes
+  it) and skips the others, saying so.
 
 tract (``--runtimes``; by default every runtime installed) runs in a child process
 (``benchmarks/tract_worker.py``), timed in that process's CPU time the same way; ``--keep``
@@ -50,33 +55,72 @@ import time
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 import rnn_rewrite_rules
 from benchmarks import measure, report, rewrite_costs
 from benchmarks.cost_grid import versions
 from rnn_rewrite_rules import runtime
+from rnn_rewrite_rules._rnn_ops import mark_replaces_batch_0_run
 from rnn_rewrite_rules.benchmark import best_per_repeat
+from rnn_rewrite_rules.passes.batch_zero_guard import BatchZeroGuardPass, guarded_branch
 from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
 
-__all__ = ["BROADCAST_OPS", "CASES", "main"]
+__all__ = ["BROADCAST_OPS", "CASES", "GUARDED_OPS", "guarded_step", "main"]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COSTS = ROOT / "src" / "rnn_rewrite_rules" / "costs"
 
 
 def rewritten_step(
-    op: str, hidden: int, seq: int, *, batch: int | str
+    op: str, hidden: int, seq: int, *, batch: int | str, gemm: bool = True
 ) -> tuple[onnx.ModelProto, onnx.ModelProto]:
-    """A step model (input size = hidden) and its one-node form, the cost table ignored."""
+    """A step model (input size = hidden) and its one-node form (the node, or its batch-0
+    guard), the cost table ignored."""
     from rnn_rewrite_rules import costs
 
     assert seq == 1, "a step is one frame"
-    before = build_step(StepConfig(op_type=op, input_size=hidden, hidden_size=hidden, batch=batch))
+    cfg = StepConfig(op_type=op, input_size=hidden, hidden_size=hidden, batch=batch, gemm=gemm)
+    before = build_step(cfg)
     after = rnn_rewrite_rules.rewrite(
         before, context=costs.Context(ignore=True), target="onnxruntime"
     )
-    assert [n.op_type for n in after.graph.node].count(op) == 1, f"{op} {hidden}: not rewritten"
+    assert sum(_running_ops(after.graph, op)) == 1, f"{op} {hidden}: not rewritten"
     return before, after
+
+
+def _running_ops(graph: onnx.GraphProto, op: str) -> list[int]:
+    """1 per ``op`` node of ``graph`` and of the batch-0 guards' node branches."""
+    found = []
+    for node in graph.node:
+        found.append(int(node.op_type == op))
+        if (branch := guarded_branch(node)) is not None:
+            found += _running_ops(branch, op)
+    return found
+
+
+def guarded_step(op: str, hidden: int) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """``one_step_guarded``: the step of a static batch and its node, both given the symbolic
+    batch ``batch`` (as a step whose own ops prove the batches equal declares them) and the
+    node put behind its batch-0 guard (``passes.BatchZeroGuardPass``), as the rule emits it."""
+    before, after = rewritten_step(op, hidden, 1, batch=1)
+    before, after = _symbolic_batch(before), _symbolic_batch(after)
+    model = ir.from_proto(after)
+    (node,) = [n for n in model.graph if n.op_type == op]
+    mark_replaces_batch_0_run(node.outputs[0])
+    BatchZeroGuardPass()(model)
+    after = ir.to_proto(model)
+    assert any(guarded_branch(n) is not None for n in after.graph.node), f"{op}: not guarded"
+    return before, after
+
+
+def _symbolic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its inputs' and outputs' first axis ``batch``, value_info dropped."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    del model.graph.value_info[:]
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return model
 
 
 def _feeds(model: onnx.ModelProto, seq: int, batch: int) -> dict:
@@ -103,15 +147,26 @@ def _case(form: str, description: str) -> rewrite_costs.Case:
 
 CASES = {
     "one_step": _case("one_step", "Static batch: Unsqueeze, one node, Squeeze."),
+    "one_step_guarded": _case(
+        "one_step_guarded",
+        "One symbolic batch the step proves equal: Unsqueeze, the node in its batch-0 guard "
+        "(If(Size(X) == 0)), Squeeze. RNN has no guard (ONNX Runtime's RNN runs at batch 0).",
+    ),
     "one_step_broadcast": _case(
-        "one_step_broadcast", "Symbolic batches: Expands broadcasting x and the states, one node."
+        "one_step_broadcast",
+        "Symbolic batches: Expands broadcasting x and the states, one node in its batch-0 "
+        "guard (a GRU step with MatMul + Add projections, 16 nodes).",
     ),
 }
 
 
-#: The ops whose builder step the rule rewrites in the ``one_step_broadcast`` form (its LSTM
-#: and RNN steps would grow); the table's other rows were measured before the rule counted.
+#: The ops whose builder step the rule rewrites in the ``one_step_broadcast`` form: its
+#: GRU step with MatMul + Add projections (16 nodes; the node, the Expands and the guard
+#: are 16). Its LSTM steps would grow; RNN has no guard; the table's LSTM and RNN rows
+#: were measured before the rule counted.
 BROADCAST_OPS = ("GRU",)
+#: The ops the rule guards (``one_step_guarded``).
+GUARDED_OPS = ("LSTM", "GRU")
 #: The harness's runtime names, in the tables' column order.
 RUNTIMES = ("onnxruntime", "OpenVINO", "tract")
 
@@ -191,10 +246,12 @@ def _measure(
         if form == "one_step_broadcast" and op not in BROADCAST_OPS:
             print(f"{form} {op}: skipped (the node and its Expands outgrow the step)")
             continue
+        if form == "one_step_guarded" and op not in GUARDED_OPS:
+            print(f"{form} {op}: skipped (ONNX Runtime's {op} runs at batch 0: no guard)")
+            continue
         for hidden in args.hidden:
             for batch in args.batch:
-                built: int | str = batch if form == "one_step" else "batch"
-                before, after = rewritten_step(op, hidden, 1, batch=built)
+                before, after = _built(form, op, hidden, batch)
                 feeds = step_feeds(before, batch)
                 diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
                 assert diff <= 1e-4, f"{op} {hidden} {batch}: outputs differ by {diff}"
@@ -212,6 +269,15 @@ def _measure(
                         flush=True,
                     )
     return points
+
+
+def _built(form: str, op: str, hidden: int, batch: int) -> tuple[onnx.ModelProto, ...]:
+    """The step and its rewrite in ``form``, timed at ``batch``."""
+    if form == "one_step":
+        return rewritten_step(op, hidden, 1, batch=batch)
+    if form == "one_step_guarded":
+        return guarded_step(op, hidden)
+    return rewritten_step(op, hidden, 1, batch="batch", gemm=False)
 
 
 _NAMES = rewrite_costs.RUNTIME_NAMES

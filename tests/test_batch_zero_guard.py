@@ -14,6 +14,7 @@ import pytest
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules.passes.batch_zero_guard import guarded_branch
+from rnn_rewrite_rules.rules import one_step
 from rnn_rewrite_rules.rules.reroll.cells import RerollCell
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
 from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
@@ -87,15 +88,30 @@ def test_the_guard_keeps_output_names_and_a_graph_output_stays_one() -> None:
     assert [o.name for o in after.graph.output] == [o.name for o in model.graph.output]
 
 
-def test_a_streaming_step_is_not_guarded() -> None:
-    """one_step's node stays bare (its docs say so): the guard's If per frame costs what
-    the node saves at small sizes."""
-    cfg = StepConfig(op_type="GRU", input_size=64, hidden_size=64)
-    model = build_step(cfg)
+def test_a_streaming_step_of_a_symbolic_batch_runs_at_batch_0() -> None:
+    """one_step's node of a symbolic batch (the GRU step with MatMul + Add projections,
+    which the node, its broadcast and the guard do not outgrow) sits in the guard."""
+    model = build_step(StepConfig(op_type="GRU", input_size=16, hidden_size=16, gemm=False))
     after = _rewrite(model)
-    assert op_counts(after)["GRU"] == 1 and not _guards(after)
-    feeds = step_feeds(model, 2)
-    assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
+    assert op_counts(after)["GRU"] == 1 and len(_guards(after)) == 1
+    for batch in (0, 1, 3):
+        feeds = step_feeds(model, batch, seed=batch)
+        assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
+
+
+def test_a_streaming_step_of_a_static_batch_is_not_guarded() -> None:
+    model = build_step(StepConfig(op_type="LSTM", input_size=16, hidden_size=16, batch=2))
+    after = _rewrite(model)
+    assert op_counts(after)["LSTM"] == 1 and not _guards(after)
+
+
+def test_a_streaming_step_counts_its_guard_against_the_step() -> None:
+    """The builder's GRU step with Gemm projections is 14 nodes: the node, the broadcast of
+    its symbolic batches and the guard are 16."""
+    model = build_step(StepConfig(op_type="GRU"))
+    found = refusal_reasons(one_step.make_rules("onnxruntime"), model, costs.Context(ignore=True))
+    assert any("batch-0 guard" in r and "16 nodes, the step 14" in r for r in found), found
+    assert op_counts(_rewrite(model))["GRU"] == 0
 
 
 @pytest.mark.parametrize("op_type", ["GRU", "LSTM"])

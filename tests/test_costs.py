@@ -465,8 +465,9 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
     grids = {
         form: (case.ops, case.hiddens, case.seqs, case.batches) for form, case in cases.items()
     }
-    broadcast = grids["one_step_broadcast"]
+    broadcast, guarded = grids["one_step_broadcast"], grids["one_step_guarded"]
     grids["one_step_broadcast"] = (one_step_costs.BROADCAST_OPS, *broadcast[1:])
+    grids["one_step_guarded"] = (one_step_costs.GUARDED_OPS, *guarded[1:])
     exact = exact_zero_step_costs
     grids["exact_zero_step"] = (tuple(exact.FILES), (exact.HIDDEN,), exact.SEQS, exact.BATCHES)
     #: the exact guard's grid times both ONNX Runtime levels (its Loops' shapes differ by them)

@@ -13,10 +13,11 @@ from onnx.reference import ReferenceEvaluator
 import rnn_rewrite_rules
 from rnn_rewrite_rules import costs, runtime
 from rnn_rewrite_rules._streaming import frame_feeds
+from rnn_rewrite_rules.passes.batch_zero_guard import guarded_branch
 from rnn_rewrite_rules.rules import one_step, select_rules
 from rnn_rewrite_rules.testing.one_step import StepConfig, build_step, step_feeds
 from tests.reasons import refusal_reasons
-from tests.support import op_counts
+from tests.support import op_counts, running_nodes
 
 DATA = pathlib.Path(__file__).parent / "data" / "exporters"
 IGNORE = costs.Context(ignore=True)
@@ -53,18 +54,23 @@ CASES = [
         ("RNN", "Sigmoid"),
     ]
     for batch in (1, 3)
-] + [("GRU", "Tanh", "batch")]  # symbolic batches: the broadcast form (fewer nodes for a GRU)
+] + [("GRU", "Tanh", "batch")]  # symbolic batches: the broadcast form and the batch-0 guard
 
 
 @pytest.mark.parametrize(("op", "activation", "batch"), CASES)
 def test_a_step_becomes_one_node_with_equal_outputs(op, activation, batch) -> None:
-    before = build_step(StepConfig(op_type=op, batch=batch, activation=activation))
+    """A symbolic batch: the GRU step with MatMul + Add projections (16 nodes), which the
+    node, the broadcast and the batch-0 guard (16) do not outgrow."""
+    symbolic = isinstance(batch, str)
+    cfg = StepConfig(op_type=op, batch=batch, activation=activation, gemm=not symbolic)
+    before = build_step(cfg)
     after = _rewrite(before)
     counts = op_counts(after)
     assert counts[op] == 1
-    assert counts["Gemm"] == 0 and counts["Split"] == 0
+    assert counts["Gemm"] == 0 and counts["Split"] == 0 and counts["MatMul"] == 0
+    assert sum(guarded_branch(n) is not None for n in after.graph.node) == int(symbolic)
     assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
-    node = next(n for n in after.graph.node if n.op_type == op)
+    node = next(n for n in running_nodes(after) if n.op_type == op)
     written = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if op == "RNN" and activation != "Tanh":
         assert written["activations"] == [activation.encode()]
@@ -81,7 +87,7 @@ def test_a_step_becomes_one_node_with_equal_outputs(op, activation, batch) -> No
 
 
 @pytest.mark.parametrize(
-    ("op", "nodes"), [("LSTM", "18 nodes, the step 13"), ("RNN", "12 nodes, the step 4")]
+    ("op", "nodes"), [("LSTM", "23 nodes, the step 13"), ("RNN", "12 nodes, the step 4")]
 )
 def test_a_broadcast_larger_than_the_step_is_refused(op, nodes) -> None:
     """Batches not proven equal (each input its own ``dim_param``): the Expands would make
@@ -93,9 +99,10 @@ def test_a_broadcast_larger_than_the_step_is_refused(op, nodes) -> None:
 
 
 def test_a_states_batch_of_one_is_broadcast_as_the_ops_broadcast_it() -> None:
-    before = build_step(StepConfig(op_type="GRU"))
+    before = build_step(StepConfig(op_type="GRU", gemm=False))
     before.graph.input[1].type.tensor_type.shape.dim[0].dim_param = "state_batch"
     after = _rewrite(before)
+    assert op_counts(after)["GRU"] == 1
     feeds = step_feeds(before, 3)
     feeds["h"] = feeds["h"][:1]
     diff = runtime.max_abs_diff(runtime.run(before, feeds), runtime.run(after, feeds))
@@ -172,21 +179,21 @@ def test_the_family_is_selectable_by_name() -> None:
 
 
 #: file -> the nodes it becomes (cost model ignored, target onnxruntime): torch declares a
-#: symbolic batch per input, so an LSTM or RNN step, whose broadcast would be larger than
-#: the step, stays; a GRU step becomes a node between the broadcast's Expands; the VAD
-#: decoder's ``Concat(x, h)`` proves their batches equal, and only ``c``'s is broadcast.
+#: symbolic batch per input, so every step is guarded against batch 0 and broadcast, and
+#: outgrows the step (GRU 16 nodes against 14; the VAD decoder's ``Concat(x, h)`` proves
+#: their batches equal, but ``c``'s broadcast and the guard make 17 against 12).
 STEP_FILES = {
-    "torch_dynamo/grucell_step.onnx": {"GRU": 1},
-    "torch_dynamo/grucell_step_h64.onnx": {"GRU": 1},
-    "torch_dynamo/streaming_enhancer_cache.onnx": {"GRU": 2},
-    "torch_script/grucell_step.onnx": {"GRU": 1},
-    "torch_script/grucell_step_h64.onnx": {"GRU": 1},
+    "torch_dynamo/grucell_step.onnx": {"GRU": 0},
+    "torch_dynamo/grucell_step_h64.onnx": {"GRU": 0},
+    "torch_dynamo/streaming_enhancer_cache.onnx": {"GRU": 0},
+    "torch_script/grucell_step.onnx": {"GRU": 0},
+    "torch_script/grucell_step_h64.onnx": {"GRU": 0},
     "torch_dynamo/lstmcell_step.onnx": {"LSTM": 0},
     "torch_dynamo/lstmcell_step_h64.onnx": {"LSTM": 0},
     "torch_dynamo/rnncell_step_h64.onnx": {"RNN": 0},
-    "torch_dynamo/vad_decoder_plain_lstm_step.onnx": {"LSTM": 1},
+    "torch_dynamo/vad_decoder_plain_lstm_step.onnx": {"LSTM": 0},
     "torch_script/lstmcell_step_h64.onnx": {"LSTM": 0},
-    "torch_script/vad_decoder_plain_lstm_step.onnx": {"LSTM": 1},
+    "torch_script/vad_decoder_plain_lstm_step.onnx": {"LSTM": 0},
     "torch_script/rnncell_step_h64.onnx": {"RNN": 0},
 }
 
@@ -218,8 +225,9 @@ def test_exported_steps_before_and_after(name) -> None:
 
 def test_float_state_values_are_unchanged_by_the_batch_broadcast() -> None:
     """The broadcast form at equal batches is exactly the node's (no arithmetic)."""
-    before = build_step(StepConfig(op_type="GRU"))
+    before = build_step(StepConfig(op_type="GRU", gemm=False))
     after = _rewrite(before)
+    assert op_counts(after)["GRU"] == 1
     feeds = step_feeds(before, 2)
     expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
     assert all(np.allclose(e, a, atol=1e-6) for e, a in zip(expected, actual, strict=True))

@@ -21,6 +21,7 @@ from tests.support import op_counts
 IGNORE = costs.Context(ignore=True)
 INPUT, HIDDEN = 6, 8
 _ONE_NODE_BROADCAST = "(not proven equal) is 12 nodes, the step 4"
+_C_ONLY = "c_(t-1)'s batch to x_t's (not proven equal; h_(t-1)'s is)"
 
 
 def _info(name: str, dims: list) -> onnx.ValueInfoProto:
@@ -39,8 +40,9 @@ def _model(nodes, inputs, outputs, weights, opset: int = 20) -> onnx.ModelProto:
     return model
 
 
-def concat_lstm_step(opset: int = 20) -> onnx.ModelProto:
-    """The VAD decoder's step: ``Gemm(Concat(x, h))``, each input its own batch name."""
+def concat_lstm_step(opset: int = 20, static_batch: int | None = None) -> onnx.ModelProto:
+    """The VAD decoder's step: ``Gemm(Concat(x, h))``, each input its own batch name (or
+    all of ``static_batch``)."""
     n = helper.make_node
     nodes = [
         n("Concat", ["x", "h"], ["cat"], axis=-1, name="cat"),
@@ -58,7 +60,9 @@ def concat_lstm_step(opset: int = 20) -> onnx.ModelProto:
         n("Tanh", ["c_out"], ["tc"], name="tc"),
         n("Mul", ["so", "tc"], ["h_out"], name="h_mul"),
     ]
-    inputs = [_info("x", ["bx", INPUT]), _info("h", ["bh", HIDDEN]), _info("c", ["bc", HIDDEN])]
+    batches = ("bx", "bh", "bc") if static_batch is None else (static_batch,) * 3
+    widths = (INPUT, HIDDEN, HIDDEN)
+    inputs = [_info(v, [b, w]) for v, b, w in zip("xhc", batches, widths, strict=True)]
     outputs = [_info("h_out", [None, HIDDEN]), _info("c_out", [None, HIDDEN])]
     weights = {"W": (4 * HIDDEN, INPUT + HIDDEN), "b": (4 * HIDDEN,)}
     return _model(nodes, inputs, outputs, weights, opset)
@@ -100,30 +104,15 @@ def _feeds(model: onnx.ModelProto, batches: dict[str, int], seed: int = 0) -> di
     return feeds
 
 
-@pytest.mark.parametrize(("batch", "c_batch"), [(1, 1), (3, 3), (3, 1), (1, 3)])
-def test_a_concat_of_x_and_h_leaves_only_c_to_broadcast(batch, c_batch) -> None:
-    """ONNX Runtime at batches 1 and 3, ``c``'s batch equal or 1 against the other's."""
+def test_a_concat_of_x_and_h_leaves_only_c_to_broadcast() -> None:
+    """Only ``c``'s batch is left to broadcast; with the batch-0 guard of the symbolic batch
+    the replacement (17 nodes) outgrows the step (12), so it stays (an LSTM step whose
+    ``c`` is broadcast is rewritten only from 17 nodes)."""
     before = concat_lstm_step()
-    after = _rewrite(before)
-    counts = op_counts(after)
-    assert counts["LSTM"] == 1 and counts["Gemm"] == 0
-    assert counts["Expand"] == 3  # x and h to [c's batch, 1], c to h's shape
-    assert len(after.graph.node) <= len(before.graph.node)
-    feeds = _feeds(before, {"bx": batch, "bh": batch, "bc": c_batch}, seed=batch)
-    expected, actual = runtime.run(before, feeds), runtime.run(after, feeds)
-    assert [a.shape for a in actual] == [e.shape for e in expected]
-    assert runtime.max_abs_diff(expected, actual) <= 1e-5
-
-
-@pytest.mark.parametrize("c_batch", [0, 1])
-def test_a_concat_step_at_batch_zero(c_batch) -> None:
-    """Batch 0 in ``onnx.reference`` (ONNX Runtime's LSTM aborts there)."""
-    before = concat_lstm_step()
-    after = _rewrite(before)
-    feeds = _feeds(before, {"bx": 0, "bh": 0, "bc": c_batch})
-    expected = ReferenceEvaluator(before).run(None, feeds)
-    actual = ReferenceEvaluator(after).run(None, feeds)
-    assert [a.shape for a in actual] == [e.shape for e in expected] == [(0, HIDDEN)] * 2
+    reasons = refusal_reasons(one_step.make_rules("onnxruntime"), before, IGNORE)
+    assert any(_C_ONLY in r and "batch-0 guard" in r and "17 nodes, the step 12" in r
+               for r in reasons), reasons  # fmt: skip
+    assert op_counts(_rewrite(before))["LSTM"] == 0
 
 
 def test_without_c_a_concat_proves_every_batch() -> None:
@@ -143,15 +132,17 @@ def test_without_c_a_concat_proves_every_batch() -> None:
 
 def test_the_concat_step_is_then_the_cost_tables_to_decide() -> None:
     """With the checked-in tables the reason is the measured cost, not the node count."""
-    reasons = refusal_reasons(one_step.make_rules("onnxruntime"), concat_lstm_step())
+    model = concat_lstm_step(static_batch=1)
+    reasons = refusal_reasons(one_step.make_rules("onnxruntime"), model)
     assert any("LSTM kernel is slower" in r for r in reasons), reasons
-    assert not any("not proven" in r for r in reasons), reasons
+    assert not any(" nodes, the step " in r for r in reasons), reasons
 
 
 def test_before_opset_15_the_state_broadcast_outgrows_the_step() -> None:
     """``Shape`` takes no ``start``/``end`` before opset 15: one more node (a Slice)."""
-    reasons = refusal_reasons(one_step.make_rules("onnxruntime"), concat_lstm_step(14), IGNORE)
-    assert any("c_(t-1)'s batch to x_t's" in r and "13 nodes, the step 12" in r for r in reasons)
+    model = concat_lstm_step(14)
+    reasons = refusal_reasons(one_step.make_rules("onnxruntime"), model, IGNORE)
+    assert any(_C_ONLY in r and "18 nodes, the step 12" in r for r in reasons), reasons
 
 
 def test_a_concat_on_the_batch_axis_proves_nothing() -> None:
@@ -195,7 +186,7 @@ def test_a_broadcasting_add_proves_nothing() -> None:
     """``Gemm(h) + Gemm(x)`` runs with a batch of 1 against any other: still broadcast."""
     model = build_step(StepConfig(op_type="LSTM"))
     reasons = refusal_reasons(one_step.make_rules("onnxruntime"), model, IGNORE)
-    assert any("the states (not proven equal) is 18 nodes" in r for r in reasons), reasons
+    assert any("the states (not proven equal) and its batch-0 guard" in r for r in reasons)
 
 
 def test_the_original_fails_where_x_and_h_differ_in_batch() -> None:

@@ -151,7 +151,7 @@ def is_rule_made(node: ir.Node) -> bool:
 
 #: The ``node.meta`` key (in memory, never serialized) on each LSTM/GRU node a rule built
 #: in place of ops that run at batch 0 (unrolled steps, a Loop with no zero-step
-#: guard), where ONNX Runtime aborts the process on the node;
+#: guard, a streaming step), where ONNX Runtime aborts the process on the node;
 #: ``rules._rnn_node.keep_identity`` carries it to a node re-emitted in its place, a merge
 #: to the merged node. ``passes.BatchZeroGuardPass`` guards the marked nodes.
 REPLACES_BATCH_0_RUN = "rnn_rewrite_rules.replaces_batch_0_run"

@@ -102,11 +102,12 @@ _PATH = pathlib.Path(__file__).with_name("measured.json")
 #: Forms where parity within :data:`NOISE` counts as no slower, whatever the spread: one
 #: streaming step as one node (issue 42), where a call is mostly the runtime's per-call
 #: overhead and the gain is the node count, the other runtimes and int8.
-PARITY_FORMS = frozenset({"one_step", "one_step_broadcast"})
+PARITY_FORMS = frozenset({"one_step", "one_step_guarded", "one_step_broadcast"})
 FORM_TABLES: dict[str, str] = {
     "batch_first": "python -m benchmarks.batch_first_costs",
     "seq1_chain": "python -m benchmarks.seq1_chain_costs",
     "one_step": "python -m benchmarks.one_step_costs",
+    "one_step_guarded": "python -m benchmarks.one_step_costs",
     "one_step_broadcast": "python -m benchmarks.one_step_costs",
     "exact_zero_step": "python -m benchmarks.exact_zero_step_costs",
 }

@@ -10,9 +10,9 @@ empty outputs: unguarded, the rewrite kills a process the original served.
 Pattern: an LSTM/GRU node of the ONNX domain (or ``com.microsoft.DynamicQuantizeLSTM``,
 what ``quantize`` makes of a guarded LSTM: it aborts there too) marked
 ``_rnn_ops.REPLACES_BATCH_0_RUN`` (in memory by the rule that built it: ``reroll``, a
-``loop_scan`` node without its own guard; carried to a node re-emitted or merged in its
-place; by ``quantize`` on the node it re-guards), in any graph,
-subgraph or function, ``layout`` 0, with an input size of at least 1 (the rules refuse a
+``loop_scan`` node without its own guard, ``one_step``'s streaming node; carried to a
+node re-emitted or merged in its place; by ``quantize`` on the node it re-guards), in any
+graph, subgraph or function, ``layout`` 0, with an input size of at least 1 (the rules refuse a
 cell reading no input: ``rules.cell.EMPTY_INPUT_REASON``), after the rules
 (:func:`rnn_rewrite_rules._api.cleanup`, after ``ForwardReverseNodesPass``).
 
@@ -34,12 +34,13 @@ batch 0 (``T >= 1``), the node would give ``Y`` ``[T, D, 0, H]`` and ``Y_h``/``Y
 from (at every batch the readers map them to the original's outputs): the ``then``
 branch gives those shapes, with no element. At ``T = 0`` the marked nodes' originals do
 not run (``reroll`` reads ``x[t]`` of each of its ``T >= 2`` steps, a Loop without a
-guard has a constant trip count of steps each reading ``x[t]``, or fails at 0 steps).
+guard has a constant trip count of steps each reading ``x[t]``, or fails at 0 steps;
+``one_step``'s ``X`` is ``Unsqueeze(x_t, 0)``: ``T`` is 1).
 
 A node in a graph before opset 9 (no ``ConstantOfShape``) is left unguarded. ``one_step``
-does not mark its node: a streaming step is one call per frame, where the guard's
-``If`` costs what the step saves at small sizes (measured 1.27x a bare GRU node at hidden
-8, seq 1); its docstring says so.
+counts the guard in its node budget and decides on tables measured with it: a streaming
+step is one call per frame, where the ``If`` costs most (1.27x a bare GRU node at hidden
+8, seq 1).
 """
 
 from __future__ import annotations

@@ -22,22 +22,29 @@ VAD decoders write the gates); ``h_t`` does not feed another step as its state (
 chain is ``reroll``'s); every value inside the step but ``h_t`` and ``c_t`` is read only
 inside it; a reader of ``c_t`` outside the step comes after the root; the replacement is
 no larger than the step (the broadcast of batches not proven equal adds 8 nodes, 12 with
-``c``, 6 when only ``c``'s is unproven (7 before opset 15): an LSTM step of 12-13 nodes
-reading ``x_t`` and ``h_(t-1)`` separately stays). The node's element
+``c``, 6 when only ``c``'s is unproven (7 before opset 15); the batch-0 guard of an LSTM
+or GRU whose batch is not a number >= 1 adds 4, 5 with ``c_t`` read: an LSTM step of
+12-15 nodes reading ``x_t`` and ``h_(t-1)`` separately stays, as does a 14-node GRU step
+of a symbolic batch per input). The node's element
 type has a kernel on every runtime of the target (``portable``: no ``RNN``, rten has
-none), and the measured one-step table (``costs/one_step.json``) says the node is no
-slower per call there. A cell the prover refuses (peepholes, a clip, an activation with
-parameters: what one node cannot say) is left alone, with the prover's reason.
+none), and the measured one-step table of its form (``costs/one_step.json``: a static
+batch; ``one_step_guarded.json``: behind the guard; ``one_step_broadcast.json``: the
+broadcast and the guard) says the node is no slower per call there. A cell the prover
+refuses (peepholes, a clip, an activation with parameters: what one node cannot say) is
+left alone, with the prover's reason.
 
 Replacement: ``Y_h[, Y_c] = OP(Unsqueeze(x_t, 0), W, R, B, , Unsqueeze(h_(t-1), 0)[,
 Unsqueeze(c_(t-1), 0)])`` (activations written where not the op's default) with
-``h_t = Squeeze(Y_h, 0)`` and ``c_t = Squeeze(Y_c, 0)``.
+``h_t = Squeeze(Y_h, 0)`` and ``c_t = Squeeze(Y_c, 0)``; an LSTM/GRU node whose batch is
+not a number >= 1 is marked for ``passes.BatchZeroGuardPass``, which puts it in
+``If(Size(X) == 0)`` after the rules.
 
 Equality: one step of the node computes the step's formula with the same weights, in the
-same element type; a batch of 0 gives empty outputs both ways (ONNX Runtime's LSTM/GRU
-abort on batch 0: the file tests run the original and the rewrite on batch 0 only where
-the runtime can). A batch proven by a node of the step holds on every run that computes a
-value the rewrite replaces: the step is in the main graph (not an ``If`` branch or a loop
+same element type; a batch of 0 gives empty outputs both ways (ONNX Runtime 1.32 aborts
+the process on an LSTM/GRU node at batch 0, where the step's ops run: the guard's batch-0
+branch gives the states' empty ``[1, 0, H]`` initial values there instead). A batch
+proven by a node of the step holds on every run that computes a value the rewrite
+replaces: the step is in the main graph (not an ``If`` branch or a loop
 body), and a runtime that prunes the node prunes those values too. Where the batches
 differ the original fails, and the rewrite may do anything (ONNX Runtime's ``Concat`` runs
 with one input empty, its output's other columns uninitialised: not a defined output).
@@ -54,6 +61,7 @@ import onnx_ir as ir
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules._ir import opset_version
 from rnn_rewrite_rules._refusal import Inapplicable, Refusal
+from rnn_rewrite_rules._rnn_ops import mark_replaces_batch_0_run
 from rnn_rewrite_rules.rules._broadcast import (
     broadcast_batches,
     broadcast_cell_state,
@@ -79,13 +87,17 @@ from rnn_rewrite_rules.rules.reroll._chain import ChainRule, KeptUnrolled, redir
 from rnn_rewrite_rules.shape import Dim, ShapeProver
 from rnn_rewrite_rules.shape.consumers import SizeEquality, required_equal
 
-__all__ = ["FAMILY", "FORM", "FORM_BROADCAST", "OneStepCell", "make_rules"]
+__all__ = ["FAMILY", "FORM", "FORM_BROADCAST", "FORM_GUARDED", "OneStepCell", "make_rules"]
 
 #: The cost-table forms of this rewrite (``costs.FORM_TABLES``): the node alone (the
 #: batches of ``x_t`` and the states proven equal), and with the ``Expand``s that
 #: broadcast them (not proven equal: ONNX does not tie equal ``dim_param`` names).
 FORM = "one_step"
 FORM_BROADCAST = "one_step_broadcast"
+#: The node alone behind its batch-0 guard: batches proven equal, not a number >= 1.
+FORM_GUARDED = "one_step_guarded"
+#: Why a node of a symbolic batch is guarded (``passes.BatchZeroGuardPass``).
+_GUARD_REASON = "the batch may be 0, where ONNX Runtime aborts on an LSTM or GRU node"
 #: Ops that only view a state input (with constant other operands).
 _VIEWS = frozenset({"Split", "Gather", "Slice", "Squeeze", "Unsqueeze", "Reshape", "Identity"})
 _ACTIVATIONS = ("Tanh", "Sigmoid", "Relu")
@@ -116,6 +128,20 @@ class _Plan:
     ) -> None:
         self.cell, self.h_prev, self.c_prev, self.h, self.c = cell, h_prev, c_prev, h, c
         self.nodes, self.broadcast, self.batch = nodes, broadcast, batch
+
+    @property
+    def guarded(self) -> bool:
+        """Whether the node goes behind the batch-0 guard (``passes.BatchZeroGuardPass``):
+        an LSTM/GRU whose batch is not a number >= 1."""
+        return self.cell.op_type != "RNN" and (self.batch is None or self.batch < 1)
+
+    @property
+    def c_read(self) -> bool:
+        """Whether ``c_t`` is read outside the step (the node's ``Y_c`` replaces it)."""
+        c = self.c
+        return c is not None and (
+            c.is_graph_output() or any(u not in self.nodes for u, _ in c.uses())
+        )
 
 
 def _state_source(value: ir.Value, graph: ir.Graph, constants: Constants) -> bool:
@@ -361,14 +387,17 @@ def _shapes(
 
 
 def _emitted_nodes(plan: _Plan, opset: int) -> int:
-    """The nodes :meth:`OneStepCell.rewrite` emits: Unsqueezes, the node, Squeezes, and
-    the broadcast (``rules._broadcast``)."""
+    """The nodes :meth:`OneStepCell.rewrite` emits: Unsqueezes, the node, Squeezes, the
+    broadcast (``rules._broadcast``) and the batch-0 guard (``Size``, ``Equal``, ``If``
+    and an ``Identity`` per read state in its batch-0 branch)."""
     lstm = plan.c_prev is not None
     count = (3 if lstm else 2) + 1 + (2 if lstm else 1)
     if plan.broadcast == "c":
         count += broadcast_state_nodes(opset)
     elif plan.broadcast:
         count += 12 if lstm else 8
+    if plan.guarded:
+        count += 3 + 1 + int(plan.c_read)
     return count
 
 
@@ -485,10 +514,12 @@ class OneStepCell(ChainRule[_Plan]):
                 "all": "the Expands broadcasting the batches of x_t and the states (not "
                 "proven equal)",
             }[plan.broadcast]
+            if plan.guarded:
+                what += f" and its batch-0 guard ({_GUARD_REASON})"
             return KeptUnrolled(
                 f"{kept}the node with {what} is {emitted} nodes, the step {len(plan.nodes)}"
             )
-        form = FORM_BROADCAST if plan.broadcast else FORM
+        form = FORM_BROADCAST if plan.broadcast else FORM_GUARDED if plan.guarded else FORM
         decision = costs.of(context.model).no_slower(
             self.target, self.op_type, plan.cell.hidden_size, 1, plan.batch, "forward", form
         )
@@ -523,9 +554,10 @@ class OneStepCell(ChainRule[_Plan]):
             activations=None if activations == DEFAULT_ACTIVATIONS[self.op_type] else activations,
             linear_before_reset=cell.linear_before_reset if self.op_type == "GRU" else None,
         )
-        c = plan.c
-        if c is not None and (c.is_graph_output() or any(u not in plan.nodes for u, _ in c.uses())):
-            redirect(c, emit.squeeze(outputs[2], 0))
+        if plan.guarded:
+            mark_replaces_batch_0_run(outputs[0])
+        if plan.c is not None and plan.c_read:
+            redirect(plan.c, emit.squeeze(outputs[2], 0))
         return emit.squeeze(outputs[1], 0)
 
 

@@ -41,6 +41,9 @@ class StepConfig:
     mutation: str | None = None
     seed: int = 0
     opset: int = 20
+    #: False: each projection ``MatMul(v, W^T) + b`` (two nodes, as jax2onnx's and
+    #: hand-written steps spell it) instead of one ``Gemm``
+    gemm: bool = True
 
 
 def _weights(cfg: StepConfig) -> dict[str, np.ndarray]:
@@ -62,13 +65,22 @@ def _weights(cfg: StepConfig) -> dict[str, np.ndarray]:
 
 
 class _Nodes(list):
-    """The step's nodes, each named for its position and op."""
+    """The step's nodes, each named for its position and op; projections by ``Gemm`` or
+    by ``MatMul`` + ``Add`` (``gemm``)."""
+
+    def __init__(self, gemm: bool = True) -> None:
+        super().__init__()
+        self.use_gemm = gemm
 
     def add(self, op: str, inputs: list[str], outputs: list[str], **attrs) -> None:
         self.append(helper.make_node(op, inputs, outputs, name=f"n{len(self)}_{op}", **attrs))
 
     def gemm(self, v: str, kind: str, out: str) -> None:
-        self.add("Gemm", [v, f"weight_{kind}", f"bias_{kind}"], [out], transB=1)
+        if self.use_gemm:
+            self.add("Gemm", [v, f"weight_{kind}", f"bias_{kind}"], [out], transB=1)
+            return
+        self.add("MatMul", [v, f"weight_{kind}_t"], [f"{out}_mm"])
+        self.add("Add", [f"{out}_mm", f"bias_{kind}"], [out])
 
 
 def _lstm_step(nodes: _Nodes, cfg: StepConfig) -> list[str]:
@@ -129,9 +141,11 @@ def _rnn_step(nodes: _Nodes, cfg: StepConfig) -> list[str]:
 
 
 def _step_initializers(cfg: StepConfig, w: dict[str, np.ndarray]) -> list[onnx.TensorProto]:
-    initializers = [
-        numpy_helper.from_array(w[k], k) for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    weights = [
+        (w[k], k) if cfg.gemm else (w[k].T.copy(), f"{k}_t") for k in ("weight_ih", "weight_hh")
     ]
+    biases = [(w[k], k) for k in ("bias_ih", "bias_hh")]
+    initializers = [numpy_helper.from_array(array, name) for array, name in weights + biases]
     if cfg.mutation == "peephole":
         initializers.append(numpy_helper.from_array(w["peephole"], "peephole"))
     if cfg.mutation == "clip":
@@ -147,7 +161,7 @@ def build_step(cfg: StepConfig) -> onnx.ModelProto:
     """The step model: inputs ``x``, ``h`` (, ``c``), outputs ``h_out`` (, ``c_out``)."""
     w = _weights(cfg)
     elem = TensorProto.DOUBLE if cfg.mutation == "float64" else TensorProto.FLOAT
-    nodes = _Nodes()
+    nodes = _Nodes(cfg.gemm)
     op, hidden = cfg.op_type, cfg.hidden_size
     state_names = ["h", "c"] if op == "LSTM" else ["h"]
     step = {"LSTM": _lstm_step, "GRU": _gru_step}.get(op, _rnn_step)
