@@ -453,6 +453,7 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
     from benchmarks import (
         batch_first_costs,
         exact_zero_step_costs,
+        guard_broadcast_costs,
         one_step_costs,
         seq1_chain_costs,
     )
@@ -470,8 +471,15 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
     grids["one_step_guarded"] = (one_step_costs.GUARDED_OPS, *guarded[1:])
     exact = exact_zero_step_costs
     grids["exact_zero_step"] = (tuple(exact.FILES), (exact.HIDDEN,), exact.SEQS, exact.BATCHES)
-    #: the exact guard's grid times both ONNX Runtime levels (its Loops' shapes differ by them)
-    timed = {"exact_zero_step": exact.RUNTIMES}
+    broadcast = guard_broadcast_costs
+    grids["exact_broadcast"] = (
+        tuple(broadcast.FILES),
+        (broadcast.JAX_HIDDEN,),
+        broadcast.SEQS,
+        broadcast.BATCHES,
+    )
+    #: the exact guard's grids time both ONNX Runtime levels (its Loops' shapes differ by them)
+    timed = {"exact_zero_step": exact.RUNTIMES, "exact_broadcast": broadcast.RUNTIMES}
     for form, command in costs.FORM_TABLES.items():
         path = pathlib.Path(costs.__file__).with_name(f"{form}.json")
         data = json.loads(path.read_text())

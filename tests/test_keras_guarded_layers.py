@@ -23,7 +23,7 @@ from tools.exporters.survey import survey_file
 import rnn_rewrite_rules
 from rnn_rewrite_rules import RewriteOptions, diagnostics, runtime
 from rnn_rewrite_rules._report import format_report
-from rnn_rewrite_rules.rules.loop_scan._common import GUARD_COST_REASON
+from rnn_rewrite_rules.rules.loop_scan._common import BROADCAST_BRANCH_REASON
 from rnn_rewrite_rules.rules.loop_scan.zero_step import is_zero_step_loop
 from tests.exporter_files import DATA, exporter_files
 
@@ -90,7 +90,7 @@ def test_a_loop_kept_for_its_cell_reports_that_not_its_condition() -> None:
     then puts the exporter's condition back, and the report says why the normalised Loop
     was kept: here the decoder's states come from another input's batch."""
     reasons = _reasons(TF2ONNX / "encoder_decoder_gru.onnx")
-    assert any(GUARD_COST_REASON in r for r in reasons), reasons
+    assert any(BROADCAST_BRANCH_REASON in r for r in reasons), reasons
     assert not any("first condition is not a constant true" in r for r in reasons), reasons
 
 

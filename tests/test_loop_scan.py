@@ -15,10 +15,10 @@ from onnx.reference import ReferenceEvaluator
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.rules import families, loop_scan
-from rnn_rewrite_rules.rules.loop_scan._common import FLOAT16_REASON
+from rnn_rewrite_rules.rules.loop_scan._common import BROADCAST_BRANCH_REASON, FLOAT16_REASON
 from rnn_rewrite_rules.testing.loops import NEAR_MISSES, LoopSpec, build_loop_model, loop_inputs
 from tests.reasons import refusal_reasons
-from tests.support import apply, op_counts, recurrent_nodes
+from tests.support import apply, onnxruntime_in_child, op_counts, recurrent_nodes
 
 RNN_OPS = ("LSTM", "GRU", "RNN")
 RECURRENCES = ("Loop", "Scan")
@@ -415,17 +415,30 @@ def test_zero_steps_are_what_the_node_alone_gets_wrong(tmp_path) -> None:
     assert y_h.shape == (1, 2, size) and not np.allclose(y_h[0], feeds["h0"])
 
 
-def test_a_guard_beside_a_broadcast_is_refused_for_its_cost() -> None:
-    """X's length as the trip count and states whose batch is not proven X's: the guard
-    and the broadcast (8 small nodes) made a one-step call 1.15x the Loop's (ONNX Runtime
-    1.32, LSTM, hidden 64, batch 1)."""
-    spec = _spec(form="torch", trip_count="length", state_inputs=True)
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_a_lean_guard_beside_a_broadcast_is_refused(cell) -> None:
+    """X's length as the trip count and states whose batch is not proven X's: the lean
+    guard's branch would pass the states through where the Loop broadcasts them."""
+    spec = _spec(cell=cell, form="torch", trip_count="length", state_inputs=True)
     model = build_loop_model(spec)
     _, count = apply(loop_scan.make_rules(TARGET), model)
     assert count == 0
     reasons = set(refusal_reasons(loop_scan.make_rules(TARGET), model)) - _count_refusals(model)
-    (reason,) = reasons
-    assert "the zero-step guard and the broadcast cost more than a one-step Loop" in reason
+    assert reasons == {BROADCAST_BRANCH_REASON}
+
+
+def test_at_batch_0_the_loop_broadcasts_a_state_of_batch_1() -> None:
+    """The premise of that refusal: X of batch 0 beside h0 of batch 1 gives states of
+    batch 0 from the first step on (of batch 1 at length 0), not the initial ones."""
+    spec = _spec(cell="GRU", form="torch", trip_count="length", state_inputs=True)
+    model = build_loop_model(spec)
+    shapes = {}
+    for seq in (0, 1, 3):
+        outputs = onnxruntime_in_child(model, loop_inputs(spec, 0, seq, state_batch=1))
+        assert not isinstance(outputs, str), outputs
+        shapes[seq] = [o.shape for o in outputs]
+    hidden = spec.hidden_size
+    assert shapes == {s: [(s, 0, hidden), (min(s, 1) ^ 1, hidden)] for s in (0, 1, 3)}
 
 
 def test_a_trip_count_of_another_length_is_refused() -> None:

@@ -99,6 +99,8 @@ _PATH = pathlib.Path(__file__).with_name("measured.json")
 #: node between the two ``Transpose``s a batch-first cell loop needs, against the steps.
 #: ``exact_zero_step``: jax2onnx's scan Loops against their exact zero-step guard (the
 #: committed files themselves, lengths 0 to 64: ``loop_scan.exact_cost``).
+#: ``exact_broadcast``: jax2onnx's scan Loops whose initial states' batch is not proven
+#: ``X``'s against their exact guard and the broadcast (the committed files).
 #: Forms where parity within :data:`NOISE` counts as no slower, whatever the spread: one
 #: streaming step as one node (issue 42), where a call is mostly the runtime's per-call
 #: overhead and the gain is the node count, the other runtimes and int8.
@@ -110,6 +112,7 @@ FORM_TABLES: dict[str, str] = {
     "one_step_guarded": "python -m benchmarks.one_step_costs",
     "one_step_broadcast": "python -m benchmarks.one_step_costs",
     "exact_zero_step": "python -m benchmarks.exact_zero_step_costs",
+    "exact_broadcast": "python -m benchmarks.guard_broadcast_costs",
 }
 
 

@@ -1,5 +1,8 @@
 """Whether the exact zero-step guard of a Loop over ``X``'s length is no slower, from its
-measured table (``costs/exact_zero_step.json``, ``python -m benchmarks.exact_zero_step_costs``).
+measured table (``costs/exact_zero_step.json``, ``python -m
+benchmarks.exact_zero_step_costs``; beside initial states whose batch is not proven
+``X``'s, with their broadcast: ``costs/exact_broadcast.json``, ``python -m
+benchmarks.guard_broadcast_costs``).
 
 The guard ``If(Size(X) == 0, the Loop as written, the node)`` runs the node wherever
 ``X`` is not empty, and the Loop, behind an ``If``, where it is (length or batch 0). So
@@ -18,7 +21,11 @@ from __future__ import annotations
 from rnn_rewrite_rules import costs
 from rnn_rewrite_rules.rules.loop_scan.zero_step import EXACT_FORM
 
-__all__ = ["EXACT_COST_REASON", "exact_cost_reason"]
+__all__ = ["EXACT_BROADCAST_FORM", "EXACT_COST_REASON", "exact_cost_reason", "guard_cost_reason"]
+
+#: The cost-table form of the exact guard beside initial states of a batch not proven
+#: ``X``'s (the Expands broadcasting them and ``X`` in the node's branch).
+EXACT_BROADCAST_FORM = "exact_broadcast"
 
 #: The refusal where the table says the guard is slower (``why``: the decision's reason).
 EXACT_COST_REASON = (
@@ -27,12 +34,12 @@ EXACT_COST_REASON = (
 )
 
 
-def _zero_reason(table: costs.CostTable, runtimes: list[str], op: str) -> str | None:
+def _zero_reason(table: costs.CostTable, runtimes: list[str], op: str, form: str) -> str | None:
     """Why the guard's cost at length 0 is more than it saves at length 1 (on a runtime,
     batch and hidden size measured at both), or None."""
     at: dict[tuple, costs.Point] = {}
     for point in table.points:
-        if point.op == op and point.form == EXACT_FORM and point.runtime in runtimes:
+        if point.op == op and point.form == form and point.runtime in runtimes:
             at[point.runtime, point.hidden, point.batch, point.model, point.seq] = point
     for (runtime, hidden, batch, model, seq), zero in at.items():
         one = at.get((runtime, hidden, batch, model, 1))
@@ -49,21 +56,28 @@ def _zero_reason(table: costs.CostTable, runtimes: list[str], op: str) -> str | 
     return None
 
 
-def exact_cost_reason(
-    context: costs.Context, target: str, op: str, hidden: int, batch: int | None
+def guard_cost_reason(
+    context: costs.Context, target: str, op: str, hidden: int, batch: int | None, form: str
 ) -> str | None:
-    """Why the exact guard of a Loop running an ``op`` cell of ``hidden`` units over a
-    batch ``batch`` (None: symbolic) is not no slower on ``target`` (see the module), or
-    None: it fires."""
+    """Why the guarded form ``form`` of a Loop running an ``op`` cell of ``hidden`` units
+    over a batch ``batch`` (None: symbolic) is not no slower on ``target`` (see the
+    module), or None: it fires."""
     if context.ignore:
         return None
-    table = context.table_for(EXACT_FORM)
-    lengths = [seq for seq in table.lengths(op, EXACT_FORM) if seq > 0]
+    table = context.table_for(form)
+    lengths = [seq for seq in table.lengths(op, form) if seq > 0]
     if not lengths:
         return f"no measurement of the {op} form"
     for seq in lengths:
-        decision = table.decide(target, op, hidden, seq, batch, "forward", EXACT_FORM)
+        decision = table.decide(target, op, hidden, seq, batch, "forward", form)
         if not decision.fires:
             return decision.reason
     runtimes = [r for r in costs.TIMED_RUNTIMES[target] if r in table.runtimes()]
-    return _zero_reason(table, runtimes, op)
+    return _zero_reason(table, runtimes, op, form)
+
+
+def exact_cost_reason(
+    context: costs.Context, target: str, op: str, hidden: int, batch: int | None
+) -> str | None:
+    """:func:`guard_cost_reason` of the exact guard."""
+    return guard_cost_reason(context, target, op, hidden, batch, EXACT_FORM)
