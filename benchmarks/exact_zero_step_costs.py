@@ -1,6 +1,7 @@
 """Is a jax2onnx scan Loop no slower as its exact zero-step guard? (issue 40)
 
     python -m benchmarks.exact_zero_step_costs           # writes costs/exact_zero_step.json
+    python -m benchmarks.exact_zero_step_costs --broadcast   # costs/exact_broadcast.json
     python -m benchmarks.exact_zero_step_costs --quick --table /tmp/t.json   # a smoke run
 
 ``loop_scan`` rewrites a ``Loop`` over ``X``'s length that carries ``X`` around it
@@ -17,6 +18,13 @@ best(rewritten) / best(original) over all rounds, its repeats each repeat's rati
 prints each point and writes ``rnn_rewrite_rules/costs/exact_zero_step.json``, the table
 the rule reads (``costs.FORM_TABLES``): the form fires only where it says no slower at
 every measured length.
+
+``--broadcast`` times the same form beside initial states whose batch is not proven
+``X``'s (graph inputs: ONNX does not tie equal ``dim_param`` names), where the node reads
+``X`` and the states expanded to the batch the body's ops broadcast them to (8 small
+nodes), on the committed files with initial states (:data:`BROADCAST_FILES`; the RNN
+file is two stacked scans, not timed, so the rule refuses that form for want of a
+measurement), into ``costs/exact_broadcast.json``.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from benchmarks import report
 from benchmarks.cost_grid import versions
 from rnn_rewrite_rules import costs, runtime
 from rnn_rewrite_rules.benchmark import best_per_repeat
+from rnn_rewrite_rules.rules.loop_scan.exact_cost import EXACT_BROADCAST_FORM
 from rnn_rewrite_rules.rules.loop_scan.zero_step import EXACT_FORM
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -45,6 +54,8 @@ FILES = {
     "GRU": "nnx_gru_batch_major.onnx",
     "RNN": "hand_rnn_time_major.onnx",
 }
+#: op -> the file with initial states timed for ``--broadcast`` (the form ``exact_broadcast``).
+BROADCAST_FILES = {"LSTM": "hand_lstm_initial_states.onnx", "GRU": "nnx_gru_initial_state.onnx"}
 HIDDEN = 8
 SEQS = (0, 1, 8, 64)
 BATCHES = (1, 3)
@@ -80,10 +91,11 @@ def point(
     key: str,
     args: argparse.Namespace,
 ) -> dict:
-    """One point at (seq, batch) ``sizes``: both models timed interleaved on runtime
-    ``key``, their outputs checked equal first."""
+    """One point at (seq, batch) ``sizes``: both models (of ``op``'s file of the form
+    measured) timed interleaved on runtime ``key``, their outputs checked equal first."""
     seq, batch = sizes
-    inputs = feeds(FILES[op], seq, batch)
+    name = _files(args)[op]
+    inputs = feeds(name, seq, batch)
     sessions = [runtime.session(m, optimize=key == "ort") for m in models]
     expected, actual = (s.run(None, inputs) for s in sessions)
     for want, got in zip(expected, actual, strict=True):
@@ -96,7 +108,7 @@ def point(
     return {
         "runtime": key,
         "op": op,
-        "form": EXACT_FORM,
+        "form": _form(args),
         "direction": "forward",
         "hidden": HIDDEN,
         "seq": seq,
@@ -106,35 +118,45 @@ def point(
         "high": round(max(repeats), 4),
         "repeats": [round(r, 4) for r in repeats],
         "original_us": round(min(times["a"]) * 1e6, 2),
-        "model": FILES[op].removesuffix(".onnx"),
+        "model": name.removesuffix(".onnx"),
     }
+
+
+def _form(args: argparse.Namespace) -> str:
+    return EXACT_BROADCAST_FORM if args.broadcast else EXACT_FORM
+
+
+def _files(args: argparse.Namespace) -> dict[str, str]:
+    return BROADCAST_FILES if args.broadcast else FILES
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.exact_zero_step_costs")
-    parser.add_argument("--ops", nargs="+", default=list(FILES), choices=list(FILES))
+    parser.add_argument("--ops", nargs="+", choices=list(FILES), help="default: every file's")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="one op, one batch, 2 repeats")
     parser.add_argument(
-        "--table",
-        type=pathlib.Path,
-        default=ROOT / "src" / "rnn_rewrite_rules" / "costs" / f"{EXACT_FORM}.json",
+        "--broadcast", action="store_true", help="the files with initial states (see above)"
     )
+    parser.add_argument("--table", type=pathlib.Path, help="default: the form's checked-in one")
     args = parser.parse_args(argv)
+    files = _files(args)
+    args.ops = [op for op in args.ops or list(files) if op in files]
+    args.table = args.table or ROOT / "src" / "rnn_rewrite_rules" / "costs" / f"{_form(args)}.json"
     batches = BATCHES
     if args.quick:
         args.ops, args.repeats, args.rounds, batches = args.ops[:1], 2, 2, (1,)
     points = []
     for op in args.ops:
-        models = rewritten(FILES[op])
+        models = rewritten(files[op])
         for seq in SEQS:
             for batch in batches:
                 for key in RUNTIMES:
                     found = point(op, models, (seq, batch), key, args)
                     low, high = found["low"], found["high"]
                     print(
-                        f"{FILES[op]} seq {seq} batch {batch} {costs.RUNTIMES[key]}: "
+                        f"{files[op]} seq {seq} batch {batch} {costs.RUNTIMES[key]}: "
                         f"{found['ratio']:.2f}x [{low:.2f}-{high:.2f}]"
                         f" (original {found['original_us']:.0f} us)",
                         flush=True,
@@ -143,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     header = {"commit": report.git_commit(), **versions()}
     header["rnn-rewrite-rules"] = rnn_rewrite_rules.__version__
     data = {
-        "generated_by": "python -m benchmarks.exact_zero_step_costs",
+        "generated_by": costs.FORM_TABLES[_form(args)],
         "measured": datetime.date.today().isoformat(),
         "versions": header,
         "methods": {

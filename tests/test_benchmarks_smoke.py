@@ -194,15 +194,16 @@ def test_the_exact_zero_step_grid_writes_a_table_the_rule_reads(tmp_path) -> Non
 
 
 def test_the_exact_broadcast_grid_writes_a_table_the_rule_reads(tmp_path) -> None:
-    """``benchmarks.guard_broadcast_costs --quick``: the GRU file with initial states at
-    every length, both ONNX Runtime levels, as a table of its form that ``costs`` loads."""
+    """``benchmarks.exact_zero_step_costs --broadcast --quick``: the LSTM file with initial
+    states at every length, both ONNX Runtime levels, a table of its form."""
     pytest.importorskip("onnxruntime", reason="the grid measures in ONNX Runtime")
-    from benchmarks import guard_broadcast_costs
+    from benchmarks import exact_zero_step_costs
 
     from rnn_rewrite_rules import costs
 
-    assert guard_broadcast_costs.main(["--quick", "--tables", str(tmp_path)]) == 0
-    table = costs.load(str(tmp_path / "exact_broadcast.json"))
-    assert table.lengths("GRU", "exact_broadcast") == list(guard_broadcast_costs.SEQS)
-    assert table.runtimes() == set(guard_broadcast_costs.RUNTIMES)
-    assert all(p.original_us > 0 and p.repeats for p in table.points)
+    out = tmp_path / "table.json"
+    assert exact_zero_step_costs.main(["--broadcast", "--quick", "--table", str(out)]) == 0
+    table = costs.load(str(out))
+    assert table.lengths("LSTM", "exact_broadcast") == list(exact_zero_step_costs.SEQS)
+    assert table.runtimes() == set(exact_zero_step_costs.RUNTIMES)
+    assert {p.model for p in table.points} == {"hand_lstm_initial_states"}

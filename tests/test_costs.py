@@ -453,7 +453,6 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
     from benchmarks import (
         batch_first_costs,
         exact_zero_step_costs,
-        guard_broadcast_costs,
         one_step_costs,
         seq1_chain_costs,
     )
@@ -471,15 +470,10 @@ def test_the_checked_in_form_tables_name_their_command_and_cover_their_grid() ->
     grids["one_step_guarded"] = (one_step_costs.GUARDED_OPS, *guarded[1:])
     exact = exact_zero_step_costs
     grids["exact_zero_step"] = (tuple(exact.FILES), (exact.HIDDEN,), exact.SEQS, exact.BATCHES)
-    broadcast = guard_broadcast_costs
-    grids["exact_broadcast"] = (
-        tuple(broadcast.FILES),
-        (broadcast.JAX_HIDDEN,),
-        broadcast.SEQS,
-        broadcast.BATCHES,
-    )
+    broadcast = (tuple(exact.BROADCAST_FILES), (exact.HIDDEN,), exact.SEQS, exact.BATCHES)
+    grids["exact_broadcast"] = broadcast
     #: the exact guard's grids time both ONNX Runtime levels (its Loops' shapes differ by them)
-    timed = {"exact_zero_step": exact.RUNTIMES, "exact_broadcast": broadcast.RUNTIMES}
+    timed = {"exact_zero_step": exact.RUNTIMES, "exact_broadcast": exact.RUNTIMES}
     for form, command in costs.FORM_TABLES.items():
         path = pathlib.Path(costs.__file__).with_name(f"{form}.json")
         data = json.loads(path.read_text())

@@ -112,7 +112,7 @@ FORM_TABLES: dict[str, str] = {
     "one_step_guarded": "python -m benchmarks.one_step_costs",
     "one_step_broadcast": "python -m benchmarks.one_step_costs",
     "exact_zero_step": "python -m benchmarks.exact_zero_step_costs",
-    "exact_broadcast": "python -m benchmarks.guard_broadcast_costs",
+    "exact_broadcast": "python -m benchmarks.exact_zero_step_costs --broadcast",
 }
 
 

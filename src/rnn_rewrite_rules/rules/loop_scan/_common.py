@@ -304,8 +304,6 @@ def states_fit(
 #: no lean guard: at batch 0 and a length >= 1 the Loop's first step broadcasts a state of
 #: batch 1 to ``X``'s empty batch (its final states and stack are ``[0, H]`` a step),
 #: where the lean guard's branch passes the initial states through as given (``[1, H]``).
-#: (Measured aside, ``benchmarks.guard_broadcast_costs``' lean form: the guard and the
-#: broadcast are also 1.02x-1.13x a one-step LSTM Loop in ONNX Runtime 1.32.)
 BROADCAST_BRANCH_REASON = (
     "the trip count is X's length and the initial states' batch is not proven X's: at"
     " batch 0 the Loop's steps broadcast the initial states to X's empty batch, which the"

@@ -2,7 +2,7 @@
 measured table (``costs/exact_zero_step.json``, ``python -m
 benchmarks.exact_zero_step_costs``; beside initial states whose batch is not proven
 ``X``'s, with their broadcast: ``costs/exact_broadcast.json``, ``python -m
-benchmarks.guard_broadcast_costs``).
+benchmarks.exact_zero_step_costs --broadcast``).
 
 The guard ``If(Size(X) == 0, the Loop as written, the node)`` runs the node wherever
 ``X`` is not empty, and the Loop, behind an ``If``, where it is (length or batch 0). So
