@@ -51,6 +51,26 @@ def test_a_rerolled_node_runs_at_batch_0_where_the_steps_do(op_type: str, initia
         assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
 
 
+@pytest.mark.parametrize("op_type", ["GRU", "LSTM"])
+@pytest.mark.parametrize("initial_state", ["zeros", "inputs"])
+def test_before_opset_9_the_guard_tiles_its_zeros(op_type: str, initial_state: str) -> None:
+    """Opset 8 has no ``ConstantOfShape`` and its ``Constant`` holds no int64: ``Y``'s zeros
+    are a ``Tile`` of a zero whose int64 operands are the main graph's initializers (the
+    node was left unguarded there, and ONNX Runtime aborted at batch 0)."""
+    cfg = UnrolledCellConfig(
+        op_type=op_type, hidden_size=8, seq=4, initial_state=initial_state, opset=8
+    )
+    model = build_unrolled_cell(cfg)
+    after = _rewrite(model)
+    (guard,) = _guards(after)
+    then = next(a.g for a in guard.attribute if a.name == "then_branch")
+    assert "Tile" in [n.op_type for n in then.node]
+    onnx.checker.check_model(after, full_check=True)
+    for batch in (0, 1, 3):
+        feeds = cell_inputs(cfg, batch, rng=batch)
+        assert_agree(onnxruntime_in_child(model, feeds), onnxruntime_in_child(after, feeds))
+
+
 def test_a_static_batch_of_at_least_1_needs_no_guard() -> None:
     """The batch is declared 2: the node never sees batch 0."""
     cfg = UnrolledCellConfig(op_type="GRU", hidden_size=8, seq=4, batch=2)

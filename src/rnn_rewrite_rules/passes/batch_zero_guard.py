@@ -37,13 +37,18 @@ not run (``reroll`` reads ``x[t]`` of each of its ``T >= 2`` steps, a Loop witho
 guard has a constant trip count of steps each reading ``x[t]``, or fails at 0 steps;
 ``one_step``'s ``X`` is ``Unsqueeze(x_t, 0)``: ``T`` is 1).
 
-A node in a graph before opset 9 (no ``ConstantOfShape``) is left unguarded. ``one_step``
+Zeros are ``ConstantOfShape``, before opset 9 ``Tile`` of a zero, its int64 operands
+initializers of the main graph (a ``Constant`` holds no int64 before opset 9): a node in
+a subgraph before opset 9, or in a graph before opset 7 (``rnn-rewrite`` reads opset 7
+and later), is left unguarded. ``one_step``
 counts the guard in its node budget and decides on tables measured with it: a streaming
 step is one call per frame, where the ``If`` costs most (1.27x a bare GRU node at hidden
 8, seq 1).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -63,7 +68,9 @@ GUARD_BRANCHES = ("batch_0", "batch_not_0")
 #: The ops guarded (ONNX Runtime aborts on each at batch 0) -> the axis of ``W`` that is
 #: the input size (``DynamicQuantizeLSTM``'s ``W`` is ``[D, I, 4H]``: ``quantize``).
 _GUARDED_OPS = {("", "LSTM"): 2, ("", "GRU"): 2, ("com.microsoft", "DynamicQuantizeLSTM"): 1}
-#: The first opset with ``ConstantOfShape``, and with ``Shape``'s ``start`` and ``end``.
+#: The first opset guarded (``Tile`` of a zero, ``Equal`` of int64), the first with
+#: ``ConstantOfShape``, and the first with ``Shape``'s ``start`` and ``end``.
+_FIRST_OPSET = 7
 _CONSTANT_OF_SHAPE = 9
 _SHAPE_SLICE = 15
 
@@ -87,7 +94,7 @@ class BatchZeroGuardPass(ir.passes.InPlacePass):
             if in_main and _batch_at_least_1(prover, node):
                 continue
             opset = opset_version(model, graph)
-            if isinstance(opset, int) and opset >= _CONSTANT_OF_SHAPE:
+            if isinstance(opset, int) and _writable(opset, in_main):
                 modified |= _guard(node, graph, in_main, opset, taken)
         return ir.passes.PassResult(model, modified=modified)
 
@@ -99,6 +106,12 @@ def guarded_branch(node: onnx.NodeProto) -> onnx.GraphProto | None:
         return None
     branch = next((a.g for a in node.attribute if a.name == "else_branch"), None)
     return branch if branch is not None and branch.name.endswith(GUARD_BRANCHES[1]) else None
+
+
+def _writable(opset: int, in_main: bool) -> bool:
+    """Whether the guard can be written at ``opset`` (before opset 9 its int64 constants
+    are the main graph's initializers: a node of the main graph only)."""
+    return opset >= _CONSTANT_OF_SHAPE or (opset >= _FIRST_OPSET and in_main)
 
 
 def _marked(node: ir.Node) -> bool:
@@ -132,12 +145,13 @@ def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, opset: int, taken: set
     x = node.inputs[0]
     assert x is not None
     name = node.name or node.op_type
-    zero = int64_constant(
-        Placer(graph, node, f"{name}/batch_0_constant"), graph, [0], as_node=not in_main
-    )
+    placer = Placer(graph, node, f"{name}/batch_0_constant")
+    zero = int64_constant(placer, graph, [0], as_node=not in_main)
     size = ir.node("Size", [x], name=f"{name}/batch_0_size")
     test = ir.node("Equal", [size.outputs[0], zero], name=f"{name}/batch_0_test")
-    empty_nodes, empty = _empty_outputs(node, read, opset)
+    # before opset 9 a Constant holds no int64: the branch reads the main graph's
+    ints = (lambda values: int64_constant(placer, graph, values)) if in_main else None
+    empty_nodes, empty = _empty_outputs(node, read, opset, ints)
     for value in (size.outputs[0], test.outputs[0], *(v for n in empty_nodes for v in n.outputs)):
         value.name = _fresh(taken, f"{name}/batch_0")
     graph.insert_before(node, [size, test])
@@ -160,11 +174,12 @@ def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, opset: int, taken: set
 
 
 def _empty_outputs(
-    node: ir.Node, read: list[ir.Value], opset: int
+    node: ir.Node, read: list[ir.Value], opset: int, initializer: Callable | None
 ) -> tuple[list[ir.Node], list[ir.Value]]:
     """The nodes of the ``then`` branch and its outputs: each of ``read`` at batch 0, a
     state the node's initial state (``[D, 0, H]`` there), else zeros of its shape at
-    ``X``'s length and batch."""
+    ``X``'s length and batch; int64 constants by ``initializer`` (of the main graph)
+    before opset 9, else ``Constant`` nodes."""
     x = node.inputs[0]
     assert x is not None
     hidden = node.attributes.get_int("hidden_size", 0)
@@ -178,6 +193,8 @@ def _empty_outputs(
         return new.outputs[0]
 
     def ints(values: list[int]) -> ir.Value:
+        if opset < _CONSTANT_OF_SHAPE and initializer is not None:
+            return initializer(values)
         return last(ir.node("Constant", [], {"value": ir.tensor(np.array(values, np.int64))}))
 
     def axis(index: int) -> ir.Value:  # [size of X's axis]
@@ -205,8 +222,7 @@ def _empty_outputs(
             if index == 0:
                 parts.insert(0, axis(0))
             shape = last(ir.node("Concat", parts, {"axis": 0}))
-            zeros = ir.tensor(np.zeros(1, dtype))
-            out = last(ir.node("ConstantOfShape", [shape], {"value": zeros}))
+            out = last(_zeros(shape, len(parts), dtype, opset, last))
         # OpenVINO compiles an If whose branch outputs have a type and a rank
         rank = [None, directions, None, hidden] if index == 0 else [directions, None, hidden]
         for typed in (out, value):
@@ -214,6 +230,15 @@ def _empty_outputs(
             typed.shape = value.shape or ir.Shape(rank)
         outputs.append(out)
     return nodes, outputs
+
+
+def _zeros(shape: ir.Value, rank: int, dtype: np.dtype, opset: int, last) -> ir.Node:
+    """The node making zeros of ``shape`` (``rank`` sizes): ``ConstantOfShape``, or before
+    opset 9 ``Tile`` of a zero of ``rank`` axes of size 1 (``last`` adds a node)."""
+    if opset >= _CONSTANT_OF_SHAPE:
+        return ir.node("ConstantOfShape", [shape], {"value": ir.tensor(np.zeros(1, dtype))})
+    one = ir.tensor(np.zeros([1] * rank, dtype))
+    return ir.node("Tile", [last(ir.node("Constant", [], {"value": one})), shape])
 
 
 def _initial_states(node: ir.Node) -> tuple[ir.Value | None, ir.Value | None]:
