@@ -458,3 +458,42 @@ def test_a_fixed_feed_follows_a_later_element_type_conversion() -> None:
     assert feeds["bias_in"].dtype == np.float64
     np.testing.assert_array_equal(feeds["bias_in"], array)
     assert [str(f) for f in check_case(case).failures] == []
+
+
+def test_where_both_runtimes_compute_the_original_wrongly_the_result_keeps_the_spec() -> None:
+    """Seed 777001 (150 examples): a bidirectional ``unrolled_rnn`` + ``rank_if_two_outputs``
+    + ``loop_rank`` reading the If's first output. By the ONNX specification the Loop's
+    output is ``Neg(y)`` (its body's rank test is false: rank 3, declared 1) and the If's
+    first output is ``y``. ONNX Runtime 1.32 gives that If output partly zero already on
+    a session's first run, and ``onnx.reference`` gives the Loop's output ``+y``: no
+    runtime computes the original, so the oracle reports the case (a known false
+    positive); the rewrite (the rank test folded) computes what the specification says,
+    on every run."""
+    cfg = unrolled.UnrolledRnnConfig(
+        input_size=1,
+        hidden_size=1,
+        seq=1,
+        bidirectional=True,
+        bias=False,
+        initial_state="input",
+        batch=1,
+        mutation="extra_reader",
+        opset=11,
+    )
+    model = unrolled.build_unrolled_rnn(cfg)
+    first, _ = subgraphs.add_rank_if_two_outputs(model, "x", 3, "y", F32, 3)
+    looped = subgraphs.add_loop_rank_check(model, first, F32, 3, declared=1)
+    after = rnn_rewrite_rules.rewrite(model)
+    assert "If" not in [n.op_type for n in after.graph.node]  # fold_if took the rank test
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.standard_normal((1, 1, 1)).astype(np.float32),
+        "h0": rng.standard_normal((2, 1, 1)).astype(np.float32),
+    }
+    names = [o.name for o in model.graph.output]
+    y = runtime.run(model, feeds, optimize=False)[names.index("y")]
+    session = runtime.session(after)
+    for _ in range(3):
+        outputs = dict(zip(names, session.run(None, feeds), strict=True))
+        np.testing.assert_allclose(outputs[first], y, rtol=1e-6)
+        np.testing.assert_allclose(outputs[looped], -y, rtol=1e-6)
