@@ -59,7 +59,7 @@ import onnx_ir as ir
 
 import rnn_rewrite_rules
 from benchmarks import measure, report, rewrite_costs
-from benchmarks.cost_grid import versions
+from benchmarks.cost_grid import recurrent_ops, versions
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules._rnn_ops import mark_replaces_batch_0_run
 from rnn_rewrite_rules.benchmark import best_per_repeat
@@ -85,18 +85,8 @@ def rewritten_step(
     after = rnn_rewrite_rules.rewrite(
         before, context=costs.Context(ignore=True), target="onnxruntime"
     )
-    assert sum(_running_ops(after.graph, op)) == 1, f"{op} {hidden}: not rewritten"
+    assert recurrent_ops(after.graph).count(op) == 1, f"{op} {hidden}: not rewritten"
     return before, after
-
-
-def _running_ops(graph: onnx.GraphProto, op: str) -> list[int]:
-    """1 per ``op`` node of ``graph`` and of the batch-0 guards' node branches."""
-    found = []
-    for node in graph.node:
-        found.append(int(node.op_type == op))
-        if (branch := guarded_branch(node)) is not None:
-            found += _running_ops(branch, op)
-    return found
 
 
 def guarded_step(op: str, hidden: int) -> tuple[onnx.ModelProto, onnx.ModelProto]:

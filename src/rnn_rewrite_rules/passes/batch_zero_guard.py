@@ -40,15 +40,15 @@ guard has a constant trip count of steps each reading ``x[t]``, or fails at 0 st
 Zeros are ``ConstantOfShape``, before opset 9 ``Tile`` of a zero, its int64 operands
 initializers of the main graph (a ``Constant`` holds no int64 before opset 9): a node in
 a subgraph before opset 9, or in a graph before opset 7 (``rnn-rewrite`` reads opset 7
-and later), is left unguarded. ``one_step``
-counts the guard in its node budget and decides on tables measured with it: a streaming
-step is one call per frame, where the ``If`` costs most (1.27x a bare GRU node at hidden
-8, seq 1).
+and later), is left unguarded. ``one_step`` counts the guard in its node budget and
+decides on tables measured with it: a streaming step is one call per frame, where the
+``If`` costs most (1.27x a bare GRU node at hidden 8, seq 1).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import onnx
@@ -150,8 +150,9 @@ def _guard(node: ir.Node, graph: ir.Graph, in_main: bool, opset: int, taken: set
     size = ir.node("Size", [x], name=f"{name}/batch_0_size")
     test = ir.node("Equal", [size.outputs[0], zero], name=f"{name}/batch_0_test")
     # before opset 9 a Constant holds no int64: the branch reads the main graph's
-    ints = (lambda values: int64_constant(placer, graph, values)) if in_main else None
-    empty_nodes, empty = _empty_outputs(node, read, opset, ints)
+    # (_writable: a node of the main graph there)
+    initializer = partial(int64_constant, placer, graph) if opset < _CONSTANT_OF_SHAPE else None
+    empty_nodes, empty = _empty_outputs(node, read, opset, initializer)
     for value in (size.outputs[0], test.outputs[0], *(v for n in empty_nodes for v in n.outputs)):
         value.name = _fresh(taken, f"{name}/batch_0")
     graph.insert_before(node, [size, test])
@@ -178,8 +179,8 @@ def _empty_outputs(
 ) -> tuple[list[ir.Node], list[ir.Value]]:
     """The nodes of the ``then`` branch and its outputs: each of ``read`` at batch 0, a
     state the node's initial state (``[D, 0, H]`` there), else zeros of its shape at
-    ``X``'s length and batch; int64 constants by ``initializer`` (of the main graph)
-    before opset 9, else ``Constant`` nodes."""
+    ``X``'s length and batch; int64 constants by ``initializer`` where given (the main
+    graph's, before opset 9), else ``Constant`` nodes."""
     x = node.inputs[0]
     assert x is not None
     hidden = node.attributes.get_int("hidden_size", 0)
@@ -193,7 +194,7 @@ def _empty_outputs(
         return new.outputs[0]
 
     def ints(values: list[int]) -> ir.Value:
-        if opset < _CONSTANT_OF_SHAPE and initializer is not None:
+        if initializer is not None:
             return initializer(values)
         return last(ir.node("Constant", [], {"value": ir.tensor(np.array(values, np.int64))}))
 

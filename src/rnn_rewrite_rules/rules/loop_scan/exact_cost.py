@@ -19,9 +19,8 @@ length 0 (+2.0 to +3.3 us, against 3.0-5.4 us saved at length 1), 0.74x-0.82x at
 from __future__ import annotations
 
 from rnn_rewrite_rules import costs
-from rnn_rewrite_rules.rules.loop_scan.zero_step import EXACT_FORM
 
-__all__ = ["EXACT_BROADCAST_FORM", "EXACT_COST_REASON", "exact_cost_reason", "guard_cost_reason"]
+__all__ = ["EXACT_BROADCAST_FORM", "EXACT_COST_REASON", "guard_cost_reason"]
 
 #: The cost-table form of the exact guard beside initial states of a batch not proven
 #: ``X``'s (the Expands broadcasting them and ``X`` in the node's branch).
@@ -74,10 +73,3 @@ def guard_cost_reason(
             return decision.reason
     runtimes = [r for r in costs.TIMED_RUNTIMES[target] if r in table.runtimes()]
     return _zero_reason(table, runtimes, op, form)
-
-
-def exact_cost_reason(
-    context: costs.Context, target: str, op: str, hidden: int, batch: int | None
-) -> str | None:
-    """:func:`guard_cost_reason` of the exact guard."""
-    return guard_cost_reason(context, target, op, hidden, batch, EXACT_FORM)
