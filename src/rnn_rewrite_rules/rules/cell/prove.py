@@ -121,11 +121,11 @@ def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
         weight = weight.T if a.get_int("transB", 0) else weight
         terms = [_Linear({node.inputs[0]: weight}, None)]
         if len(node.inputs) > 2 and node.inputs[2] is not None:
-            bias = _linear(node.inputs[2], constants)
+            bias = _linear(_batch_unsqueezed(node.inputs[2], constants), constants)
             if isinstance(bias, Refusal):
                 return Refusal(f"{_label(node)}'s bias: {bias}")
-            if bias.weights:
-                return Refusal(f"{_label(node)}'s bias is not a constant")
+            if bias.weights:  # Gemm(x_t, W, h @ R): the other product is the bias
+                return _sum([*terms, bias])
             terms.append(bias)
         return _attach(node, terms) or _sum(terms)
     if node.op_type == "Split":
@@ -135,6 +135,32 @@ def _linear(value: ir.Value | None, constants: Constants) -> _Linear | Refusal:
     return Refusal(
         f"{_label(value)} is computed by {node.op_type}, not a MatMul, Gemm, Add or bias"
     )
+
+
+def _batch_unsqueezed(value: ir.Value, constants: Constants) -> ir.Value:
+    """``v`` for ``Gemm``'s bias ``C = Squeeze(v)`` (axes absent, ``[0]`` or ``[-2]``) of a
+    product ``v = s @ W`` with ``W`` a constant matrix of more than one column, else
+    ``value`` (tf2onnx at batch 1: ``Gemm(x_t, W, Squeeze(MatMul(h, R)))``).
+
+    Equality: ``v`` is ``[B, N]`` (``s`` a state or ``x_t``, ``[B, *]``), ``N > 1``. At
+    ``B = 1`` the Squeeze gives ``[N]``, which Gemm broadcasts to the same ``[M, N]`` rows
+    as ``[1, N]``; at ``B > 1`` a Squeeze without axes keeps ``[B, N]`` (no dimension is
+    1), and one with axes fails, where the rewrite may run."""
+    node = producer(value, "Squeeze")
+    if node is None or node.inputs[0] is None:
+        return value
+    if len(node.inputs) > 1 and node.inputs[1] is not None:  # Squeeze-13: axes an input
+        axes = constants(node.inputs[1])
+        listed = None if axes is None else [int(a) for a in axes.reshape(-1)]
+        if listed not in ([0], [-2]):
+            return value
+    elif list(node.attributes.get_ints("axes", [0])) not in ([0], [-2]):
+        return value
+    product = producer(node.inputs[0], "MatMul")
+    weight = None if product is None else constants(product.inputs[1])
+    if weight is None or weight.ndim != 2 or weight.shape[1] < 2:
+        return value
+    return node.inputs[0]
 
 
 def _bias(array: np.ndarray) -> _Linear | Refusal:
