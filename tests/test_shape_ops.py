@@ -107,7 +107,10 @@ def test_reshape() -> None:
     assert one("Reshape", dims(S, 2, 3), vec(0, -1), allowzero=1) == dims(0, None)
     assert one("Reshape", dims(S, 2), dims(3)) == dims(None, None, None)  # target of 3
     assert one("Reshape", dims(S, 2), UNKNOWN) == UNKNOWN
-    assert one("Reshape", UNKNOWN, vec(4, -1)) == dims(None, None)
+    # an input of unknown rank: a positive element is the size, a 0 or -1 is not known
+    assert one("Reshape", UNKNOWN, vec(4, -1)) == dims(4, None)
+    assert one("Reshape", UNKNOWN, vec(0, 1, 8)) == dims(None, 1, 8)
+    assert one("Reshape", UNKNOWN, vec(S, 2)) == dims(None, 2)  # S may be 0 or -1
     assert one("Reshape", dims(2, 3), vec(4, -1)) == dims(4, None)  # 6 is not 4 * k
     assert one("Reshape", vec(7, 8), vec(-1)) == vec(7, 8)
     assert one("Reshape", Fact(c(1, 2), (None, None)), vec(1, 2)).elements is None

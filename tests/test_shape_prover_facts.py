@@ -369,21 +369,21 @@ def test_branch_dims_say_what_each_branch_of_an_if_gives() -> None:
 def test_a_guarded_batch_is_a_graph_input_size_where_a_branch_gives_one() -> None:
     """The zero-step guard's batch check (loop_scan.zero_step): ONNX's inference of an If
     keeps a number only where both branches infer it, so an If axis one branch gives as a
-    graph input's symbolic size holds no number; two numbers may."""
+    graph input's symbolic size holds no number, nor does one the branches give as two
+    numbers; one number both give may be known, and is checked against the declaration."""
     from rnn_rewrite_rules.rules.loop_scan.zero_step import _batch_reason
 
-    x = helper.make_tensor_value_info("x", FLOAT, ["b", 3])
-    c = helper.make_tensor_value_info("c", BOOL, [])
-    v = _graph([_if_of_x_or_zeros(5)], [x, c])
-    model = v["x"].graph
-    prover = ShapeProver(model)
-    ir_model = ir.Model(model, ir_version=10)
-    assert _batch_reason(prover.dim(v["out"], 0), None, ir_model, prover) is None
-    # near miss: x of a static batch, so both branches give numbers (2 and 5)
-    x = helper.make_tensor_value_info("x", FLOAT, [2, 3])
-    v = _graph([_if_of_x_or_zeros(5)], [x, c])
-    prover = ShapeProver(v["x"].graph)
-    why = _batch_reason(
-        prover.dim(v["out"], 0), None, ir.Model(v["x"].graph, ir_version=10), prover
-    )
-    assert why == "X's batch is not a graph input's size, so inference may know it as a number"
+    def why(x_batch: int | str, rows: int, declared: int | None) -> str | None:
+        x = helper.make_tensor_value_info("x", FLOAT, [x_batch, 3])
+        c = helper.make_tensor_value_info("c", BOOL, [])
+        v = _graph([_if_of_x_or_zeros(rows)], [x, c])
+        prover = ShapeProver(v["x"].graph)
+        model = ir.Model(v["x"].graph, ir_version=10)
+        return _batch_reason(prover.dim(v["out"], 0), declared, model, prover)
+
+    assert why("b", 5, None) is None
+    assert why(2, 5, None) is None  # 2 and 5: inference of the If knows no number
+    assert why(5, 5, 5) is None  # both 5, declared 5
+    # near misses: both branches give 5, which the declaration leaves open or contradicts
+    assert why(5, 5, None) == "X's batch is the number 5, which inference fills in"
+    assert why(5, 5, 4) == "X's batch is the number 5, not the declared 4"

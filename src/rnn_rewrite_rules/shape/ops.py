@@ -177,13 +177,21 @@ def _reshape(node: ir.Node, ins: Inputs) -> list[Fact]:
     if target.elements is None:
         rank = target.dims[0].value if target.dims and target.dims[0] else None
         return [Fact((None,) * rank) if rank is not None else UNKNOWN]
-    if data.dims is None:
-        return [Fact((None,) * len(target.elements))]
+    if data.dims is None:  # a positive element is the size wherever the reshape runs
+        return [Fact(tuple(_positive(e) for e in target.elements))]
     out = semantics.reshape(data.dims, target.elements, node.attributes.get_int("allowzero", 0))
     if isinstance(out, Refusal):
         return [UNKNOWN]
     elements = data.elements if data.elements is not None and len(out) <= 1 else None
     return [Fact(out, elements)]
+
+
+def _positive(element: Dim | None) -> Dim | None:
+    """A Reshape target element that is the output's size whatever the input: a number
+    above 0 or a size proven positive (neither ``-1`` nor a ``0`` that copies)."""
+    if element is None or not element.positive:
+        return None
+    return element
 
 
 def _flatten(node: ir.Node, ins: Inputs) -> list[Fact]:

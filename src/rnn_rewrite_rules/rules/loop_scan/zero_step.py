@@ -23,14 +23,15 @@ checks below prove that from the graph:
 - the batch axis: inference of the body can get a number for it only from a number it
   knows for ``X``'s batch (``Gather(X, t)``), for the initial states (proven to have
   ``X``'s batch, and computed from ``X``'s shape or graph inputs of the same size), or
-  from the declarations of the body's state inputs. So ``X``'s batch must be a graph
-  input's size that is no number (the model runs at more than one batch: a number
-  inferred for it would be wrong at another, and ONNX's inference propagates a symbol,
-  not a number), or an ``If`` output's size that one branch gives as such (inference of
-  an ``If`` keeps a number for an axis only where both branches infer that number: a
-  second layer reading the first layer's guard), or the declared number itself; and each
-  state input declared with rank 2 must declare on each axis nothing or the stack's own
-  number.
+  from the declarations of the body's state inputs. So the numbers inference may know
+  for ``X``'s batch (:func:`_inferred_numbers`) must be none or the declared number: a
+  graph input's size that is no number gives none (the model runs at more than one batch:
+  a number inferred for it would be wrong at another, and ONNX's inference propagates a
+  symbol, not a number); an ``If`` output's size only a number both branches may give
+  (a second layer reading the first layer's guard; at a fixed batch 1, that 1); an axis
+  a ``Transpose``, ``Identity`` or ``Slice`` of other axes reads, the numbers of the axis
+  read; and each state input declared with rank 2 must declare on each axis nothing or
+  the stack's own number.
 
 Where every check holds, the original gives ``(0, b, H)`` with ``b`` the declared batch
 number or 0, and so does the guard. A stack of no step read twice (two scan outputs both
@@ -43,6 +44,7 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
+from rnn_rewrite_rules._ir import const_array
 from rnn_rewrite_rules._refusal import Refusal
 from rnn_rewrite_rules.rules.cell import through_identity
 from rnn_rewrite_rules.shape import Dim, ShapeProver
@@ -105,22 +107,64 @@ def _stack_reason(stack: ir.Value, hidden: int) -> str | None:
     return None
 
 
-def _input_size(dim: Dim | None, model: ir.Model, prover: ShapeProver, depth: int = 0) -> bool:
-    """``dim`` is a main-graph input's size that is no number, or an ``If`` output's size
-    that is such in one branch: ONNX's inference of an ``If`` keeps a number for an axis
-    only where both branches infer that number (the guard ``loop_scan`` writes around a
-    first layer gives the second layer's ``X`` such a batch)."""
+def _inferred_numbers(
+    dim: Dim | None, model: ir.Model, prover: ShapeProver, depth: int = 0
+) -> frozenset[int] | None:
+    """The numbers ONNX's inference may know for ``dim`` (a superset), None where
+    unbounded: a number is itself; a main-graph input's size that is no number gives
+    none (the model runs at more than one size: a number inferred for it would be wrong
+    at another, and inference propagates a symbol, not a number); an axis read from
+    another (:func:`_read_axis`) gives what that gives; an ``If`` output's size gives
+    the numbers every branch may give that are bounded, since inference of an ``If``
+    keeps a number only where both branches infer that number (the guard ``loop_scan``
+    writes around a first layer gives the second layer's ``X`` such a batch, and a third
+    layer's reads the second's through a Slice of steps and tf2onnx's Transpose pair)."""
+    if dim is not None and dim.value is not None:
+        return frozenset({dim.value})
     symbol = None if dim is None else dim.symbol
     if symbol is None or symbol.narrowed or depth > _MAX_IF_DEPTH:
-        return False
+        return None
     if symbol.value in model.graph.inputs:
-        return True
-    axis = symbol.axis
+        shape = symbol.value.shape
+        declared = None if shape is None or symbol.axis >= len(shape) else shape[symbol.axis]
+        return frozenset({declared}) if isinstance(declared, int) else frozenset()
+    read = _read_axis(symbol.value, symbol.axis)
+    if read is not None:
+        dim = prover.dim(*read) or Dim.sym(*read)
+        return _inferred_numbers(dim, model, prover, depth + 1)
+    bounded = []
     for branch in prover.branch_dims(symbol.value):
-        size = None if branch is None or axis >= len(branch) else branch[axis]
-        if _input_size(size, model, prover, depth + 1):
-            return True
-    return False
+        size = None if branch is None or symbol.axis >= len(branch) else branch[symbol.axis]
+        numbers = _inferred_numbers(size, model, prover, depth + 1)
+        if numbers is not None:
+            bounded.append(numbers)
+    return frozenset.intersection(*bounded) if bounded else None
+
+
+def _read_axis(value: ir.Value, axis: int) -> tuple[ir.Value, int] | None:
+    """The input and axis ``value``'s ``axis`` is read from by its ``Transpose`` (with a
+    ``perm``), ``Identity`` or ``Slice`` of other constant ``axes``, else None: ONNX's
+    inference knows a number for such an axis only where it knows one for the axis read
+    (it permutes, copies or keeps it, or leaves it unknown)."""
+    node = value.producer()
+    if node is None or node.domain != "" or not node.inputs or node.inputs[0] is None:
+        return None
+    if node.op_type == "Identity":
+        return node.inputs[0], axis
+    if node.op_type == "Transpose":
+        perm = node.attributes.get_ints("perm", None)
+        return None if perm is None or axis >= len(perm) else (node.inputs[0], perm[axis])
+    if node.op_type != "Slice":
+        return None
+    axes: Sequence[int] | None
+    if len(node.inputs) > 1:  # axes absent: the first len(starts), not known here
+        listed = const_array(node.inputs[3]) if len(node.inputs) > 3 else None
+        axes = None if listed is None else [int(a) for a in listed.reshape(-1)]
+    else:
+        axes = node.attributes.get_ints("axes", None)
+    if axes is None or any(a < 0 for a in axes):  # a negative axis may be ``axis``
+        return None
+    return None if axis in axes else (node.inputs[0], axis)
 
 
 def _batch_reason(
@@ -134,8 +178,16 @@ def _batch_reason(
         if declared is None:
             return f"X's batch is the number {batch.value}, which inference fills in"
         return f"X's batch is the number {batch.value}, not the declared {declared}"
-    if not _input_size(batch, model, prover):
+    numbers = _inferred_numbers(batch, model, prover)
+    if numbers is None:
         return "X's batch is not a graph input's size, so inference may know it as a number"
+    extra = sorted(numbers - {declared})
+    if extra:
+        return f"inference may know X's batch as the number {extra[0]}" + (
+            ", which the declaration leaves open"
+            if declared is None
+            else f", not the declared {declared}"
+        )
     return None
 
 
@@ -144,7 +196,7 @@ def batch_dim(x: ir.Value, prover: ShapeProver) -> Dim | None:
     ``Identity``) chain of an ``If`` output (tf2onnx's pair between two Keras layers), that
     output's axis the chain moves there: ONNX's inference permutes an axis it knows, so
     it knows ``x``'s batch as a number only where it knows that axis as one, which
-    :func:`_input_size` reads from the ``If``'s branches."""
+    :func:`_inferred_numbers` reads from the ``If``'s branches."""
     dim = prover.dim(x, 1)
     if dim is not None:
         return dim
