@@ -85,6 +85,13 @@ def _bidirectional(kind: str, merge_mode: str, **kw) -> Callable:
     return build
 
 
+def _stacked_cells(keras):
+    """One ``RNN`` layer over two LSTM cells (``StackedRNNCells``): one Loop, two cells."""
+    cells = [keras.layers.LSTMCell(H), keras.layers.LSTMCell(H)]
+    x = _x(keras)
+    return [x], keras.layers.RNN(cells, return_sequences=True)(x)
+
+
 def _initial_state(kind: str) -> Callable:
     def build(keras):
         x = _x(keras)
@@ -308,7 +315,79 @@ def _specs() -> dict[str, Spec]:
         _gru_encoder_decoder,
         inputs=SEQ2SEQ,
     )
+    _add_variants(add)
     return specs
+
+
+def _add_variants(add: Callable) -> None:
+    """Options and sizes beside the layers above: a batch fixed to 1 (tf2onnx writes
+    ``Reshape`` for the Transposes and squeezes the recurrent product), no bias, deeper
+    stacks, the other merges and states of Bidirectional, one Loop over stacked cells."""
+    one = {"x": [1, "seq", F]}
+    seqs = {"units": H, "return_sequences": True}
+    add(
+        "lstm_batch1",
+        f"LSTM({H}, return_sequences=True) at batch 1",
+        "LSTM",
+        {**seqs, "batch": 1},
+        _single(_rnn("LSTM", return_sequences=True)),
+        inputs=one,
+        notes="at a fixed batch 1 tf2onnx keeps the Loop: Gemm(x_t, W, Squeeze(h @ R))",
+    )
+    add(
+        "stack_lstm_lstm_batch1",
+        f"LSTM({H}, return_sequences=True) -> LSTM({H}, return_sequences=True) at batch 1",
+        "LSTM",
+        {**seqs, "layers": ["LSTM", "LSTM"], "batch": 1},
+        _stack(["LSTM", "LSTM"]),
+        inputs=one,
+    )
+    add(
+        "gru_batch1_step",
+        f"GRU({H}, return_state=True) on one step at batch 1",
+        "GRU",
+        {"units": H, "return_state": True, "batch": 1, "seq": 1},
+        _single(_rnn("GRU", return_state=True), seq=1),
+        inputs={"x": [1, 1, F]},
+        notes="a streaming model's fixed [1, 1, features] input: a Loop of one step",
+    )
+    for kind in ("LSTM", "GRU"):
+        add(
+            f"{kind.lower()}_no_bias",
+            f"{kind}({H}, return_sequences=True, use_bias=False)",
+            kind,
+            {**seqs, "use_bias": False},
+            _single(_rnn(kind, return_sequences=True, use_bias=False)),
+        )
+    add(
+        "stack_gru_gru_gru_last",
+        f"GRU({H}, return_sequences=True) x 2 -> GRU({H})",
+        "GRU",
+        {"units": H, "layers": ["GRU", "GRU", "GRU"], "return_sequences": False},
+        _stack(["GRU", "GRU", "GRU"], last_sequences=False),
+    )
+    add(
+        "bidirectional_gru_ave",
+        f"Bidirectional(GRU({H}, return_sequences=True), merge_mode='ave')",
+        "GRU",
+        {**seqs, "bidirectional": True, "merge_mode": "ave"},
+        _bidirectional("GRU", "ave"),
+    )
+    add(
+        "bidirectional_lstm_state",
+        f"Bidirectional(LSTM({H}, return_sequences=True, return_state=True))",
+        "LSTM",
+        {**seqs, "return_state": True, "bidirectional": True, "merge_mode": "concat"},
+        _bidirectional("LSTM", "concat", return_state=True),
+    )
+    add(
+        "stacked_cells_lstm",
+        f"RNN([LSTMCell({H}), LSTMCell({H})], return_sequences=True)",
+        "LSTM",
+        {**seqs, "cells": ["LSTMCell", "LSTMCell"]},
+        _stacked_cells,
+        notes="StackedRNNCells: both cells in one Loop body, four carried states",
+    )
 
 
 SPECS = _specs()
