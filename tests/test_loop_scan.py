@@ -127,6 +127,21 @@ def test_keras_relu_activation(cell: str, form: str) -> None:
     assert_same(model, after, spec)
 
 
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_a_relu_cell_is_kept_on_the_portable_target(cell: str) -> None:
+    """tract computes an LSTM/GRU node's default activations whatever its attribute
+    (``tests/test_tract.py`` pins that), so on ``portable`` a Relu cell's Loop stays."""
+    model = build_loop_model(_spec(cell=cell, form="keras", activation="Relu"))
+    after, count = apply(loop_scan.make_rules("portable"), model)
+    assert count == 0 and op_counts(after)["Loop"] == 1
+    acts = ["Sigmoid", "Relu", "Relu"] if cell == "LSTM" else ["Sigmoid", "Relu"]
+    want = (
+        f"tract computes an {cell} node's default activations whatever its activations"
+        f" {acts} (target 'portable')"
+    )
+    assert want in refusal_reasons(loop_scan.make_rules("portable"), model)
+
+
 def test_gru_linear_before_reset_read_from_the_body() -> None:
     for reset_after in (0, 1):
         model = build_loop_model(_spec(cell="GRU", linear_before_reset=reset_after))

@@ -115,6 +115,27 @@ def test_rewriting_twice_equals_once() -> None:
     assert once.graph.SerializeToString() == twice.graph.SerializeToString()
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_relu_step_is_a_node_on_onnxruntime_and_kept_on_portable(op) -> None:
+    """The step's candidate (and the LSTM's output) activation made Relu: ONNX Runtime's
+    node computes it; tract computes an LSTM/GRU node's default activations whatever its
+    attribute (``tests/test_tract.py`` pins that), so ``portable`` keeps the step."""
+    model = build_step(StepConfig(op_type=op, batch=1))
+    for node in model.graph.node:
+        if node.op_type == "Tanh":
+            node.op_type = "Relu"
+    after = _rewrite(model)
+    node = next(n for n in running_nodes(after) if n.op_type == op)
+    written = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    acts = ["Sigmoid", "Relu", "Relu"] if op == "LSTM" else ["Sigmoid", "Relu"]
+    assert written["activations"] == [a.encode() for a in acts]
+    _assert_same(model, after, (1,))
+    assert op_counts(_rewrite(model, target="portable"))[op] == 0
+    reasons = refusal_reasons(one_step.make_rules("portable"), model, IGNORE)
+    want = f"tract computes an {op} node's default activations whatever its activations {acts}"
+    assert any(want in r for r in reasons), reasons
+
+
 def test_portable_never_emits_rnn() -> None:
     model = build_step(StepConfig(op_type="RNN", batch=1))
     reasons = refusal_reasons(one_step.make_rules("portable"), model, IGNORE)

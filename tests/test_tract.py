@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+import onnx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
 
 import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
@@ -116,3 +119,43 @@ def test_tract_sees_what_onnxruntime_sees_on_rewritten_models(cfg: RnnConfig, da
     (probe,) = in_tract([rewritten], [feeds])
     if probe.outputs[0] is not None:
         assert runtime.compare(probe.outputs[0], runtime.run(rewritten, feeds)) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    ("op", "gates", "activations"),
+    [
+        ("LSTM", 4, ["Sigmoid", "Relu", "Relu"]),
+        ("GRU", 3, ["Sigmoid", "Relu"]),
+        ("RNN", 1, ["Relu"]),
+    ],
+)
+def test_tract_computes_the_default_activations_whatever_the_attribute(
+    op: str, gates: int, activations: list[str]
+) -> None:
+    """The premise of ``rules._kernels.DEFAULT_ACTIVATIONS_ONLY`` (no LSTM/GRU with other
+    activations emitted for ``portable``): tract 0.23.9's output for a node with
+    ``activations`` is ONNX Runtime's for the same node without them."""
+    rng = np.random.default_rng(0)
+    hidden, inputs = 4, 3
+    weights = [
+        numpy_helper.from_array(rng.normal(size=(1, gates * hidden, n)).astype(np.float32), name)
+        for name, n in (("W", inputs), ("R", hidden))
+    ]
+
+    def model(acts: list[str] | None) -> onnx.ModelProto:
+        extra = {"activations": acts} if acts else {}
+        node = helper.make_node(op, ["x", "W", "R"], ["y"], hidden_size=hidden, **extra)
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, inputs])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+        graph = helper.make_graph([node], "g", [x], [y], weights)
+        made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+        made.ir_version = 8
+        return made
+
+    feeds = {"x": rng.normal(size=(5, 2, inputs)).astype(np.float32)}
+    written, default = model(activations), model(None)
+    (probe,) = in_tract([written], [feeds])
+    (outputs,) = probe.outputs
+    assert outputs is not None, probe.error
+    assert runtime.compare(outputs, runtime.run(default, feeds)) <= 1e-5
+    assert runtime.compare(outputs, runtime.run(written, feeds)) > 0.1  # Relu differs

@@ -8,17 +8,21 @@ checked facts are listed; a pair not listed is taken to run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx_ir as ir
 
 from rnn_rewrite_rules._refusal import Refusal
 
 __all__ = [
+    "DEFAULT_ACTIVATIONS_ONLY",
     "MISSING_KERNELS",
     "MISSING_OPS",
     "TARGET_RUNTIMES",
     "WRONG_DIRECTIONS",
     "missing_kernel",
+    "other_activations",
     "wrong_direction",
 ]
 
@@ -80,5 +84,34 @@ def wrong_direction(direction: str, targets: tuple[str, ...]) -> Refusal | None:
             if direction in WRONG_DIRECTIONS.get(runtime, ()):
                 return Refusal(
                     f"{runtime} runs direction={direction!r} as 'forward' (target {target!r})"
+                )
+    return None
+
+
+#: Runtime -> the recurrent ops it computes with their default activations whatever the
+#: ``activations`` attribute says. tract 0.23.9: an LSTM ``[Sigmoid, Relu, Relu]``, a GRU
+#: ``[Sigmoid, Relu]`` and an RNN ``[Relu]`` give the defaults' outputs (checked against
+#: ONNX Runtime on both attributes). rten-convert 0.22.0 drops a GRU's ``activations`` and
+#: refuses an LSTM's ("Unsupported value"), so rten runs the defaults or nothing.
+DEFAULT_ACTIVATIONS_ONLY: dict[str, frozenset[str]] = {
+    "tract": frozenset({"LSTM", "GRU", "RNN"}),
+    "rten": frozenset({"LSTM", "GRU"}),
+}
+
+
+def other_activations(
+    op_type: str, activations: Sequence[str] | None, targets: tuple[str, ...]
+) -> Refusal | None:
+    """Why an ``op_type`` node with ``activations`` (None: the op's defaults) must not be
+    emitted for ``targets``: the first of their runtimes that computes the defaults instead
+    (:data:`DEFAULT_ACTIVATIONS_ONLY`); None where all compute what it says."""
+    if activations is None:
+        return None
+    for target in targets:
+        for runtime in TARGET_RUNTIMES[target]:
+            if op_type in DEFAULT_ACTIVATIONS_ONLY.get(runtime, ()):
+                return Refusal(
+                    f"{runtime} computes an {op_type} node's default activations whatever its"
+                    f" activations {list(activations)} (target {target!r})"
                 )
     return None

@@ -71,9 +71,8 @@ from rnn_rewrite_rules.rules._broadcast import (
 from rnn_rewrite_rules.rules._family import RuleFamily
 from rnn_rewrite_rules.rules._forms import FormRule
 from rnn_rewrite_rules.rules._graph import producer
-from rnn_rewrite_rules.rules._kernels import missing_kernel
+from rnn_rewrite_rules.rules._kernels import missing_kernel, other_activations
 from rnn_rewrite_rules.rules.cell import (
-    DEFAULT_ACTIVATIONS,
     EMPTY_INPUT_REASON,
     Cell,
     Constants,
@@ -492,8 +491,9 @@ class OneStepCell(ChainRule[_Plan]):
 
     def decline(self, context, plan: _Plan) -> KeptUnrolled | None:
         """Why a proven step stays as plain ops (recorded, so ``--check`` lists it): its
-        element type, a runtime of the target without the kernel, a broadcast that
-        outgrows the step, or the measured table."""
+        element type, a runtime of the target without the kernel or that computes the op's
+        default activations instead of the step's, a broadcast that outgrows the step, or
+        the measured table."""
         kept = "one step kept as plain ops: "
         dtype = plan.cell.dtype
         if dtype == np.float16:
@@ -501,7 +501,9 @@ class OneStepCell(ChainRule[_Plan]):
                 f"{kept}it computes in float16 op by op: one float16 {self.op_type} node "
                 "rounds otherwise"
             )
-        missing = missing_kernel("", self.op_type, dtype, (self.target,))
+        missing = missing_kernel("", self.op_type, dtype, (self.target,)) or other_activations(
+            self.op_type, plan.cell.written_activations, (self.target,)
+        )
         if missing is not None:
             return KeptUnrolled(f"{kept}{missing}")
         opset = opset_version(context.model, context.graph_or_function)
@@ -544,14 +546,13 @@ class OneStepCell(ChainRule[_Plan]):
         inputs = [x, w, r, b, None, emit.unsqueeze(h0, 0)]
         if c0 is not None:
             inputs.append(emit.unsqueeze(c0, 0))
-        activations = cell.activations
         outputs = recurrent_node(
             op,
             self.op_type,
             inputs,
             hidden_size=cell.hidden_size,
             reverse=False,
-            activations=None if activations == DEFAULT_ACTIVATIONS[self.op_type] else activations,
+            activations=cell.written_activations,
             linear_before_reset=cell.linear_before_reset if self.op_type == "GRU" else None,
         )
         if plan.guarded:

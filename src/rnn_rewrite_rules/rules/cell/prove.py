@@ -346,6 +346,12 @@ class Cell:
         return int(self.r.shape[1])
 
     @property
+    def written_activations(self) -> tuple[str, ...] | None:
+        """The node's ``activations`` attribute: None for the op's defaults."""
+        default = DEFAULT_ACTIVATIONS[self.op_type]
+        return None if self.activations == default else self.activations
+
+    @property
     def dtype(self) -> np.dtype:
         return self.w.dtype
 

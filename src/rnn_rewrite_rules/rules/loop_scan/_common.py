@@ -26,10 +26,9 @@ from rnn_rewrite_rules.rules._graph import (
     taken_names,
     unsqueeze,
 )
-from rnn_rewrite_rules.rules._kernels import missing_kernel
+from rnn_rewrite_rules.rules._kernels import missing_kernel, other_activations
 from rnn_rewrite_rules.rules._rnn_node import keep_identity
 from rnn_rewrite_rules.rules.cell import (
-    DEFAULT_ACTIVATIONS,
     EMPTY_INPUT_REASON,
     Cell,
     Constants,
@@ -403,7 +402,10 @@ class RecurrenceRule(RewriteRuleClassBase):
         found = self.plan(node, context.model)
         if isinstance(found, Refusal):
             return MatchResult().fail(found, node)
-        reason = dtype_reason(found.cell, self.float32, self.target)
+        cell = found.cell
+        reason = dtype_reason(cell, self.float32, self.target) or other_activations(
+            cell.op_type, cell.written_activations, (self.target,)
+        )
         if reason is not None:
             return MatchResult().fail(reason, node)
         if found.guarded and found.broadcast and not found.exact:
@@ -756,9 +758,7 @@ def _emit_node(
         _node_inputs(build),
         hidden_size=cell.hidden_size,
         reverse=plan.reverse,
-        activations=None
-        if cell.activations == DEFAULT_ACTIVATIONS[cell.op_type]
-        else cell.activations,
+        activations=cell.written_activations,
         linear_before_reset=cell.linear_before_reset if cell.op_type == "GRU" else None,
     )
     keep_identity(outputs[0].producer(), plan.node)
