@@ -96,8 +96,11 @@ def _split_row(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     unless ``n`` divides ``N``): one row each only where ``N = n``, so part ``k`` is
     ``P[k]``. With ``num_outputs`` (opset 18) every part but the last has ``ceil(N / n)``
     rows, one only where ``N <= n``, so part ``k < n - 1`` is ``P[k]``; the last part
-    ends at row ``N`` whatever ``N`` is (``[2, 2, 1]`` at ``N = 5``): not read here.
-    Negative axes are left alone (the rank is not read here)."""
+    ends at row ``N`` whatever ``N`` is (``[2, 2, 1]`` at ``N = 5``), so it is ``P[n - 1]``
+    only beside a Squeeze of axis 0 of another part in the same graph (tf2onnx's
+    ``unstack`` of every step at opset 18): that one runs only where ``N <= n``, and the
+    last part has one row there only where ``N = n``. Negative axes are left alone (the
+    rank is not read here)."""
     split = producer(value, "Split")
     if split is None or split.attributes.get_int("axis", 0) != 0 or value is None:
         return None
@@ -110,7 +113,7 @@ def _split_row(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     elif split.attributes.get("split") is not None:
         sizes = list(split.attributes["split"].as_ints())
     elif split.attributes.get("num_outputs") is not None and k == len(split.outputs) - 1:
-        return None
+        return (data, k) if _another_row_squeezed(split, value) else None
     else:
         return data, k
     if sizes is None or len(sizes) != len(split.outputs) or sizes[k] != 1:
@@ -118,6 +121,21 @@ def _split_row(value: ir.Value | None) -> tuple[ir.Value, int] | None:
     if any(size < 0 for size in sizes):
         return None
     return data, sum(sizes[:k])
+
+
+def _another_row_squeezed(split: ir.Node, last: ir.Value) -> bool:
+    """Another output of ``split`` is read by a ``Squeeze`` of axis 0 in ``split``'s own
+    graph whose output is read (so it runs wherever ``last`` is read)."""
+    graph = split.graph
+    for output in split.outputs:
+        if output is last:
+            continue
+        for user, _ in output.uses():
+            if user.op_type != "Squeeze" or user.graph is not graph or read_axes(user) != [0]:
+                continue
+            if user.outputs[0].uses() or user.outputs[0].is_graph_output():
+                return True
+    return False
 
 
 def _sequence_at(value: ir.Value | None) -> tuple[ir.Value, int] | None:
