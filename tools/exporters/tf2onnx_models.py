@@ -46,6 +46,8 @@ class Spec:
     frozen: tuple[str, ...] = ()
     expect: str = "rewrite"
     notes: str = ""
+    #: tf2onnx's ``opset`` (None: its default, 15)
+    opset: int | None = None
 
 
 def _x(keras, seq=None, name="x"):
@@ -388,6 +390,24 @@ def _add_variants(add: Callable) -> None:
         _stacked_cells,
         notes="StackedRNNCells: both cells in one Loop body, four carried states",
     )
+    for kind in ("LSTM", "GRU"):  # opset 18: Split(num_outputs) unstacks the steps
+        add(
+            f"{kind.lower()}_unroll_opset18",
+            f"{kind}({H}, return_sequences=True, unroll=True) on a fixed seq {SEQ}, opset 18",
+            kind,
+            {"units": H, "return_sequences": True, "unroll": True},
+            _single(_rnn(kind, return_sequences=True, unroll=True), seq=SEQ),
+            inputs=X_FIXED,
+            opset=18,
+        )
+    add(
+        "gru_sequences_opset18",
+        f"GRU({H}, return_sequences=True), opset 18",
+        "GRU",
+        seqs,
+        _single(_rnn("GRU", return_sequences=True)),
+        opset=18,
+    )
 
 
 SPECS = _specs()
@@ -418,7 +438,7 @@ def _export(name: str, spec: Spec, path: Path) -> dict:
         result = model(list(args) if len(args) > 1 else args[0])
         return list(result) if isinstance(result, (list, tuple)) else [result]
 
-    onnx_model, _ = tf2onnx.convert.from_function(call, input_signature=signature)
+    onnx_model, _ = tf2onnx.convert.from_function(call, input_signature=signature, opset=spec.opset)
     onnx_model.doc_string = ""
     path.write_bytes(onnx_model.SerializeToString())
 
