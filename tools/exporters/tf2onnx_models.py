@@ -198,15 +198,19 @@ def _specs() -> dict[str, Spec]:
             _single(_rnn(kind, return_sequences=True, go_backwards=True)),
             notes="Keras returns the outputs in reversed time order",
         )
-        add(
-            f"{low}_unroll",
-            f"{kind}({H}, return_sequences=True, unroll=True) on a fixed seq {SEQ}",
-            kind,
-            {"units": H, "return_sequences": True, "unroll": True},
-            _single(_rnn(kind, return_sequences=True, unroll=True), seq=SEQ),
-            inputs=X_FIXED,
-            notes="unroll=True needs a fixed sequence length: one cell per step",
-        )
+        # opset 18: Split(num_outputs) unstacks the steps (SimpleRNN: no node on portable)
+        for opset in (None,) if kind == "SimpleRNN" else (None, 18):
+            at = "" if opset is None else f", opset {opset}"
+            add(
+                f"{low}_unroll" + ("" if opset is None else f"_opset{opset}"),
+                f"{kind}({H}, return_sequences=True, unroll=True) on a fixed seq {SEQ}{at}",
+                kind,
+                {"units": H, "return_sequences": True, "unroll": True},
+                _single(_rnn(kind, return_sequences=True, unroll=True), seq=SEQ),
+                inputs=X_FIXED,
+                notes="unroll=True needs a fixed sequence length: one cell per step",
+                opset=opset,
+            )
         add(
             f"{low}_masking",
             f"Masking(0.0) -> {kind}({H}, return_sequences=True)",
@@ -390,16 +394,6 @@ def _add_variants(add: Callable) -> None:
         _stacked_cells,
         notes="StackedRNNCells: both cells in one Loop body, four carried states",
     )
-    for kind in ("LSTM", "GRU"):  # opset 18: Split(num_outputs) unstacks the steps
-        add(
-            f"{kind.lower()}_unroll_opset18",
-            f"{kind}({H}, return_sequences=True, unroll=True) on a fixed seq {SEQ}, opset 18",
-            kind,
-            {"units": H, "return_sequences": True, "unroll": True},
-            _single(_rnn(kind, return_sequences=True, unroll=True), seq=SEQ),
-            inputs=X_FIXED,
-            opset=18,
-        )
     add(
         "gru_sequences_opset18",
         f"GRU({H}, return_sequences=True), opset 18",
