@@ -136,8 +136,8 @@ def test_a_relu_cell_is_kept_on_the_portable_target(cell: str) -> None:
     assert count == 0 and op_counts(after)["Loop"] == 1
     acts = ["Sigmoid", "Relu", "Relu"] if cell == "LSTM" else ["Sigmoid", "Relu"]
     want = (
-        f"tract computes an {cell} node's default activations whatever its activations"
-        f" {acts} (target 'portable')"
+        f"tract computes {cell}'s default activations whatever its activations attribute says"
+        f" ({acts}; target 'portable')"
     )
     assert want in refusal_reasons(loop_scan.make_rules("portable"), model)
 

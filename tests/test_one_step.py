@@ -132,7 +132,8 @@ def test_a_relu_step_is_a_node_on_onnxruntime_and_kept_on_portable(op) -> None:
     _assert_same(model, after, (1,))
     assert op_counts(_rewrite(model, target="portable"))[op] == 0
     reasons = refusal_reasons(one_step.make_rules("portable"), model, IGNORE)
-    want = f"tract computes an {op} node's default activations whatever its activations {acts}"
+    want = f"tract computes {op}'s default activations whatever its activations attribute says"
+    want += f" ({acts}; target 'portable')"
     assert any(want in r for r in reasons), reasons
 
 

@@ -262,7 +262,7 @@ def test_the_last_part_of_a_num_outputs_split_beside_the_others_is_the_last_row(
     _assert_same_outputs(model, rewritten)
     for seq in (4, 6, 9):
         feeds = {"x": np.zeros((2, seq, FEATURES), np.float32)}
-        with pytest.raises(Exception, match="Squeeze|Split"):
+        with pytest.raises(Exception, match=r"Squeeze|Split"):
             runtime.run(model, feeds)
 
 

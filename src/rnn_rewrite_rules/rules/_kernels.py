@@ -111,7 +111,7 @@ def other_activations(
         for runtime in TARGET_RUNTIMES[target]:
             if op_type in DEFAULT_ACTIVATIONS_ONLY.get(runtime, ()):
                 return Refusal(
-                    f"{runtime} computes an {op_type} node's default activations whatever its"
-                    f" activations {list(activations)} (target {target!r})"
+                    f"{runtime} computes {op_type}'s default activations whatever its"
+                    f" activations attribute says ({list(activations)}; target {target!r})"
                 )
     return None

@@ -131,7 +131,9 @@ def _another_row_squeezed(split: ir.Node, last: ir.Value) -> bool:
         if output is last:
             continue
         for user, _ in output.uses():
-            if user.op_type != "Squeeze" or user.graph is not graph or read_axes(user) != [0]:
+            if (user.domain, user.op_type) != ("", "Squeeze") or user.graph is not graph:
+                continue
+            if read_axes(user) != [0]:
                 continue
             if user.outputs[0].uses() or user.outputs[0].is_graph_output():
                 return True
