@@ -21,6 +21,7 @@ from rnn_rewrite_rules.normalize.gemm import GemmPass
 from rnn_rewrite_rules.normalize.identity import IdentityPass
 from rnn_rewrite_rules.normalize.loop_condition import LoopConditionPass
 from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
+from rnn_rewrite_rules.normalize.loop_trip_count import LoopTripCountPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
 from rnn_rewrite_rules.normalize.no_op_slice import NoOpStateSlicePass
 from rnn_rewrite_rules.normalize.sequence_scan import SequenceScanPass
@@ -32,6 +33,7 @@ __all__ = [
     "Journal",
     "LoopConditionPass",
     "LoopInvariantPass",
+    "LoopTripCountPass",
     "NoOpCastPass",
     "NoOpStateSlicePass",
     "ProvenSliceBoundsPass",
@@ -50,6 +52,7 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
         GemmPass(journal),
         SequenceScanPass(journal),
         LoopInvariantPass(journal),
+        LoopTripCountPass(journal),
         LoopConditionPass(journal),
         ProvenSliceBoundsPass(journal),
         NoOpStateSlicePass(journal),

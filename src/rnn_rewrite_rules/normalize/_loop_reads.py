@@ -199,18 +199,24 @@ class LoopReads:
                 )
 
 
-def read_loop(node: ir.Node, types: ElementTypes, prover: ShapeProver) -> LoopReads | Refusal:
+def read_loop(
+    node: ir.Node, types: ElementTypes, prover: ShapeProver, trips: ir.Value | None = None
+) -> LoopReads | Refusal:
+    """What the proofs read of ``node`` (a ``Loop``); ``trips``: the value taken as its
+    trip count (default: its ``M``), against which a counter's type must not wrap."""
     attr = node.attributes.get("body")
     if attr is None or attr.type != ir.AttributeType.GRAPH:
         return Refusal("the Loop has no body")
     body = attr.as_graph()
     initial = list(node.inputs[2:])
     carried_in, carried_out = list(body.inputs[2:]), list(body.outputs[1:])
-    if not node.inputs or node.inputs[0] is None or len(carried_in) != len(initial):
+    if trips is None and node.inputs:
+        trips = node.inputs[0]
+    if trips is None or len(carried_in) != len(initial):
         return Refusal(f"Loop {label(node)}: it has no trip count")
     if len(carried_out) < len(initial):
         return Refusal(f"Loop {label(node)}: the body does not match it")
-    trips = _through_casts(node.inputs[0], types)
+    read = _through_casts(trips, types)
     invariants: dict[ir.Value, ir.Value] = {}
     counters: dict[ir.Value, int] = {}
     for v0, v_in, v_out in zip(initial, carried_in, carried_out, strict=False):
@@ -220,9 +226,9 @@ def read_loop(node: ir.Node, types: ElementTypes, prover: ShapeProver) -> LoopRe
         start = _scalar_int(v0)
         if source is v_in:
             invariants[v_in] = v0
-        elif start is not None and _is_increment(source, v_in) and _holds(types, v_in, trips.base):
+        elif start is not None and _is_increment(source, v_in) and _holds(types, v_in, read.base):
             counters[v_in] = start
-    return LoopReads(node, body, trips.base, invariants, counters, types, prover)
+    return LoopReads(node, body, read.base, invariants, counters, types, prover)
 
 
 def _holds(types: ElementTypes, counter: ir.Value, trips: ir.Value) -> bool:
