@@ -22,6 +22,7 @@ import rnn_rewrite_rules
 from rnn_rewrite_rules import runtime
 from rnn_rewrite_rules.normalize import LoopTripCountPass
 from rnn_rewrite_rules.testing.loops import LoopSpec, build_loop_model, loop_inputs
+from tests.exporter_files import DATA
 from tests.test_cell_update_spellings import op_counts
 
 SPEC = LoopSpec(cell="GRU", form="keras", trip_count="length", hidden_size=4, outputs=("y", "h"))
@@ -121,3 +122,20 @@ def test_the_original_runs_t_steps() -> None:
     feeds = loop_inputs(SPEC, 2, 4, seed=1)
     assert runtime.max_abs_diff(runtime.run(counted, feeds), runtime.run(whiled, feeds)) == 0
     np.testing.assert_equal(runtime.run(whiled, feeds)[0].shape[:2], (4, 2))  # [T, B, H]
+
+
+def test_the_keras2_export_is_such_a_loop() -> None:
+    """tf2onnx on a Keras 2 ``GRU(reset_after=False)`` (``tools/exporters``,
+    ``tf2onnx_keras2``): the Loop has no trip count, and becomes one GRU."""
+    path = DATA / "tf2onnx_keras2" / "gru_reset_before.onnx"
+    model = onnx.load(path)
+    (loop,) = [n for n in model.graph.node if n.op_type == "Loop"]
+    assert loop.input[0] == ""
+    result = rnn_rewrite_rules.rewrite(model)
+    assert op_counts(result)["GRU"] == 1
+    for batch, seq in ((2, 5), (1, 1), (3, 0)):
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 6)).astype(np.float32)
+        feeds = {model.graph.input[0].name: x}
+        want, got = runtime.run(model, feeds), runtime.run(result, feeds)
+        assert [g.shape for g in got] == [w.shape for w in want]
+        assert runtime.max_abs_diff(want, got) <= 1e-5

@@ -62,6 +62,17 @@ EXPORTERS: dict[str, Exporter] = {
             "onnxruntime==1.32.0",
         ),
     ),
+    "tf2onnx_keras2": Exporter(
+        venv="tf2onnx_keras2",
+        script="tf2onnx_models",
+        requirements=(
+            "tensorflow-cpu==2.21.0",
+            "tf2onnx==1.17.0",
+            "tf-keras==2.21.0",
+            "onnx==1.23.2",
+            "onnxruntime==1.32.0",
+        ),
+    ),
     "torch_dynamo": _TORCH,
     "torch_script": _TORCH,
     "jax2onnx": Exporter(

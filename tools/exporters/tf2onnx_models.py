@@ -1,6 +1,9 @@
-"""Keras 3 recurrent models exported with tf2onnx (``tf.function`` + ``from_function``).
+"""Keras recurrent models exported with tf2onnx (``tf.function`` + ``from_function``).
 
-    python -m tools.exporters.make tf2onnx [--only NAME ...]
+    python -m tools.exporters.make tf2onnx [--only NAME ...]         # Keras 3
+    python -m tools.exporters.make tf2onnx_keras2 [--only NAME ...]  # Keras 2 (tf_keras)
+
+Keras 2 exports :data:`KERAS2_MODELS` (the same specs) with TensorFlow's legacy Keras.
 
 Random weights (every variable, biases included, N(0, 0.3) from a seed per model), input
 features 6, units 8, exported at batch 2, seq 5; batch and seq dynamic where Keras allows
@@ -407,14 +410,45 @@ def _add_variants(add: Callable) -> None:
 SPECS = _specs()
 
 
-def _export(name: str, spec: Spec, path: Path) -> dict:
-    import keras
+#: Exporter name (the folder under ``tests/data/exporters``) -> the Keras it exports:
+#: Keras 3, or TensorFlow's legacy Keras 2 (``tf_keras``, what older models were written
+#: with; tf2onnx leaves a Keras 2 ``GRU(reset_after=False)``'s Loop without a trip count).
+KERAS = {"tf2onnx": "keras", "tf2onnx_keras2": "tf_keras"}
+
+#: The layers exported with Keras 2 (each kind's common forms, stacks, states, a head).
+KERAS2_MODELS = (
+    "lstm_last",
+    "lstm_sequences",
+    "lstm_state",
+    "gru_last",
+    "gru_sequences",
+    "gru_state",
+    "gru_go_backwards",
+    "gru_reset_before",
+    "gru_reset_before_last",
+    "simplernn_sequences",
+    "bidirectional_lstm_concat",
+    "bidirectional_gru_concat",
+    "stack_lstm_lstm",
+    "stack_gru_gru",
+    "lstm_initial_state",
+    "gru_initial_state",
+    "gru_dense",
+    "crnn_conv1d_gru",
+    "encoder_decoder_gru",
+)
+
+
+def _export(name: str, spec: Spec, path: Path, package: str = "keras") -> dict:
+    import importlib
+
     import numpy as np
     import tensorflow as tf
     import tf2onnx
 
     from tools.exporters.checks import check_against_source
 
+    keras = importlib.import_module(package)
     seed = zlib.crc32(name.encode())  # stable when models are added
     keras.utils.set_random_seed(seed)
     inputs, outputs = spec.build(keras)
@@ -461,14 +495,19 @@ def _axes(spec) -> list:
 def _header(exporter: str) -> dict:
     from tools.exporters.manifest import versions
 
-    found = versions("tf2onnx", "tensorflow-cpu", "keras", "onnx", "onnxruntime", "numpy")
+    keras = "tf-keras" if KERAS.get(exporter) == "tf_keras" else "keras"
+    found = versions("tf2onnx", "tensorflow-cpu", keras, "onnx", "onnxruntime", "numpy")
     return {"exporter": exporter, "versions": found, "script": SCRIPT}
 
 
 def _models(exporter: str) -> dict:
-    if exporter != "tf2onnx":
-        raise SystemExit(f"{SCRIPT} exports tf2onnx models, not {exporter}")
-    return {name: (lambda path, n=name: _export(n, SPECS[n], path)) for name in SPECS}
+    if exporter not in KERAS:
+        raise SystemExit(f"{SCRIPT} exports {' and '.join(KERAS)} models, not {exporter}")
+    package = KERAS[exporter]
+    if package == "tf_keras":  # before TensorFlow is imported: tf.keras is Keras 2 too
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    names = KERAS2_MODELS if package == "tf_keras" else tuple(SPECS)
+    return {n: (lambda path, n=n: _export(n, SPECS[n], path, package)) for n in names}
 
 
 if __name__ == "__main__":
