@@ -398,6 +398,14 @@ def _add_variants(add: Callable) -> None:
         notes="StackedRNNCells: both cells in one Loop body, four carried states",
     )
     add(
+        "lstm_recurrent_dropout",
+        f"LSTM({H}, return_sequences=True, dropout=0.2, recurrent_dropout=0.2)",
+        "LSTM",
+        {**seqs, "dropout": 0.2, "recurrent_dropout": 0.2},
+        _single(_rnn("LSTM", return_sequences=True, dropout=0.2, recurrent_dropout=0.2)),
+        notes="at inference Keras 2 multiplies by ones_like masks (Keras 3 by nothing)",
+    )
+    add(
         "gru_sequences_opset18",
         f"GRU({H}, return_sequences=True), opset 18",
         "GRU",
@@ -426,6 +434,7 @@ KERAS2_MODELS = (
     "gru_go_backwards",
     "gru_reset_before",
     "gru_reset_before_last",
+    "lstm_recurrent_dropout",
     "simplernn_sequences",
     "bidirectional_lstm_concat",
     "bidirectional_gru_concat",

@@ -22,6 +22,7 @@ from rnn_rewrite_rules.normalize.identity import IdentityPass
 from rnn_rewrite_rules.normalize.loop_condition import LoopConditionPass
 from rnn_rewrite_rules.normalize.loop_invariant import LoopInvariantPass
 from rnn_rewrite_rules.normalize.loop_trip_count import LoopTripCountPass
+from rnn_rewrite_rules.normalize.mul_by_ones import MulByOnesPass
 from rnn_rewrite_rules.normalize.no_op_cast import NoOpCastPass
 from rnn_rewrite_rules.normalize.no_op_slice import NoOpStateSlicePass
 from rnn_rewrite_rules.normalize.sequence_scan import SequenceScanPass
@@ -34,6 +35,7 @@ __all__ = [
     "LoopConditionPass",
     "LoopInvariantPass",
     "LoopTripCountPass",
+    "MulByOnesPass",
     "NoOpCastPass",
     "NoOpStateSlicePass",
     "ProvenSliceBoundsPass",
@@ -49,6 +51,7 @@ def normalization_passes(journal: Journal | None = None) -> list[ir.passes.InPla
     return [
         NoOpCastPass(journal),
         IdentityPass(journal),
+        MulByOnesPass(journal),
         GemmPass(journal),
         SequenceScanPass(journal),
         LoopInvariantPass(journal),
