@@ -175,3 +175,19 @@ def assert_target_form(
                 forms[form].add(state)
         # one ConstantOfShape per (type, shape) form in each graph
         assert all(len(values) == 1 for values in forms.values()), forms
+
+
+def assert_same_on_sequences(
+    original: onnx.ModelProto,
+    result: onnx.ModelProto,
+    sizes: Sequence[tuple[int, int]] = ((2, 5), (1, 1), (3, 0)),
+    features: int = 6,
+) -> None:
+    """``result`` gives ``original``'s outputs in ONNX Runtime on its one input
+    ``[batch, seq, features]`` at each ``(batch, seq)`` of ``sizes``."""
+    for batch, seq in sizes:
+        x = np.random.default_rng(seq).standard_normal((batch, seq, features))
+        feeds = {original.graph.input[0].name: x.astype(np.float32)}
+        want, got = runtime.run(original, feeds), runtime.run(result, feeds)
+        assert [g.shape for g in got] == [w.shape for w in want], (batch, seq)
+        assert runtime.max_abs_diff(want, got) <= 1e-5, (batch, seq)
