@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from rnn_rewrite_rules._ir import same_bits
 from rnn_rewrite_rules._refusal import Refusal
-from rnn_rewrite_rules.rules._graph import producer
+from rnn_rewrite_rules.rules._graph import input_at, producer, read_axes
 from rnn_rewrite_rules.rules.cell.columns import slice_columns
 from rnn_rewrite_rules.rules.cell.node_step import NodeStep, node_step
 from rnn_rewrite_rules.rules.cell.polynomial import Polynomial, polynomial
@@ -149,18 +149,20 @@ def _batch_unsqueezed(value: ir.Value, constants: Constants) -> ir.Value:
     node = producer(value, "Squeeze")
     if node is None or node.inputs[0] is None:
         return value
-    if len(node.inputs) > 1 and node.inputs[1] is not None:  # Squeeze-13: axes an input
-        axes = constants(node.inputs[1])
-        listed = None if axes is None else [int(a) for a in axes.reshape(-1)]
-        if listed not in ([0], [-2]):
-            return value
-    elif list(node.attributes.get_ints("axes", [0])) not in ([0], [-2]):
+    axes = read_axes(node, lambda v: _ints(constants(v)))
+    if axes is None and input_at(node, 1) is not None:
+        return value  # axes computed at run time
+    if axes not in (None, [0], [-2]):
         return value
     product = producer(node.inputs[0], "MatMul")
     weight = None if product is None else constants(product.inputs[1])
     if weight is None or weight.ndim != 2 or weight.shape[1] < 2:
         return value
     return node.inputs[0]
+
+
+def _ints(array: np.ndarray | None) -> list[int] | None:
+    return None if array is None else [int(a) for a in array.reshape(-1)]
 
 
 def _bias(array: np.ndarray) -> _Linear | Refusal:

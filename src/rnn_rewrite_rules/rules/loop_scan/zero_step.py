@@ -149,11 +149,9 @@ def _read_axis(value: ir.Value, axis: int) -> tuple[ir.Value, int] | None:
     node = value.producer()
     if node is None or node.domain != "" or not node.inputs or node.inputs[0] is None:
         return None
-    if node.op_type == "Identity":
-        return node.inputs[0], axis
-    if node.op_type == "Transpose":
-        perm = node.attributes.get_ints("perm", None)
-        return None if perm is None or axis >= len(perm) else (node.inputs[0], perm[axis])
+    if node.op_type in ("Identity", "Transpose"):
+        moved = _moved_axis(node, axis)
+        return None if moved is None else (node.inputs[0], moved)
     if node.op_type != "Slice":
         return None
     axes: Sequence[int] | None
@@ -222,11 +220,19 @@ def through_transposes(value: ir.Value, axis: int | None = None) -> tuple[ir.Val
         source = node.inputs[0] if node.inputs else None
         if source is None:
             break
-        if node.op_type == "Transpose" and axis is not None:
-            perm = node.attributes.get_ints("perm", None)
-            axis = None if perm is None or axis >= len(perm) else perm[axis]
+        axis = None if axis is None else _moved_axis(node, axis)
         value = source
     return value, axis
+
+
+def _moved_axis(node: ir.Node, axis: int) -> int | None:
+    """The input axis that ``node`` (an ``Identity`` or ``Transpose``) moves to ``axis``:
+    the same for an ``Identity``, ``perm[axis]`` for a ``Transpose`` (None without a
+    ``perm`` or ``axis`` outside it)."""
+    if node.op_type == "Identity":
+        return axis
+    perm = node.attributes.get_ints("perm", None)
+    return None if perm is None or axis >= len(perm) else perm[axis]
 
 
 def _state_reason(state: ir.Value, stack: tuple[int | None, int]) -> str | None:
